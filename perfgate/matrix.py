@@ -1,0 +1,101 @@
+"""The matrix vocabulary: phases, compile variants, precisions, tiers and cell ids. Imports no torch.
+
+A cell is (model, phase, variant, precision) on a device kind ("gpu" or "cpu"). Its id reads like
+`gpt2-train-inductor_default-amp_bf16`; CPU-tier cells carry a `cpu-` prefix.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping
+
+PHASES = ("train", "infer")
+PRECISIONS = ("fp32", "amp_fp16", "amp_bf16")
+TIERS = ("pr", "nightly")
+DEVICE_KINDS = ("gpu", "cpu")
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One way of compiling: a torch.compile backend plus its options.
+
+    `needs_cuda`: CUDA graphs exist only on CUDA, so these variants are never generated for the CPU tier.
+    """
+
+    name: str
+    backend: str
+    mode: str | None = None
+    needs_cuda: bool = False
+    fullgraph: bool = False
+
+    def compile_kwargs(self) -> dict:
+        kwargs: dict = {"backend": self.backend, "fullgraph": self.fullgraph}
+        if self.mode is not None:
+            kwargs["mode"] = self.mode
+        return kwargs
+
+
+VARIANTS: Mapping[str, Variant] = {
+    v.name: v
+    for v in (
+        Variant("inductor_default", "inductor", "default"),
+        Variant("inductor_reduce_overhead", "inductor", "reduce-overhead", needs_cuda=True),
+        Variant("inductor_max_autotune", "inductor", "max-autotune", needs_cuda=True),
+        Variant("inductor_max_autotune_no_cudagraphs", "inductor", "max-autotune-no-cudagraphs"),
+        Variant("inductor_fullgraph", "inductor", "default", fullgraph=True),
+        Variant("cudagraphs", "cudagraphs", needs_cuda=True),
+        Variant("aot_eager", "aot_eager"),
+    )
+}
+
+# The PR gate's slice of the matrix: every model, both phases, one variant, one precision.
+PR_VARIANT = "inductor_default"
+PR_PRECISION = "amp_bf16"
+
+
+@dataclass(frozen=True)
+class Cell:
+    model: str
+    phase: str
+    variant: str
+    precision: str
+    device_kind: str = "gpu"
+    tier: str = "nightly"
+    marks: tuple = field(default=(), compare=False)
+
+    @property
+    def id(self) -> str:
+        base = f"{self.model}-{self.phase}-{self.variant}-{self.precision}"
+        return base if self.device_kind == "gpu" else f"cpu-{base}"
+
+    @property
+    def param_id(self) -> str:
+        """The pytest id: the phase is already in the test's name."""
+        base = f"{self.model}-{self.variant}-{self.precision}"
+        return base if self.device_kind == "gpu" else f"cpu-{base}"
+
+
+def tier_of(variant: str, precision: str) -> str:
+    return "pr" if (variant, precision) == (PR_VARIANT, PR_PRECISION) else "nightly"
+
+
+class UnknownNameError(ValueError):
+    """A name that is not in the matrix; the message lists the valid ones."""
+
+
+def check_names(kind: str, names: Iterable[str], valid: Iterable[str]) -> list[str]:
+    """Return `names` as a list, or raise naming each bad one and listing the valid ones."""
+    names, valid = list(names), list(valid)
+    bad = [n for n in names if n not in valid]
+    if bad:
+        raise UnknownNameError(
+            f"unknown {kind} {', '.join(repr(b) for b in bad)}; valid {kind}s: {', '.join(valid)}"
+        )
+    return names
+
+
+def split_csv(text: str | None) -> list[str] | None:
+    """'a, b' -> ['a', 'b']; None or '' -> None (meaning: no narrowing)."""
+    if not text:
+        return None
+    return [part.strip() for part in text.split(",") if part.strip()]

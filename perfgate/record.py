@@ -1,0 +1,132 @@
+"""The result record of one cell, and the JSON-lines stream it is written to. Imports no torch.
+
+A record is one flat JSON object. Times are milliseconds per step, compile times seconds, memory MiB,
+FLOPs per step, throughput in the model's own unit per second. Absent or not-measured values are null.
+
+    schema            int, RECORD_SCHEMA
+    cell              "gpt2-train-inductor_default-amp_bf16" (Cell.id)
+    model, phase, variant, precision, device_kind ("gpu"|"cpu"), tier ("pr"|"nightly")
+    status            "ok" | "failed" | "skipped"
+    reason            why it failed or was skipped ("" when ok)
+    env               {fingerprint, gpu, driver, cuda, torch, triton, transformers, timm, python, host, tf32}
+    started_at        ISO-8601 UTC time the cell started
+    wall_s            seconds the whole cell took (build, compile, numerics, timing)
+    steps_per_round, rounds, warmup_steps
+    eager_round_ms    [ms per step, one per round]   eager and compiled rounds are interleaved pairs
+    compiled_round_ms [ms per step, one per round]
+    eager_ms, compiled_ms                 medians of the above
+    speedup, speedup_lo, speedup_hi       median of per-round eager/compiled ratios and its 95 % interval
+    compile_s         first compiled call (cold unless `compile_cache` says otherwise), seconds
+    compile_warm_s    the same compile again with dynamo reset and inductor caches warm, or null
+    compile_cache     "fresh" (a new inductor cache dir for the cell) | "persistent" (a kept dir)
+    graph_count, graph_breaks, recompiles, break_reasons ([str], first few)
+    peak_mem_eager_mb, peak_mem_compiled_mb   warm steps, CUDA-graph pools counted; null on CPU
+    peak_mem_compile_mb                       peak while compiling (autotuning), null on CPU
+    flops_per_step, tflops_eager, tflops_compiled, mfu_eager, mfu_compiled
+    throughput_unit ("tokens"|"images"), throughput_eager, throughput_compiled   per second
+    numerics          "pass" | "fail" | "skipped"
+    numerics_detail   {reference: "fp64"|"fp32"|"eager", worst: name, checks: [{name, rmse_compiled,
+                       rmse_eager, limit, ok}]}
+    gate              {speedup_threshold: fraction} overrides from the model's record, may be empty
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Iterable, Iterator
+
+RECORD_SCHEMA = 1
+STATUSES = ("ok", "failed", "skipped")
+
+
+def new_record(cell, env: dict) -> dict:
+    """An empty record for `cell` (a perfgate.matrix.Cell), every measured field null."""
+    return {
+        "schema": RECORD_SCHEMA,
+        "cell": cell.id,
+        "model": cell.model,
+        "phase": cell.phase,
+        "variant": cell.variant,
+        "precision": cell.precision,
+        "device_kind": cell.device_kind,
+        "tier": cell.tier,
+        "status": "failed",
+        "reason": "did not finish",
+        "env": env,
+        "started_at": None,
+        "wall_s": None,
+        "steps_per_round": None,
+        "rounds": None,
+        "warmup_steps": None,
+        "eager_round_ms": [],
+        "compiled_round_ms": [],
+        "eager_ms": None,
+        "compiled_ms": None,
+        "speedup": None,
+        "speedup_lo": None,
+        "speedup_hi": None,
+        "compile_s": None,
+        "compile_warm_s": None,
+        "compile_cache": None,
+        "graph_count": None,
+        "graph_breaks": None,
+        "recompiles": None,
+        "break_reasons": [],
+        "peak_mem_eager_mb": None,
+        "peak_mem_compiled_mb": None,
+        "peak_mem_compile_mb": None,
+        "flops_per_step": None,
+        "tflops_eager": None,
+        "tflops_compiled": None,
+        "mfu_eager": None,
+        "mfu_compiled": None,
+        "throughput_unit": None,
+        "throughput_eager": None,
+        "throughput_compiled": None,
+        "numerics": "skipped",
+        "numerics_detail": {},
+        "gate": {},
+    }
+
+
+def append_record(path: str | os.PathLike, record: dict) -> None:
+    """Append one record as a JSON line and flush it to disk, so a crash keeps what was measured."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a", encoding="utf-8") as fh:
+        fh.write(json.dumps(record, sort_keys=True) + "\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+class RecordFileError(ValueError):
+    """A results file that cannot be read as records; the message names the file and line."""
+
+
+def iter_records(path: str | os.PathLike) -> Iterator[dict]:
+    path = Path(path)
+    if not path.exists():
+        raise RecordFileError(f"results file {path} does not exist")
+    with path.open(encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise RecordFileError(f"{path}:{lineno}: not a JSON record ({err.msg})") from None
+            if not isinstance(record, dict) or "cell" not in record:
+                raise RecordFileError(f"{path}:{lineno}: a record needs a 'cell' field")
+            yield record
+
+
+def load_records(paths: Iterable[str | os.PathLike]) -> list[dict]:
+    """Records of several files (xdist workers, shards), one per cell: a later record of a cell replaces
+    an earlier one (a re-run or a gate's confirm round), so merged files carry no duplicates."""
+    by_cell: dict[str, dict] = {}
+    for path in paths:
+        for record in iter_records(path):
+            by_cell[record["cell"]] = record
+    return list(by_cell.values())
