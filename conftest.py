@@ -1,0 +1,3 @@
+"""Wires the perfgate plugin in; nothing else."""
+
+pytest_plugins = ["perfgate.plugin"]

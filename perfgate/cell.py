@@ -1,0 +1,286 @@
+"""Run one cell: build, check numerics, compile, warm up, time eager and compiled interleaved, record.
+
+The engine knows no model: everything model-specific comes from the ModelSpec. A cell never raises: any
+failure (compile error, OOM, NaN, a graph that never compiled) becomes status "failed" with a reason, and
+whatever was measured before it stays in the record.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import os
+import shutil
+import statistics
+import tempfile
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Callable
+
+import torch
+
+from perfgate import faults, introspect
+from perfgate.matrix import VARIANTS, Cell
+from perfgate.numerics import judge
+from perfgate.peaks import peak_tflops
+from perfgate.record import new_record
+from perfgate.steps import Side, Task, to_device
+from perfgate.timing import TimingPlan, interleaved_rounds, steps_per_round, warm_up
+
+MIB = 2**20
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    device: str = "cuda"
+    plan: TimingPlan = TimingPlan()
+    warm_compile: bool = True
+    cache_dir: str | None = None  # a kept inductor cache; None: a fresh one per cell (cold compiles)
+    fault: faults.Fault | None = None  # test-only planted fault
+    seed: int = 0
+
+
+class CellFailure(Exception):
+    """A cell that ran but must not pass (ran eager, recompiled, numerics off); the record is complete."""
+
+
+def run_cell(spec, cell: Cell, options: RunOptions, env: dict,
+             progress: Callable[[str], None] = lambda _msg: None,
+             record_compiled: Callable[[float], None] | None = None) -> dict:
+    record = new_record(cell, env)
+    record["started_at"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    if spec.speedup_threshold is not None:
+        record["gate"] = {"speedup_threshold": spec.speedup_threshold}
+    started = time.perf_counter()
+    try:
+        with _compile_cache(options.cache_dir, record):
+            _measure(spec, cell, options, record, progress, record_compiled)
+        record["status"], record["reason"] = "ok", ""
+    except CellFailure as failure:
+        record["status"], record["reason"] = "failed", str(failure)
+    except torch.OutOfMemoryError as err:
+        record["status"], record["reason"] = "failed", f"out of memory: {_first_line(err)}"
+    except Exception as err:  # noqa: BLE001 - a failing cell must never take the session down
+        record["status"], record["reason"] = "failed", f"{type(err).__name__}: {_first_line(err)}"
+    finally:
+        record["wall_s"] = round(time.perf_counter() - started, 2)
+        _clean_up()
+    return record
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0][:500] if text else "(no message)"
+
+
+@contextlib.contextmanager
+def _compile_cache(cache_dir: str | None, record: dict):
+    """Cold compiles by default: a fresh inductor cache directory (and in-memory caches cleared) per cell.
+    A kept directory (`--perf-cache-dir`) lets CI reuse compiles between runs; the record says which."""
+    from torch._inductor.utils import clear_caches
+
+    record["compile_cache"] = "fresh" if cache_dir is None else "persistent"
+    directory = tempfile.mkdtemp(prefix="perfgate-inductor-") if cache_dir is None else cache_dir
+    saved = {key: os.environ.get(key) for key in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")}
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = directory
+    os.environ["TRITON_CACHE_DIR"] = os.path.join(directory, "triton")
+    clear_caches()
+    try:
+        yield
+    finally:
+        clear_caches()
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        if cache_dir is None:
+            shutil.rmtree(directory, ignore_errors=True)
+
+
+def _clean_up() -> None:
+    introspect.reset_compiler()
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def _measure(spec, cell: Cell, options: RunOptions, record: dict, progress, record_compiled) -> None:
+    device = torch.device(options.device)
+    size = spec.sizes[cell.device_kind]
+    introspect.reset_compiler()
+    torch.manual_seed(options.seed)
+    state = {k: v.detach().clone() for k, v in spec.build(size.config).state_dict().items()}
+    generator = torch.Generator().manual_seed(options.seed)
+    host_batches = [spec.make_batch(size.config, size.batch, generator) for _ in range(2)]
+    batches = [to_device(b, device) for b in host_batches]
+    progress(f"{cell.id}: numerics reference")
+    reference, reference_kind = _reference_steps(spec, cell, size, state, host_batches, device)
+
+    # Eager side, alone on the device: its memory is what it allocates beyond what was there before.
+    memory = _Memory(device)
+    eager = Side(spec, _model(spec, size, state, device), cell.phase, cell.precision, device)
+    eager_captured = [eager.captured_step(b) for b in batches]
+    memory.reset()
+    eager_ms, eager_warm = warm_up(lambda: eager.step(batches[0]), device, options.plan)
+    record["peak_mem_eager_mb"] = memory.peak_mb()
+
+    compiled = _compiled_side(spec, cell, size, state, device, options)
+    memory.rebase()
+    progress(f"{cell.id}: compiling ({cell.variant})")
+    t0 = time.perf_counter()
+    compiled_captured = [compiled.captured_step(batches[0])]
+    _sync(device)
+    record["compile_s"] = round(time.perf_counter() - t0, 3)
+    record["peak_mem_compile_mb"] = memory.peak_mb()
+    first = introspect.compile_counts()
+    record.update(graph_count=first["graph_count"], graph_breaks=first["graph_breaks"],
+                  break_reasons=first["break_reasons"])
+    if first["graph_count"] == 0:
+        raise CellFailure(f"ran eager: {cell.variant} compiled no graph at all")
+    memory.reset()
+    compiled_captured.append(compiled.captured_step(batches[1]))
+    verdict = judge(compiled_captured, eager_captured, reference, spec.tolerances[cell.precision],
+                    reference_kind)
+    record["numerics"], record["numerics_detail"] = verdict.pop("verdict"), verdict
+    del compiled_captured, eager_captured, reference
+
+    compiled_step = faults.slowed(lambda: compiled.step(batches[0]), options.fault, device)
+    compiled_ms, compiled_warm = warm_up(compiled_step, device, options.plan)
+    record["peak_mem_compiled_mb"] = memory.peak_mb()
+    record["warmup_steps"] = max(eager_warm, compiled_warm)
+    # Re-warm eager: it idled while the compiled side compiled, and clocks drop on an idle GPU.
+    warm_up(lambda: eager.step(batches[0]), device, options.plan)
+
+    steps = steps_per_round(min(eager_ms, compiled_ms), options.plan)
+    progress(f"{cell.id}: timing, {steps} steps per round")
+    rounds = interleaved_rounds(lambda: eager.step(batches[0]), compiled_step, steps, device,
+                                options.plan, record_compiled)
+    _store_timing(record, rounds)
+    record["recompiles"] = introspect.compile_counts()["frames"] - first["frames"]
+    _store_throughput(spec, size, cell, record, lambda: eager.step(batches[0]), device)
+    if options.warm_compile:
+        record["compile_warm_s"] = _warm_compile_s(compiled, spec, cell, batches[0], device, options)
+    progress(f"{cell.id}: speedup {record['speedup']:.3f}x [{record['speedup_lo']:.3f}, "
+             f"{record['speedup_hi']:.3f}], compile {record['compile_s']:.1f} s")
+    _raise_if_wrong(record)
+
+
+def _raise_if_wrong(record: dict) -> None:
+    if record["numerics"] != "pass":
+        detail = record["numerics_detail"]
+        raise CellFailure(f"numerics: {detail['failing']} of {detail['tensors']} tensors off "
+                          f"(worst {detail['worst']}, against {detail['reference']})")
+    if record["recompiles"]:
+        raise CellFailure(f"{record['recompiles']} recompile(s) after the first call; static shapes expect 0")
+
+
+def _model(spec, size, state: dict, device: torch.device, dtype: torch.dtype | None = None):
+    model = spec.build(size.config)
+    model.load_state_dict(state)
+    return model.to(device=device, dtype=dtype)
+
+
+def _compiled_side(spec, cell, size, state, device, options) -> Side:
+    side = Side(spec, _model(spec, size, state, device), cell.phase, cell.precision, device)
+    side.task = faults.wrap_task(side.task, spec, options.fault)
+    side.compile(VARIANTS[cell.variant].compile_kwargs())
+    return side
+
+
+def _reference_steps(spec, cell, size, state, host_batches, device):
+    """Two captured steps of a higher-precision copy: fp64 where it fits, else (AMP cells) strict fp32,
+    else none (numerics then compares compiled with eager by the fallback tolerance)."""
+    choices = [("fp64", torch.float64)] + ([("fp32", torch.float32)] if cell.precision != "fp32" else [])
+    notes = []
+    for kind, dtype in choices:
+        try:
+            with _strict_fp32():
+                side = Side(spec, _model(spec, size, state, device, dtype), cell.phase, "fp32", device)
+                return [side.captured_step(to_device(b, device, dtype)) for b in host_batches], kind
+        except (torch.OutOfMemoryError, RuntimeError) as err:
+            notes.append(f"{kind}: {_first_line(err)[:120]}")
+        finally:
+            side = None
+            _clean_up()
+    return None, "eager (" + "; ".join(notes) + ")"
+
+
+@contextlib.contextmanager
+def _strict_fp32():
+    old = torch.get_float32_matmul_precision(), torch.backends.cudnn.allow_tf32
+    torch.set_float32_matmul_precision("highest")
+    torch.backends.cudnn.allow_tf32 = False
+    try:
+        yield
+    finally:
+        torch.set_float32_matmul_precision(old[0])
+        torch.backends.cudnn.allow_tf32 = old[1]
+
+
+class _Memory:
+    """Peak device memory of one side: what it allocated beyond what was resident when it started. The
+    absolute peak (not a delta around warm steps) counts a CUDA-graph pool, allocated at capture time."""
+
+    def __init__(self, device: torch.device):
+        self.cuda = device.type == "cuda"
+        self.base = torch.cuda.memory_allocated() if self.cuda else 0
+
+    def rebase(self) -> None:
+        self.base = torch.cuda.memory_allocated() if self.cuda else 0
+        self.reset()
+
+    def reset(self) -> None:
+        if self.cuda:
+            torch.cuda.reset_peak_memory_stats()
+
+    def peak_mb(self) -> float | None:
+        return round((torch.cuda.max_memory_allocated() - self.base) / MIB, 1) if self.cuda else None
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _store_timing(record: dict, rounds) -> None:
+    interval = rounds.speedup()
+    record.update(
+        steps_per_round=rounds.steps, rounds=len(rounds.ratios),
+        eager_round_ms=[round(x, 4) for x in rounds.eager_ms],
+        compiled_round_ms=[round(x, 4) for x in rounds.compiled_ms],
+        eager_ms=round(statistics.median(rounds.eager_ms), 4),
+        compiled_ms=round(statistics.median(rounds.compiled_ms), 4),
+        speedup=round(interval.median, 4), speedup_lo=round(interval.lo, 4), speedup_hi=round(interval.hi, 4),
+    )
+
+
+def _store_throughput(spec, size, cell, record: dict, eager_step, device) -> None:
+    units = size.batch * size.units_per_sample
+    record["throughput_unit"] = spec.unit
+    record["throughput_eager"] = round(units / (record["eager_ms"] / 1e3), 1)
+    record["throughput_compiled"] = round(units / (record["compiled_ms"] / 1e3), 1)
+    flops = introspect.flops_per_step(eager_step)
+    record["flops_per_step"] = flops
+    peak = peak_tflops(record["env"].get("gpu"), cell.precision, record["env"].get("tf32"))
+    for side in ("eager", "compiled"):
+        tflops = flops / (record[f"{side}_ms"] / 1e3) / 1e12
+        record[f"tflops_{side}"] = round(tflops, 2)
+        record[f"mfu_{side}"] = round(tflops / peak, 4) if peak else None
+
+
+def _warm_compile_s(compiled: Side, spec, cell, batch, device, options) -> float:
+    """The same compile again in a fresh dynamo with the on-disk caches (FX graph, AOTAutograd, autotune)
+    warm and the in-memory ones cleared: what the next process on this machine pays."""
+    from torch._inductor.utils import clear_caches
+
+    introspect.reset_compiler()
+    clear_caches()
+    fn = spec.loss if cell.phase == "train" else spec.predict
+    compiled.task = faults.wrap_task(Task(compiled.model, fn), spec, options.fault)
+    compiled.compile(VARIANTS[cell.variant].compile_kwargs())
+    t0 = time.perf_counter()
+    compiled.step(batch)
+    _sync(device)
+    return round(time.perf_counter() - t0, 3)

@@ -1,0 +1,64 @@
+"""The environment a result was measured in, and its fingerprint (which baseline file it belongs to)."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import platform
+import re
+import socket
+import subprocess
+
+import torch
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _driver() -> str | None:
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=20, check=True)
+        return out.stdout.strip().splitlines()[0]
+    except (OSError, subprocess.SubprocessError, IndexError):
+        return None
+
+
+def slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9.]+", "-", text.lower()).strip("-")
+
+
+def fingerprint(gpu: str | None, torch_version: str, cuda: str | None) -> str:
+    """GPU model, torch minor, CUDA major: results of different fingerprints are never compared."""
+    torch_minor = ".".join(torch_version.split("+")[0].split(".")[:2])
+    if gpu is None:
+        return f"cpu-{slug(platform.machine())}_torch{torch_minor}"
+    cuda_major = (cuda or "none").split(".")[0]
+    return f"{slug(gpu)}_torch{torch_minor}_cuda{cuda_major}"
+
+
+def environment(device: torch.device, tf32: bool) -> dict:
+    """Everything a reader needs to trust or reproduce a number. Called once per session."""
+    on_cuda = device.type == "cuda"
+    gpu = torch.cuda.get_device_name(device) if on_cuda else None
+    env = {
+        "gpu": gpu,
+        "gpu_count": torch.cuda.device_count() if on_cuda else 0,
+        "driver": _driver() if on_cuda else None,
+        "cuda": torch.version.cuda if on_cuda else None,
+        "cudnn": torch.backends.cudnn.version() if on_cuda else None,
+        "torch": torch.__version__,
+        "triton": _version("triton") or _version("pytorch-triton"),
+        "transformers": _version("transformers"),
+        "timm": _version("timm"),
+        "pytest_benchmark": _version("pytest-benchmark"),
+        "python": platform.python_version(),
+        "cpu": platform.processor() or platform.machine(),
+        "host": socket.gethostname(),
+        "tf32": tf32 if on_cuda else None,
+    }
+    env["fingerprint"] = fingerprint(gpu, torch.__version__, env["cuda"])
+    return env

@@ -1,0 +1,33 @@
+"""What dynamo did: graphs compiled, graph breaks with reasons, recompiles; and FLOPs of a step."""
+
+from __future__ import annotations
+
+import torch
+from torch._dynamo.utils import counters
+from torch.utils.flop_counter import FlopCounterMode
+
+# The record keeps the first few break reasons; dynamo's full text is long, the first line says enough.
+MAX_BREAK_REASONS = 5
+
+
+def reset_compiler() -> None:
+    """Forget every compiled graph and every counter, so one cell's compiles never leak into the next."""
+    torch._dynamo.reset()
+    counters.clear()
+
+
+def compile_counts() -> dict:
+    breaks = counters.get("graph_break", {})
+    return {
+        "graph_count": int(counters.get("stats", {}).get("unique_graphs", 0)),
+        "graph_breaks": int(sum(breaks.values())),
+        "frames": int(counters.get("frames", {}).get("total", 0)),
+        "break_reasons": [reason.strip().splitlines()[0] for reason in list(breaks)[:MAX_BREAK_REASONS]],
+    }
+
+
+def flops_per_step(step) -> int:
+    """FLOPs of one eager step (forward, backward; the optimizer's elementwise work is not counted)."""
+    with FlopCounterMode(display=False) as counter:
+        step()
+    return int(counter.get_total_flops())

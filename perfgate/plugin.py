@@ -1,0 +1,284 @@
+"""The pytest face: one option group (--perf-*), matrix narrowing at collection, a per-cell runner that
+streams records and feeds pytest-benchmark, and the gate at the end of the session.
+
+torch is imported only when a cell runs, so the data side's tests collect without it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+
+from perfgate import matrix
+from perfgate.matrix import Cell, UnknownNameError, check_names, split_csv
+
+CELL_KEY = pytest.StashKey[Cell]()
+SESSION_KEY = pytest.StashKey["PerfSession"]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("perfgate", "perfgate: torch.compile performance cells")
+    group.addoption("--perf-models", help="comma-separated models to run (default: all)")
+    group.addoption("--perf-variants", help=f"compile variants: {', '.join(matrix.VARIANTS)}")
+    group.addoption("--perf-precisions", help=f"precisions: {', '.join(matrix.PRECISIONS)}")
+    group.addoption("--perf-shard", help="run shard I of N (1-based), e.g. 2/4: a deterministic split")
+    group.addoption("--perf-results", help="JSON-lines file each cell's record is appended to as it "
+                    "finishes (default: .perfgate/results-<UTC time>.jsonl)")
+    group.addoption("--perf-cache-dir", help="keep the inductor cache here between runs (default: a "
+                    "fresh directory per cell, so compile times are cold)")
+    group.addoption("--perf-tf32", choices=("on", "off"), default="on",
+                    help="fp32 policy on CUDA: TF32 tensor cores for matmul and convolutions (default on)")
+    group.addoption("--perf-warm-compile", choices=("on", "off"), default="on",
+                    help="also time a second compile with warm on-disk caches (default on)")
+    group.addoption("--perf-min-rounds", type=int, help="interleaved rounds at least (GPU default 15)")
+    group.addoption("--perf-max-rounds", type=int, help="interleaved rounds at most (GPU default 40)")
+    group.addoption("--perf-round-ms", type=float, help="target length of one round, ms (GPU default 50)")
+    group.addoption("--perf-inject", help="test-only planted fault: numerics[:EPS], graph_break, slow[:MS]")
+    group.addoption("--perf-baseline", help="gate this run against a baseline file or directory")
+    group.addoption("--perf-save-baseline", metavar="DIR",
+                    help="write this run's records as the baseline of its environment and tier into DIR")
+    group.addoption("--perf-report", metavar="DIR", help="write the gate's report.md and report.json here")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    try:
+        selection = _selection(config)
+    except (UnknownNameError, ValueError) as err:
+        raise pytest.UsageError(str(err)) from None
+    config.stash[SESSION_KEY] = PerfSession(config, selection)
+
+
+def _selection(config: pytest.Config) -> dict:
+    from perfgate import faults
+
+    opt = config.getoption
+    models = split_csv(opt("--perf-models"))
+    if models is not None:
+        from fixtures import REGISTRY  # the zoo is the face's to know, never the engine's
+
+        check_names("model", models, REGISTRY)
+    variants = split_csv(opt("--perf-variants"))
+    precisions = split_csv(opt("--perf-precisions"))
+    shard = parse_shard(opt("--perf-shard"))
+    faults.parse(opt("--perf-inject"))
+    return {
+        "model": models,
+        "variant": check_names("variant", variants, matrix.VARIANTS) if variants else None,
+        "precision": check_names("precision", precisions, matrix.PRECISIONS) if precisions else None,
+        "shard": shard,
+    }
+
+
+def parse_shard(text: str | None) -> tuple[int, int] | None:
+    if not text:
+        return None
+    index, _, count = text.partition("/")
+    try:
+        i, n = int(index), int(count)
+    except ValueError:
+        i = n = 0
+    if not (n >= 1 and 1 <= i <= n):
+        raise ValueError(f"--perf-shard={text!r}: expected I/N with 1 <= I <= N, e.g. 1/4")
+    return i, n
+
+
+def cells(registry, phase: str) -> list:
+    """pytest.param for every cell of `phase`: GPU cells over the whole matrix, CPU cells over each model's
+    cpu_variants in fp32, with markers and known-issue marks from the model's record."""
+    params = []
+    for spec in registry.values():
+        for variant in matrix.VARIANTS:
+            for precision in matrix.PRECISIONS:
+                params.append(_param(spec, Cell(spec.name, phase, variant, precision, "gpu",
+                                                matrix.tier_of(variant, precision))))
+        if phase in spec.cpu_phases:
+            for variant in spec.cpu_variants:
+                params.append(_param(spec, Cell(spec.name, phase, variant, "fp32", "cpu", "nightly")))
+    return params
+
+
+def _param(spec, cell: Cell):
+    marks = [getattr(pytest.mark, cell.device_kind)]
+    if cell.device_kind == "gpu":
+        marks.append(getattr(pytest.mark, cell.tier))
+    issue = spec.known_issue(cell)
+    if issue is not None:
+        marks.append(pytest.mark.skip(reason=issue.reason) if issue.action == "skip"
+                     else pytest.mark.xfail(reason=issue.reason, strict=False))
+    return pytest.param(cell, marks=marks, id=cell.param_id)
+
+
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list) -> None:
+    perf = config.stash[SESSION_KEY]
+    keep, drop = [], []
+    for item in items:
+        cell = _cell_of(item)
+        if cell is None:
+            keep.append(item)
+            continue
+        item.stash[CELL_KEY] = cell
+        (keep if perf.selects(cell) else drop).append(item)
+    shard = perf.selection["shard"]
+    if shard is not None:
+        keep, off_shard = _shard(keep, *shard)
+        drop += off_shard
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+    _skip_gpu_cells_without_cuda(items)
+
+
+def _cell_of(item) -> Cell | None:
+    callspec = getattr(item, "callspec", None)
+    value = callspec.params.get("cell") if callspec else None
+    return value if isinstance(value, Cell) else None
+
+
+def _shard(items: list, index: int, count: int) -> tuple[list, list]:
+    """Deal cells round-robin in sorted id order: every shard gets a similar mix of models, and the split
+    does not depend on collection order. Items that are not cells stay in shard 1."""
+    cell_ids = sorted({item.stash[CELL_KEY].id for item in items if CELL_KEY in item.stash})
+    mine = {cid for n, cid in enumerate(cell_ids) if n % count == index - 1}
+    keep, drop = [], []
+    for item in items:
+        cell = item.stash.get(CELL_KEY, None)
+        ours = cell.id in mine if cell is not None else index == 1
+        (keep if ours else drop).append(item)
+    return keep, drop
+
+
+def _skip_gpu_cells_without_cuda(items: list) -> None:
+    gpu_items = [item for item in items if item.get_closest_marker("gpu")]
+    if not gpu_items:
+        return
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    reason = f"no CUDA device (torch {torch.__version__}, built for CUDA {torch.version.cuda})"
+    for item in gpu_items:
+        item.add_marker(pytest.mark.skip(reason=reason))
+
+
+@pytest.fixture(scope="session")
+def perf(pytestconfig: pytest.Config) -> "PerfSession":
+    return pytestconfig.stash[SESSION_KEY]
+
+
+class PerfSession:
+    """Session state: options, the results file, each device's environment, the records written."""
+
+    def __init__(self, config: pytest.Config, selection: dict):
+        self.config, self.selection = config, selection
+        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+        worker = os.environ.get("PYTEST_XDIST_WORKER")
+        default = Path(".perfgate") / f"results-{stamp}.jsonl"
+        self.results_path = Path(config.getoption("--perf-results") or default)
+        if worker:  # each xdist worker streams to its own file; the controller merges them
+            self.results_path = self.results_path.with_name(f"{self.results_path.stem}.{worker}.jsonl")
+        self.records: list[dict] = []
+        self.ran: dict[str, tuple] = {}  # cell id -> (spec, cell), for the gate's confirm round
+        self._envs: dict[str, dict] = {}
+
+    def selects(self, cell: Cell) -> bool:
+        return all(self.selection[key] is None or getattr(cell, key) in self.selection[key]
+                   for key in ("model", "variant", "precision"))
+
+    def device(self, cell: Cell):
+        import torch
+
+        if cell.device_kind == "cpu":
+            return torch.device("cpu")
+        worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+        # One xdist worker per visible GPU: gw0 -> cuda:0, gw1 -> cuda:1, ...
+        return torch.device("cuda", int(worker.lstrip("gw") or 0) % torch.cuda.device_count())
+
+    def environment(self, device) -> dict:
+        from perfgate.env import environment
+        from perfgate.steps import set_tf32
+
+        tf32 = self.config.getoption("--perf-tf32") == "on"
+        if device.type == "cuda":
+            import torch
+
+            torch.cuda.set_device(device)
+            set_tf32(tf32)
+        key = str(device)
+        if key not in self._envs:
+            self._envs[key] = environment(device, tf32)
+        return self._envs[key]
+
+    def options(self, cell: Cell, device):
+        from perfgate import faults
+        from perfgate.cell import RunOptions
+        from perfgate.timing import CPU_PLAN, GPU_PLAN
+
+        opt = self.config.getoption
+        overrides = {"min_rounds": opt("--perf-min-rounds"), "max_rounds": opt("--perf-max-rounds"),
+                     "target_round_ms": opt("--perf-round-ms")}
+        plan = (GPU_PLAN if cell.device_kind == "gpu" else CPU_PLAN).replace(
+            **{key: value for key, value in overrides.items() if value})
+        return RunOptions(device=str(device), plan=plan, warm_compile=opt("--perf-warm-compile") == "on",
+                          cache_dir=opt("--perf-cache-dir"), fault=faults.parse(opt("--perf-inject")))
+
+    def measure(self, spec, cell: Cell, benchmark=None) -> dict:
+        """Run one cell, stream its record, feed pytest-benchmark, and fail the test if the cell failed."""
+        from perfgate.cell import run_cell
+        from perfgate.record import append_record
+
+        device = self.device(cell)
+        env = self.environment(device)
+        sink = _BenchmarkSink(benchmark, cell)
+        record = run_cell(spec, cell, self.options(cell, device), env, self._progress, sink.add)
+        append_record(self.results_path, record)
+        self.records.append(record)
+        self.ran[cell.id] = (spec, cell)
+        sink.annotate(record)
+        if record["status"] != "ok":
+            pytest.fail(f"{cell.id}: {record['reason']}", pytrace=False)
+        return record
+
+    def _progress(self, message: str) -> None:
+        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.write_line(f"[perfgate] {message}")
+        else:
+            print(f"[perfgate] {message}", file=sys.stderr)
+
+
+class _BenchmarkSink:
+    """Hands each compiled round's device-timed ms per step to pytest-benchmark, so its JSON, --benchmark-save
+    and --benchmark-compare hold the same numbers as perfgate's record (not a host-clock re-measurement)."""
+
+    def __init__(self, benchmark, cell: Cell):
+        self.benchmark = benchmark if benchmark is not None and not benchmark.disabled else None
+        self.stats = None
+        if self.benchmark is not None:
+            self.benchmark.group = f"{cell.model}-{cell.phase}"
+            # Claim the fixture as pedantic() would, so it neither warns "not used" nor can be used twice.
+            self.benchmark._mode = "perfgate device-timed rounds"  # noqa: SLF001
+
+    def add(self, ms_per_step: float) -> None:
+        if self.benchmark is None:
+            return
+        if self.stats is None:
+            self.stats = self.benchmark._make_stats(1)  # noqa: SLF001 - the fixture's own stats entry
+        self.stats.update(ms_per_step / 1e3)
+
+    def annotate(self, record: dict) -> None:
+        if self.benchmark is None:
+            return
+        keys = ("status", "reason", "eager_ms", "compiled_ms", "speedup", "speedup_lo", "speedup_hi",
+                "compile_s", "compile_warm_s", "graph_breaks", "recompiles", "numerics",
+                "peak_mem_eager_mb", "peak_mem_compiled_mb", "steps_per_round")
+        self.benchmark.extra_info.update({key: record[key] for key in keys})
+
+
+def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: dict) -> None:
+    perf = config.stash.get(SESSION_KEY, None)
+    if perf is not None and perf._envs:
+        machine_info["perfgate"] = next(iter(perf._envs.values()))

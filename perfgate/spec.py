@@ -1,0 +1,103 @@
+"""What the engine needs to know of a model: one frozen record of data and small callables.
+
+The engine never imports the zoo; a model reaches it as a ModelSpec. Imports no torch at module level.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+from perfgate.matrix import PRECISIONS
+
+
+@dataclass(frozen=True)
+class Size:
+    """One size of a model: the builder's config and the batch.
+
+    `config` goes to ModelSpec.build and ModelSpec.make_batch unchanged (layers, widths, sequence length,
+    image size); `batch` is samples per step; `units_per_sample` is tokens or images per sample.
+    """
+
+    config: Mapping[str, Any]
+    batch: int
+    units_per_sample: int = 1
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """The RMSE-multiplier rule of PyTorch's accuracy CI.
+
+    compiled passes if  rmse(compiled, ref) <= multiplier * rmse(eager, ref) + floor * rms(ref)
+    `floor` is relative to the reference's own RMS, so one number serves logits, losses and gradients of
+    any scale; it only matters where eager happens to be (almost) exact. `fallback_rtol` applies when no
+    higher-precision reference fits: rmse(compiled, eager) <= fallback_rtol * rms(eager).
+    """
+
+    multiplier: float
+    floor: float
+    fallback_rtol: float
+    reason: str = ""
+
+
+DEFAULT_TOLERANCES: Mapping[str, Tolerance] = {
+    "fp32": Tolerance(multiplier=2.0, floor=1e-4, fallback_rtol=1e-2),
+    "amp_fp16": Tolerance(multiplier=3.0, floor=1e-3, fallback_rtol=5e-2),
+    "amp_bf16": Tolerance(multiplier=3.0, floor=1e-3, fallback_rtol=5e-2),
+}
+
+
+@dataclass(frozen=True)
+class KnownIssue:
+    """A cell pattern that is expected to fail or must be skipped, with the reason users will read.
+
+    Each of phase/variant/precision/device_kind is a value or "*" for any.
+    """
+
+    reason: str
+    phase: str = "*"
+    variant: str = "*"
+    precision: str = "*"
+    device_kind: str = "*"
+    action: str = "xfail"  # or "skip"
+
+    def matches(self, cell) -> bool:
+        pairs = ((self.phase, cell.phase), (self.variant, cell.variant),
+                 (self.precision, cell.precision), (self.device_kind, cell.device_kind))
+        return all(want in ("*", got) for want, got in pairs)
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """One model of the zoo.
+
+    build(config) -> nn.Module           random init (the engine seeds torch first), dropout off
+    make_batch(config, batch, generator) -> dict of CPU tensors, seeded by the generator
+    predict(model, batch) -> Tensor      what inference returns and numerics compares (logits, masks)
+    loss(model, batch) -> Tensor         a scalar; the train step compiles this path
+    blocks(model) -> list of the repeated blocks (for fault injection and regional compilation)
+    """
+
+    name: str
+    description: str
+    build: Callable
+    make_batch: Callable
+    predict: Callable
+    loss: Callable
+    blocks: Callable
+    unit: str  # "tokens" | "images"
+    sizes: Mapping[str, Size]  # by device kind: "gpu" real, "cpu" tiny
+    tolerances: Mapping[str, Tolerance] = field(default_factory=lambda: dict(DEFAULT_TOLERANCES))
+    known_issues: tuple[KnownIssue, ...] = ()
+    lr: float = 1e-4
+    speedup_threshold: float | None = None  # gate override (fraction); None = the gate's default
+    cpu_variants: tuple[str, ...] = ("inductor_default",)
+    cpu_phases: tuple[str, ...] = ("train", "infer")
+
+    def __post_init__(self):
+        missing = [p for p in PRECISIONS if p not in self.tolerances]
+        if missing:
+            raise ValueError(f"model {self.name!r}: no tolerance for precision(s) {missing}")
+
+    def known_issue(self, cell) -> KnownIssue | None:
+        return next((k for k in self.known_issues if k.matches(cell)), None)

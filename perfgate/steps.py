@@ -1,0 +1,130 @@
+"""One side of a cell (eager or compiled): the model, its optimizer and scaler, and one step of a phase."""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+from torch import nn
+
+AMP_DTYPES = {"amp_fp16": torch.float16, "amp_bf16": torch.bfloat16}
+
+# GradScaler's default first scale (65536) overflows fp16 gradients in the first steps, so those steps are
+# skipped; the numerics check compares exactly those first two steps, so start lower and let it grow.
+GRAD_SCALER_INIT_SCALE = 1024.0
+
+
+def set_tf32(enabled: bool) -> None:
+    """The fp32 policy: TF32 tensor cores for matmul and cuDNN convolutions, or full-precision fp32."""
+    torch.set_float32_matmul_precision("high" if enabled else "highest")
+    torch.backends.cudnn.allow_tf32 = enabled
+
+
+def autocast(precision: str, device: torch.device):
+    if precision == "fp32":
+        return contextlib.nullcontext()
+    return torch.autocast(device.type, dtype=AMP_DTYPES[precision])
+
+
+class Task(nn.Module):
+    """Wraps the model with the record's predict or loss function, so the compiled graph holds the loss too
+    (GPT-2's shifted cross-entropy, a per-pixel loss), as a user compiling a training step would have it."""
+
+    def __init__(self, model: nn.Module, fn):
+        super().__init__()
+        self.model = model
+        self.fn = fn
+
+    def forward(self, batch: dict):
+        return self.fn(self.model, batch)
+
+
+class Side:
+    """A model and what steps it. `task` is the callable the steps call: the Task itself for eager, or the
+    torch.compile wrapper of it for the compiled side."""
+
+    def __init__(self, spec, model: nn.Module, phase: str, precision: str, device: torch.device):
+        self.model, self.phase, self.precision, self.device = model, phase, precision, device
+        self.task = Task(model, spec.loss if phase == "train" else spec.predict)
+        self.cudagraph_steps = False
+        if phase == "train":
+            model.train()
+            self.optimizer = torch.optim.AdamW(model.parameters(), lr=spec.lr)
+            use_scaler = precision == "amp_fp16"
+            self.scaler = (torch.amp.GradScaler(device.type, init_scale=GRAD_SCALER_INIT_SCALE)
+                           if use_scaler else None)
+        else:
+            model.eval()
+            self.optimizer = self.scaler = None
+
+    def compile(self, compile_kwargs: dict) -> None:
+        self.task = torch.compile(self.task, **compile_kwargs)
+        # CUDA-graph trees must be told where a step starts, or a later step may overwrite outputs an
+        # earlier one still holds (the optimizer reads gradients after backward).
+        mode = compile_kwargs.get("mode") or ""
+        self.cudagraph_steps = self.device.type == "cuda" and (
+            compile_kwargs.get("backend") == "cudagraphs" or mode in ("reduce-overhead", "max-autotune"))
+
+    def step(self, batch: dict):
+        if self.cudagraph_steps:
+            torch.compiler.cudagraph_mark_step_begin()
+        if self.phase == "infer":
+            with torch.no_grad(), autocast(self.precision, self.device):
+                return self.task(batch)
+        with autocast(self.precision, self.device):
+            loss = self.task(batch)
+        self._backward_and_update(loss)
+        return loss
+
+    def _backward_and_update(self, loss: torch.Tensor) -> None:
+        if self.scaler is not None:
+            self.scaler.scale(loss).backward()
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            loss.backward()
+            self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+
+    def captured_step(self, batch: dict) -> dict:
+        """One step that also returns what numerics compares, as fp64 CPU tensors: inference outputs, or
+        the training loss, unscaled gradients before the update and parameters after it."""
+        if self.phase == "infer":
+            return {"output": _host(self.step(batch))}
+        if self.cudagraph_steps:
+            torch.compiler.cudagraph_mark_step_begin()
+        with autocast(self.precision, self.device):
+            loss = self.task(batch)
+        captured = {"loss": _host(loss)}
+        if self.scaler is not None:
+            self.scaler.scale(loss).backward()
+            self.scaler.unscale_(self.optimizer)
+        else:
+            loss.backward()
+        for name, param in self.model.named_parameters():
+            if param.grad is not None:
+                captured[f"grad.{name}"] = _host(param.grad)
+        if self.scaler is not None:
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        for name, param in self.model.named_parameters():
+            captured[f"param.{name}"] = _host(param)
+        return captured
+
+
+def _host(tensor: torch.Tensor) -> torch.Tensor:
+    # .clone() first: a CUDA-graph output lives in the graph's pool and is overwritten by the next replay.
+    return tensor.detach().clone().to("cpu", torch.float64)
+
+
+def to_device(batch: dict, device: torch.device, float_dtype: torch.dtype | None = None) -> dict:
+    """Move a batch; floating tensors become `float_dtype` when given (the fp64 reference)."""
+    moved = {}
+    for key, value in batch.items():
+        if float_dtype is not None and value.is_floating_point():
+            value = value.to(float_dtype)
+        moved[key] = value.to(device, non_blocking=True)
+    return moved
