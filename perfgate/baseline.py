@@ -1,0 +1,244 @@
+"""Baselines: many independent runs of the suite folded into one stored file per environment and tier.
+
+Imports no torch. A baseline file is `<dir>/<fingerprint>_<tier>.json`, human-diffable (indent 2, sorted
+keys, one cell per key under "cells"). Each results file given to `build_baseline` is ONE run: a separate
+process with its own compiles. Run-to-run noise is what a gate must know (a compiled resnet50 step moved
+24.9-28.3 ms across eight processes while each process's own interval was narrower), so every cell keeps
+its per-run speedups and their spread next to the median.
+
+    schema, fingerprint, tier, device (env.gpu), versions (env minus fingerprint), created (UTC date), runs
+    cells: {cell id: {model, phase, variant, precision, status, reason, runs_ok,
+                      speedup, speedup_runs, speedup_spread, speedup_lo, speedup_hi,
+                      eager_ms, compiled_ms,                       medians over runs, ms per step
+                      compile_s, compile_warm_s, compile_cache,    max over runs, seconds
+                      peak_mem_eager_mb, peak_mem_compiled_mb,     max over runs, MiB
+                      graph_breaks, recompiles,                    max over runs
+                      numerics}}                                   "pass" only if every run passed
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import statistics
+import tempfile
+from pathlib import Path
+from typing import Iterable, Sequence
+
+from perfgate.stats import rel_spread
+
+BASELINE_SCHEMA = 1
+
+# How the baseline is made; named in every "missing baseline" message so the reader can act on it.
+UPDATE_COMMANDS = (
+    "perfgate baseline update RESULTS... --dir baselines",
+    'pytest perftests -m "gpu and pr" --perf-save-baseline',
+)
+
+# Fields folded as a median over runs (ms per step) and as a max over runs (the conservative side).
+MEDIAN_FIELDS = ("eager_ms", "compiled_ms")
+MAX_FIELDS = ("compile_s", "compile_warm_s", "peak_mem_eager_mb", "peak_mem_compiled_mb",
+              "graph_breaks", "recompiles")
+IDENTITY_FIELDS = ("model", "phase", "variant", "precision")
+
+
+class BaselineError(Exception):
+    """A baseline that cannot be used to compare; the message says which file and how to make it."""
+
+
+def baseline_path(directory: str | os.PathLike, fingerprint: str, tier: str) -> Path:
+    return Path(directory) / f"{fingerprint}_{tier}.json"
+
+
+def key_of(record: dict) -> tuple[str, str]:
+    """(fingerprint, tier) of a record: which baseline file it belongs to."""
+    fingerprint = (record.get("env") or {}).get("fingerprint")
+    if not fingerprint:
+        raise BaselineError(f"record {record.get('cell')!r} has no env.fingerprint; cannot pick a baseline")
+    return fingerprint, record.get("tier") or "pr"
+
+
+def group_by_key(records: Iterable[dict]) -> dict[tuple[str, str], list[dict]]:
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for record in records:
+        groups.setdefault(key_of(record), []).append(record)
+    return groups
+
+
+# ---------------------------------------------------------------------------------------------- rounding
+
+def round_sig(value, digits: int = 4):
+    """4 significant digits: 1.2345 -> 1.234, 26.789 ms -> 26.79; ints and None pass through."""
+    if isinstance(value, bool) or not isinstance(value, float):
+        return value
+    return float(f"{value:.{digits}g}")
+
+
+def _round_cell(cell: dict) -> dict:
+    rounded = {}
+    for name, value in cell.items():
+        if name.startswith("peak_mem"):
+            # MiB: a tenth of a MiB is far below anything a gate looks at.
+            rounded[name] = None if value is None else round(float(value), 1)
+        elif name == "speedup_spread":
+            rounded[name] = round_sig(value, 3)
+        elif isinstance(value, list):
+            rounded[name] = [round_sig(v) for v in value]
+        else:
+            rounded[name] = round_sig(value)
+    return rounded
+
+
+# ---------------------------------------------------------------------------------------------- folding
+
+def _values(records: Sequence[dict], name: str) -> list:
+    return [r[name] for r in records if r.get(name) is not None]
+
+
+def _numerics(records: Sequence[dict]) -> str:
+    verdicts = [r.get("numerics") or "skipped" for r in records]
+    if "fail" in verdicts:
+        return "fail"
+    return "pass" if verdicts and all(v == "pass" for v in verdicts) else "skipped"
+
+
+def _single(records: Sequence[dict], name: str):
+    """A value every run should share (e.g. compile_cache); "mixed" when runs disagree."""
+    values = {r.get(name) for r in records}
+    return values.pop() if len(values) == 1 else "mixed"
+
+
+def fold_cell(records: Sequence[dict]) -> dict:
+    """One baseline cell from this cell's record in each run (at most one per run)."""
+    ok = [r for r in records if r.get("status") == "ok"]
+    cell = {name: records[-1].get(name) for name in IDENTITY_FIELDS}
+    if not ok:
+        # Failed (or skipped) in every run: keep it so the gate can call a later success an improvement.
+        status = "skipped" if all(r.get("status") == "skipped" for r in records) else "failed"
+        cell.update(status=status, reason=records[-1].get("reason") or "", runs_ok=0, numerics=None)
+        return cell
+    speedups = _values(ok, "speedup")
+    cell.update(
+        status="ok",
+        reason="",
+        runs_ok=len(ok),
+        speedup=statistics.median(speedups) if speedups else None,
+        speedup_runs=speedups,
+        speedup_spread=rel_spread(speedups),  # None with one run: no run-to-run evidence
+        speedup_lo=min(_values(ok, "speedup_lo"), default=None),
+        speedup_hi=max(_values(ok, "speedup_hi"), default=None),
+        compile_cache=_single(ok, "compile_cache"),
+        numerics=_numerics(ok),
+    )
+    for name in MEDIAN_FIELDS:
+        values = _values(ok, name)
+        cell[name] = statistics.median(values) if values else None
+    for name in MAX_FIELDS:
+        cell[name] = max(_values(ok, name), default=None)
+    return cell
+
+
+def _last_per_cell(run: Iterable[dict]) -> dict[str, dict]:
+    """One record per cell within a run: a later record (a confirm round) replaces an earlier one."""
+    return {record["cell"]: record for record in run}
+
+
+def _header(fingerprint: str, tier: str, env: dict, n_runs: int) -> dict:
+    return {
+        "schema": BASELINE_SCHEMA,
+        "fingerprint": fingerprint,
+        "tier": tier,
+        "device": env.get("gpu"),
+        "versions": {k: v for k, v in env.items() if k != "fingerprint"},
+        "created": _dt.datetime.now(_dt.timezone.utc).date().isoformat(),
+        "runs": n_runs,
+    }
+
+
+def build_baseline(runs: Sequence[Iterable[dict]]) -> dict[tuple[str, str], dict]:
+    """{(fingerprint, tier): baseline} from independent runs (each a list of records from one process)."""
+    per_key: dict[tuple[str, str], list[dict[str, dict]]] = {}
+    for run in runs:
+        for key, records in group_by_key(run).items():
+            per_key.setdefault(key, []).append(_last_per_cell(records))
+    baselines = {}
+    for (fingerprint, tier), run_maps in per_key.items():
+        by_cell: dict[str, list[dict]] = {}
+        for run_map in run_maps:
+            for cell_id, record in run_map.items():
+                by_cell.setdefault(cell_id, []).append(record)
+        env = next(iter(run_maps[0].values()))["env"]
+        baseline = _header(fingerprint, tier, env, len(run_maps))
+        baseline["cells"] = {cid: _round_cell(fold_cell(recs)) for cid, recs in sorted(by_cell.items())}
+        baselines[(fingerprint, tier)] = baseline
+    return baselines
+
+
+# ---------------------------------------------------------------------------------------------- files
+
+def write_baseline(path: str | os.PathLike, baseline: dict) -> Path:
+    """Write atomically: a temp file in the same directory, fsync, os.replace. A crash or a serialisation
+    error midway leaves the previous file untouched (a half-written baseline would fail every PR)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(baseline, fh, indent=2, sort_keys=True)  # streams: a failure leaves half a temp file
+            fh.write("\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        # mkstemp makes the file 0600; a baseline is a shared, committed file.
+        os.chmod(tmp, path.stat().st_mode & 0o777 if path.exists() else 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def save_baselines(runs: Sequence[Iterable[dict]], directory: str | os.PathLike) -> list[Path]:
+    """Build from runs and write one file per (fingerprint, tier); the CLI and the plugin both call this."""
+    return [write_baseline(baseline_path(directory, fp, tier), baseline)
+            for (fp, tier), baseline in sorted(build_baseline(runs).items())]
+
+
+def _how_to_make() -> str:
+    commands = "\n  ".join(UPDATE_COMMANDS)
+    return (f"make one on this kind of machine (several runs, each a separate process, give the gate the "
+            f"run-to-run noise) with:\n  {commands}")
+
+
+def load_baseline(path: str | os.PathLike, fingerprint: str | None = None,
+                  tier: str | None = None) -> dict:
+    """Read and check a baseline; with `fingerprint`/`tier`, refuse one made for another environment."""
+    path = Path(path)
+    if not path.is_file():
+        raise BaselineError(f"no baseline at {path}; {_how_to_make()}")
+    try:
+        baseline = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise BaselineError(f"baseline {path} is not valid JSON ({err}); restore it from git or remake "
+                            f"it with: {UPDATE_COMMANDS[0]}") from None
+    if not isinstance(baseline, dict) or baseline.get("schema") != BASELINE_SCHEMA \
+            or not isinstance(baseline.get("cells"), dict):
+        found = baseline.get("schema") if isinstance(baseline, dict) else type(baseline).__name__
+        raise BaselineError(f"baseline {path} has schema {found!r}, expected {BASELINE_SCHEMA} with a "
+                            f"'cells' object; remake it with: {UPDATE_COMMANDS[0]}")
+    for name, expected in (("fingerprint", fingerprint), ("tier", tier)):
+        if expected is not None and baseline.get(name) != expected:
+            wanted = baseline_path(path.parent, fingerprint or baseline.get("fingerprint"),
+                                   tier or baseline.get("tier"))
+            raise BaselineError(f"baseline {path} is for {name} {baseline.get(name)!r} but the results are "
+                                f"for {expected!r}; the expected file is {wanted}: {_how_to_make()}")
+    return baseline
+
+
+def resolve_baseline(path_or_dir: str | os.PathLike, fingerprint: str, tier: str) -> dict:
+    """A baseline file as given, or the file for (fingerprint, tier) inside a directory."""
+    path = Path(path_or_dir)
+    # A directory, or a name that is plainly not a baseline file (e.g. a `baselines` dir not yet made).
+    if path.is_dir() or (path.suffix != ".json" and not path.is_file()):
+        path = baseline_path(path, fingerprint, tier)
+    return load_baseline(path, fingerprint, tier)

@@ -1,0 +1,146 @@
+"""Render a GateReport as Markdown (a GitHub job summary or PR comment) and as JSON. Imports no torch.
+
+The Markdown starts with a one-line verdict and the geomeans, then what needs a human (regressions), then
+what is good news (improvements), then what was not compared (missing, new, failed), then every cell.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Sequence
+
+from perfgate.gate import GateReport
+
+# A GitHub PR comment holds 65 536 characters; keep a margin for the CLI's other reports and headers.
+MAX_CHARS = 60_000
+
+# Table order: what needs attention first.
+VERDICT_ORDER = ("regression", "failed", "improvement", "new", "missing", "ok")
+
+COLUMNS = ("cell", "eager ms", "compiled ms", "speedup [lo, hi]", "baseline", "change", "threshold",
+           "compile s", "graph breaks", "recompiles", "peak MiB (compiled)", "numerics", "verdict")
+
+
+def _fmt(value, spec: str) -> str:
+    return "–" if value is None else format(value, spec)
+
+
+def _pct(value: float | None) -> str:
+    return "–" if value is None else f"{value:+.1%}"
+
+
+def verdict_line(report: GateReport) -> str:
+    n_cells = sum(1 for r in report.rows if r.verdict != "missing")
+    state = "PASS" if report.passed else "FAIL"
+    return (f"**perfgate {state}**: {len(report.regressions)} regression(s), "
+            f"{len(report.improvements)} improvement(s) in {n_cells} cell(s) "
+            f"({report.fingerprint}, tier {report.tier})")
+
+
+def geomean_line(report: GateReport) -> str:
+    now, ref = report.geomean_speedup, report.geomean_baseline
+    if now is None or ref is None:
+        return "Geomean speedup: no cell ok in both the run and the baseline."
+    both = sum(1 for r in report.rows if r.change is not None)
+    return (f"Geomean speedup {now:.3f}x vs baseline {ref:.3f}x ({_pct(now / ref - 1)}) over {both} "
+            f"cell(s); baseline from {report.baseline_runs} run(s).")
+
+
+def _section(title: str, lines: Sequence[str]) -> list[str]:
+    return [f"#### {title}", *lines, ""] if lines else []
+
+
+def _failed_line(report: GateReport, cell: str) -> str:
+    row = next(r for r in report.rows if r.cell == cell)
+    known = "" if row.verdict == "regression" else " (not ok in the baseline either)"
+    return f"- `{cell}` {row.status}: {row.reason or 'no reason given'}{known}"
+
+
+def _table_row(row) -> str:
+    interval = (f"{_fmt(row.speedup, '.3f')} [{_fmt(row.speedup_lo, '.3f')}, {_fmt(row.speedup_hi, '.3f')}]"
+                if row.speedup is not None else "–")
+    threshold = _fmt(row.threshold, ".1%") + ("*" if row.noise_limited else "")
+    cells = (f"`{row.cell}`", _fmt(row.eager_ms, ".2f"), _fmt(row.compiled_ms, ".2f"), interval,
+             _fmt(row.baseline_speedup, ".3f"), _pct(row.change), threshold, _fmt(row.compile_s, ".1f"),
+             _fmt(row.graph_breaks, "d"), _fmt(row.recompiles, "d"), _fmt(row.peak_mem_compiled_mb, ".0f"),
+             row.numerics or "–", f"**{row.verdict}**" if row.verdict == "regression" else row.verdict)
+    return "| " + " | ".join(cells) + " |"
+
+
+def _table(rows: Sequence) -> list[str]:
+    ordered = sorted(rows, key=lambda r: (VERDICT_ORDER.index(r.verdict), r.cell))
+    return ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS),
+            *(_table_row(r) for r in ordered)]
+
+
+def _head(report: GateReport) -> list[str]:
+    lines = [verdict_line(report), "", geomean_line(report), ""]
+    lines += _section("Regressions", [f"- `{f.cell}` {f.message}" for f in report.regressions])
+    lines += _section("Improvements", [f"- `{f.cell}` {f.message}" for f in report.improvements])
+    lines += _section("Missing (in the baseline, not in this run; not gated)",
+                      [f"- `{c}`" for c in report.missing])
+    lines += _section("New (not in the baseline; not gated)", [f"- `{c}`" for c in report.new])
+    lines += _section("Failed or skipped in this run", [_failed_line(report, c) for c in report.failed])
+    lines += _section("Notes", [f"- {n}" for n in report.notes])
+    return lines
+
+
+LEGEND = ("Speedup is eager/compiled per step (median and 95 % interval over rounds); change is against the "
+          "baseline's median over runs; threshold is the drop the gate tolerates, * where the baseline's "
+          "run-to-run spread widened it.")
+
+
+def markdown(report: GateReport, max_chars: int = MAX_CHARS) -> str:
+    """The report as GitHub Markdown, at most `max_chars`: unchanged cells leave the table first."""
+    head = "\n".join(_head(report))
+    text = "\n".join([head, "#### All cells", *_table(report.rows), "", LEGEND, ""])
+    if len(text) <= max_chars:
+        return text
+    kept = [r for r in report.rows if r.verdict != "ok"]
+    omitted = len(report.rows) - len(kept)
+    text = "\n".join([head, f"#### Cells ({omitted} unchanged cell(s) omitted to fit; see the JSON report)",
+                      *_table(kept), "", LEGEND, ""])
+    return text if len(text) <= max_chars else text[: max_chars - 40] + "\n\n… (truncated; see the JSON report)\n"
+
+
+def to_json(report: GateReport) -> dict:
+    """The report as plain JSON-able data (no records or baseline: those are files already)."""
+    return {
+        "fingerprint": report.fingerprint,
+        "tier": report.tier,
+        "passed": report.passed,
+        "exit_code": report.exit_code,
+        "verdict": verdict_line(report).replace("**", ""),
+        "geomean_speedup": report.geomean_speedup,
+        "geomean_baseline": report.geomean_baseline,
+        "baseline_runs": report.baseline_runs,
+        "regressions": [asdict(f) for f in report.regressions],
+        "improvements": [asdict(f) for f in report.improvements],
+        "missing": list(report.missing),
+        "new": list(report.new),
+        "failed": list(report.failed),
+        "notes": list(report.notes),
+        "rows": [asdict(r) for r in report.rows],
+    }
+
+
+RECORD_COLUMNS = ("cell", "status", "eager ms", "compiled ms", "speedup [lo, hi]", "compile s", "breaks",
+                  "recompiles", "numerics", "reason")
+
+
+def _record_cells(record: dict) -> tuple[str, ...]:
+    speedup = record.get("speedup")
+    interval = ("–" if speedup is None else
+                f"{speedup:.3f} [{_fmt(record.get('speedup_lo'), '.3f')}, {_fmt(record.get('speedup_hi'), '.3f')}]")
+    reason = record.get("reason") or ""
+    return (record["cell"], str(record.get("status")), _fmt(record.get("eager_ms"), ".2f"),
+            _fmt(record.get("compiled_ms"), ".2f"), interval, _fmt(record.get("compile_s"), ".1f"),
+            _fmt(record.get("graph_breaks"), "d"), _fmt(record.get("recompiles"), "d"),
+            str(record.get("numerics") or "–"), reason if len(reason) <= 60 else reason[:57] + "...")
+
+
+def records_table(records: Sequence[dict]) -> str:
+    """A plain aligned table of records for a terminal (`perfgate results`)."""
+    rows = [RECORD_COLUMNS, *(_record_cells(r) for r in sorted(records, key=lambda r: r["cell"]))]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(RECORD_COLUMNS))]
+    return "\n".join("  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip() for row in rows)

@@ -1,0 +1,169 @@
+"""perfgate.baseline: folding runs, the file format, atomic writes, and refusing unusable baselines."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import statistics
+
+import pytest
+
+import synthetic as syn
+from perfgate import baseline as bl
+from perfgate.stats import rel_spread
+
+KEY = (syn.H100, "pr")
+RESNET = "resnet50-train-inductor_default-amp_bf16"
+
+
+@pytest.fixture(scope="module")
+def three_runs():
+    return syn.runs(3, first_seed=7)
+
+
+@pytest.fixture(scope="module")
+def folded(three_runs):
+    return bl.build_baseline(three_runs)[KEY]
+
+
+def test_baseline_path():
+    assert bl.baseline_path("baselines", syn.H100, "pr") == bl.Path(f"baselines/{syn.H100}_pr.json")
+
+
+def test_header(folded):
+    assert folded["schema"] == bl.BASELINE_SCHEMA
+    assert (folded["fingerprint"], folded["tier"], folded["runs"]) == (syn.H100, "pr", 3)
+    assert folded["device"] == "NVIDIA H100 80GB HBM3"
+    assert "fingerprint" not in folded["versions"] and folded["versions"]["torch"] == "2.11.0+cu130"
+    assert folded["created"] == dt.datetime.now(dt.timezone.utc).date().isoformat()
+    assert len(folded["cells"]) == 10
+
+
+def test_cell_folds_runs(three_runs, folded):
+    recs = [next(r for r in run if r["cell"] == RESNET) for run in three_runs]
+    cell = folded["cells"][RESNET]
+    speedups = [r["speedup"] for r in recs]
+    assert cell["speedup"] == pytest.approx(statistics.median(speedups), rel=1e-3)
+    assert cell["speedup_runs"] == pytest.approx(speedups, rel=1e-3)
+    assert cell["speedup_spread"] == pytest.approx(rel_spread(speedups), rel=1e-2)
+    assert cell["speedup_lo"] == pytest.approx(min(r["speedup_lo"] for r in recs), rel=1e-3)
+    assert cell["speedup_hi"] == pytest.approx(max(r["speedup_hi"] for r in recs), rel=1e-3)
+    assert cell["compiled_ms"] == pytest.approx(statistics.median(r["compiled_ms"] for r in recs), rel=1e-3)
+    assert (cell["status"], cell["numerics"], cell["runs_ok"]) == ("ok", "pass", 3)
+
+
+def test_max_over_runs_and_numerics_need_every_run():
+    runs = [syn.run(1), syn.run(2, overrides={RESNET: dict(graph_breaks=2, peak_mem_compiled_mb=7500.0,
+                                                              numerics="fail", compile_s=61.0)})]
+    cell = bl.build_baseline(runs)[KEY]["cells"][RESNET]
+    assert (cell["graph_breaks"], cell["peak_mem_compiled_mb"], cell["compile_s"]) == (2, 7500.0, 61.0)
+    assert cell["numerics"] == "fail"
+
+
+def test_single_run_has_no_spread():
+    cell = bl.build_baseline([syn.run(3)])[KEY]["cells"][RESNET]
+    assert cell["speedup_spread"] is None and len(cell["speedup_runs"]) == 1
+
+
+@pytest.mark.parametrize("statuses, expected", [(["failed", "failed"], "failed"), (["skipped", "skipped"], "skipped"),
+                                                 (["failed", "ok"], "ok")])
+def test_failed_cells_kept_with_reason(statuses, expected):
+    cell = syn.cells()[0]
+    runs = [syn.run(i, overrides={cell.id: syn.failed(cell, f"reason {i}", s) if s != "ok" else {}})
+            for i, s in enumerate(statuses)]
+    folded = bl.build_baseline(runs)[KEY]["cells"][cell.id]
+    assert folded["status"] == expected
+    if expected == "ok":
+        assert folded["runs_ok"] == 1 and folded["speedup_spread"] is None
+    else:
+        assert folded["reason"] == "reason 1" and folded.get("speedup") is None
+
+
+def test_groups_by_fingerprint_and_tier():
+    a100 = syn.env(syn.A100, "NVIDIA A100-SXM4-80GB")
+    run = syn.run(1) + syn.run(2, environment=a100) + syn.run(3, cell_list=syn.cells(tier="nightly"))
+    assert sorted(bl.build_baseline([run])) == sorted([KEY, (syn.A100, "pr"), (syn.H100, "nightly")])
+
+
+def test_file_is_human_diffable(tmp_path, folded):
+    path = bl.write_baseline(tmp_path / "b.json", folded)
+    text = path.read_text()
+    assert text == json.dumps(json.loads(text), indent=2, sort_keys=True) + "\n"
+    cell = json.loads(text)["cells"][RESNET]
+    for name in ("speedup", "speedup_lo", "eager_ms", "compiled_ms"):
+        assert len(repr(cell[name]).replace(".", "").lstrip("0")) <= 4, (name, cell[name])
+    assert oct(path.stat().st_mode & 0o777) == oct(0o644)
+
+
+def _poisoned(folded):
+    """A baseline whose serialisation fails midway: the last cell holds something JSON cannot write."""
+    bad = json.loads(json.dumps(folded))
+    bad["cells"]["zzz-last"] = {"speedup": object()}
+    return bad
+
+
+@pytest.mark.parametrize("failure", ["serialise", "fsync"])
+def test_atomic_write_keeps_old_file(tmp_path, folded, monkeypatch, failure):
+    path = bl.write_baseline(bl.baseline_path(tmp_path, *KEY), folded)
+    before = path.read_bytes()
+    new = _poisoned(folded) if failure == "serialise" else dict(folded, runs=99)
+    if failure == "fsync":
+        monkeypatch.setattr(bl.os, "fsync", lambda fd: (_ for _ in ()).throw(OSError("disk full")))
+    with pytest.raises((TypeError, OSError)):
+        bl.write_baseline(path, new)
+    assert path.read_bytes() == before
+    assert os.listdir(tmp_path) == [path.name]  # no temp file left behind
+
+
+def test_save_and_load_round_trip(tmp_path, three_runs):
+    (path,) = bl.save_baselines(three_runs, tmp_path / "baselines")
+    assert path == bl.baseline_path(tmp_path / "baselines", *KEY)
+    assert bl.load_baseline(path, *KEY) == bl.build_baseline(three_runs)[KEY]
+    assert bl.resolve_baseline(tmp_path / "baselines", *KEY)["fingerprint"] == syn.H100
+
+
+def _corrupt(path):
+    path.write_text('{"schema": 1, "cells": {')
+
+
+def _old_schema(path):
+    path.write_text(json.dumps({"schema": 0, "cells": {}}))
+
+
+def _foreign(path):
+    bl.write_baseline(path, {"schema": 1, "fingerprint": syn.A100, "tier": "pr", "cells": {}})
+
+
+def _other_tier(path):
+    bl.write_baseline(path, {"schema": 1, "fingerprint": syn.H100, "tier": "nightly", "cells": {}})
+
+
+@pytest.mark.parametrize("spoil, words", [
+    (None, ["no baseline at", "perfgate baseline update RESULTS... --dir baselines", "--perf-save-baseline"]),
+    (_corrupt, ["not valid JSON"]),
+    (_old_schema, ["schema 0"]),
+    (_foreign, [f"fingerprint '{syn.A100}'"]),
+    (_other_tier, ["tier 'nightly'"]),
+])
+def test_unusable_baseline_names_the_expected_file(tmp_path, spoil, words):
+    expected = bl.baseline_path(tmp_path, *KEY)
+    given = tmp_path / "given.json" if spoil in (_foreign, _other_tier) else expected
+    if spoil:
+        spoil(given)
+    with pytest.raises(bl.BaselineError) as err:
+        bl.load_baseline(given, *KEY)
+    for word in [str(expected), *words]:
+        assert word in str(err.value)
+
+
+def test_missing_baseline_dir_names_the_file(tmp_path):
+    with pytest.raises(bl.BaselineError, match=f"{syn.H100}_pr.json"):
+        bl.resolve_baseline(tmp_path / "not-yet", *KEY)
+
+
+def test_record_without_fingerprint_is_refused():
+    rec = syn.run(1)[0]
+    rec["env"] = {}
+    with pytest.raises(bl.BaselineError, match="no env.fingerprint"):
+        bl.build_baseline([[rec]])

@@ -1,0 +1,187 @@
+"""perfgate.gate: the rules on synthetic runs, A/A noise, planted regressions and the confirm round."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+import synthetic as syn
+from perfgate import gate
+from perfgate.baseline import BaselineError, build_baseline
+from perfgate.stats import geomean
+
+KEY = (syn.H100, "pr")
+CELLS = syn.cells()
+IDS = [c.id for c in CELLS]
+RESNET, GPT2_INFER = IDS[0], "gpt2-infer-inductor_default-amp_bf16"
+
+
+def baseline_of(n_runs=3, first_seed=11, **kwargs):
+    return build_baseline(syn.runs(n_runs, first_seed=first_seed, **kwargs))[KEY]
+
+
+@pytest.fixture(scope="module")
+def base():
+    return baseline_of()
+
+
+def slower(ids, factor):
+    """Overrides that make `ids` truly `factor` times as fast as the model's profile (0.9 = 10 % loss)."""
+    return {cid: {"speedup": syn.PROFILE[cid.split("-")[0]][1] * factor} for cid in ids}
+
+
+def kinds(report):
+    return sorted((f.cell, f.metric, f.kind) for f in report.regressions + report.improvements)
+
+
+def test_aa_noise_never_alarms():
+    # 20 independent A/A comparisons of 10 cells: a fresh 3-run baseline and a fresh run each time.
+    alarms = []
+    for i in range(20):
+        report = gate.compare(syn.run(500 + i), baseline_of(first_seed=100 * i))
+        alarms += kinds(report)
+        assert report.geomean_speedup and report.geomean_baseline
+    assert alarms == []
+
+
+def test_planted_loss_fails_exactly_the_touched_cells(base):
+    touched = [RESNET, GPT2_INFER, IDS[-1]]
+    report = gate.compare(syn.run(42, overrides=slower(touched, 0.90)), base)
+    assert kinds(report) == sorted((c, "speedup", "regression") for c in touched)
+    assert (report.passed, report.exit_code) == (False, 1)
+    assert gate.speedup_suspects(report) == sorted(touched)
+
+
+@pytest.mark.parametrize("metric", ["graph_breaks", "recompiles"])
+@pytest.mark.parametrize("delta, kind", [(1, "regression"), (-1, "improvement")])
+def test_counts_are_exact(metric, delta, kind):
+    base = baseline_of(overrides={RESNET: {metric: 1}})
+    report = gate.compare(syn.run(42, overrides={RESNET: {metric: 1 + delta}}), base)
+    assert kinds(report) == [(RESNET, metric, kind)]
+    assert report.passed is (kind == "improvement")
+
+
+def test_improvement_is_flagged_and_passes(base):
+    report = gate.compare(syn.run(42, overrides=slower([RESNET], 1.15)), base)
+    assert kinds(report) == [(RESNET, "speedup", "improvement")]
+    assert report.passed and "refresh the baseline" in report.improvements[0].message
+
+
+@pytest.mark.parametrize("metric, factor, fails", [
+    ("peak_mem_compiled_mb", 1.25, True), ("peak_mem_eager_mb", 1.25, True),
+    ("peak_mem_compiled_mb", 1.15, False), ("compile_s", 1.6, True), ("compile_s", 1.4, False),
+])
+def test_relative_rules(base, metric, factor, fails):
+    value = base["cells"][RESNET][metric] * factor
+    report = gate.compare(syn.run(42, overrides={RESNET: {metric: value}}), base)
+    assert kinds(report) == ([(RESNET, metric, "regression")] if fails else [])
+
+
+def test_compile_time_compared_only_with_the_same_cache(base):
+    report = gate.compare(syn.run(42, overrides={RESNET: {"compile_s": 400.0, "compile_cache": "persistent"}}),
+                          base)
+    assert report.passed
+
+
+def test_thresholds_are_configurable(base):
+    run = syn.run(42, overrides={RESNET: {"peak_mem_compiled_mb": 7000 * 1.25}})
+    assert not gate.compare(run, base).passed
+    assert gate.compare(run, base, gate.default_rules(memory=0.30)).passed
+
+
+def test_numerics_pass_to_fail_fails(base):
+    report = gate.compare(syn.run(42, overrides={RESNET: {"numerics": "fail"}}), base)
+    assert kinds(report) == [(RESNET, "numerics", "regression")]
+    assert "worst: loss" in report.regressions[0].message
+
+
+@pytest.mark.parametrize("status", ["failed", "skipped"])
+def test_cell_failing_now_fails_with_its_reason(base, status):
+    report = gate.compare(syn.run(42, overrides={RESNET: syn.failed(CELLS[0], "CUDA out of memory", status)}),
+                          base)
+    assert kinds(report) == [(RESNET, "status", "regression")]
+    assert "CUDA out of memory" in report.regressions[0].message
+    assert report.failed == [RESNET]
+    assert next(r for r in report.rows if r.cell == RESNET).threshold is None  # nothing to gate
+
+
+def test_cell_failing_in_baseline_and_ok_now_is_an_improvement():
+    base = baseline_of(overrides={RESNET: syn.failed(CELLS[0])})
+    report = gate.compare(syn.run(42), base)
+    assert kinds(report) == [(RESNET, "status", "improvement")] and report.passed
+    still = gate.compare(syn.run(42, overrides={RESNET: syn.failed(CELLS[0])}), base)
+    assert still.passed and still.failed == [RESNET]
+
+
+def test_missing_and_new_cells_are_listed_and_pass(base):
+    extra = syn.cells(models=["llama_tiny"])
+    run = syn.run(42, cell_list=CELLS[2:] + extra)
+    report = gate.compare(run, base)
+    assert report.missing == sorted(IDS[:2]) and report.new == sorted(c.id for c in extra)
+    assert report.passed
+    verdicts = {r.cell: r.verdict for r in report.rows}
+    assert [verdicts[c] for c in IDS[:2] + report.new] == ["missing"] * 2 + ["new"] * 2
+
+
+def noisy_baseline(spreads):
+    """Runs in which resnet50's speedup is 2.3 times `spreads[i]`, with almost no noise within a run."""
+    return build_baseline([syn.run(60 + i, run_noise=0.0, noise=0.002, overrides=slower([RESNET], s))
+                           for i, s in enumerate(spreads)])[KEY]
+
+
+def test_noisy_baseline_widens_the_effective_threshold():
+    quiet, noisy = noisy_baseline([1.0, 1.0, 1.0]), noisy_baseline([0.95, 1.0, 1.05])
+    assert noisy["cells"][RESNET]["speedup_spread"] == pytest.approx(0.05, abs=0.005)
+    run = syn.run(42, run_noise=0.0, overrides=slower([RESNET], 0.92))  # a real 8 % loss
+    assert kinds(gate.compare(run, quiet)) == [(RESNET, "speedup", "regression")]
+    report = gate.compare(run, noisy)
+    assert report.passed
+    row = next(r for r in report.rows if r.cell == RESNET)
+    assert row.noise_limited and row.threshold == pytest.approx(0.10, abs=0.01)
+    assert any(RESNET in note for note in report.notes)
+
+
+def test_per_model_threshold_override(base):
+    run = syn.run(42, overrides={RESNET: {**slower([RESNET], 0.90)[RESNET], "gate": {"speedup_threshold": 0.2}}})
+    report = gate.compare(run, base)
+    assert report.passed
+    assert next(r.threshold for r in report.rows if r.cell == RESNET) == 0.2
+
+
+def test_geomeans_over_cells_ok_in_both(base):
+    run = syn.run(42, overrides={RESNET: syn.failed(CELLS[0])})
+    report = gate.compare(run, base)
+    both = [r for r in run if r["status"] == "ok"]
+    assert report.geomean_speedup == pytest.approx(geomean([r["speedup"] for r in both]))
+    assert report.geomean_baseline == pytest.approx(geomean([base["cells"][r["cell"]]["speedup"] for r in both]))
+
+
+def test_records_of_another_environment_are_refused(base):
+    with pytest.raises(BaselineError, match=syn.A100):
+        gate.compare(syn.run(42, environment=syn.env(syn.A100)), base)
+
+
+def test_confirm_clears_a_fine_remeasure_and_keeps_a_repeat(base):
+    first = gate.compare(syn.run(42, overrides=slower([RESNET, GPT2_INFER], 0.9)), base)
+    assert gate.speedup_suspects(first) == sorted([RESNET, GPT2_INFER])
+    again = syn.run(43, overrides=slower([GPT2_INFER], 0.9))
+    remeasured = [r for r in again if r["cell"] in (RESNET, GPT2_INFER)]
+    report = gate.confirm(first, remeasured)
+    assert kinds(report) == [(GPT2_INFER, "speedup", "regression")]
+    assert f"cleared for {RESNET}" in report.notes[-1]
+    row = next(r for r in report.rows if r.cell == RESNET)
+    assert row.speedup == next(r["speedup"] for r in remeasured if r["cell"] == RESNET)
+
+
+def test_confirm_does_not_count_a_first_time_trip(base):
+    first = gate.compare(syn.run(42), base)
+    report = gate.confirm(first, syn.run(43, overrides=slower([RESNET], 0.9))[:1])
+    assert report.passed and "not counted" in report.notes[-1]
+
+
+def test_rules_are_small_frozen_objects():
+    for rule in gate.DEFAULT_RULES:
+        assert dataclasses.is_dataclass(rule) and rule.__dataclass_params__.frozen
+        assert {"metric", "direction", "threshold"} <= {f.name for f in dataclasses.fields(rule)}
+        assert callable(rule.check)

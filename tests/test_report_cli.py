@@ -1,0 +1,175 @@
+"""perfgate.report and the `perfgate` CLI: Markdown/JSON output, exit codes 0/1/2, and the no-torch rule."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import synthetic as syn
+from perfgate import gate, report
+from perfgate.baseline import baseline_path, build_baseline, write_baseline
+from perfgate.cli import main
+
+KEY = (syn.H100, "pr")
+RESNET = "resnet50-train-inductor_default-amp_bf16"
+REPO = Path(__file__).resolve().parents[1]
+
+
+def slower(cid, factor):
+    return {cid: {"speedup": syn.PROFILE[cid.split("-")[0]][1] * factor}}
+
+
+@pytest.fixture(scope="module")
+def base():
+    return build_baseline(syn.runs(3, first_seed=21))[KEY]
+
+
+@pytest.fixture(scope="module")
+def mixed(base):
+    """A report with a regression, an improvement, a failed, a missing and a new cell."""
+    cells = syn.cells()
+    overrides = {**slower(RESNET, 0.85), **slower("gpt2-train-inductor_default-amp_bf16", 1.2),
+                 cells[2].id: syn.failed(cells[2], "CUDA out of memory")}
+    run = syn.run(5, cell_list=cells[:-1] + syn.cells(models=["llama_tiny"], phases=["train"]),
+                  overrides=overrides)
+    return gate.compare(run, base)
+
+
+def test_markdown_order_and_verdict(mixed):
+    text = report.markdown(mixed)
+    lines = text.splitlines()
+    assert lines[0].startswith("**perfgate FAIL**") and f"{syn.H100}, tier pr" in lines[0]
+    assert lines[2].startswith("Geomean speedup ") and "vs baseline" in lines[2]
+    order = [text.index(h) for h in ("#### Regressions", "#### Improvements", "#### Missing", "#### New",
+                                     "#### Failed", "#### All cells")]
+    assert order == sorted(order)
+    assert "CUDA out of memory" in text
+    header = next(line for line in lines if line.startswith("| cell |"))
+    assert header.count("|") == len(report.COLUMNS) + 1 and "threshold" in header
+    table = lines[lines.index(header) + 2:]
+    assert table[0].startswith(f"| `{RESNET}`") and "**regression**" in table[0] and "| 5.0% |" in table[0]
+
+
+def test_markdown_pass_has_no_sections(base):
+    text = report.markdown(gate.compare(syn.run(5), base))
+    assert text.startswith("**perfgate PASS**: 0 regression(s), 0 improvement(s) in 10 cell(s)")
+    assert "#### Regressions" not in text and text.count("\n| ") == 11
+
+
+def test_markdown_marks_noise_limited_thresholds(base):
+    noisy = json.loads(json.dumps(base))
+    noisy["cells"][RESNET]["speedup_spread"] = 0.04  # 4 % run-to-run: the gate widens to 8 %
+    text = report.markdown(gate.compare(syn.run(5), noisy))
+    line = next(line for line in text.splitlines() if line.startswith(f"| `{RESNET}` |"))
+    assert "| 8.0%* |" in line
+    assert "wider speedup threshold than asked" in text
+
+
+def test_markdown_fits_a_comment(mixed):
+    full = report.markdown(mixed)
+    short = report.markdown(mixed, max_chars=len(full) - 1)
+    assert len(short) < len(full) and "unchanged cell(s) omitted" in short
+    assert RESNET in short.split("#### Cells")[1]  # the regression stays in the table
+    assert len(report.markdown(mixed, max_chars=500)) <= 500
+
+
+def test_to_json(mixed):
+    data = json.loads(json.dumps(report.to_json(mixed)))
+    assert (data["passed"], data["exit_code"]) == (False, 1)
+    assert [f["cell"] for f in data["regressions"]] == [r.cell for r in mixed.regressions]
+    assert len(data["rows"]) == len(mixed.rows) and data["missing"] == mixed.missing
+
+
+# ------------------------------------------------------------------------------------------------ CLI
+
+def write_runs(directory, n, first_seed=100, **kwargs):
+    return [syn.write_run(directory / f"run{i}.jsonl", syn.run(first_seed + i, **kwargs)) for i in range(n)]
+
+
+def test_update_then_compare_round_trip(tmp_path, capsys):
+    runs = write_runs(tmp_path, 3)
+    assert main(["baseline", "update", *runs, "--dir", str(tmp_path / "baselines")]) == 0
+    expected = baseline_path(tmp_path / "baselines", *KEY)
+    assert f"wrote {expected}: 10 cell(s), 10 ok, from 3 run(s)" in capsys.readouterr().out
+
+    clean = syn.write_run(tmp_path / "clean.jsonl", syn.run(7))
+    assert main(["compare", clean, "--baseline", str(tmp_path / "baselines")]) == 0
+    assert capsys.readouterr().out.startswith("**perfgate PASS**")
+
+    slow = syn.write_run(tmp_path / "slow.jsonl", syn.run(8, overrides=slower(RESNET, 0.9)))
+    md, js = tmp_path / "out/report.md", tmp_path / "out/report.json"
+    assert main(["compare", slow, "--baseline", str(expected), "--markdown", str(md), "--json", str(js)]) == 1
+    out = capsys.readouterr().out
+    assert out.startswith("**perfgate FAIL**") and md.read_text() == out
+    data = json.loads(js.read_text())
+    assert data["exit_code"] == 1 and data["reports"][0]["regressions"][0]["cell"] == RESNET
+
+
+def test_update_with_one_run_warns(tmp_path, capsys):
+    assert main(["baseline", "update", *write_runs(tmp_path, 1), "--dir", str(tmp_path)]) == 0
+    assert "fewer than 3 runs" in capsys.readouterr().out
+
+
+def test_compare_each_tier(tmp_path, capsys):
+    both = syn.cells() + syn.cells(models=["gpt2"], tier="nightly")
+    runs = write_runs(tmp_path, 2, cell_list=both)
+    assert main(["baseline", "update", *runs, "--dir", str(tmp_path / "b")]) == 0
+    assert main(["compare", syn.write_run(tmp_path / "now.jsonl", syn.run(9, cell_list=both)),
+                 "--baseline", str(tmp_path / "b")]) == 0
+    out = capsys.readouterr().out
+    assert "tier pr)" in out and "tier nightly)" in out
+
+
+def _foreign(path):
+    write_baseline(path, {**build_baseline([syn.run(1, environment=syn.env(syn.A100))])[(syn.A100, "pr")]})
+    return path
+
+
+@pytest.mark.parametrize("make, words", [
+    (lambda d: d, ["no baseline at", "perfgate baseline update", "--perf-save-baseline"]),
+    (lambda d: (baseline_path(d, *KEY).write_text("{not json"), d)[1], ["not valid JSON"]),
+    (lambda d: _foreign(d / "a100.json"), [syn.A100]),
+])
+def test_cannot_compare_exits_2_naming_the_expected_file(tmp_path, capsys, make, words):
+    results = syn.write_run(tmp_path / "r.jsonl", syn.run(3))
+    (tmp_path / "b").mkdir()
+    assert main(["compare", results, "--baseline", str(make(tmp_path / "b"))]) == 2
+    err = capsys.readouterr().err
+    for word in [str(baseline_path(tmp_path / "b", *KEY)), *words]:
+        assert word in err
+
+
+@pytest.mark.parametrize("content, words", [("{oops\n", ["r.jsonl:1", "not a JSON record"]), ("", ["no records"])])
+def test_unreadable_results_exit_2(tmp_path, capsys, content, words):
+    (tmp_path / "r.jsonl").write_text(content)
+    assert main(["compare", str(tmp_path / "r.jsonl"), "--baseline", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert all(w in err for w in words), err
+    assert main(["results", str(tmp_path / "missing.jsonl")]) == 2
+
+
+def test_results_table(tmp_path, capsys):
+    cells = syn.cells(models=["gpt2"])
+    path = syn.write_run(tmp_path / "r.jsonl", syn.run(3, cell_list=cells,
+                                                         overrides={cells[1].id: syn.failed(cells[1], "boom")}))
+    assert main(["results", path]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split()[:3] == ["cell", "status", "eager"] and len(lines) == 3
+    assert "failed" in lines[1] and "boom" in lines[1] and "ok" in lines[2]
+
+
+def test_data_side_imports_no_torch():
+    code = ("import sys\n"
+            "class Block:\n"
+            "    def find_spec(self, name, path=None, target=None):\n"
+            "        if name == 'torch' or name.startswith('torch.'):\n"
+            "            raise ImportError('the data side imported torch')\n"
+            "sys.meta_path.insert(0, Block())\n"
+            "import perfgate.cli, perfgate.gate, perfgate.baseline, perfgate.report\n"
+            "assert 'torch' not in sys.modules\n")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
