@@ -121,7 +121,7 @@ def _measure(spec, cell: Cell, options: RunOptions, record: dict, progress, reco
     # Eager side, alone on the device: its memory is what it allocates beyond what was there before.
     memory = _Memory(device)
     eager = Side(spec, _model(spec, size, state, device), cell.phase, cell.precision, device)
-    eager_captured = [eager.captured_step(b) for b in batches]
+    eager_captured = _captured_steps(eager, batches)
     memory.reset()
     eager_ms, eager_warm = warm_up(lambda: eager.step(batches[0]), device, options.plan)
     record["peak_mem_eager_mb"] = memory.peak_mb()
@@ -130,7 +130,7 @@ def _measure(spec, cell: Cell, options: RunOptions, record: dict, progress, reco
     memory.rebase()
     progress(f"{cell.id}: compiling ({cell.variant})")
     t0 = time.perf_counter()
-    compiled_captured = [compiled.captured_step(batches[0])]
+    compiled_captured = [compiled.captured_step(batches[0], tensors=False)]
     _sync(device)
     record["compile_s"] = round(time.perf_counter() - t0, 3)
     record["peak_mem_compile_mb"] = memory.peak_mb()
@@ -140,7 +140,8 @@ def _measure(spec, cell: Cell, options: RunOptions, record: dict, progress, reco
     if first["graph_count"] == 0:
         raise CellFailure(f"ran eager: {cell.variant} compiled no graph at all")
     memory.reset()
-    compiled_captured.append(compiled.captured_step(batches[1]))
+    if cell.phase == "train":
+        compiled_captured.append(compiled.captured_step(batches[1]))
     verdict = judge(compiled_captured, eager_captured, reference, spec.tolerances[cell.precision],
                     reference_kind)
     record["numerics"], record["numerics_detail"] = verdict.pop("verdict"), verdict
@@ -176,6 +177,14 @@ def _raise_if_wrong(record: dict) -> None:
         raise CellFailure(f"{record['recompiles']} recompile(s) after the first call; static shapes expect 0")
 
 
+def _captured_steps(side: Side, batches: list) -> list[dict]:
+    """What numerics compares. Training: the loss of two optimizer steps, gradients and parameters of the
+    second. Inference: the outputs of one batch (no state changes between batches)."""
+    if side.phase == "infer":
+        return [side.captured_step(batches[0])]
+    return [side.captured_step(batches[0], tensors=False), side.captured_step(batches[1])]
+
+
 def _model(spec, size, state: dict, device: torch.device, dtype: torch.dtype | None = None):
     model = spec.build(size.config)
     model.load_state_dict(state)
@@ -198,7 +207,7 @@ def _reference_steps(spec, cell, size, state, host_batches, device):
         try:
             with _strict_fp32():
                 side = Side(spec, _model(spec, size, state, device, dtype), cell.phase, "fp32", device)
-                return [side.captured_step(to_device(b, device, dtype)) for b in host_batches], kind
+                return _captured_steps(side, [to_device(b, device, dtype) for b in host_batches]), kind
         except (torch.OutOfMemoryError, RuntimeError) as err:
             notes.append(f"{kind}: {_first_line(err)[:120]}")
         finally:

@@ -15,11 +15,11 @@ MAX_LISTED_CHECKS = 8
 
 
 def _rmse(a: torch.Tensor, b: torch.Tensor) -> float:
-    return float(torch.sqrt(torch.mean((a - b) ** 2))) if a.numel() else 0.0
+    return float(torch.sqrt(torch.mean((a.double() - b.double()) ** 2))) if a.numel() else 0.0
 
 
 def _rms(a: torch.Tensor) -> float:
-    return float(torch.sqrt(torch.mean(a**2))) if a.numel() else 0.0
+    return float(torch.sqrt(torch.mean(a.double() ** 2))) if a.numel() else 0.0
 
 
 def judge(compiled: list[dict], eager: list[dict], reference: list[dict] | None, tolerance,

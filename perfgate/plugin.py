@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
+import uuid
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -180,6 +181,10 @@ class PerfSession:
         self.results_path = Path(config.getoption("--perf-results") or default)
         if worker:  # each xdist worker streams to its own file; the controller merges them
             self.results_path = self.results_path.with_name(f"{self.results_path.stem}.{worker}.jsonl")
+        # One id per session, shared by its xdist workers (the controller's testrunuid), so a baseline
+        # counts a run once however many worker files it was streamed to.
+        workerinput = getattr(config, "workerinput", None)
+        self.run_id = workerinput["testrunuid"] if workerinput else uuid.uuid4().hex
         self.records: list[dict] = []
         self.ran: dict[str, tuple] = {}  # cell id -> (spec, cell), for the gate's confirm round
         self._envs: dict[str, dict] = {}
@@ -234,6 +239,7 @@ class PerfSession:
         env = self.environment(device)
         sink = _BenchmarkSink(benchmark, cell)
         record = run_cell(spec, cell, self.options(cell, device), env, self._progress, sink.add)
+        record["run_id"] = self.run_id
         append_record(self.results_path, record)
         self.records.append(record)
         self.ran[cell.id] = (spec, cell)

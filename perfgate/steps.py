@@ -86,9 +86,9 @@ class Side:
             self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
 
-    def captured_step(self, batch: dict) -> dict:
-        """One step that also returns what numerics compares, as fp64 CPU tensors: inference outputs, or
-        the training loss, unscaled gradients before the update and parameters after it."""
+    def captured_step(self, batch: dict, tensors: bool = True) -> dict:
+        """One step that also returns what numerics compares, as CPU tensors: inference outputs, or the
+        training loss and, when `tensors`, the unscaled gradients before the update and parameters after."""
         if self.phase == "infer":
             return {"output": _host(self.step(batch))}
         if self.cudagraph_steps:
@@ -101,7 +101,7 @@ class Side:
             self.scaler.unscale_(self.optimizer)
         else:
             loss.backward()
-        for name, param in self.model.named_parameters():
+        for name, param in self.model.named_parameters() if tensors else ():
             if param.grad is not None:
                 captured[f"grad.{name}"] = _host(param.grad)
         if self.scaler is not None:
@@ -110,14 +110,15 @@ class Side:
         else:
             self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        for name, param in self.model.named_parameters():
+        for name, param in self.model.named_parameters() if tensors else ():
             captured[f"param.{name}"] = _host(param)
         return captured
 
 
 def _host(tensor: torch.Tensor) -> torch.Tensor:
     # .clone() first: a CUDA-graph output lives in the graph's pool and is overwritten by the next replay.
-    return tensor.detach().clone().to("cpu", torch.float64)
+    # The dtype stays (bf16 logits are a quarter of fp64's host memory); numerics upcasts per tensor.
+    return tensor.detach().clone().cpu()
 
 
 def to_device(batch: dict, device: torch.device, float_dtype: torch.dtype | None = None) -> dict:
