@@ -1,10 +1,12 @@
 """Baselines: many independent runs of the suite folded into one stored file per environment and tier.
 
 Imports no torch. A baseline file is `<dir>/<fingerprint>_<tier>.json`, human-diffable (indent 2, sorted
-keys, one cell per key under "cells"). Each results file given to `build_baseline` is ONE run: a separate
-process with its own compiles. Run-to-run noise is what a gate must know (a compiled resnet50 step moved
-24.9-28.3 ms across eight processes while each process's own interval was narrower), so every cell keeps
-its per-run speedups and their spread next to the median.
+keys, one cell per key under "cells"). `build_baseline` folds RUNS: a run is one pytest session, a separate
+process with its own compiles. Records carrying a `run_id` are grouped into runs by it, whatever file they
+sit in (the xdist workers of one session write several files; two sessions appended to one file are two
+runs); records without one count one run per results file. Run-to-run noise is what a gate must know (a
+compiled resnet50 step moved 24.9-28.3 ms across eight processes while each process's own interval was
+narrower), so every cell keeps its per-run speedups and their spread next to the median.
 
     schema, fingerprint, tier, device (env.gpu), versions (env minus fingerprint), created (UTC date), runs
     cells: {cell id: {model, phase, variant, precision, status, reason, runs_ok,
@@ -156,10 +158,21 @@ def _header(fingerprint: str, tier: str, env: dict, n_runs: int) -> dict:
     }
 
 
-def build_baseline(runs: Sequence[Iterable[dict]]) -> dict[tuple[str, str], dict]:
-    """{(fingerprint, tier): baseline} from independent runs (each a list of records from one process)."""
+def split_runs(sources: Sequence[Iterable[dict]]) -> list[list[dict]]:
+    """Runs from sources of records (each source one results file, in order): one run per run_id across
+    all sources, and one run per source for its records without a run_id. Runs keep first-seen order."""
+    runs: dict[tuple, list[dict]] = {}
+    for index, source in enumerate(sources):
+        for record in source:
+            run_id = record.get("run_id")
+            runs.setdefault(("file", index) if run_id is None else ("id", str(run_id)), []).append(record)
+    return list(runs.values())
+
+
+def build_baseline(sources: Sequence[Iterable[dict]]) -> dict[tuple[str, str], dict]:
+    """{(fingerprint, tier): baseline} from sources of records (results files), grouped by `split_runs`."""
     per_key: dict[tuple[str, str], list[dict[str, dict]]] = {}
-    for run in runs:
+    for run in split_runs(sources):
         for key, records in group_by_key(run).items():
             per_key.setdefault(key, []).append(_last_per_cell(records))
     baselines = {}
@@ -198,16 +211,17 @@ def write_baseline(path: str | os.PathLike, baseline: dict) -> Path:
     return path
 
 
-def save_baselines(runs: Sequence[Iterable[dict]], directory: str | os.PathLike) -> list[Path]:
-    """Build from runs and write one file per (fingerprint, tier); the CLI and the plugin both call this."""
+def save_baselines(sources: Sequence[Iterable[dict]], directory: str | os.PathLike) -> list[Path]:
+    """Build from sources of records (results files) and write one file per (fingerprint, tier); the CLI
+    and the plugin both call this."""
     return [write_baseline(baseline_path(directory, fp, tier), baseline)
-            for (fp, tier), baseline in sorted(build_baseline(runs).items())]
+            for (fp, tier), baseline in sorted(build_baseline(sources).items())]
 
 
 def _how_to_make() -> str:
     commands = "\n  ".join(UPDATE_COMMANDS)
-    return (f"make one on this kind of machine (several runs, each a separate process, give the gate the "
-            f"run-to-run noise) with:\n  {commands}")
+    return (f"make one on this kind of machine (several runs, 5 or more, each a separate process, give the "
+            f"gate the run-to-run noise) with:\n  {commands}")
 
 
 def load_baseline(path: str | os.PathLike, fingerprint: str | None = None,

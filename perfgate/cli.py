@@ -4,7 +4,7 @@ Imports no torch, so it runs on a CPU box in a second. Exit codes: 0 the gate pa
 2 nothing could be compared (a missing, corrupt or foreign baseline, an unreadable results file).
 
     perfgate compare RESULTS [RESULTS ...] --baseline PATH_OR_DIR [--markdown FILE] [--json FILE]
-    perfgate baseline update RESULTS [RESULTS ...] [--dir baselines]    (each RESULTS file is one run)
+    perfgate baseline update RESULTS [RESULTS ...] [--dir baselines]    (runs: by run_id, else one a file)
     perfgate results RESULTS [RESULTS ...]
 """
 
@@ -23,8 +23,10 @@ from perfgate.report import markdown, records_table, to_json
 
 EXIT_CANNOT_COMPARE = 2
 
-# Below this many runs the run-to-run spread is unknown (1 run) or a rough guess (2 runs).
-ADVISED_RUNS = 3
+# Below this many runs the run-to-run spread is unknown (1 run) or a rough guess: with 3 runs its estimate
+# has 2 degrees of freedom, and the speedup gate catches a 5 % loss less often and cries wolf on noisy
+# cells more often than with 5 (docs/gate-power.md).
+ADVISED_RUNS = 5
 
 
 def _records(paths: Sequence[str]) -> list[dict]:
@@ -71,9 +73,9 @@ def _cannot_compare(messages: Sequence[str]) -> int:
 
 def cmd_baseline_update(args: argparse.Namespace) -> int:
     try:
-        # One file is one run: a cell's records inside it collapse to the last (a confirm round).
-        runs = [list({r["cell"]: r for r in iter_records(path)}.values()) for path in args.results]
-        written = save_baselines(runs, args.dir)
+        # Records group into runs by run_id (xdist workers share one), else one file is one run; within a
+        # run a cell's later record (a confirm round) replaces the earlier.
+        written = save_baselines([list(iter_records(path)) for path in args.results], args.dir)
     except (RecordFileError, BaselineError) as err:
         print(f"perfgate: cannot update the baseline: {err}", file=sys.stderr)
         return EXIT_CANNOT_COMPARE
@@ -83,7 +85,7 @@ def cmd_baseline_update(args: argparse.Namespace) -> int:
         print(f"wrote {path}: {len(statuses)} cell(s), {statuses.count('ok')} ok, from {baseline['runs']} run(s)")
         if baseline["runs"] < ADVISED_RUNS:
             print(f"  note: fewer than {ADVISED_RUNS} runs: the gate cannot tell run-to-run noise from a "
-                  f"regression well; give it {ADVISED_RUNS} or more results files, each from its own process")
+                  f"regression well; give it {ADVISED_RUNS} or more runs, each its own pytest session")
     return 0
 
 
@@ -112,8 +114,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     base = sub.add_parser("baseline", help="make baselines")
     base_sub = base.add_subparsers(dest="action", required=True)
-    upd = base_sub.add_parser("update", help="fold results files (one per independent run) into baselines")
-    upd.add_argument("results", nargs="+", metavar="RESULTS", help="results files, one per run")
+    upd = base_sub.add_parser("update", help="fold results files of independent runs into baselines")
+    upd.add_argument("results", nargs="+", metavar="RESULTS",
+                     help="results files; records group into runs by run_id, else one file is one run")
     upd.add_argument("--dir", default="baselines", help="where baseline files go (default: baselines)")
     upd.set_defaults(func=cmd_baseline_update)
 

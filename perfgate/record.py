@@ -5,6 +5,8 @@ FLOPs per step, throughput in the model's own unit per second. Absent or not-mea
 
     schema            int, RECORD_SCHEMA
     cell              "gpt2-train-inductor_default-amp_bf16" (Cell.id)
+    run_id            one id per pytest session, shared by its xdist workers (null: one results file is
+                      one run); baselines group records into runs by it
     model, phase, variant, precision, device_kind ("gpu"|"cpu"), tier ("pr"|"nightly")
     status            "ok" | "failed" | "skipped"
     reason            why it failed or was skipped ("" when ok)
@@ -41,11 +43,12 @@ RECORD_SCHEMA = 1
 STATUSES = ("ok", "failed", "skipped")
 
 
-def new_record(cell, env: dict) -> dict:
+def new_record(cell, env: dict, run_id: str | None = None) -> dict:
     """An empty record for `cell` (a perfgate.matrix.Cell), every measured field null."""
     return {
         "schema": RECORD_SCHEMA,
         "cell": cell.id,
+        "run_id": run_id,
         "model": cell.model,
         "phase": cell.phase,
         "variant": cell.variant,

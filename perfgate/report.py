@@ -17,7 +17,7 @@ MAX_CHARS = 60_000
 # Table order: what needs attention first.
 VERDICT_ORDER = ("regression", "failed", "improvement", "new", "missing", "ok")
 
-COLUMNS = ("cell", "eager ms", "compiled ms", "speedup [lo, hi]", "baseline", "change", "threshold",
+COLUMNS = ("cell", "eager ms", "compiled ms", "speedup [lo, hi]", "baseline", "change", "threshold", "noise",
            "compile s", "graph breaks", "recompiles", "peak MiB (compiled)", "numerics", "verdict")
 
 
@@ -60,8 +60,9 @@ def _table_row(row) -> str:
     interval = (f"{_fmt(row.speedup, '.3f')} [{_fmt(row.speedup_lo, '.3f')}, {_fmt(row.speedup_hi, '.3f')}]"
                 if row.speedup is not None else "–")
     threshold = _fmt(row.threshold, ".1%") + ("*" if row.noise_limited else "")
+    noise = _fmt(row.noise, ".1%") + ("?" if row.run_to_run_known is False else "")
     cells = (f"`{row.cell}`", _fmt(row.eager_ms, ".2f"), _fmt(row.compiled_ms, ".2f"), interval,
-             _fmt(row.baseline_speedup, ".3f"), _pct(row.change), threshold, _fmt(row.compile_s, ".1f"),
+             _fmt(row.baseline_speedup, ".3f"), _pct(row.change), threshold, noise, _fmt(row.compile_s, ".1f"),
              _fmt(row.graph_breaks, "d"), _fmt(row.recompiles, "d"), _fmt(row.peak_mem_compiled_mb, ".0f"),
              row.numerics or "–", f"**{row.verdict}**" if row.verdict == "regression" else row.verdict)
     return "| " + " | ".join(cells) + " |"
@@ -86,8 +87,11 @@ def _head(report: GateReport) -> list[str]:
 
 
 LEGEND = ("Speedup is eager/compiled per step (median and 95 % interval over rounds); change is against the "
-          "baseline's median over runs; threshold is the drop the gate tolerates, * where the baseline's "
-          "run-to-run spread widened it.")
+          "baseline's median over runs. Threshold is the smallest speedup drop that fails the gate (it must "
+          "also be at least 2 noise sds, and trip again when re-measured); * where noise pushes it past the "
+          "threshold asked for, so a drop of that size may go uncaught. Noise is the sd of the drop the gate "
+          "assumed, from the baseline's run-to-run spread and both runs' intervals; ? where run-to-run noise "
+          "is unknown (fewer than 2 baseline runs).")
 
 
 def markdown(report: GateReport, max_chars: int = MAX_CHARS) -> str:

@@ -11,6 +11,7 @@ import pytest
 
 import synthetic as syn
 from perfgate import baseline as bl
+from perfgate.record import new_record
 from perfgate.stats import rel_spread
 
 KEY = (syn.H100, "pr")
@@ -167,3 +168,45 @@ def test_record_without_fingerprint_is_refused():
     rec["env"] = {}
     with pytest.raises(bl.BaselineError, match="no env.fingerprint"):
         bl.build_baseline([[rec]])
+
+
+# ------------------------------------------------------------------------------------------------ run ids
+
+def test_new_record_carries_a_run_id():
+    cell = syn.cells()[0]
+    assert new_record(cell, syn.env())["run_id"] is None
+    assert new_record(cell, syn.env(), run_id="s1")["run_id"] == "s1"
+
+
+def test_xdist_workers_of_one_session_are_one_run():
+    run = syn.run(1, run_id="session-1")
+    workers = [run[0::2], run[1::2]]  # each worker file holds half the cells
+    folded = bl.build_baseline(workers)[KEY]
+    assert folded["runs"] == 1 and all(c["runs_ok"] == 1 for c in folded["cells"].values())
+    without_ids = [[{**r, "run_id": None} for r in w] for w in workers]
+    assert bl.build_baseline(without_ids)[KEY]["runs"] == 2  # one file, one run: the old rule
+
+
+def test_sessions_appended_to_one_file_are_separate_runs():
+    one_file = syn.run(1, run_id="s1") + syn.run(2, run_id="s2") + syn.run(3, run_id="s3")
+    folded = bl.build_baseline([one_file])[KEY]
+    assert folded["runs"] == 3
+    speedups = [next(r["speedup"] for r in one_file[i * 10:(i + 1) * 10] if r["cell"] == RESNET) for i in range(3)]
+    assert folded["cells"][RESNET]["speedup_runs"] == pytest.approx(speedups, rel=1e-3)
+    assert folded["cells"][RESNET]["speedup_spread"] is not None
+
+
+def test_split_runs_keeps_order_and_mixes_ids_with_files():
+    a0, a1 = syn.run(1, run_id="a")[:5], syn.run(1, run_id="a")[5:]
+    plain, b = syn.run(2), syn.run(3, run_id="b")
+    runs = bl.split_runs([a0 + b, plain, a1])
+    assert [len(r) for r in runs] == [10, 10, 10]
+    assert [{r.get("run_id") for r in run} for run in runs] == [{"a"}, {"b"}, {None}]
+
+
+def test_a_confirm_record_within_a_run_replaces_the_first():
+    run = syn.run(1, run_id="s1")
+    again = syn.run(9, run_id="s1", cell_list=syn.cells()[:1])  # the confirm round re-measured resnet50
+    folded = bl.build_baseline([run, again])[KEY]
+    assert folded["runs"] == 1
+    assert folded["cells"][RESNET]["speedup"] == pytest.approx(again[0]["speedup"], rel=1e-3)

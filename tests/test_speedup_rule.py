@@ -1,0 +1,121 @@
+"""perfgate.rules.SpeedupRule: the test on log speedups by hand, and its rates over hundreds of synthetic
+cells (through tests/gate_power.py, which also writes docs/gate-power.md). Noise below is the total
+run-to-run sd of the measured speedup; the per-round noise is 2 % over 15 rounds throughout."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+import gate_power
+from perfgate.rules import REGRESSION, IMPROVEMENT, SpeedupRule
+
+RULE = SpeedupRule()
+T = -math.log(0.95)  # the 5 % threshold as a log drop
+
+
+def base_cell(spread=0.01, runs=(1.98, 2.0, 2.02), lo=1.97, hi=2.03, speedup=2.0):
+    return {"status": "ok", "speedup": speedup, "speedup_runs": list(runs), "speedup_spread": spread,
+            "runs_ok": len(runs), "speedup_lo": lo, "speedup_hi": hi}
+
+
+def current(speedup, rel_halfwidth=0.01, **fields):
+    """A record whose 95 % interval is speedup * exp(+-rel_halfwidth)."""
+    return {"cell": "c", "status": "ok", "speedup": speedup, "speedup_lo": speedup * math.exp(-rel_halfwidth),
+            "speedup_hi": speedup * math.exp(rel_halfwidth), **fields}
+
+
+def test_sigma_combines_run_to_run_and_the_current_interval():
+    noise = RULE.noise(base_cell(spread=0.02), current(1.9, rel_halfwidth=0.0196))
+    assert noise.known and noise.n_runs == 3
+    assert noise.current == pytest.approx(0.01)
+    assert noise.sigma == pytest.approx(math.sqrt(0.02 ** 2 * (1 + 1 / 3) + 0.01 ** 2))
+
+
+@pytest.mark.parametrize("spread, which", [(0.003, "size"), (0.03, "significance")])
+def test_the_line_is_the_larger_of_significance_and_size(spread, which):
+    base, cur = base_cell(spread=spread), current(2.0, rel_halfwidth=0.0098)
+    sigma = RULE.noise(base, cur).sigma
+    expected = {"size": T - 2 * sigma, "significance": 2 * sigma}[which]
+    assert RULE.effective_log_line(base, cur) == pytest.approx(expected)
+    assert RULE.effective_threshold(base, cur) == pytest.approx(1 - math.exp(-expected))
+    assert RULE.noise_limited(base, cur) is (which == "significance")
+
+
+def test_the_line_never_drops_below_the_floor():
+    # With one z for both lines, max(z sigma, t - z sigma) bottoms out at t / 2 (sigma = t / 2z), so the
+    # default floor of half the threshold only binds for a rule with a higher floor.
+    lines = [RULE.effective_log_line(base_cell(spread=s / 1000), current(2.0)) for s in range(0, 40)]
+    assert min(lines) >= T / 2 - 1e-12 and min(lines) == pytest.approx(T / 2, rel=0.02)
+    high = SpeedupRule(floor=0.8)
+    assert high.effective_log_line(base_cell(spread=0.0105), current(2.0)) == pytest.approx(0.8 * T)
+
+
+@pytest.mark.parametrize("spread", [0.003, 0.009, 0.03])
+def test_trips_exactly_past_the_line_both_ways(spread):
+    base = base_cell(spread=spread)
+    line = RULE.effective_log_line(base, current(2.0))
+    for sign, kind in ((1, REGRESSION), (-1, IMPROVEMENT)):
+        beyond = RULE.check(base, current(2.0 * math.exp(-sign * (line + 1e-4))))
+        within = RULE.check(base, current(2.0 * math.exp(-sign * (line - 1e-4))))
+        assert beyond is not None and beyond.kind == kind and within is None
+        assert beyond.threshold == pytest.approx(1 - math.exp(-line) if sign > 0 else math.exp(line) - 1)
+
+
+def test_a_noisy_current_run_cannot_trip_on_its_own_noise():
+    # A quiet baseline, a 6 % drop, but this run's own interval is +-15 %: not evidence of anything.
+    assert RULE.check(base_cell(spread=0.005), current(2.0 * 0.94, rel_halfwidth=0.15)) is None
+    assert RULE.check(base_cell(spread=0.005), current(2.0 * 0.94, rel_halfwidth=0.01)).kind == REGRESSION
+
+
+def test_one_run_baseline_falls_back_to_the_intervals():
+    base = base_cell(spread=None, runs=(2.0,), lo=1.96, hi=2.04)
+    noise = RULE.noise(base, current(2.0, rel_halfwidth=0.0196))
+    assert not noise.known
+    assert noise.sigma == pytest.approx(math.hypot(math.log(2.04 / 1.96) / 3.92, 0.01))
+
+
+def test_per_record_threshold_and_rule_parameters():
+    base, cur = base_cell(spread=0.003), current(2.0 * 0.88, gate={"speedup_threshold": 0.15})
+    assert RULE.nominal_threshold(cur) == 0.15 and RULE.check(base, cur) is None
+    assert SpeedupRule(threshold=0.10).check(base, current(2.0 * 0.88)).kind == REGRESSION
+    assert SpeedupRule(z=6.0).noise_limited(base_cell(spread=0.01), current(2.0))
+
+
+# ------------------------------------------------------------------------------------------- rates
+# Each call folds fresh 3-run (or n-run) baselines and runs for 10 cells per seed: ~1 s per 300 cells.
+
+def rates(loss, noise, cells=300, seed=1, n_runs=3):
+    t = gate_power.tally(loss, noise, cells, first_seed=seed * 100, n_runs=n_runs)
+    assert t.cells >= cells
+    return t.once / t.cells, t.confirmed / t.cells, t.noise_limited / t.cells
+
+
+def test_aa_quiet_cells_never_fail_after_confirm():
+    once, confirmed, _ = rates(0.0, 0.01, cells=300)
+    assert confirmed == 0 and once <= 0.02
+
+
+def test_aa_noisy_cells_rarely_fail_after_confirm():
+    # 3 % run-to-run noise: the 5-run baseline's estimate of it has 4 degrees of freedom.
+    once, confirmed, limited = rates(0.0, 0.03, cells=300, seed=2, n_runs=5)
+    assert confirmed <= 0.02 and once <= 0.12 and limited >= 0.4
+
+
+@pytest.mark.parametrize("n_runs, at_least", [(3, 0.80), (8, 0.90)])
+def test_five_percent_loss_with_one_percent_noise_is_caught(n_runs, at_least):
+    # With 3 baseline runs the noise estimate has 2 degrees of freedom: cells where it comes out high get a
+    # higher line; 8 runs pin it down (docs/gate-power.md has 3 and 5).
+    once, confirmed, limited = rates(0.05, 0.01, cells=300, seed=3, n_runs=n_runs)
+    assert confirmed >= at_least and limited <= 0.05
+
+
+def test_ten_percent_loss_is_always_caught():
+    assert rates(0.10, 0.01, cells=200, seed=4)[1] == 1.0
+
+
+def test_two_percent_loss_is_rarely_failed():
+    # Below the threshold: the line never drops under half of it, and the confirm round must trip too.
+    once, confirmed, _ = rates(0.02, 0.01, cells=300, seed=5)
+    assert confirmed <= 0.12 and once <= 0.30
