@@ -16,8 +16,8 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from perfgate.baseline import BaselineError, group_by_key, resolve_baseline, save_baselines
-from perfgate.gate import compare
+from perfgate.baseline import BaselineError, save_baselines
+from perfgate.gate import gate_run
 from perfgate.record import RecordFileError, iter_records, load_records
 from perfgate.report import markdown, records_table, to_json
 
@@ -44,25 +44,24 @@ def _write(path: str | None, text: str) -> None:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     try:
-        groups = group_by_key(_records(args.results))
+        outcome = gate_run(_records(args.results), args.baseline)
     except (RecordFileError, BaselineError) as err:
         return _cannot_compare([str(err)])
-    baselines, errors = {}, []
-    for key in sorted(groups):
-        try:
-            baselines[key] = resolve_baseline(args.baseline, *key)
-        except BaselineError as err:
-            errors.append(str(err))
-    if errors:
-        return _cannot_compare(errors)
-    reports = [compare(groups[key], baselines[key]) for key in sorted(groups)]
-    text = "\n\n---\n\n".join(markdown(r) for r in reports)
+    if outcome.errors:
+        return _cannot_compare(outcome.errors)
+    text = write_reports(outcome, args.markdown, args.json)
     sys.stdout.write(text)
-    _write(args.markdown, text)
-    exit_code = max(r.exit_code for r in reports)
-    _write(args.json, json.dumps({"exit_code": exit_code, "reports": [to_json(r) for r in reports]},
+    return outcome.exit_code
+
+
+def write_reports(outcome, markdown_path: str | None, json_path: str | None) -> str:
+    """The markdown (returned, and written where asked) and JSON reports of a gated run."""
+    text = "\n\n---\n\n".join(markdown(r) for r in outcome.reports)
+    _write(markdown_path, text)
+    _write(json_path, json.dumps({"exit_code": outcome.exit_code,
+                                  "reports": [to_json(r) for r in outcome.reports]},
                                  indent=2, sort_keys=True) + "\n")
-    return exit_code
+    return text
 
 
 def _cannot_compare(messages: Sequence[str]) -> int:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
-from perfgate.baseline import BaselineError, key_of
+from perfgate.baseline import BaselineError, group_by_key, key_of, resolve_baseline
 from perfgate.rules import (DEFAULT_RULES, IMPROVEMENT, REFRESH, REGRESSION, CountRule, Finding,  # noqa: F401
                             NumericsRule, RelativeRule, SpeedupRule, StatusRule, both_ok, default_rules)
 from perfgate.stats import geomean
@@ -200,3 +200,40 @@ def confirm(report: GateReport, remeasured_records: Iterable[dict]) -> GateRepor
     if once:
         new.notes.append(f"tripped only in the confirm round, not counted: {', '.join(once)}")
     return new
+
+
+@dataclass
+class GateOutcome:
+    """The gate over a whole run: one report per (fingerprint, tier), or why nothing could be compared."""
+
+    reports: list[GateReport]
+    errors: list[str]
+
+    @property
+    def exit_code(self) -> int:
+        if self.errors:
+            return 2
+        return max((r.exit_code for r in self.reports), default=0)
+
+
+def gate_run(records: Sequence[dict], baseline_location, remeasure=None) -> GateOutcome:
+    """Gate a run's records against the baseline file or directory. `remeasure(cell_ids) -> records`, when
+    given, re-runs the cells whose speedup tripped (a confirm round): the pytest plugin passes one, the
+    offline CLI cannot. Both faces call this, so they judge alike."""
+    groups = group_by_key(records)
+    baselines, errors = {}, []
+    for key in sorted(groups):
+        try:
+            baselines[key] = resolve_baseline(baseline_location, *key)
+        except BaselineError as err:
+            errors.append(str(err))
+    if errors:
+        return GateOutcome([], errors)
+    reports = []
+    for key in sorted(groups):
+        report = compare(groups[key], baselines[key])
+        suspects = speedup_suspects(report)
+        if suspects and remeasure is not None:
+            report = confirm(report, remeasure(suspects))
+        reports.append(report)
+    return GateOutcome(reports, [])

@@ -184,14 +184,32 @@ class PerfSession:
         # One id per session, shared by its xdist workers (the controller's testrunuid), so a baseline
         # counts a run once however many worker files it was streamed to.
         workerinput = getattr(config, "workerinput", None)
-        self.run_id = workerinput["testrunuid"] if workerinput else uuid.uuid4().hex
+        if workerinput:
+            self.run_id = workerinput["testrunuid"]
+        else:
+            self.run_id = getattr(config.option, "testrunuid", None) or uuid.uuid4().hex
+            if hasattr(config.option, "testrunuid"):  # xdist hands the controller's id to its workers
+                config.option.testrunuid = self.run_id
         self.records: list[dict] = []
         self.ran: dict[str, tuple] = {}  # cell id -> (spec, cell), for the gate's confirm round
         self._envs: dict[str, dict] = {}
+        self.summary: list[str] = []  # what the gate and baseline steps say at the end
 
     def selects(self, cell: Cell) -> bool:
         return all(self.selection[key] is None or getattr(cell, key) in self.selection[key]
                    for key in ("model", "variant", "precision"))
+
+    def _run(self, spec, cell: Cell, record_compiled=None) -> dict:
+        from perfgate.cell import run_cell
+        from perfgate.record import append_record
+
+        device = self.device(cell)
+        record = run_cell(spec, cell, self.options(cell, device), self.environment(device), self._progress,
+                          record_compiled)
+        record["run_id"] = self.run_id
+        append_record(self.results_path, record)
+        self.records.append(record)
+        return record
 
     def device(self, cell: Cell):
         import torch
@@ -232,21 +250,36 @@ class PerfSession:
 
     def measure(self, spec, cell: Cell, benchmark=None) -> dict:
         """Run one cell, stream its record, feed pytest-benchmark, and fail the test if the cell failed."""
-        from perfgate.cell import run_cell
-        from perfgate.record import append_record
-
-        device = self.device(cell)
-        env = self.environment(device)
         sink = _BenchmarkSink(benchmark, cell)
-        record = run_cell(spec, cell, self.options(cell, device), env, self._progress, sink.add)
-        record["run_id"] = self.run_id
-        append_record(self.results_path, record)
-        self.records.append(record)
+        record = self._run(spec, cell, sink.add)
         self.ran[cell.id] = (spec, cell)
         sink.annotate(record)
         if record["status"] != "ok":
             pytest.fail(f"{cell.id}: {record['reason']}", pytrace=False)
         return record
+
+    def gate(self, records: list[dict], baseline):
+        """Gate this run. Cells whose speedup tripped are measured again in this process (a fresh compile)
+        and stay regressions only if they trip twice. Reports go to the terminal and --perf-report."""
+        from perfgate.cli import write_reports
+        from perfgate.gate import gate_run
+
+        def remeasure(cell_ids: list[str]) -> list[dict]:
+            again = []
+            for cell_id in cell_ids:
+                if cell_id in self.ran:  # under xdist the controller ran nothing: no confirm round
+                    self._progress(f"{cell_id}: speedup tripped the gate; measuring again to confirm")
+                    again.append(self._run(*self.ran[cell_id]))
+            return again
+
+        outcome = gate_run(records, baseline, remeasure)
+        report_dir = self.config.getoption("--perf-report")
+        paths = (Path(report_dir) / "report.md", Path(report_dir) / "report.json") if report_dir else (None, None)
+        if outcome.errors:
+            self.summary += [f"perfgate: cannot compare (exit 2): {error}" for error in outcome.errors]
+        else:
+            self.summary += write_reports(outcome, *paths).splitlines()
+        return outcome
 
     def _progress(self, message: str) -> None:
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")
@@ -288,3 +321,37 @@ def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: di
     perf = config.stash.get(SESSION_KEY, None)
     if perf is not None and perf._envs:
         machine_info["perfgate"] = next(iter(perf._envs.values()))
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Save a baseline and/or gate the run, once, on the controller (xdist workers only stream records)."""
+    config = session.config
+    perf = config.stash.get(SESSION_KEY, None)
+    if perf is None or hasattr(config, "workerinput"):
+        return
+    save_dir, baseline = config.getoption("--perf-save-baseline"), config.getoption("--perf-baseline")
+    if not (save_dir or baseline):
+        return
+    from perfgate.record import load_records
+
+    files = sorted(perf.results_path.parent.glob(f"{perf.results_path.stem}*.jsonl"))
+    records = [r for r in load_records(files) if r.get("run_id") == perf.run_id]
+    lines = perf.summary
+    if save_dir:
+        from perfgate.baseline import save_baselines
+
+        lines += [f"baseline written: {path}" for path in save_baselines([records], save_dir)]
+    if baseline:
+        outcome = perf.gate(records, baseline)
+        session.exitstatus = max(int(session.exitstatus), outcome.exit_code)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    perf = config.stash.get(SESSION_KEY, None)
+    if perf is None:
+        return
+    if perf.records:
+        terminalreporter.write_sep("-", "perfgate")
+        terminalreporter.write_line(f"records: {perf.results_path}")
+    for line in perf.summary:
+        terminalreporter.write_line(line)

@@ -1,0 +1,130 @@
+"""The pytest face end to end on a tiny MLP compiled with aot_eager on the CPU (seconds, not minutes)."""
+
+import json
+
+import pytest
+
+pytest.importorskip("torch")
+
+TINY_SUITE = '''
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from perfgate.plugin import cells
+from perfgate.spec import ModelSpec, Size
+
+
+def build(config):
+    return nn.Sequential(nn.Linear(32, 64), nn.GELU(), nn.Linear(64, 64), nn.GELU(), nn.Linear(64, 4))
+
+
+def batch(config, size, generator):
+    return {"x": torch.randn(size, 32, generator=generator), "y": torch.randint(0, 4, (size,), generator=generator)}
+
+
+MLP = ModelSpec(
+    name="mlp", description="a tiny MLP", build=build, make_batch=batch,
+    predict=lambda m, b: m(b["x"]), loss=lambda m, b: F.cross_entropy(m(b["x"]), b["y"]),
+    blocks=lambda m: [m[0], m[2], m[4]], unit="samples",
+    sizes={"cpu": Size({}, batch=16), "gpu": Size({}, batch=16)}, cpu_variants=("aot_eager",),
+)
+REGISTRY = {"mlp": MLP}
+
+
+@pytest.mark.parametrize("cell", cells(REGISTRY, "train"))
+def test_train_step(cell, perf, benchmark):
+    perf.measure(REGISTRY[cell.model], cell, benchmark)
+
+
+@pytest.mark.parametrize("cell", cells(REGISTRY, "infer"))
+def test_infer_step(cell, perf, benchmark):
+    perf.measure(REGISTRY[cell.model], cell, benchmark)
+'''
+
+FAST = ["-m", "cpu", "-p", "no:randomly", "--perf-warm-compile=off", "--perf-min-rounds=3",
+        "--perf-max-rounds=3", "--perf-round-ms=2"]
+
+
+@pytest.fixture
+def suite(pytester):
+    pytester.makeconftest('pytest_plugins = ["perfgate.plugin"]')
+    pytester.makepyfile(test_tiny=TINY_SUITE)
+    pytester.makeini("[pytest]\nmarkers =\n    gpu: g\n    cpu: c\n    pr: p\n    nightly: n\n")
+    return pytester
+
+
+def _records(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_cells_run_and_stream_records(suite):
+    results = suite.path / "r.jsonl"
+    out = suite.runpytest_subprocess(*FAST, f"--perf-results={results}", "--benchmark-json=b.json")
+    out.assert_outcomes(passed=2)
+    records = {r["cell"]: r for r in _records(results)}
+    assert set(records) == {"cpu-mlp-train-aot_eager-fp32", "cpu-mlp-infer-aot_eager-fp32"}
+    for record in records.values():
+        assert record["status"] == "ok" and record["numerics"] == "pass"
+        assert record["graph_count"] >= 1 and record["recompiles"] == 0
+        assert record["speedup_lo"] <= record["speedup"] <= record["speedup_hi"]
+        assert len(record["compiled_round_ms"]) == record["rounds"] == 3
+    bench = json.loads((suite.path / "b.json").read_text())["benchmarks"]
+    assert len(bench) == 2 and all(len(b["stats"]["data"]) == 3 for b in bench)  # device-timed rounds
+    assert "perfgate" in json.loads((suite.path / "b.json").read_text())["machine_info"]
+
+
+@pytest.mark.parametrize("fault, expect", [
+    ("numerics:0.05", "numerics:"),
+    ("graph_break", None),
+])
+def test_planted_faults_are_caught(suite, fault, expect):
+    results = suite.path / "r.jsonl"
+    out = suite.runpytest_subprocess(*FAST, "-k", "train", f"--perf-inject={fault}", f"--perf-results={results}")
+    (record,) = _records(results)
+    if expect:
+        out.assert_outcomes(failed=1)
+        assert record["reason"].startswith(expect)
+    else:
+        assert record["graph_breaks"] >= 3 and record["graph_count"] >= 3
+
+
+@pytest.mark.parametrize("option, valid", [
+    ("--perf-variants=inductor_fast", "inductor_default"),
+    ("--perf-precisions=fp8", "amp_bf16"),
+    ("--perf-shard=3/2", "1 <= I <= N"),
+    ("--perf-inject=explode", "numerics"),
+])
+def test_bad_options_name_the_value_and_the_valid_ones(suite, option, valid):
+    out = suite.runpytest_subprocess(option)
+    assert out.ret == pytest.ExitCode.USAGE_ERROR
+    assert valid in out.stderr.str()
+
+
+def test_missing_baseline_cannot_pass(suite):
+    out = suite.runpytest_subprocess(*FAST, "-k", "infer", f"--perf-baseline={suite.path / 'baselines'}")
+    assert out.ret == 2
+    out.stdout.fnmatch_lines(["*cannot compare*baselines/cpu-*_nightly.json*"])
+
+
+def test_saved_baseline_then_gate(suite):
+    base = suite.path / "baselines"
+    first = suite.runpytest_subprocess(*FAST, "-k", "infer", f"--perf-save-baseline={base}")
+    first.assert_outcomes(passed=1)
+    (saved,) = base.glob("cpu-*_nightly.json")
+    assert "cpu-mlp-infer-aot_eager-fp32" in json.loads(saved.read_text())["cells"]
+    gated = suite.runpytest_subprocess(*FAST, "-k", "infer", "--perf-inject=graph_break",
+                                       f"--perf-baseline={base}", f"--perf-report={suite.path / 'rep'}")
+    assert gated.ret == 1  # graph breaks went up: a regression whatever the timing noise
+    assert "graph breaks 0 -> 3" in (suite.path / "rep" / "report.md").read_text()
+
+
+def test_shards_split_the_matrix_without_overlap(suite):
+    ids = []
+    for shard in ("1/2", "2/2"):
+        out = suite.runpytest_subprocess("--collect-only", "-q", "-m", "gpu", f"--perf-shard={shard}")
+        ids.append({line for line in out.stdout.lines if "::" in line})
+    assert ids[0] and ids[1] and not ids[0] & ids[1]
+    everything = suite.runpytest_subprocess("--collect-only", "-q", "-m", "gpu")
+    assert ids[0] | ids[1] == {line for line in everything.stdout.lines if "::" in line}
