@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import math
 import os
 import shutil
 import statistics
@@ -16,11 +17,12 @@ import tempfile
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Callable
 
 import torch
 
-from perfgate import faults, introspect
+from perfgate import faults, introspect, why
 from perfgate.matrix import VARIANTS, Cell
 from perfgate.numerics import judge
 from perfgate.peaks import peak_tflops
@@ -39,6 +41,7 @@ class RunOptions:
     cache_dir: str | None = None  # a kept inductor cache; None: a fresh one per cell (cold compiles)
     fault: faults.Fault | None = None  # test-only planted fault
     seed: int = 0
+    profile_dir: str | None = None  # write why-artifacts (traces, compile logs) under <dir>/<cell id>/
 
 
 class CellFailure(Exception):
@@ -54,8 +57,9 @@ def run_cell(spec, cell: Cell, options: RunOptions, env: dict,
         record["gate"] = {"speedup_threshold": spec.speedup_threshold}
     started = time.perf_counter()
     try:
-        with _compile_cache(options.cache_dir, record):
-            _measure(spec, cell, options, record, progress, record_compiled)
+        why_dir = Path(options.profile_dir) / cell.id if options.profile_dir else None
+        with _compile_cache(options.cache_dir, record), why.compile_logs(why_dir and why_dir / "compile.log"):
+            _measure(spec, cell, options, record, progress, record_compiled, why_dir)
         record["status"], record["reason"] = "ok", ""
     except CellFailure as failure:
         record["status"], record["reason"] = "failed", str(failure)
@@ -106,24 +110,34 @@ def _clean_up() -> None:
         torch.cuda.empty_cache()
 
 
-def _measure(spec, cell: Cell, options: RunOptions, record: dict, progress, record_compiled) -> None:
+def _measure(spec, cell: Cell, options: RunOptions, record: dict, progress, record_compiled,
+             why_dir: Path | None) -> None:
     device = torch.device(options.device)
     size = spec.sizes[cell.device_kind]
     introspect.reset_compiler()
     torch.manual_seed(options.seed)
     state = {k: v.detach().clone() for k, v in spec.build(size.config).state_dict().items()}
     generator = torch.Generator().manual_seed(options.seed)
-    host_batches = [spec.make_batch(size.config, size.batch, generator) for _ in range(2)]
+    variant = VARIANTS[cell.variant]
+    raw = [spec.make_batch(size.config, size.batch, generator) for _ in range(max(2, spec.stream))]
+    host_batches, record["recompiles_allowed"] = _shaped(spec, size, variant, raw)
     batches = [to_device(b, device) for b in host_batches]
+    if variant.mark_dynamic:
+        for batch in batches:
+            for key, dim in spec.dynamic_dims:
+                torch._dynamo.mark_dynamic(batch[key], dim)
+    # The timed stream: one batch, or for a variable-length model its whole mix of lengths.
+    timed = batches if spec.stream > 1 else batches[:1]
     progress(f"{cell.id}: numerics reference")
-    reference, reference_kind = _reference_steps(spec, cell, size, state, host_batches, device)
+    reference, reference_kind = _reference_steps(spec, cell, size, state, host_batches[:2], device)
 
     # Eager side, alone on the device: its memory is what it allocates beyond what was there before.
     memory = _Memory(device)
     eager = Side(spec, _model(spec, size, state, device), cell.phase, cell.precision, device)
     eager_captured = _captured_steps(eager, batches)
+    eager_step = _cycling(eager, timed)
     memory.reset()
-    eager_ms, eager_warm = warm_up(lambda: eager.step(batches[0]), device, options.plan)
+    eager_ms, eager_warm = warm_up(eager_step, device, options.plan, len(timed))
     record["peak_mem_eager_mb"] = memory.peak_mb()
 
     compiled = _compiled_side(spec, cell, size, state, device, options)
@@ -147,20 +161,23 @@ def _measure(spec, cell: Cell, options: RunOptions, record: dict, progress, reco
     record["numerics"], record["numerics_detail"] = verdict.pop("verdict"), verdict
     del compiled_captured, eager_captured, reference
 
-    compiled_step = faults.slowed(lambda: compiled.step(batches[0]), options.fault, device)
-    compiled_ms, compiled_warm = warm_up(compiled_step, device, options.plan)
+    compiled_step = faults.slowed(_cycling(compiled, timed), options.fault, device)
+    compiled_ms, compiled_warm = warm_up(compiled_step, device, options.plan, len(timed))
     record["peak_mem_compiled_mb"] = memory.peak_mb()
     record["warmup_steps"] = max(eager_warm, compiled_warm)
     # Re-warm eager: it idled while the compiled side compiled, and clocks drop on an idle GPU.
-    warm_up(lambda: eager.step(batches[0]), device, options.plan)
+    warm_up(eager_step, device, options.plan, len(timed))
 
-    steps = steps_per_round(min(eager_ms, compiled_ms), options.plan)
+    steps = steps_per_round(min(eager_ms, compiled_ms), options.plan, len(timed))
     progress(f"{cell.id}: timing, {steps} steps per round")
-    rounds = interleaved_rounds(lambda: eager.step(batches[0]), compiled_step, steps, device,
-                                options.plan, record_compiled)
+    rounds = interleaved_rounds(eager_step, compiled_step, steps, device, options.plan, record_compiled)
     _store_timing(record, rounds)
     record["recompiles"] = introspect.compile_counts()["frames"] - first["frames"]
-    _store_throughput(spec, size, cell, record, lambda: eager.step(batches[0]), device)
+    _store_throughput(spec, size, cell, record, lambda: eager_step(0), device)
+    if why_dir is not None:
+        record["why"] = {"dir": str(why_dir), "compile_log": str(why_dir / "compile.log"),
+                         "trace_eager": str(why.trace(eager_step, why_dir / "trace-eager.json", device)),
+                         "trace_compiled": str(why.trace(compiled_step, why_dir / "trace-compiled.json", device))}
     if options.warm_compile:
         record["compile_warm_s"] = _warm_compile_s(compiled, spec, cell, batches[0], device, options)
     progress(f"{cell.id}: speedup {record['speedup']:.3f}x [{record['speedup_lo']:.3f}, "
@@ -173,8 +190,30 @@ def _raise_if_wrong(record: dict) -> None:
         detail = record["numerics_detail"]
         raise CellFailure(f"numerics: {detail['failing']} of {detail['tensors']} tensors off "
                           f"(worst {detail['worst']}, against {detail['reference']})")
-    if record["recompiles"]:
-        raise CellFailure(f"{record['recompiles']} recompile(s) after the first call; static shapes expect 0")
+    if record["recompiles"] > record["recompiles_allowed"]:
+        raise CellFailure(f"{record['recompiles']} recompile(s) after the first call; "
+                          f"{record['variant']} allows {record['recompiles_allowed']}")
+
+
+def _shaped(spec, size, variant, batches: list) -> tuple[list, int]:
+    """Pad a variable-length model's batches as the variant's strategy says; returns them and how many
+    recompiles after the first call the strategy may cost (buckets: one per further length)."""
+    if spec.pad is None:
+        return batches, 0
+    config = size.config
+    lengths = [spec.seq_len(b) for b in batches]
+    if variant.shapes is None:
+        targets = [config["max_seq"]] * len(batches)
+    elif variant.shapes == "longest8":
+        targets = [8 * math.ceil(n / 8) for n in lengths]
+    else:
+        targets = [min(b for b in config["buckets"] if b >= n) for n in lengths]
+    allowed = len(set(targets)) - 1 if variant.shapes == "buckets" else 0
+    return [spec.pad(b, n) for b, n in zip(batches, targets)], allowed
+
+
+def _cycling(side: Side, stream: list):
+    return lambda i: side.step(stream[i % len(stream)])
 
 
 def _captured_steps(side: Side, batches: list) -> list[dict]:
@@ -194,7 +233,7 @@ def _model(spec, size, state: dict, device: torch.device, dtype: torch.dtype | N
 def _compiled_side(spec, cell, size, state, device, options) -> Side:
     side = Side(spec, _model(spec, size, state, device), cell.phase, cell.precision, device)
     side.task = faults.wrap_task(side.task, spec, options.fault)
-    side.compile(VARIANTS[cell.variant].compile_kwargs())
+    side.compile(VARIANTS[cell.variant])
     return side
 
 
@@ -288,7 +327,7 @@ def _warm_compile_s(compiled: Side, spec, cell, batch, device, options) -> float
     clear_caches()
     fn = spec.loss if cell.phase == "train" else spec.predict
     compiled.task = faults.wrap_task(Task(compiled.model, fn), spec, options.fault)
-    compiled.compile(VARIANTS[cell.variant].compile_kwargs())
+    compiled.compile(VARIANTS[cell.variant])
     t0 = time.perf_counter()
     compiled.step(batch)
     _sync(device)

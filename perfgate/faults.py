@@ -55,14 +55,14 @@ def slowed(step, fault: Fault | None, device: torch.device):
     if fault is None or fault.kind != "slow":
         return step
     if device.type != "cuda":
-        def slow_cpu_step():
-            step()
+        def slow_cpu_step(i):
+            step(i)
             time.sleep(fault.arg / 1e3)
         return slow_cpu_step
     cycles = int(fault.arg * _cycles_per_ms())
 
-    def slow_cuda_step():
-        step()
+    def slow_cuda_step(i):
+        step(i)
         torch.cuda._sleep(cycles)
     return slow_cuda_step
 

@@ -20,6 +20,12 @@ class Variant:
     """One way of compiling: a torch.compile backend plus its options.
 
     `needs_cuda`: CUDA graphs exist only on CUDA, so these variants are never generated for the CPU tier.
+    `shapes`: how a variable-length model's batches are padded (None: to the maximum, one static shape):
+        "longest8": to the batch's longest, a multiple of 8 (SDPA recompiles on other alignments);
+        "buckets": to the nearest of the model's fixed lengths (a bounded number of static graphs).
+    `mark_dynamic`: mark the sequence dims of the inputs dynamic; `dynamic`: torch.compile's own flag.
+    `regional`: compile each repeated block instead of the whole model (a faster compile of one small graph).
+    `compiled_optimizer`: compile optimizer.step as well as the model (train only).
     """
 
     name: str
@@ -27,11 +33,18 @@ class Variant:
     mode: str | None = None
     needs_cuda: bool = False
     fullgraph: bool = False
+    dynamic: bool | None = None
+    shapes: str | None = None
+    mark_dynamic: bool = False
+    regional: bool = False
+    compiled_optimizer: bool = False
 
     def compile_kwargs(self) -> dict:
         kwargs: dict = {"backend": self.backend, "fullgraph": self.fullgraph}
         if self.mode is not None:
             kwargs["mode"] = self.mode
+        if self.dynamic is not None:
+            kwargs["dynamic"] = self.dynamic
         return kwargs
 
 
@@ -45,6 +58,13 @@ VARIANTS: Mapping[str, Variant] = {
         Variant("inductor_fullgraph", "inductor", "default", fullgraph=True),
         Variant("cudagraphs", "cudagraphs", needs_cuda=True),
         Variant("aot_eager", "aot_eager"),
+        Variant("inductor_compiled_optimizer", "inductor", "default", compiled_optimizer=True),
+        Variant("inductor_regional", "inductor", "default", regional=True),
+        # Dynamic-shape strategies, for models with variable-length inputs (the seed article's captioner).
+        # Pad-to-max, the static strategy, is inductor_default itself.
+        Variant("inductor_mark_dynamic", "inductor", "default", shapes="longest8", mark_dynamic=True),
+        Variant("inductor_dynamic", "inductor", "default", dynamic=True, shapes="longest8"),
+        Variant("inductor_buckets", "inductor", "default", dynamic=False, shapes="buckets"),
     )
 }
 

@@ -43,6 +43,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--perf-save-baseline", metavar="DIR",
                     help="write this run's records as the baseline of its environment and tier into DIR")
     group.addoption("--perf-report", metavar="DIR", help="write the gate's report.md and report.json here")
+    group.addoption("--perf-profile", metavar="DIR", help="write why-artifacts of every cell run here: "
+                    "chrome traces of eager and compiled steps and TORCH_LOGS graph_breaks,recompiles,"
+                    "perf_hints (the gate writes them for flagged cells on its own)")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -92,10 +95,10 @@ def cells(registry, phase: str) -> list:
     cpu_variants in fp32, with markers and known-issue marks from the model's record."""
     params = []
     for spec in registry.values():
-        for variant in matrix.VARIANTS:
+        for variant in (v for v in matrix.VARIANTS.values() if spec.runs(v, phase)):
             for precision in matrix.PRECISIONS:
-                params.append(_param(spec, Cell(spec.name, phase, variant, precision, "gpu",
-                                                matrix.tier_of(variant, precision))))
+                params.append(_param(spec, Cell(spec.name, phase, variant.name, precision, "gpu",
+                                                matrix.tier_of(variant.name, precision))))
         if phase in spec.cpu_phases:
             for variant in spec.cpu_variants:
                 params.append(_param(spec, Cell(spec.name, phase, variant, "fp32", "cpu", "nightly")))
@@ -199,13 +202,17 @@ class PerfSession:
         return all(self.selection[key] is None or getattr(cell, key) in self.selection[key]
                    for key in ("model", "variant", "precision"))
 
-    def _run(self, spec, cell: Cell, record_compiled=None) -> dict:
+    def _run(self, spec, cell: Cell, record_compiled=None, profile_dir: str | None = None) -> dict:
+        import dataclasses
+
         from perfgate.cell import run_cell
         from perfgate.record import append_record
 
         device = self.device(cell)
-        record = run_cell(spec, cell, self.options(cell, device), self.environment(device), self._progress,
-                          record_compiled)
+        options = self.options(cell, device)
+        if profile_dir:
+            options = dataclasses.replace(options, profile_dir=profile_dir)
+        record = run_cell(spec, cell, options, self.environment(device), self._progress, record_compiled)
         record["run_id"] = self.run_id
         append_record(self.results_path, record)
         self.records.append(record)
@@ -246,7 +253,8 @@ class PerfSession:
         plan = (GPU_PLAN if cell.device_kind == "gpu" else CPU_PLAN).replace(
             **{key: value for key, value in overrides.items() if value})
         return RunOptions(device=str(device), plan=plan, warm_compile=opt("--perf-warm-compile") == "on",
-                          cache_dir=opt("--perf-cache-dir"), fault=faults.parse(opt("--perf-inject")))
+                          cache_dir=opt("--perf-cache-dir"), fault=faults.parse(opt("--perf-inject")),
+                          profile_dir=opt("--perf-profile"))
 
     def measure(self, spec, cell: Cell, benchmark=None) -> dict:
         """Run one cell, stream its record, feed pytest-benchmark, and fail the test if the cell failed."""
@@ -264,16 +272,25 @@ class PerfSession:
         from perfgate.cli import write_reports
         from perfgate.gate import gate_run
 
+        report_dir = self.config.getoption("--perf-report")
+        why_dir = str(Path(report_dir or ".perfgate") / "why")
+        profiled: dict[str, dict] = {}
+
         def remeasure(cell_ids: list[str]) -> list[dict]:
-            again = []
+            """The confirm round, profiled: a cell that trips twice comes with its why-artifacts."""
             for cell_id in cell_ids:
                 if cell_id in self.ran:  # under xdist the controller ran nothing: no confirm round
                     self._progress(f"{cell_id}: speedup tripped the gate; measuring again to confirm")
-                    again.append(self._run(*self.ran[cell_id]))
-            return again
+                    profiled[cell_id] = self._run(*self.ran[cell_id], profile_dir=why_dir)
+            return list(profiled.values())
 
         outcome = gate_run(records, baseline, remeasure)
-        report_dir = self.config.getoption("--perf-report")
+        for cell_id in _flagged(outcome) - set(profiled):
+            if cell_id in self.ran:  # flagged by another rule: profile it for the reader, gate unchanged
+                self._progress(f"{cell_id}: flagged; writing why-artifacts")
+                profiled[cell_id] = self._run(*self.ran[cell_id], profile_dir=why_dir)
+        self.summary += [f"why-artifacts for {cid}: {rec['why']['dir']}" for cid, rec in profiled.items()
+                         if rec.get("why")]
         paths = (Path(report_dir) / "report.md", Path(report_dir) / "report.json") if report_dir else (None, None)
         if outcome.errors:
             self.summary += [f"perfgate: cannot compare (exit 2): {error}" for error in outcome.errors]
@@ -287,6 +304,10 @@ class PerfSession:
             reporter.write_line(f"[perfgate] {message}")
         else:
             print(f"[perfgate] {message}", file=sys.stderr)
+
+
+def _flagged(outcome) -> set[str]:
+    return {finding.cell for report in outcome.reports for finding in report.regressions}
 
 
 class _BenchmarkSink:

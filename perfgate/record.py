@@ -22,6 +22,7 @@ FLOPs per step, throughput in the model's own unit per second. Absent or not-mea
     compile_warm_s    the same compile again with dynamo reset and inductor caches warm, or null
     compile_cache     "fresh" (a new inductor cache dir for the cell) | "persistent" (a kept dir)
     graph_count, graph_breaks, recompiles, break_reasons ([str], first few)
+    recompiles_allowed  what the variant's shape strategy may cost (bucketed shapes: one per length)
     peak_mem_eager_mb, peak_mem_compiled_mb   warm steps, CUDA-graph pools counted; null on CPU
     peak_mem_compile_mb                       peak while compiling (autotuning), null on CPU
     flops_per_step, tflops_eager, tflops_compiled, mfu_eager, mfu_compiled
@@ -30,6 +31,7 @@ FLOPs per step, throughput in the model's own unit per second. Absent or not-mea
     numerics_detail   {reference: "fp64"|"fp32"|"eager", worst: name, checks: [{name, rmse_compiled,
                        rmse_eager, limit, ok}]}
     gate              {speedup_threshold: fraction} overrides from the model's record, may be empty
+    why               {dir, compile_log, trace_eager, trace_compiled} paths when profiled, else null
 """
 
 from __future__ import annotations
@@ -76,6 +78,7 @@ def new_record(cell, env: dict, run_id: str | None = None) -> dict:
         "graph_count": None,
         "graph_breaks": None,
         "recompiles": None,
+        "recompiles_allowed": 0,
         "break_reasons": [],
         "peak_mem_eager_mb": None,
         "peak_mem_compiled_mb": None,
@@ -91,6 +94,7 @@ def new_record(cell, env: dict, run_id: str | None = None) -> dict:
         "numerics": "skipped",
         "numerics_detail": {},
         "gate": {},
+        "why": None,
     }
 
 

@@ -82,6 +82,12 @@ class ModelSpec:
     predict(model, batch) -> Tensor      what inference returns and numerics compares (logits, masks)
     loss(model, batch) -> Tensor         a scalar; the train step compiles this path
     blocks(model) -> list of the repeated blocks (for fault injection and regional compilation)
+
+    Variable-length models (captions, sentences) also give:
+    pad(batch, length) -> the batch padded to `length` along its sequence axis
+    seq_len(batch) -> its unpadded length; `dynamic_dims` the (key, dim) pairs that vary
+    `stream` batches of different lengths make one round, so eager and compiled see the same mix.
+    The size's config holds "max_seq" and "buckets" (the fixed lengths of the bucketed strategy).
     """
 
     name: str
@@ -99,11 +105,24 @@ class ModelSpec:
     speedup_threshold: float | None = None  # gate override (fraction); None = the gate's default
     cpu_variants: tuple[str, ...] = ("inductor_default",)
     cpu_phases: tuple[str, ...] = ("train", "infer")
+    regional: bool = False  # repeated transformer blocks worth compiling alone
+    pad: Callable | None = None
+    seq_len: Callable | None = None
+    dynamic_dims: tuple[tuple[str, int], ...] = ()
+    stream: int = 1
 
     def __post_init__(self):
         missing = [p for p in PRECISIONS if p not in self.tolerances]
         if missing:
             raise ValueError(f"model {self.name!r}: no tolerance for precision(s) {missing}")
+
+    def runs(self, variant, phase: str) -> bool:
+        """Whether a variant means anything for this model and phase."""
+        if variant.shapes is not None and (self.pad is None or phase != "train"):
+            return False
+        if variant.regional and not self.regional:
+            return False
+        return not (variant.compiled_optimizer and phase != "train")
 
     def known_issue(self, cell) -> KnownIssue | None:
         return next((k for k in self.known_issues if k.matches(cell)), None)

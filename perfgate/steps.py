@@ -44,7 +44,7 @@ class Side:
     torch.compile wrapper of it for the compiled side."""
 
     def __init__(self, spec, model: nn.Module, phase: str, precision: str, device: torch.device):
-        self.model, self.phase, self.precision, self.device = model, phase, precision, device
+        self.spec, self.model, self.phase, self.precision, self.device = spec, model, phase, precision, device
         self.task = Task(model, spec.loss if phase == "train" else spec.predict)
         self.cudagraph_steps = False
         if phase == "train":
@@ -57,8 +57,20 @@ class Side:
             model.eval()
             self.optimizer = self.scaler = None
 
-    def compile(self, compile_kwargs: dict) -> None:
-        self.task = torch.compile(self.task, **compile_kwargs)
+    def compile(self, variant) -> None:
+        """Compile as the variant says: the whole task, or (regional) each repeated block in place, and
+        (compiled_optimizer) optimizer.step too."""
+        compile_kwargs = variant.compile_kwargs()
+        if variant.regional:
+            for block in self.spec.blocks(self.model):
+                block.compile(**compile_kwargs)
+        else:
+            self.task = torch.compile(self.task, **compile_kwargs)
+        if variant.compiled_optimizer and self.optimizer is not None:
+            # GradScaler.step calls optimizer.step, so the compiled one serves AMP fp16 too.
+            # Compile the class's own step, so compiling again (the warm-compile pass) never wraps twice.
+            own_step = type(self.optimizer).step.__get__(self.optimizer)
+            self.optimizer.step = torch.compile(own_step, backend=variant.backend)
         # CUDA-graph trees must be told where a step starts, or a later step may overwrite outputs an
         # earlier one still holds (the optimizer reads gradients after backward).
         mode = compile_kwargs.get("mode") or ""

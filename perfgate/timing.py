@@ -45,8 +45,9 @@ CPU_PLAN = TimingPlan(warmup_min_steps=3, warmup_max_steps=30, target_round_ms=2
                       max_rounds=9, target_rel_halfwidth=0.05)
 
 
-def time_steps(step: Callable[[], object], n: int, device: torch.device) -> float:
-    """Mean milliseconds per step over `n` back-to-back steps.
+def time_steps(step: Callable[[int], object], n: int, device: torch.device) -> float:
+    """Mean milliseconds per step over `n` back-to-back steps, `step(i)` for i in 0..n-1 (a model with a
+    stream of variable-length batches picks batch i; both sides of a round so see the same batches).
 
     CUDA: events around the region measure device time; the end event's synchronize keeps the next region
     from overlapping. CPU: the host clock, the work being synchronous there.
@@ -55,21 +56,23 @@ def time_steps(step: Callable[[], object], n: int, device: torch.device) -> floa
         torch.cuda.synchronize(device)
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
-        for _ in range(n):
-            step()
+        for i in range(n):
+            step(i)
         end.record()
         end.synchronize()
         return start.elapsed_time(end) / n
     t0 = time.perf_counter()
-    for _ in range(n):
-        step()
+    for i in range(n):
+        step(i)
     return (time.perf_counter() - t0) * 1e3 / n
 
 
-def warm_up(step: Callable[[], object], device: torch.device, plan: TimingPlan) -> tuple[float, int]:
+def warm_up(step: Callable[[int], object], device: torch.device, plan: TimingPlan,
+            stream: int = 1) -> tuple[float, int]:
     """Run steps until steady: CUDA-graph capture, autotuning, cuDNN heuristics and the caching allocator
-    all settle in the first steps. Returns (ms per step of the last chunk, steps run)."""
-    done, previous, chunk = 0, None, 2
+    all settle in the first steps; a stream model's chunks are whole passes over its batches, so every
+    shape compiles here, not in a timed round. Returns (ms per step of the last chunk, steps run)."""
+    done, previous, chunk = 0, None, max(2, stream)
     while True:
         ms = time_steps(step, chunk, device)
         done += chunk
@@ -78,11 +81,13 @@ def warm_up(step: Callable[[], object], device: torch.device, plan: TimingPlan) 
             return ms, done
         previous = ms
         # Chunks of ~target_round_ms, so the steadiness test compares like with like.
-        chunk = max(2, min(plan.max_steps_per_round, math.ceil(plan.target_round_ms / max(ms, 1e-3))))
+        chunk = max(2, steps_per_round(ms, plan, stream))
 
 
-def steps_per_round(step_ms: float, plan: TimingPlan) -> int:
-    return max(1, min(plan.max_steps_per_round, math.ceil(plan.target_round_ms / max(step_ms, 1e-3))))
+def steps_per_round(step_ms: float, plan: TimingPlan, stream: int = 1) -> int:
+    """Steps in one round: enough to last target_round_ms, and a whole number of passes over the stream."""
+    steps = max(1, min(plan.max_steps_per_round, math.ceil(plan.target_round_ms / max(step_ms, 1e-3))))
+    return stream * math.ceil(steps / stream)
 
 
 @dataclass

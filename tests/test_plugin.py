@@ -118,6 +118,22 @@ def test_saved_baseline_then_gate(suite):
                                        f"--perf-baseline={base}", f"--perf-report={suite.path / 'rep'}")
     assert gated.ret == 1  # graph breaks went up: a regression whatever the timing noise
     assert "graph breaks 0 -> 3" in (suite.path / "rep" / "report.md").read_text()
+    why = suite.path / "rep" / "why" / "cpu-mlp-infer-aot_eager-fp32"
+    gated.stdout.fnmatch_lines([f"*why-artifacts for cpu-mlp-infer-aot_eager-fp32: {why}*"])
+    assert "graph break" in (why / "compile.log").read_text().lower()  # TORCH_LOGS graph_breaks said why
+
+
+def test_profile_writes_traces_and_compile_logs(suite):
+    out = suite.runpytest_subprocess(*FAST, "-k", "train", "--perf-inject=graph_break",
+                                     f"--perf-profile={suite.path / 'why'}", f"--perf-results={suite.path / 'r.jsonl'}")
+    out.assert_outcomes(passed=1)
+    why = suite.path / "why" / "cpu-mlp-train-aot_eager-fp32"
+    for name in ("trace-eager.json", "trace-compiled.json"):
+        events = json.loads((why / name).read_text())["traceEvents"]
+        assert any("aten::" in str(e.get("name", "")) for e in events)
+    assert "graph break" in (why / "compile.log").read_text().lower()
+    (record,) = _records(suite.path / "r.jsonl")
+    assert record["why"]["dir"] == str(why)
 
 
 def test_shards_split_the_matrix_without_overlap(suite):
