@@ -1,4 +1,4 @@
-"""The `perfgate` command: a thin face over perfgate.baseline, perfgate.gate and perfgate.report.
+"""The `perfgate` command: a thin face over perfgate.baseline, gate, report, history and html_report.
 
 Imports no torch, so it runs on a CPU box in a second. Exit codes: 0 the gate passes, 1 a regression,
 2 nothing could be compared (a missing, corrupt or foreign baseline, an unreadable results file).
@@ -6,6 +6,10 @@ Imports no torch, so it runs on a CPU box in a second. Exit codes: 0 the gate pa
     perfgate compare RESULTS [RESULTS ...] --baseline PATH_OR_DIR [--markdown FILE] [--json FILE]
     perfgate baseline update RESULTS [RESULTS ...] [--dir baselines]    (runs: by run_id, else one a file)
     perfgate results RESULTS [RESULTS ...]
+    perfgate history add RESULTS [RESULTS ...] [--db PATH] [--commit SHA] [--date ISO]
+    perfgate history show CELL [--db PATH] [--fingerprint F] [--metric speedup]
+    perfgate report RESULTS [RESULTS ...] [--db PATH] [--baseline PATH_OR_DIR] [--caption TEXT]
+                    --html OUT.html [--markdown OUT.md]
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
+from perfgate import history
 from perfgate.baseline import BaselineError, save_baselines
 from perfgate.gate import gate_run
 from perfgate.record import RecordFileError, iter_records, load_records
@@ -98,6 +103,109 @@ def cmd_results(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_history_add(args: argparse.Namespace) -> int:
+    try:
+        for path in args.results:
+            # Per file, not load_records: history keeps every run's record of a cell, keyed (run_id, cell).
+            count = history.append(args.db, iter_records(path), commit=args.commit, date=args.date)
+            print(f"{args.db}: {count} record(s) from {path}")
+    except (RecordFileError, history.HistoryError) as err:
+        print(f"perfgate: cannot add to the history: {err}", file=sys.stderr)
+        return EXIT_CANNOT_COMPARE
+    return 0
+
+
+def _metric_text(point: dict, metric: str) -> str:
+    value = point.get(metric)
+    if value is None:
+        return "–"
+    if metric == "speedup":
+        lo, hi = point.get("speedup_lo"), point.get("speedup_hi")
+        return f"{value:.3f} [{lo:.3f}, {hi:.3f}]" if lo and hi else f"{value:.3f}"
+    return f"{value:.4g}"
+
+
+def _change_marks(points: Sequence[dict]) -> dict[int, str]:
+    """{index into points: "<- change +x %"} for the change points of the ok speedups."""
+    from perfgate.changepoint import segment
+
+    ok = [i for i, p in enumerate(points) if p.get("status") == "ok" and p.get("speedup")]
+    found = segment([points[i]["speedup"] for i in ok]).change_points
+    return {ok[cp.index]: f"<- change point {cp.shift:+.1%}" for cp in found}
+
+
+def cmd_history_show(args: argparse.Namespace) -> int:
+    try:
+        points = history.series(args.db, args.cell, args.fingerprint)
+    except history.HistoryError as err:
+        print(f"perfgate: {err}", file=sys.stderr)
+        return EXIT_CANNOT_COMPARE
+    if not points:
+        known = sorted({cell for cell, _ in history.cells(args.db)})
+        print(f"perfgate: no history for {args.cell} in {args.db}; cells there: {', '.join(known) or 'none'}",
+              file=sys.stderr)
+        return EXIT_CANNOT_COMPARE
+    marks = _change_marks(points) if args.metric == "speedup" else {}
+    rows = [("date", "commit", "run", "fingerprint", "status", args.metric, "")]
+    rows += [(str(p["date"]), (p["commit"] or "–")[:12], str(p["run_id"])[:12], p["fingerprint"], p["status"],
+              _metric_text(p, args.metric), marks.get(i, "")) for i, p in enumerate(points)]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        print("  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip())
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from perfgate import html_report
+
+    if not (args.html or args.markdown):
+        print("perfgate: report: give --html OUT.html and/or --markdown OUT.md", file=sys.stderr)
+        return EXIT_CANNOT_COMPARE
+    try:
+        report = html_report.build(_records(args.results), db_path=args.db, baseline=args.baseline,
+                                   caption=args.caption or "", sources=[Path(p).name for p in args.results],
+                                   title=args.title)
+        html_report.write(report, args.html, args.markdown)
+    except (RecordFileError, history.HistoryError) as err:
+        print(f"perfgate: cannot make the report: {err}", file=sys.stderr)
+        return EXIT_CANNOT_COMPARE
+    for path in (args.html, args.markdown):
+        if path:
+            print(f"wrote {path}")
+    return 0
+
+
+def _add_history_parser(sub) -> None:
+    hist = sub.add_parser("history", help="every run's records in a SQLite database, and a cell's series")
+    hist_sub = hist.add_subparsers(dest="action", required=True)
+    add = hist_sub.add_parser("add", help="append results files to the history (idempotent per run and cell)")
+    add.add_argument("results", nargs="+", metavar="RESULTS", help="results files (JSON lines)")
+    add.add_argument("--db", default=history.DEFAULT_DB, help=f"the database (default: {history.DEFAULT_DB})")
+    add.add_argument("--commit", help="the commit measured, e.g. $GITHUB_SHA (default: unknown)")
+    add.add_argument("--date", help="ISO-8601 date to file the runs under (default: each record's start time)")
+    add.set_defaults(func=cmd_history_add)
+    show = hist_sub.add_parser("show", help="one cell's series, oldest first, with its change points")
+    show.add_argument("cell", metavar="CELL", help="a cell id, e.g. gpt2-train-inductor_default-amp_bf16")
+    show.add_argument("--db", default=history.DEFAULT_DB, help=f"the database (default: {history.DEFAULT_DB})")
+    show.add_argument("--fingerprint", help="only this environment (default: all)")
+    show.add_argument("--metric", default="speedup", choices=history.METRICS,
+                      help="what to list (default: speedup)")
+    show.set_defaults(func=cmd_history_show)
+
+
+def _add_report_parser(sub) -> None:
+    rep = sub.add_parser("report", help="one self-contained HTML page and/or a Markdown digest of results, "
+                                        "with trends from the history")
+    rep.add_argument("results", nargs="+", metavar="RESULTS", help="results files; a later record of a cell wins")
+    rep.add_argument("--db", help="history database for the trend charts (default: none, no trends)")
+    rep.add_argument("--baseline", metavar="PATH_OR_DIR", help="mark the gate's verdicts against this baseline")
+    rep.add_argument("--caption", help="a sentence shown under the title (e.g. where the history comes from)")
+    rep.add_argument("--title", default="perfgate report", help="the page title")
+    rep.add_argument("--html", metavar="OUT.html", help="write the HTML page here")
+    rep.add_argument("--markdown", metavar="OUT.md", help="write the Markdown digest here")
+    rep.set_defaults(func=cmd_report)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="perfgate", description="torch.compile performance gate")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -122,6 +230,8 @@ def build_parser() -> argparse.ArgumentParser:
     res = sub.add_parser("results", help="a short table of the records in results files")
     res.add_argument("results", nargs="+", metavar="RESULTS")
     res.set_defaults(func=cmd_results)
+    _add_history_parser(sub)
+    _add_report_parser(sub)
     return parser
 
 

