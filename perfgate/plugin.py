@@ -43,6 +43,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--perf-save-baseline", metavar="DIR",
                     help="write this run's records as the baseline of its environment and tier into DIR")
     group.addoption("--perf-report", metavar="DIR", help="write the gate's report.md and report.json here")
+    group.addoption("--perf-history", metavar="DB", help="append this run's records to a SQLite history "
+                    "(keyed by commit, date, environment and cell) for `perfgate history` and `perfgate report`")
     group.addoption("--perf-profile", metavar="DIR", help="write why-artifacts of every cell run here: "
                     "chrome traces of eager and compiled steps and TORCH_LOGS graph_breaks,recompiles,"
                     "perf_hints (the gate writes them for flagged cells on its own)")
@@ -351,13 +353,19 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if perf is None or hasattr(config, "workerinput"):
         return
     save_dir, baseline = config.getoption("--perf-save-baseline"), config.getoption("--perf-baseline")
-    if not (save_dir or baseline):
+    history_db = config.getoption("--perf-history")
+    if not (save_dir or baseline or history_db):
         return
     from perfgate.record import load_records
 
     files = sorted(perf.results_path.parent.glob(f"{perf.results_path.stem}*.jsonl"))
     records = [r for r in load_records(files) if r.get("run_id") == perf.run_id]
     lines = perf.summary
+    if history_db and records:  # the controller alone writes: one writer for SQLite
+        from perfgate import history
+
+        added = history.append(history_db, records, commit=history.current_commit())
+        lines.append(f"history: {added} record(s) appended to {history_db}")
     if save_dir:
         from perfgate.baseline import save_baselines
 
