@@ -1,0 +1,62 @@
+"""run_cell on a tiny CPU model: every way a cell can go wrong becomes a record with a reason."""
+
+import dataclasses
+
+import pytest
+
+torch = pytest.importorskip("torch")
+import torch.nn.functional as F  # noqa: E402
+from torch import nn  # noqa: E402
+
+from perfgate.cell import RunOptions, run_cell  # noqa: E402
+from perfgate.matrix import Cell  # noqa: E402
+from perfgate.spec import ModelSpec, Size  # noqa: E402
+from perfgate.timing import CPU_PLAN  # noqa: E402
+
+OPTIONS = RunOptions(device="cpu", plan=CPU_PLAN.replace(min_rounds=3, max_rounds=3, target_round_ms=2.0),
+                     warm_compile=False)
+ENV = {"gpu": None, "fingerprint": "cpu-test"}
+
+
+def _batch(config, size, generator):
+    return {"x": torch.randn(size, 8, generator=generator), "y": torch.randint(0, 2, (size,), generator=generator)}
+
+
+def _spec(predict=lambda m, b: m(b["x"]), **changes) -> ModelSpec:
+    spec = ModelSpec(name="mlp", description="tiny", build=lambda c: nn.Sequential(nn.Linear(8, 2)),
+                     make_batch=_batch, predict=predict, loss=lambda m, b: F.cross_entropy(m(b["x"]), b["y"]),
+                     blocks=lambda m: list(m), unit="samples", sizes={"cpu": Size({}, batch=4)})
+    return dataclasses.replace(spec, **changes)
+
+
+def _run(spec, phase="infer"):
+    return run_cell(spec, Cell("mlp", phase, "aot_eager", "fp32", "cpu"), OPTIONS, ENV)
+
+
+def test_a_healthy_cell_passes():
+    record = _run(_spec())
+    assert (record["status"], record["numerics"]) == ("ok", "pass")
+
+
+def test_a_cell_that_compiled_nothing_fails_as_ran_eager():
+    record = _run(_spec(predict=torch._dynamo.disable(lambda m, b: m(b["x"]))))
+    assert record["status"] == "failed"
+    assert record["reason"].startswith("ran eager")
+    assert record["compile_s"] is not None  # what was measured before the failure stays
+
+
+def test_an_error_inside_the_model_becomes_a_reason_not_a_crash():
+    def broken(model, batch):
+        raise RuntimeError("shape mismatch in block 3")
+
+    record = _run(_spec(predict=broken))
+    assert record["status"] == "failed"
+    assert "shape mismatch in block 3" in record["reason"]
+
+
+def test_nan_in_the_compiled_output_fails_numerics():
+    spec = _spec(predict=lambda m, b: m(b["x"]) / (b["x"].sum() * 0) if torch.compiler.is_compiling()
+                 else m(b["x"]))
+    record = _run(spec)
+    assert record["status"] == "failed" and record["numerics"] == "fail"
+    assert "non-finite" in str(record["numerics_detail"]["checks"])
