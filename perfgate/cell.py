@@ -140,8 +140,9 @@ def _measure(spec, cell: Cell, options: RunOptions, record: dict, progress, reco
     eager_ms, eager_warm = warm_up(eager_step, device, options.plan, len(timed))
     record["peak_mem_eager_mb"] = memory.peak_mb()
 
-    compiled = _compiled_side(spec, cell, size, state, device, options)
+    # Rebase first: the compiled side's weights are its own, as the eager side's are counted in its peak.
     memory.rebase()
+    compiled = _compiled_side(spec, cell, size, state, device, options)
     progress(f"{cell.id}: compiling ({cell.variant})")
     t0 = time.perf_counter()
     compiled_captured = [compiled.captured_step(batches[0], tensors=False)]
