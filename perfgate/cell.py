@@ -27,7 +27,7 @@ from perfgate.matrix import VARIANTS, Cell
 from perfgate.numerics import judge
 from perfgate.peaks import peak_tflops
 from perfgate.record import new_record
-from perfgate.steps import Side, Task, to_device
+from perfgate.steps import Side, to_device
 from perfgate.timing import TimingPlan, interleaved_rounds, steps_per_round, warm_up
 
 MIB = 2**20
@@ -233,9 +233,14 @@ def _model(spec, size, state: dict, device: torch.device, dtype: torch.dtype | N
 
 def _compiled_side(spec, cell, size, state, device, options) -> Side:
     side = Side(spec, _model(spec, size, state, device), cell.phase, cell.precision, device)
-    side.task = faults.wrap_task(side.task, spec, options.fault)
-    side.compile(VARIANTS[cell.variant])
+    _compile(side, spec, cell, options)
     return side
+
+
+def _compile(side: Side, spec, cell, options) -> None:
+    """Plant the test-only fault (if any) in a fresh task and compile it as the cell's variant says."""
+    side.task = faults.wrap_task(side.eager_task(), spec, options.fault)
+    side.compile(VARIANTS[cell.variant])
 
 
 def _reference_steps(spec, cell, size, state, host_batches, device):
@@ -326,9 +331,7 @@ def _warm_compile_s(compiled: Side, spec, cell, batch, device, options) -> float
 
     introspect.reset_compiler()
     clear_caches()
-    fn = spec.loss if cell.phase == "train" else spec.predict
-    compiled.task = faults.wrap_task(Task(compiled.model, fn), spec, options.fault)
-    compiled.compile(VARIANTS[cell.variant])
+    _compile(compiled, spec, cell, options)
     t0 = time.perf_counter()
     compiled.step(batch)
     _sync(device)

@@ -45,7 +45,7 @@ class Side:
 
     def __init__(self, spec, model: nn.Module, phase: str, precision: str, device: torch.device):
         self.spec, self.model, self.phase, self.precision, self.device = spec, model, phase, precision, device
-        self.task = Task(model, spec.loss if phase == "train" else spec.predict)
+        self.task = self.eager_task()
         self.cudagraph_steps = False
         if phase == "train":
             model.train()
@@ -56,6 +56,10 @@ class Side:
         else:
             model.eval()
             self.optimizer = self.scaler = None
+
+    def eager_task(self) -> Task:
+        """A new uncompiled task: the record's loss for training, its predict for inference."""
+        return Task(self.model, self.spec.loss if self.phase == "train" else self.spec.predict)
 
     def compile(self, variant) -> None:
         """Compile as the variant says: the whole task, or (regional) each repeated block in place, and
