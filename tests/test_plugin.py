@@ -1,10 +1,18 @@
 """The pytest face end to end on a tiny MLP compiled with aot_eager on the CPU (seconds, not minutes)."""
 
 import json
+import os
+from pathlib import Path
 
 import pytest
 
+import perfgate
+
 pytest.importorskip("torch")
+
+# The suites below run in a temporary directory, where `import perfgate` finds whichever copy is installed
+# (an editable install may point at another checkout): put this checkout's first, so it is what they test.
+PERFGATE_ROOT = str(Path(perfgate.__file__).resolve().parents[1])
 
 TINY_SUITE = '''
 import pytest
@@ -48,7 +56,8 @@ FAST = ["-m", "cpu", "-p", "no:randomly", "--perf-warm-compile=off", "--perf-min
 
 
 @pytest.fixture
-def suite(pytester):
+def suite(pytester, monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [PERFGATE_ROOT, os.environ.get("PYTHONPATH")])))
     pytester.makeconftest('pytest_plugins = ["perfgate.plugin"]')
     pytester.makepyfile(test_tiny=TINY_SUITE)
     pytester.makeini("[pytest]\nmarkers =\n    gpu: g\n    cpu: c\n    pr: p\n    nightly: n\n")
