@@ -13,9 +13,15 @@ from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
 from perfgate.baseline import BaselineError, group_by_key, key_of, resolve_baseline
-from perfgate.rules import (DEFAULT_RULES, IMPROVEMENT, REFRESH, REGRESSION, CountRule, Finding,  # noqa: F401
+from perfgate.rules import (DEFAULT_RULES, IMPROVEMENT, REFRESH, REGRESSION, CountRule, Finding,
                             NumericsRule, RelativeRule, SpeedupRule, StatusRule, both_ok, default_rules)
 from perfgate.stats import geomean
+
+# The rules are re-exported, so a caller builds a rule set from the gate alone (gate.default_rules(...));
+# listed here because pyflakes reads __all__, not noqa comments.
+__all__ = ["CellRow", "GateReport", "GateOutcome", "compare", "speedup_suspects", "confirm", "gate_run",
+           "BaselineError", "DEFAULT_RULES", "IMPROVEMENT", "REFRESH", "REGRESSION", "CountRule", "Finding",
+           "NumericsRule", "RelativeRule", "SpeedupRule", "StatusRule", "default_rules"]
 
 
 @dataclass(frozen=True)
