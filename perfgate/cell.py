@@ -115,17 +115,8 @@ def _measure(spec, cell: Cell, options: RunOptions, record: dict, progress, reco
     device = torch.device(options.device)
     size = spec.sizes[cell.device_kind]
     introspect.reset_compiler()
-    torch.manual_seed(options.seed)
-    state = {k: v.detach().clone() for k, v in spec.build(size.config).state_dict().items()}
-    generator = torch.Generator().manual_seed(options.seed)
-    variant = VARIANTS[cell.variant]
-    raw = [spec.make_batch(size.config, size.batch, generator) for _ in range(max(2, spec.stream))]
-    host_batches, record["recompiles_allowed"] = _shaped(spec, size, variant, raw)
-    batches = [to_device(b, device) for b in host_batches]
-    if variant.mark_dynamic:
-        for batch in batches:
-            for key, dim in spec.dynamic_dims:
-                torch._dynamo.mark_dynamic(batch[key], dim)
+    state = initial_state(spec, size, options.seed)
+    host_batches, batches, record["recompiles_allowed"] = cell_batches(spec, cell, size, options.seed, device)
     # The timed stream: one batch, or for a variable-length model its whole mix of lengths.
     timed = batches if spec.stream > 1 else batches[:1]
     progress(f"{cell.id}: numerics reference")
@@ -142,11 +133,11 @@ def _measure(spec, cell: Cell, options: RunOptions, record: dict, progress, reco
 
     # Rebase first: the compiled side's weights are its own, as the eager side's are counted in its peak.
     memory.rebase()
-    compiled = _compiled_side(spec, cell, size, state, device, options)
+    compiled = compiled_side(spec, cell, size, state, device, options)
     progress(f"{cell.id}: compiling ({cell.variant})")
     t0 = time.perf_counter()
     compiled_captured = [compiled.captured_step(batches[0], tensors=False)]
-    _sync(device)
+    sync(device)
     record["compile_s"] = round(time.perf_counter() - t0, 3)
     record["peak_mem_compile_mb"] = memory.peak_mb()
     first = introspect.compile_counts()
@@ -184,6 +175,27 @@ def _measure(spec, cell: Cell, options: RunOptions, record: dict, progress, reco
     progress(f"{cell.id}: speedup {record['speedup']:.3f}x [{record['speedup_lo']:.3f}, "
              f"{record['speedup_hi']:.3f}], compile {record['compile_s']:.1f} s")
     _raise_if_wrong(record)
+
+
+def initial_state(spec, size, seed: int) -> dict:
+    """The weights both sides start from: the model's random init under `seed`."""
+    torch.manual_seed(seed)
+    return {k: v.detach().clone() for k, v in spec.build(size.config).state_dict().items()}
+
+
+def cell_batches(spec, cell: Cell, size, seed: int, device: torch.device) -> tuple[list, list, int]:
+    """The cell's batches, seeded: on the host, on the device (sequence dims marked dynamic where the
+    variant says), and the recompiles their shapes may cost."""
+    generator = torch.Generator().manual_seed(seed)
+    variant = VARIANTS[cell.variant]
+    raw = [spec.make_batch(size.config, size.batch, generator) for _ in range(max(2, spec.stream))]
+    host_batches, allowed = _shaped(spec, size, variant, raw)
+    batches = [to_device(b, device) for b in host_batches]
+    if variant.mark_dynamic:
+        for batch in batches:
+            for key, dim in spec.dynamic_dims:
+                torch._dynamo.mark_dynamic(batch[key], dim)
+    return host_batches, batches, allowed
 
 
 def _raise_if_wrong(record: dict) -> None:
@@ -231,7 +243,7 @@ def _model(spec, size, state: dict, device: torch.device, dtype: torch.dtype | N
     return model.to(device=device, dtype=dtype)
 
 
-def _compiled_side(spec, cell, size, state, device, options) -> Side:
+def compiled_side(spec, cell, size, state, device, options) -> Side:
     side = Side(spec, _model(spec, size, state, device), cell.phase, cell.precision, device)
     _compile(side, spec, cell, options)
     return side
@@ -293,7 +305,7 @@ class _Memory:
         return round((torch.cuda.max_memory_allocated() - self.base) / MIB, 1) if self.cuda else None
 
 
-def _sync(device: torch.device) -> None:
+def sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
 
@@ -334,5 +346,5 @@ def _warm_compile_s(compiled: Side, spec, cell, batch, device, options) -> float
     _compile(compiled, spec, cell, options)
     t0 = time.perf_counter()
     compiled.step(batch)
-    _sync(device)
+    sync(device)
     return round(time.perf_counter() - t0, 3)
