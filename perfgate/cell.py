@@ -22,7 +22,7 @@ from typing import Callable
 
 import torch
 
-from perfgate import faults, introspect, why
+from perfgate import artifacts, faults, introspect, why
 from perfgate.matrix import VARIANTS, Cell
 from perfgate.numerics import judge
 from perfgate.peaks import peak_tflops
@@ -32,16 +32,27 @@ from perfgate.timing import TimingPlan, interleaved_rounds, steps_per_round, war
 
 MIB = 2**20
 
+# --perf-warm-compile: "on" times the compile again in this process with the on-disk caches warm;
+# "artifacts" also times it in a fresh process handed torch.compiler.save_cache_artifacts()'s bytes.
+WARM_COMPILE = ("off", "on", "artifacts")
+
 
 @dataclass(frozen=True)
 class RunOptions:
     device: str = "cuda"
     plan: TimingPlan = TimingPlan()
-    warm_compile: bool = True
+    warm_compile: str = "on"  # one of WARM_COMPILE
     cache_dir: str | None = None  # a kept inductor cache; None: a fresh one per cell (cold compiles)
     fault: faults.Fault | None = None  # test-only planted fault
     seed: int = 0
     profile_dir: str | None = None  # write why-artifacts (traces, compile logs) under <dir>/<cell id>/
+    # "module:attribute" of the model registry (name -> ModelSpec), set by the face: a fresh process finds
+    # the cell's spec there by name, as specs hold lambdas and cannot be pickled. Never imported here.
+    registry: str | None = None
+
+    def __post_init__(self):
+        if self.warm_compile not in WARM_COMPILE:  # a bool from an older caller would silently mean "off"
+            raise ValueError(f"warm_compile={self.warm_compile!r}; valid: {', '.join(WARM_COMPILE)}")
 
 
 class CellFailure(Exception):
@@ -56,10 +67,12 @@ def run_cell(spec, cell: Cell, options: RunOptions, env: dict,
     if spec.speedup_threshold is not None:
         record["gate"] = {"speedup_threshold": spec.speedup_threshold}
     started = time.perf_counter()
+    saved = None  # this cell's cache artifacts, when --perf-warm-compile=artifacts saved some
     try:
         why_dir = Path(options.profile_dir) / cell.id if options.profile_dir else None
-        with _compile_cache(options.cache_dir, record), why.compile_logs(why_dir and why_dir / "compile.log"):
-            _measure(spec, cell, options, record, progress, record_compiled, why_dir)
+        with (_compile_cache(options.cache_dir, record), why.compile_logs(why_dir and why_dir / "compile.log"),
+              artifacts.fresh_recording()):
+            saved = _measure(spec, cell, options, record, progress, record_compiled, why_dir)
         record["status"], record["reason"] = "ok", ""
     except CellFailure as failure:
         record["status"], record["reason"] = "failed", str(failure)
@@ -70,6 +83,10 @@ def run_cell(spec, cell: Cell, options: RunOptions, env: dict,
     finally:
         record["wall_s"] = round(time.perf_counter() - started, 2)
         _clean_up()
+    if saved is not None:  # after _clean_up: this process's models are freed while the child builds its own
+        progress(f"{cell.id}: compiling from {len(saved)} bytes of cache artifacts in a fresh process")
+        artifacts.measure_in_child(saved, cell, options, record)  # never raises: a note says what failed
+        record["wall_s"] = round(time.perf_counter() - started, 2)
     return record
 
 
@@ -111,7 +128,8 @@ def _clean_up() -> None:
 
 
 def _measure(spec, cell: Cell, options: RunOptions, record: dict, progress, record_compiled,
-             why_dir: Path | None) -> None:
+             why_dir: Path | None) -> bytes | None:
+    """Measure the cell into `record`; returns its saved cache artifacts when options ask for them."""
     device = torch.device(options.device)
     size = spec.sizes[cell.device_kind]
     introspect.reset_compiler()
@@ -170,11 +188,14 @@ def _measure(spec, cell: Cell, options: RunOptions, record: dict, progress, reco
         record["why"] = {"dir": str(why_dir), "compile_log": str(why_dir / "compile.log"),
                          "trace_eager": str(why.trace(eager_step, why_dir / "trace-eager.json", device)),
                          "trace_compiled": str(why.trace(compiled_step, why_dir / "trace-compiled.json", device))}
-    if options.warm_compile:
+    # Saved before the in-process warm compile below: the artifacts are what the cold compile left.
+    saved = artifacts.save(record) if options.warm_compile == "artifacts" else None
+    if options.warm_compile != "off":
         record["compile_warm_s"] = _warm_compile_s(compiled, spec, cell, batches[0], device, options)
     progress(f"{cell.id}: speedup {record['speedup']:.3f}x [{record['speedup_lo']:.3f}, "
              f"{record['speedup_hi']:.3f}], compile {record['compile_s']:.1f} s")
     _raise_if_wrong(record)
+    return saved
 
 
 def initial_state(spec, size, seed: int) -> dict:

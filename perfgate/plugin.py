@@ -17,6 +17,10 @@ import pytest
 from perfgate import matrix
 from perfgate.matrix import Cell, UnknownNameError, check_names, split_csv
 
+# The zoo, as an import path: the engine never imports it, but a fresh process (--perf-warm-compile
+# artifacts) finds a cell's model there by name.
+ZOO_REGISTRY = "fixtures:REGISTRY"
+
 CELL_KEY = pytest.StashKey[Cell]()
 SESSION_KEY = pytest.StashKey["PerfSession"]()
 
@@ -33,8 +37,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     "fresh directory per cell, so compile times are cold)")
     group.addoption("--perf-tf32", choices=("on", "off"), default="on",
                     help="fp32 policy on CUDA: TF32 tensor cores for matmul and convolutions (default on)")
-    group.addoption("--perf-warm-compile", choices=("on", "off"), default="on",
-                    help="also time a second compile with warm on-disk caches (default on)")
+    group.addoption("--perf-warm-compile", choices=("off", "on", "artifacts"), default="on",
+                    help="on: also time the compile again in-process with the on-disk caches warm; artifacts: "
+                    "that, and a compile in a fresh process with empty caches handed this cell's "
+                    "torch.compiler.save_cache_artifacts() (default on)")
     group.addoption("--perf-min-rounds", type=int, help="interleaved rounds at least (GPU default 15)")
     group.addoption("--perf-max-rounds", type=int, help="interleaved rounds at most (GPU default 40)")
     group.addoption("--perf-round-ms", type=float, help="target length of one round, ms (GPU default 50)")
@@ -254,9 +260,9 @@ class PerfSession:
                      "target_round_ms": opt("--perf-round-ms")}
         plan = (GPU_PLAN if cell.device_kind == "gpu" else CPU_PLAN).replace(
             **{key: value for key, value in overrides.items() if value})
-        return RunOptions(device=str(device), plan=plan, warm_compile=opt("--perf-warm-compile") == "on",
+        return RunOptions(device=str(device), plan=plan, warm_compile=opt("--perf-warm-compile"),
                           cache_dir=opt("--perf-cache-dir"), fault=faults.parse(opt("--perf-inject")),
-                          profile_dir=opt("--perf-profile"))
+                          profile_dir=opt("--perf-profile"), registry=ZOO_REGISTRY)
 
     def measure(self, spec, cell: Cell, benchmark=None) -> dict:
         """Run one cell, stream its record, feed pytest-benchmark, and fail the test if the cell failed."""

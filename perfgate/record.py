@@ -20,6 +20,11 @@ FLOPs per step, throughput in the model's own unit per second. Absent or not-mea
     speedup, speedup_lo, speedup_hi       median of per-round eager/compiled ratios and its 95 % interval
     compile_s         first compiled call (cold unless `compile_cache` says otherwise), seconds
     compile_warm_s    the same compile again with dynamo reset and inductor caches warm, or null
+    compile_artifacts_s      load + first compiled call in a fresh process with empty caches, handed this
+                             cell's torch.compiler.save_cache_artifacts() (--perf-warm-compile artifacts)
+    compile_artifacts_bytes  size of those artifacts, bytes
+    compile_artifacts_hits   FX graph + AOTAutograd cache hits in that process (0: the load went unused)
+    compile_artifacts_note   why compile_artifacts_s is null (or the hits 0), e.g. the child's error
     compile_cache     "fresh" (a new inductor cache dir for the cell) | "persistent" (a kept dir)
     graph_count, graph_breaks, recompiles, break_reasons ([str], first few)
     recompiles_allowed  what the variant's shape strategy may cost (bucketed shapes: one per length)
@@ -74,6 +79,10 @@ def new_record(cell, env: dict, run_id: str | None = None) -> dict:
         "speedup_hi": None,
         "compile_s": None,
         "compile_warm_s": None,
+        "compile_artifacts_s": None,
+        "compile_artifacts_bytes": None,
+        "compile_artifacts_hits": None,
+        "compile_artifacts_note": None,
         "compile_cache": None,
         "graph_count": None,
         "graph_breaks": None,

@@ -8,13 +8,14 @@ torch = pytest.importorskip("torch")
 import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 
+from perfgate import artifacts  # noqa: E402
 from perfgate.cell import RunOptions, run_cell  # noqa: E402
 from perfgate.matrix import Cell  # noqa: E402
 from perfgate.spec import ModelSpec, Size  # noqa: E402
 from perfgate.timing import CPU_PLAN  # noqa: E402
 
 OPTIONS = RunOptions(device="cpu", plan=CPU_PLAN.replace(min_rounds=3, max_rounds=3, target_round_ms=2.0),
-                     warm_compile=False)
+                     warm_compile="off")
 ENV = {"gpu": None, "fingerprint": "cpu-test"}
 
 
@@ -29,8 +30,18 @@ def _spec(predict=lambda m, b: m(b["x"]), **changes) -> ModelSpec:
     return dataclasses.replace(spec, **changes)
 
 
+# The artifacts child rebuilds the model in a fresh process: it imports this module and finds it here.
+REGISTRY = {"mlp": _spec()}
+
+
 def _run(spec, phase="infer"):
     return run_cell(spec, Cell("mlp", phase, "aot_eager", "fp32", "cpu"), OPTIONS, ENV)
+
+
+def _run_with_artifacts(registry: str):
+    """Inductor, inference: aot_eager leaves no cache artifacts, and one forward graph compiles fastest."""
+    options = dataclasses.replace(OPTIONS, warm_compile="artifacts", registry=registry)
+    return run_cell(REGISTRY["mlp"], Cell("mlp", "infer", "inductor_default", "fp32", "cpu"), options, ENV)
 
 
 def test_a_healthy_cell_passes():
@@ -60,3 +71,33 @@ def test_nan_in_the_compiled_output_fails_numerics():
     record = _run(spec)
     assert record["status"] == "failed" and record["numerics"] == "fail"
     assert "non-finite" in str(record["numerics_detail"]["checks"])
+
+
+def test_a_fresh_process_compiles_from_the_cells_cache_artifacts():
+    record = _run_with_artifacts(f"{__name__}:REGISTRY")
+    assert record["status"] == "ok", record["reason"]
+    assert record["compile_artifacts_note"] is None
+    assert record["compile_artifacts_bytes"] > 0
+    assert record["compile_artifacts_s"] > 0
+    assert record["compile_artifacts_hits"] > 0  # 0 would mean the child compiled cold: the load went unused
+    assert record["compile_warm_s"] > 0  # "artifacts" is "on" plus the fresh process
+
+
+def test_a_broken_fresh_process_leaves_the_cell_ok_with_a_note():
+    record = _run_with_artifacts("no_such_zoo:REGISTRY")
+    assert record["status"] == "ok", record["reason"]
+    assert record["compile_artifacts_bytes"] > 0 and record["compile_artifacts_s"] is None
+    assert "ModuleNotFoundError: No module named 'no_such_zoo'" in record["compile_artifacts_note"]
+
+
+def test_a_fresh_process_past_its_time_is_killed_with_a_note():
+    record = {}
+    options = dataclasses.replace(OPTIONS, registry=f"{__name__}:REGISTRY")
+    artifacts.measure_in_child(b"", Cell("mlp", "infer", "inductor_default", "fp32", "cpu"), options, record,
+                               timeout_s=0.2)  # the child is still importing torch
+    assert record == {"compile_artifacts_note": "fresh process: timed out after 0.2 s"}
+
+
+def test_warm_compile_takes_its_option_values_only():
+    with pytest.raises(ValueError, match="off, on, artifacts"):
+        RunOptions(warm_compile=True)
