@@ -133,10 +133,16 @@ def speedup_charts(records: Sequence[dict], verdicts: dict[str, str]) -> list[Ch
     return charts
 
 
+# The same compile again, beside the cold one: in this process with warm caches, and in a fresh process
+# handed the cell's saved cache artifacts (--perf-warm-compile artifacts).
+_COMPILED_AGAIN = (("compile_warm_s", "warm"), ("compile_artifacts_s", "from artifacts"))
+
+
 def _compile_text(record: dict) -> str:
     text = f"{record['compile_s']:.1f} s"
-    if record.get("compile_warm_s") is not None:
-        text += f" (warm {record['compile_warm_s']:.1f} s)"
+    again = [f"{label} {record[key]:.1f} s" for key, label in _COMPILED_AGAIN if record.get(key) is not None]
+    if again:
+        text += f" ({', '.join(again)})"
     return text + (" · kept cache" if record.get("compile_cache") == "persistent" else "")
 
 
@@ -147,8 +153,9 @@ def compile_chart(records: Sequence[dict]) -> list[Chart]:
                 tooltip=f"{r['cell']}: first compiled call {r['compile_s']:.1f} s, cache {r.get('compile_cache')}")
             for r in rows]
     note = ("Bar: the first compiled call, cold with a fresh inductor cache; inner bar: the same compile again "
-            "with the caches warm. \"kept cache\": compiled from a cache kept between runs (--perf-cache-dir), "
-            "so that first call may be warm too.")
+            "with the caches warm. \"from artifacts\": the same compile in a fresh process with empty caches, "
+            "handed the cell's torch.compiler.save_cache_artifacts(). \"kept cache\": compiled from a cache "
+            "kept between runs (--perf-cache-dir), so that first call may be warm too.")
     if not bars:
         return []
     return [Chart("Compile time (seconds)", bar_chart(bars, label="compile seconds", unit=" s"), note)]

@@ -341,7 +341,7 @@ class _BenchmarkSink:
         if self.benchmark is None:
             return
         keys = ("status", "reason", "eager_ms", "compiled_ms", "speedup", "speedup_lo", "speedup_hi",
-                "compile_s", "compile_warm_s", "graph_breaks", "recompiles", "numerics",
+                "compile_s", "compile_warm_s", "compile_artifacts_s", "graph_breaks", "recompiles", "numerics",
                 "peak_mem_eager_mb", "peak_mem_compiled_mb", "steps_per_round")
         self.benchmark.extra_info.update({key: record[key] for key in keys})
 

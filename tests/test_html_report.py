@@ -107,6 +107,14 @@ def test_bars_and_their_numbers_match_the_records(real):
                       for r in ok}
 
 
+def test_compile_bars_name_the_compiles_again_in_process_and_from_artifacts():
+    cells = syn.cells(models=["gpt2"])
+    records = syn.run(1, cell_list=cells, overrides={cells[0].id: {"compile_artifacts_s": 12.3}})
+    texts = [text for _cell, text in parse(html_report.render_html(html_report.build(records))).values]
+    assert texts.count("40.0 s (warm 6.0 s, from artifacts 12.3 s)") == 1
+    assert texts.count("40.0 s (warm 6.0 s)") == len(cells) - 1
+
+
 def test_failed_cells_are_listed_with_their_reason_escaped(tmp_path):
     cells = syn.cells(models=["gpt2"])
     records = syn.run(1, cell_list=cells, overrides={cells[0].id: syn.failed(cells[0], "OOM <script>x</script>")})
