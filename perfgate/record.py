@@ -3,7 +3,8 @@
 A record is one flat JSON object. Times are milliseconds per step, compile times seconds, memory MiB,
 FLOPs per step, throughput in the model's own unit per second. Absent or not-measured values are null.
 
-    schema            int, RECORD_SCHEMA
+    schema            int, RECORD_SCHEMA. 2: the compiled peaks count the compiled side's own weights;
+                      1 (before 922663c) left them out, so its peak_mem_compiled_mb reads low by the weights
     cell              "gpt2-train-inductor_default-amp_bf16" (Cell.id)
     run_id            one id per pytest session, shared by its xdist workers (null: one results file is
                       one run); baselines group records into runs by it
@@ -46,7 +47,9 @@ import os
 from pathlib import Path
 from typing import Iterable, Iterator
 
-RECORD_SCHEMA = 1
+RECORD_SCHEMA = 2
+# Records older than this measured the compiled side's memory without its weights (see the schema line).
+MEMORY_SCHEMA = 2
 STATUSES = ("ok", "failed", "skipped")
 
 

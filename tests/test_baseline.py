@@ -54,6 +54,17 @@ def test_cell_folds_runs(three_runs, folded):
     assert (cell["status"], cell["numerics"], cell["runs_ok"]) == ("ok", "pass", 3)
 
 
+def test_compiled_memory_of_old_records_is_not_folded():
+    """Schema-1 records measured the compiled peak without the compiled weights (low by their size): a
+    baseline mixing old and new runs keeps their speedups but takes the compiled peak from new ones only."""
+    old = syn.run(1, overrides={RESNET: dict(schema=1, peak_mem_compiled_mb=5455.3)})
+    new = syn.run(2, overrides={RESNET: dict(peak_mem_compiled_mb=5553.0)})
+    cell = bl.build_baseline([old, new])[KEY]["cells"][RESNET]
+    assert cell["peak_mem_compiled_mb"] == 5553.0 and cell["runs_ok"] == 2
+    only_old = bl.build_baseline([old])[KEY]["cells"][RESNET]
+    assert only_old["peak_mem_compiled_mb"] is None and only_old["peak_mem_eager_mb"] is not None
+
+
 def test_max_over_runs_and_numerics_need_every_run():
     runs = [syn.run(1), syn.run(2, overrides={RESNET: dict(graph_breaks=2, peak_mem_compiled_mb=7500.0,
                                                               numerics="fail", compile_s=61.0)})]
