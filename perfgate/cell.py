@@ -26,7 +26,7 @@ from perfgate import artifacts, faults, introspect, why
 from perfgate.matrix import VARIANTS, Cell
 from perfgate.numerics import judge
 from perfgate.peaks import peak_tflops
-from perfgate.record import new_record
+from perfgate.record import UNFINISHED, new_record
 from perfgate.steps import Side, to_device
 from perfgate.timing import TimingPlan, interleaved_rounds, steps_per_round, warm_up
 
@@ -61,12 +61,18 @@ class CellFailure(Exception):
 
 def run_cell(spec, cell: Cell, options: RunOptions, env: dict,
              progress: Callable[[str], None] = lambda _msg: None,
-             record_compiled: Callable[[float], None] | None = None) -> dict:
+             record_compiled: Callable[[float], None] | None = None,
+             checkpoint: Callable[[dict], None] | None = None) -> dict:
+    """Measure one cell and return its record. `checkpoint`, if given, receives the record as it stands at
+    each stage (status "failed", reason "did not finish ..."): a process killed mid-cell (a CI timeout, a
+    hung compile) then leaves what it had measured, and the final record supersedes it."""
     record = new_record(cell, env)
     record["started_at"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
     if spec.speedup_threshold is not None:
         record["gate"] = {"speedup_threshold": spec.speedup_threshold}
     started = time.perf_counter()
+    if checkpoint is not None:
+        progress = _checkpointing(progress, checkpoint, record, started)
     saved = None  # this cell's cache artifacts, when --perf-warm-compile=artifacts saved some
     try:
         why_dir = Path(options.profile_dir) / cell.id if options.profile_dir else None
@@ -88,6 +94,17 @@ def run_cell(spec, cell: Cell, options: RunOptions, env: dict,
         artifacts.measure_in_child(saved, cell, options, record)  # never raises: a note says what failed
         record["wall_s"] = round(time.perf_counter() - started, 2)
     return record
+
+
+def _checkpointing(progress, checkpoint, record: dict, started: float):
+    """A progress callback that also hands the record on at every stage it announces."""
+    def stage(message: str) -> None:
+        progress(message)
+        partial = dict(record, wall_s=round(time.perf_counter() - started, 2))
+        if record["reason"] == UNFINISHED:  # still measuring; a finished record (artifacts stage) stays as is
+            partial["reason"] = f"{UNFINISHED}: the process ended during '{message}'"
+        checkpoint(partial)
+    return stage
 
 
 def _first_line(err: BaseException) -> str:

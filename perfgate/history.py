@@ -126,7 +126,9 @@ def append(db_path: str | os.PathLike, records: Iterable[dict], commit: str | No
     `commit`: the commit measured (None: unknown; a later append of the same run may fill it in).
     `date`: ISO-8601 date or time to file the records under (None: each record's started_at, else now).
     Idempotent per (run_id, cell): a record already there is replaced by the newer one."""
-    rows = [_row(r, commit, date) for r in records]
+    # One row per (run_id, cell), the last: a results file also holds each cell's mid-cell checkpoints.
+    latest = {(row[0], row[1]): row for row in (_row(r, commit, date) for r in records)}
+    rows = list(latest.values())
     names = ("run_id", "cell", "commit_sha", "date", "fingerprint", *FIELDS, "record")
     # A re-append keeps what it does not know: the commit and date given earlier survive a later append
     # (e.g. by the plugin) that passes none.

@@ -220,7 +220,11 @@ class PerfSession:
         options = self.options(cell, device)
         if profile_dir:
             options = dataclasses.replace(options, profile_dir=profile_dir)
-        record = run_cell(spec, cell, options, self.environment(device), self._progress, record_compiled)
+        def checkpoint(partial: dict) -> None:  # superseded by the final record (a later one wins)
+            append_record(self.results_path, {**partial, "run_id": self.run_id})
+
+        record = run_cell(spec, cell, options, self.environment(device), self._progress, record_compiled,
+                          checkpoint)
         record["run_id"] = self.run_id
         append_record(self.results_path, record)
         self.records.append(record)

@@ -51,6 +51,7 @@ RECORD_SCHEMA = 2
 # Records older than this measured the compiled side's memory without its weights (see the schema line).
 MEMORY_SCHEMA = 2
 STATUSES = ("ok", "failed", "skipped")
+UNFINISHED = "did not finish"  # a new record's reason until the cell ends
 
 
 def new_record(cell, env: dict, run_id: str | None = None) -> dict:
@@ -66,7 +67,7 @@ def new_record(cell, env: dict, run_id: str | None = None) -> dict:
         "device_kind": cell.device_kind,
         "tier": cell.tier,
         "status": "failed",
-        "reason": "did not finish",
+        "reason": UNFINISHED,
         "env": env,
         "started_at": None,
         "wall_s": None,

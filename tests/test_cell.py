@@ -73,6 +73,17 @@ def test_nan_in_the_compiled_output_fails_numerics():
     assert "non-finite" in str(record["numerics_detail"]["checks"])
 
 
+def test_checkpoints_keep_what_a_killed_cell_had_measured():
+    seen = []
+    record = run_cell(_spec(), Cell("mlp", "infer", "aot_eager", "fp32", "cpu"), OPTIONS, ENV,
+                      checkpoint=lambda partial: seen.append(dict(partial)))
+    assert record["status"] == "ok" and record["reason"] == ""
+    assert [p["status"] for p in seen] == ["failed"] * len(seen) and len(seen) >= 3
+    assert seen[0]["reason"].endswith("numerics reference'")
+    timing = next(p for p in seen if "timing" in p["reason"])  # killed while timing: compile and numerics kept
+    assert timing["compile_s"] is not None and timing["numerics"] == "pass" and timing["speedup"] is None
+
+
 def test_a_fresh_process_compiles_from_the_cells_cache_artifacts():
     record = _run_with_artifacts(f"{__name__}:REGISTRY")
     assert record["status"] == "ok", record["reason"]

@@ -42,6 +42,14 @@ def test_append_and_series_roundtrip(tmp_path):
     assert history.cells(db) == sorted((r["cell"], syn.H100) for r in nightly(1, 3))
 
 
+def test_a_cells_checkpoints_become_one_row_the_final_record(tmp_path):
+    final = nightly(1, 3)
+    partial = [{**r, "status": "failed", "reason": "did not finish: the process ended during 'timing'",
+                "speedup": None} for r in final]
+    assert history.append(tmp_path / "h.sqlite", partial + final) == len(final)
+    assert history.series(tmp_path / "h.sqlite", GPT2)[0]["status"] == "ok"
+
+
 def test_append_is_idempotent_per_run_and_cell(tmp_path):
     db = tmp_path / "h.sqlite"
     run = nightly(1, 3)
