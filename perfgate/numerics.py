@@ -1,7 +1,9 @@
 """Is the compiled result as close to the truth as eager's? The RMSE-multiplier rule of PyTorch's accuracy CI.
 
 Each captured tensor (an output, the loss of each step, every gradient, every parameter after two optimizer
-steps) is judged alone, so one broken small tensor is not averaged away by a large healthy one.
+steps) is judged alone, so one broken small tensor is not averaged away by a large healthy one. Its limit
+also carries a floor from its group (the gradients, or the parameter updates, of the same step), so a tensor
+that is rounding noise at the model's scale is not judged against its own noise (see Tolerance).
 """
 
 from __future__ import annotations
@@ -13,6 +15,10 @@ import torch
 # A verdict lists every failing tensor but keeps the record readable: this many passing ones at most.
 MAX_LISTED_CHECKS = 8
 
+# Kinds with a group floor, by the captured name's prefix. Outputs and losses have none: each is its own
+# group (one logits tensor, one scalar loss), so today's per-tensor floor already is the group's.
+GROUPED = ("grad", "param")
+
 
 def _rmse(a: torch.Tensor, b: torch.Tensor) -> float:
     return float(torch.sqrt(torch.mean((a.double() - b.double()) ** 2))) if a.numel() else 0.0
@@ -20,6 +26,30 @@ def _rmse(a: torch.Tensor, b: torch.Tensor) -> float:
 
 def _rms(a: torch.Tensor) -> float:
     return float(torch.sqrt(torch.mean(a.double() ** 2))) if a.numel() else 0.0
+
+
+def kind(name: str) -> str:
+    """"grad", "param" or "output" (outputs and losses), from a captured tensor's name."""
+    prefix = name.partition(".")[0]
+    return prefix if prefix in GROUPED else "output"
+
+
+def group_scales(truth: dict, initial: dict) -> dict[str, float]:
+    """RMS over every element of a step's group, on the truth side (the reference, or eager without one):
+    "grad" of all gradients, "param" of all parameter updates (after minus `initial`). Pooled over elements,
+    so it is the model's gradient (update) scale, not an average of per-tensor scales."""
+    sums = {k: [0.0, 0] for k in GROUPED}  # kind -> [sum of squares, elements]
+    for name, value in truth.items():
+        k = kind(name)
+        if k == "param":
+            start = initial.get(name[len("param."):])
+            if start is None or start.shape != value.shape:
+                continue
+            value = value.double() - start.double()
+        if k in sums:
+            sums[k][0] += float(torch.sum(value.double() ** 2))
+            sums[k][1] += value.numel()
+    return {k: math.sqrt(total / count) if count else 0.0 for k, (total, count) in sums.items()}
 
 
 def judge(compiled: list[dict], eager: list[dict], reference: list[dict] | None, tolerance,
@@ -32,6 +62,7 @@ def judge(compiled: list[dict], eager: list[dict], reference: list[dict] | None,
     checks = []
     for step, (c_step, e_step) in enumerate(zip(compiled, eager)):
         r_step = reference[step] if reference is not None else None
+        scales = group_scales(e_step if r_step is None else r_step, initial)
         for name, c in c_step.items():
             label = f"step{step}.{name}"
             e = e_step[name]
@@ -42,7 +73,8 @@ def judge(compiled: list[dict], eager: list[dict], reference: list[dict] | None,
                 checks.append({"name": label, "ok": False, "why": "non-finite values in compiled"})
                 continue
             start = initial.get(name[len("param."):]) if name.startswith("param.") else None
-            checks.append(_check(label, c, e, None if r_step is None else r_step[name], tolerance, start))
+            checks.append(_check(label, c, e, None if r_step is None else r_step[name], tolerance, start,
+                                 kind(name), scales.get(kind(name))))
     failing = [c for c in checks if not c["ok"]]
     worst = max(checks, key=lambda c: c.get("ratio", math.inf if not c["ok"] else 0.0), default=None)
     listed = failing + sorted((c for c in checks if c["ok"]), key=lambda c: -c.get("ratio", 0.0))
@@ -56,18 +88,27 @@ def judge(compiled: list[dict], eager: list[dict], reference: list[dict] | None,
     }
 
 
+def _group_floor(tolerance, tensor_kind: str, group_scale: float | None) -> float:
+    """The absolute part of a limit, from the group: rounding level of the step's gradients (floor times
+    their RMS), or update_floor times the RMS of the step's parameter updates. 0 for outputs."""
+    if group_scale is None:
+        return 0.0
+    return (tolerance.update_floor if tensor_kind == "param" else tolerance.floor) * group_scale
+
+
 def _check(label: str, c: torch.Tensor, e: torch.Tensor, r: torch.Tensor | None, tolerance,
-           start: torch.Tensor | None = None) -> dict:
+           start: torch.Tensor | None = None, tensor_kind: str = "output", group_scale: float | None = None) -> dict:
+    group = {} if group_scale is None else {"group_scale": group_scale}
+    # +1e-12 so an all-zero tensor in an all-zero group (exactly zero on every side) passes.
+    floor = _group_floor(tolerance, tensor_kind, group_scale) + 1e-12
     if r is None:
         err = _rmse(c, e)
-        limit = tolerance.fallback_rtol * _rms(e) + 1e-12
-        return {"name": label, "rmse_compiled_vs_eager": err, "limit": limit,
+        limit = tolerance.fallback_rtol * _rms(e) + floor
+        return {"name": label, "rmse_compiled_vs_eager": err, "limit": limit, **group,
                 "ratio": err / limit, "ok": err <= limit}
     rmse_c, rmse_e = _rmse(c, r), _rmse(e, r)
-    # +1e-12 so an all-zero tensor (a gradient that is exactly zero on every side) passes.
-    limit = tolerance.multiplier * rmse_e + tolerance.floor * _rms(r) + 1e-12
+    limit = tolerance.multiplier * rmse_e + tolerance.floor * _rms(r) + floor
     if start is not None:
         limit += tolerance.update_floor * _rmse(r, start)
-    return {"name": label, "rmse_compiled": rmse_c, "rmse_eager": rmse_e, "limit": limit,
+    return {"name": label, "rmse_compiled": rmse_c, "rmse_eager": rmse_e, "limit": limit, **group,
             "ratio": rmse_c / limit, "ok": rmse_c <= limit}
-

@@ -6,6 +6,7 @@ torch is imported only when a cell runs, so the data side's tests collect withou
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import uuid
@@ -311,11 +312,19 @@ class PerfSession:
         return outcome
 
     def _progress(self, message: str) -> None:
-        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
-        if reporter is not None:
-            reporter.write_line(f"[perfgate] {message}")
-        else:
-            print(f"[perfgate] {message}", file=sys.stderr)
+        """One line as each phase of a cell starts, so a 40-minute run is never silent. Cells run inside a
+        test, where pytest captures fd 1 and 2 (the reporter's stdout included) and drops a passing test's
+        capture: no line ever showed, -q or not, unless capture is suspended while writing. Flushed at once,
+        so a run killed by `timeout` with stdout block-buffered to a file keeps the lines it printed."""
+        line = f"[perfgate] {message}"
+        manager = self.config.pluginmanager
+        reporter, capture = manager.get_plugin("terminalreporter"), manager.get_plugin("capturemanager")
+        with capture.global_and_fixture_disabled() if capture is not None else contextlib.nullcontext():
+            if reporter is not None:
+                reporter.write_line(line)
+                reporter.flush()
+            else:
+                print(line, file=sys.stderr, flush=True)
 
 
 def _flagged(outcome) -> set[str]:

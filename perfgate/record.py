@@ -35,7 +35,9 @@ FLOPs per step, throughput in the model's own unit per second. Absent or not-mea
     throughput_unit ("tokens"|"images"), throughput_eager, throughput_compiled   per second
     numerics          "pass" | "fail" | "skipped"
     numerics_detail   {reference: "fp64"|"fp32"|"eager", worst: name, checks: [{name, rmse_compiled,
-                       rmse_eager, limit, ok}]}
+                       rmse_eager, limit, group_scale, ok}]}; group_scale (gradients and parameters only)
+                       is the RMS of the step's gradients or parameter updates that part of the limit scales
+                       with (spec.Tolerance)
     gate              {speedup_threshold: fraction} overrides from the model's record, may be empty
     why               {dir, compile_log, trace_eager, trace_compiled} paths when profiled, else null
 """

@@ -155,3 +155,30 @@ def test_shards_split_the_matrix_without_overlap(suite):
     assert ids[0] and ids[1] and not ids[0] & ids[1]
     everything = suite.runpytest_subprocess("--collect-only", "-q", "-m", "gpu")
     assert ids[0] | ids[1] == {line for line in everything.stdout.lines if "::" in line}
+
+
+KILLED_MID_CELL = '''
+import os
+
+import perfgate.cell
+
+pytest_plugins = ["perfgate.plugin"]
+
+
+def _killed(*args, **kwargs):
+    os._exit(9)  # as `timeout` kills a GPU run mid-cell: nothing buffered in stdout is flushed
+
+
+perfgate.cell.warm_up = _killed  # the first timing of the eager side, after "numerics reference"
+'''
+
+
+@pytest.mark.parametrize("verbosity", [["-q"], []], ids=["quiet", "default"])
+def test_progress_reaches_a_redirected_stdout_before_a_kill(suite, monkeypatch, verbosity):
+    """stdout to a file, not a tty, no PYTHONUNBUFFERED: a line must leave pytest's capture and the buffer as
+    it is written, or a run killed mid-cell (as a GPU run under `timeout` was) shows only its dots."""
+    monkeypatch.delenv("PYTHONUNBUFFERED", raising=False)
+    suite.makeconftest(KILLED_MID_CELL)
+    out = suite.runpytest_subprocess(*FAST, *verbosity, "-k", "train")
+    assert out.ret == 9
+    out.stdout.fnmatch_lines(["[[]perfgate] cpu-mlp-train-aot_eager-fp32: numerics reference"])
