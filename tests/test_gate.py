@@ -98,6 +98,14 @@ def test_compile_time_compared_only_with_the_same_cache(base):
     assert report.passed
 
 
+def test_compiled_memory_of_an_old_schema_record_is_not_compared(base):
+    """Schema-1 records left the compiled weights out of the compiled peak: -60 % there is no improvement."""
+    low = base["cells"][RESNET]["peak_mem_compiled_mb"] * 0.4
+    assert kinds(gate.compare(now(42, overrides={RESNET: {"peak_mem_compiled_mb": low}}), base)) == [
+        (RESNET, "peak_mem_compiled_mb", "improvement")]
+    assert kinds(gate.compare(now(42, overrides={RESNET: {"peak_mem_compiled_mb": low, "schema": 1}}), base)) == []
+
+
 def test_thresholds_are_configurable(base):
     run = now(42, overrides={RESNET: {"peak_mem_compiled_mb": 7000 * 1.25}})
     assert not gate.compare(run, base).passed
