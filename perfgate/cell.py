@@ -23,7 +23,7 @@ from typing import Callable
 import torch
 
 from perfgate import artifacts, faults, introspect, why
-from perfgate.matrix import VARIANTS, Cell
+from perfgate.matrix import VARIANTS, WARM_COMPILE, Cell
 from perfgate.numerics import judge
 from perfgate.peaks import peak_tflops
 from perfgate.record import UNFINISHED, new_record
@@ -31,10 +31,6 @@ from perfgate.steps import Side, to_device
 from perfgate.timing import TimingPlan, interleaved_rounds, steps_per_round, warm_up
 
 MIB = 2**20
-
-# --perf-warm-compile: "on" times the compile again in this process with the on-disk caches warm;
-# "artifacts" also times it in a fresh process handed torch.compiler.save_cache_artifacts()'s bytes.
-WARM_COMPILE = ("off", "on", "artifacts")
 
 
 @dataclass(frozen=True)

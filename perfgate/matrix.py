@@ -11,6 +11,9 @@ from typing import Iterable, Mapping
 
 PHASES = ("train", "infer")
 PRECISIONS = ("fp32", "amp_fp16", "amp_bf16")
+# --perf-warm-compile: "on" times the compile again in this process with the on-disk caches warm;
+# "artifacts" also times it in a fresh process handed torch.compiler.save_cache_artifacts()'s bytes.
+WARM_COMPILE = ("off", "on", "artifacts")
 TIERS = ("pr", "nightly")
 DEVICE_KINDS = ("gpu", "cpu")
 

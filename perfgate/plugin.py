@@ -38,7 +38,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     "fresh directory per cell, so compile times are cold)")
     group.addoption("--perf-tf32", choices=("on", "off"), default="on",
                     help="fp32 policy on CUDA: TF32 tensor cores for matmul and convolutions (default on)")
-    group.addoption("--perf-warm-compile", choices=("off", "on", "artifacts"), default="on",
+    group.addoption("--perf-warm-compile", choices=matrix.WARM_COMPILE, default="on",
                     help="on: also time the compile again in-process with the on-disk caches warm; artifacts: "
                     "that, and a compile in a fresh process with empty caches handed this cell's "
                     "torch.compiler.save_cache_artifacts() (default on)")
