@@ -7,7 +7,6 @@ torch is imported only when a cell runs, so the data side's tests collect withou
 from __future__ import annotations
 
 import contextlib
-import os
 import sys
 import uuid
 from datetime import datetime, timezone
@@ -188,14 +187,16 @@ class PerfSession:
     def __init__(self, config: pytest.Config, selection: dict):
         self.config, self.selection = config, selection
         stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-        worker = os.environ.get("PYTEST_XDIST_WORKER")
+        # The worker id from xdist's own config, not PYTEST_XDIST_WORKER: that variable leaks into any
+        # pytest a worker starts in a subprocess, which is no worker.
+        workerinput = getattr(config, "workerinput", None)
+        self.worker = workerinput["workerid"] if workerinput else None
         default = Path(".perfgate") / f"results-{stamp}.jsonl"
         self.results_path = Path(config.getoption("--perf-results") or default)
-        if worker:  # each xdist worker streams to its own file; the controller merges them
-            self.results_path = self.results_path.with_name(f"{self.results_path.stem}.{worker}.jsonl")
+        if self.worker:  # each xdist worker streams to its own file; the controller merges them
+            self.results_path = self.results_path.with_name(f"{self.results_path.stem}.{self.worker}.jsonl")
         # One id per session, shared by its xdist workers (the controller's testrunuid), so a baseline
         # counts a run once however many worker files it was streamed to.
-        workerinput = getattr(config, "workerinput", None)
         if workerinput:
             self.run_id = workerinput["testrunuid"]
         else:
@@ -236,9 +237,8 @@ class PerfSession:
 
         if cell.device_kind == "cpu":
             return torch.device("cpu")
-        worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
         # One xdist worker per visible GPU: gw0 -> cuda:0, gw1 -> cuda:1, ...
-        return torch.device("cuda", int(worker.lstrip("gw") or 0) % torch.cuda.device_count())
+        return torch.device("cuda", int((self.worker or "gw0").lstrip("gw") or 0) % torch.cuda.device_count())
 
     def environment(self, device) -> dict:
         from perfgate.env import environment
