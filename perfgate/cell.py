@@ -177,6 +177,8 @@ def _measure(spec, cell: Cell, options: RunOptions, record: dict, progress, reco
     if first["graph_count"] == 0:
         raise CellFailure(f"ran eager: {cell.variant} compiled no graph at all")
     memory.reset()
+    # A stage of its own, so a process killed in a recompile below still keeps the first compile's figures.
+    progress(f"{cell.id}: compiled in {record['compile_s']:.1f} s; checking numerics")
     if cell.phase == "train":
         compiled_captured.append(compiled.captured_step(batches[1]))
     verdict = judge(compiled_captured, eager_captured, reference, spec.tolerances[cell.precision],
@@ -185,6 +187,7 @@ def _measure(spec, cell: Cell, options: RunOptions, record: dict, progress, reco
     del compiled_captured, eager_captured, reference
 
     compiled_step = faults.slowed(_cycling(compiled, timed), options.fault, device)
+    progress(f"{cell.id}: warming up the compiled side on {len(timed)} batch(es)")
     compiled_ms, compiled_warm = warm_up(compiled_step, device, options.plan, len(timed))
     record["peak_mem_compiled_mb"] = memory.peak_mb()
     record["warmup_steps"] = max(eager_warm, compiled_warm)
@@ -195,7 +198,8 @@ def _measure(spec, cell: Cell, options: RunOptions, record: dict, progress, reco
     progress(f"{cell.id}: timing, {steps} steps per round")
     rounds = interleaved_rounds(eager_step, compiled_step, steps, device, options.plan, record_compiled)
     _store_timing(record, rounds)
-    record["recompiles"] = introspect.compile_counts()["frames"] - first["frames"]
+    counts = introspect.compile_counts()
+    record["recompiles"], record["recompile_reasons"] = counts["frames"] - first["frames"], counts["recompile_reasons"]
     _store_throughput(spec, size, cell, record, lambda: eager_step(0), device)
     if why_dir is not None:
         record["why"] = {"dir": str(why_dir), "compile_log": str(why_dir / "compile.log"),
@@ -238,8 +242,9 @@ def _raise_if_wrong(record: dict) -> None:
         raise CellFailure(f"numerics: {detail['failing']} of {detail['tensors']} tensors off "
                           f"(worst {detail['worst']}, against {detail['reference']})")
     if record["recompiles"] > record["recompiles_allowed"]:
+        why = "; ".join(record["recompile_reasons"][:1])
         raise CellFailure(f"{record['recompiles']} recompile(s) after the first call; "
-                          f"{record['variant']} allows {record['recompiles_allowed']}")
+                          f"{record['variant']} allows {record['recompiles_allowed']}" + (f" ({why})" if why else ""))
 
 
 def _shaped(spec, size, variant, batches: list) -> tuple[list, int]:

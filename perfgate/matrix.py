@@ -29,6 +29,8 @@ class Variant:
     `mark_dynamic`: mark the sequence dims of the inputs dynamic; `dynamic`: torch.compile's own flag.
     `regional`: compile each repeated block instead of the whole model (a faster compile of one small graph).
     `compiled_optimizer`: compile optimizer.step as well as the model (train only).
+    `inductor_config`: inductor config patches, as torch.compile(options=...); torch.compile takes them
+        only without a mode, so a variant has one or the other.
     """
 
     name: str
@@ -41,6 +43,12 @@ class Variant:
     mark_dynamic: bool = False
     regional: bool = False
     compiled_optimizer: bool = False
+    inductor_config: tuple[tuple[str, object], ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.inductor_config and self.mode is not None:
+            raise ValueError(f"variant {self.name!r}: inductor_config and mode={self.mode!r} exclude each "
+                             "other in torch.compile; give one")
 
     def compile_kwargs(self) -> dict:
         kwargs: dict = {"backend": self.backend, "fullgraph": self.fullgraph}
@@ -48,6 +56,8 @@ class Variant:
             kwargs["mode"] = self.mode
         if self.dynamic is not None:
             kwargs["dynamic"] = self.dynamic
+        if self.inductor_config:
+            kwargs["options"] = dict(self.inductor_config)
         return kwargs
 
 
@@ -66,6 +76,11 @@ VARIANTS: Mapping[str, Variant] = {
         # Dynamic-shape strategies, for models with variable-length inputs (the seed article's captioner).
         # Pad-to-max, the static strategy, is inductor_default itself.
         Variant("inductor_mark_dynamic", "inductor", "default", shapes="longest8", mark_dynamic=True),
+        # The same with inductor's matmul padding off: torch 2.11's pad_mm pass guards on the symbolic
+        # matmul sizes (is_mm_compute_bound) and so pins the marked dims (pytorch/pytorch#149462); later
+        # torch reads their hints instead. Turning padding off is the users' workaround there.
+        Variant("inductor_mark_dynamic_no_pad", "inductor", shapes="longest8", mark_dynamic=True,
+                inductor_config=(("shape_padding", False),)),
         Variant("inductor_dynamic", "inductor", "default", dynamic=True, shapes="longest8"),
         Variant("inductor_buckets", "inductor", "default", dynamic=False, shapes="buckets"),
     )

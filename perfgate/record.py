@@ -29,6 +29,7 @@ FLOPs per step, throughput in the model's own unit per second. Absent or not-mea
     compile_cache     "fresh" (a new inductor cache dir for the cell) | "persistent" (a kept dir)
     graph_count, graph_breaks, recompiles, break_reasons ([str], first few)
     recompiles_allowed  what the variant's shape strategy may cost (bucketed shapes: one per length)
+    recompile_reasons   [str], first few: the guard each recompile failed, as dynamo words it
     peak_mem_eager_mb, peak_mem_compiled_mb   warm steps, CUDA-graph pools counted; null on CPU
     peak_mem_compile_mb                       peak while compiling (autotuning), null on CPU
     flops_per_step, tflops_eager, tflops_compiled, mfu_eager, mfu_compiled
@@ -95,6 +96,7 @@ def new_record(cell, env: dict, run_id: str | None = None) -> dict:
         "recompiles": None,
         "recompiles_allowed": 0,
         "break_reasons": [],
+        "recompile_reasons": [],
         "peak_mem_eager_mb": None,
         "peak_mem_compiled_mb": None,
         "peak_mem_compile_mb": None,

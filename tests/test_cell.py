@@ -10,7 +10,7 @@ from torch import nn  # noqa: E402
 
 from perfgate import artifacts  # noqa: E402
 from perfgate.cell import RunOptions, run_cell  # noqa: E402
-from perfgate.matrix import Cell  # noqa: E402
+from perfgate.matrix import VARIANTS, Cell, Variant  # noqa: E402
 from perfgate.spec import ModelSpec, Size  # noqa: E402
 from perfgate.timing import CPU_PLAN  # noqa: E402
 
@@ -80,6 +80,8 @@ def test_checkpoints_keep_what_a_killed_cell_had_measured():
     assert record["status"] == "ok" and record["reason"] == ""
     assert [p["status"] for p in seen] == ["failed"] * len(seen) and len(seen) >= 3
     assert seen[0]["reason"].endswith("numerics reference'")
+    compiled = next(p for p in seen if "checking numerics" in p["reason"])  # killed in a recompile
+    assert compiled["compile_s"] is not None and compiled["graph_count"] >= 1
     timing = next(p for p in seen if "timing" in p["reason"])  # killed while timing: compile and numerics kept
     assert timing["compile_s"] is not None and timing["numerics"] == "pass" and timing["speedup"] is None
 
@@ -112,3 +114,26 @@ def test_a_fresh_process_past_its_time_is_killed_with_a_note():
 def test_warm_compile_takes_its_option_values_only():
     with pytest.raises(ValueError, match="off, on, artifacts"):
         RunOptions(warm_compile=True)
+
+
+def test_inductor_config_reaches_torch_compile_as_options():
+    """torch.compile checks option names when it is called (no compile yet), so this pins the key to a real
+    inductor setting on this torch, and mode and options are never passed together."""
+    kwargs = VARIANTS["inductor_mark_dynamic_no_pad"].compile_kwargs()
+    assert kwargs["options"] == {"shape_padding": False} and "mode" not in kwargs
+    torch.compile(lambda x: x, **kwargs)
+    with pytest.raises(ValueError, match="exclude each other"):
+        Variant("bad", "inductor", "max-autotune", inductor_config=(("shape_padding", False),))
+
+
+def test_a_recompile_records_the_guard_that_failed():
+    from perfgate import introspect
+    introspect.reset_compiler()
+    double = torch.compile(lambda x: x * 2, backend="eager", dynamic=False)
+    double(torch.ones(2))
+    double(torch.ones(3))
+    counts = introspect.compile_counts()
+    assert counts["frames"] == 2
+    assert len(counts["recompile_reasons"]) == 1 and "size mismatch" in counts["recompile_reasons"][0]
+    introspect.reset_compiler()
+    assert introspect.compile_counts()["recompile_reasons"] == []
