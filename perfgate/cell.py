@@ -242,9 +242,9 @@ def _raise_if_wrong(record: dict) -> None:
         raise CellFailure(f"numerics: {detail['failing']} of {detail['tensors']} tensors off "
                           f"(worst {detail['worst']}, against {detail['reference']})")
     if record["recompiles"] > record["recompiles_allowed"]:
-        why = "; ".join(record["recompile_reasons"][:1])
+        first_reason = f" ({record['recompile_reasons'][0]})" if record["recompile_reasons"] else ""
         raise CellFailure(f"{record['recompiles']} recompile(s) after the first call; "
-                          f"{record['variant']} allows {record['recompiles_allowed']}" + (f" ({why})" if why else ""))
+                          f"{record['variant']} allows {record['recompiles_allowed']}{first_reason}")
 
 
 def _shaped(spec, size, variant, batches: list) -> tuple[list, int]:

@@ -8,7 +8,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 # The record keeps the first few break and recompile reasons; dynamo's full text is long (a recompile's
 # carries the user stack), the first line says enough.
-MAX_BREAK_REASONS = 5
+MAX_REASONS = 5
 
 
 def reset_compiler() -> None:
@@ -23,7 +23,7 @@ def compile_counts() -> dict:
         "graph_count": int(counters.get("stats", {}).get("unique_graphs", 0)),
         "graph_breaks": int(sum(breaks.values())),
         "frames": int(counters.get("frames", {}).get("total", 0)),
-        "break_reasons": [reason.strip().splitlines()[0] for reason in list(breaks)[:MAX_BREAK_REASONS]],
+        "break_reasons": [reason.strip().splitlines()[0] for reason in list(breaks)[:MAX_REASONS]],
         "recompile_reasons": _recompile_reasons(),
     }
 
@@ -32,7 +32,7 @@ def _recompile_reasons() -> list[str]:
     """Why dynamo compiled a frame again, first line each ("1/0: tensor 'x' size mismatch at index 1..."):
     the guard that failed, which tells a shape strategy's leak from a cold start."""
     reasons = [str(r).strip().splitlines()[0] for failures in guard_failures.values() for r in failures]
-    return reasons[:MAX_BREAK_REASONS]
+    return reasons[:MAX_REASONS]
 
 
 def flops_per_step(step) -> int:

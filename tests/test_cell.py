@@ -137,3 +137,12 @@ def test_a_recompile_records_the_guard_that_failed():
     assert len(counts["recompile_reasons"]) == 1 and "size mismatch" in counts["recompile_reasons"][0]
     introspect.reset_compiler()
     assert introspect.compile_counts()["recompile_reasons"] == []
+
+
+def test_more_recompiles_than_the_strategy_allows_fail_the_cell_and_name_the_guard():
+    """Two batch sizes in the stream of a fixed-shape model: the second costs a recompile it may not."""
+    sizes = iter((4, 6))
+    spec = _spec(make_batch=lambda config, size, generator: _batch(config, next(sizes), generator), stream=2)
+    record = run_cell(spec, Cell("mlp", "infer", "aot_eager", "fp32", "cpu"), OPTIONS, ENV)
+    assert record["status"] == "failed" and record["recompiles"] == 1 and record["recompiles_allowed"] == 0
+    assert "size mismatch at index 0. expected 4, actual 6" in record["reason"]
