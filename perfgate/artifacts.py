@@ -28,6 +28,8 @@ from pathlib import Path
 
 import torch
 
+from perfgate.record import error_line
+
 # A cold GPU training compile took 25-70 s on an H100 (DESIGN.md); loading artifacts should cost less. Past
 # this many seconds the child (and its compile workers) is killed and the cell goes on without the number.
 CHILD_TIMEOUT_S = 600.0
@@ -65,7 +67,7 @@ def save(record: dict) -> bytes | None:
     try:
         saved = save_artifacts()
     except Exception as err:  # noqa: BLE001 - a failed save must not fail a cell that measured fine
-        record["compile_artifacts_note"] = f"save_cache_artifacts: {_error_line(err)}"
+        record["compile_artifacts_note"] = f"save_cache_artifacts: {error_line(err)}"
         return None
     if saved is None:
         record["compile_artifacts_note"] = ("save_cache_artifacts() returned None: the compile left no cache "
@@ -86,7 +88,7 @@ def measure_in_child(data: bytes, cell, options, record: dict, timeout_s: float 
         with tempfile.TemporaryDirectory(prefix="perfgate-artifacts-") as job_dir:
             result = _run_child(Path(job_dir), data, _job(cell, options), timeout_s)
     except Exception as err:  # noqa: BLE001 - the cell measured fine; this number is extra
-        result = {"error": f"could not run the child: {_error_line(err)}"}
+        result = {"error": f"could not run the child: {error_line(err)}"}
     if "error" in result:
         record["compile_artifacts_note"] = f"fresh process: {result['error']}"
         return
@@ -143,11 +145,6 @@ def _run_child(job_dir: Path, data: bytes, job: dict, timeout_s: float) -> dict:
     return {"error": f"exit status {child.returncode}: {lines[-1][:500] if lines else '(no stderr)'}"}
 
 
-def _error_line(err: BaseException) -> str:
-    text = str(err).strip()
-    return f"{type(err).__name__}: {text.splitlines()[0][:500] if text else '(no message)'}"
-
-
 def _first_call(job: dict, data: bytes) -> dict:
     """In the child: build the cell's compiled side as the cell does, then time load + first compiled call
     (device-synchronised). Interpreter start, imports and the model build are not counted."""
@@ -197,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         result = _first_call(job, (job_dir / "artifacts.bin").read_bytes())
     except Exception as err:  # noqa: BLE001 - reported to the parent as the note's first line
-        result = {"error": _error_line(err)}
+        result = {"error": error_line(err)}
     (job_dir / "result.json").write_text(json.dumps(result), encoding="utf-8")
     return 0
 

@@ -22,7 +22,7 @@ from typing import Callable
 
 import torch
 
-from perfgate import artifacts, faults, introspect, why
+from perfgate import artifacts, clocks, faults, introspect, why
 from perfgate.matrix import VARIANTS, WARM_COMPILE, Cell
 from perfgate.numerics import judge
 from perfgate.peaks import peak_tflops
@@ -186,9 +186,9 @@ def _measure(spec, cell: Cell, options: RunOptions, record: dict, progress, reco
     record["numerics"], record["numerics_detail"] = verdict.pop("verdict"), verdict
     del compiled_captured, eager_captured, reference
 
-    compiled_step = faults.slowed(_cycling(compiled, timed), options.fault, device)
     progress(f"{cell.id}: warming up the compiled side on {len(timed)} batch(es)")
-    compiled_ms, compiled_warm = warm_up(compiled_step, device, options.plan, len(timed))
+    compiled_ms, compiled_warm = warm_up(_cycling(compiled, timed), device, options.plan, len(timed))
+    compiled_step = _faulted(_cycling(compiled, timed), options.fault, device, len(timed))
     record["peak_mem_compiled_mb"] = memory.peak_mb()
     record["warmup_steps"] = max(eager_warm, compiled_warm)
     # Re-warm eager: it idled while the compiled side compiled, and clocks drop on an idle GPU.
@@ -198,6 +198,8 @@ def _measure(spec, cell: Cell, options: RunOptions, record: dict, progress, reco
     progress(f"{cell.id}: timing, {steps} steps per round")
     rounds = interleaved_rounds(eager_step, compiled_step, steps, device, options.plan, record_compiled)
     _store_timing(record, rounds)
+    progress(f"{cell.id}: device and host clocks")
+    clocks.measure_into(record, eager_step, compiled_step, device, len(timed))
     counts = introspect.compile_counts()
     record["recompiles"], record["recompile_reasons"] = counts["frames"] - first["frames"], counts["recompile_reasons"]
     _store_throughput(spec, size, cell, record, lambda: eager_step(0), device)
@@ -209,8 +211,7 @@ def _measure(spec, cell: Cell, options: RunOptions, record: dict, progress, reco
     saved = artifacts.save(record) if options.warm_compile == "artifacts" else None
     if options.warm_compile != "off":
         record["compile_warm_s"] = _warm_compile_s(compiled, spec, cell, batches[0], device, options)
-    progress(f"{cell.id}: speedup {record['speedup']:.3f}x [{record['speedup_lo']:.3f}, "
-             f"{record['speedup_hi']:.3f}], compile {record['compile_s']:.1f} s")
+    progress(f"{cell.id}: {clocks.summary(record)}, compile {record['compile_s']:.1f} s")
     _raise_if_wrong(record)
     return saved
 
@@ -262,6 +263,14 @@ def _shaped(spec, size, variant, batches: list) -> tuple[list, int]:
         targets = [min(b for b in config["buckets"] if b >= n) for n in lengths]
     allowed = len(set(targets)) - 1 if variant.shapes == "buckets" else 0
     return [spec.pad(b, n) for b, n in zip(batches, targets)], allowed
+
+
+def _faulted(step, fault, device: torch.device, stream: int):
+    """The compiled step with the test-only fault planted; percentage faults calibrate on the warm step."""
+    def calibrate(clock: str) -> float:
+        measure = clocks.device_ms if clock == "device" else clocks.host_ms
+        return measure(step, device, stream)
+    return faults.slowed(step, fault, device, calibrate)
 
 
 def _cycling(side: Side, stream: list):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.metadata
+import os
 import platform
 import re
 import socket
@@ -25,6 +26,36 @@ def _driver() -> str | None:
         return out.stdout.strip().splitlines()[0]
     except (OSError, subprocess.SubprocessError, IndexError):
         return None
+
+
+def cpu_model() -> str | None:
+    """The host CPU: its model name with family/model/stepping (Linux /proc/cpuinfo; elsewhere
+    platform.processor()). A host-bound compiled step runs as fast as this CPU issues it. Virtual machines
+    often show a generic name (the H100 leases: "Intel(R) Xeon(R) Processor"), so the numbers say which
+    generation it is."""
+    fields: dict[str, str] = {}
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            for line in fh:
+                if not line.strip():
+                    break  # the first processor's block is enough
+                key, _, value = line.partition(":")
+                fields[key.strip()] = value.strip()
+    except OSError:
+        pass
+    name = fields.get("model name")
+    if name is None:
+        return platform.processor() or None
+    ids = [f"{key} {fields[key]}" for key in ("cpu family", "model", "stepping") if key in fields]
+    return f"{name} ({', '.join(ids)})" if ids else name
+
+
+def cpu_cores() -> int | None:
+    """Cores this process may run on (its affinity, which a container or taskset narrows), else all."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count()
 
 
 def slug(text: str) -> str:
@@ -57,6 +88,8 @@ def environment(device: torch.device, tf32: bool) -> dict:
         "pytest_benchmark": _version("pytest-benchmark"),
         "python": platform.python_version(),
         "cpu": platform.processor() or platform.machine(),
+        "cpu_model": cpu_model(),
+        "cpu_cores": cpu_cores(),
         "host": socket.gethostname(),
         "tf32": tf32 if on_cuda else None,
     }

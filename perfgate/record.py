@@ -3,15 +3,17 @@
 A record is one flat JSON object. Times are milliseconds per step, compile times seconds, memory MiB,
 FLOPs per step, throughput in the model's own unit per second. Absent or not-measured values are null.
 
-    schema            int, RECORD_SCHEMA. 2: the compiled peaks count the compiled side's own weights;
-                      1 (before 922663c) left them out, so its peak_mem_compiled_mb reads low by the weights
+    schema            int, RECORD_SCHEMA. 3: the device and host clocks below; 2: the compiled peaks count
+                      the compiled side's own weights; 1 (before 922663c) left them out, so its
+                      peak_mem_compiled_mb reads low by the weights
     cell              "gpt2-train-inductor_default-amp_bf16" (Cell.id)
     run_id            one id per pytest session, shared by its xdist workers (null: one results file is
                       one run); baselines group records into runs by it
     model, phase, variant, precision, device_kind ("gpu"|"cpu"), tier ("pr"|"nightly")
     status            "ok" | "failed" | "skipped"
     reason            why it failed or was skipped ("" when ok)
-    env               {fingerprint, gpu, driver, cuda, torch, triton, transformers, timm, python, host, tf32}
+    env               {fingerprint, gpu, driver, cuda, torch, triton, transformers, timm, python, host, tf32,
+                       cpu_model (the host CPU's model name), cpu_cores (cores this process may use)}
     started_at        ISO-8601 UTC time the cell started
     wall_s            seconds the whole cell took (build, compile, numerics, timing)
     steps_per_round, rounds, warmup_steps
@@ -19,6 +21,19 @@ FLOPs per step, throughput in the model's own unit per second. Absent or not-mea
     compiled_round_ms [ms per step, one per round]
     eager_ms, compiled_ms                 medians of the above
     speedup, speedup_lo, speedup_hi       median of per-round eager/compiled ratios and its 95 % interval
+                      (the wall clock: CUDA events around back-to-back steps, so host stalls count)
+    Three clocks per side (perfgate/clocks.py measures the other two, apart from the timed rounds):
+    eager_device_ms, compiled_device_ms   GPU busy ms per step: the union of the step's kernel intervals
+                                          (CUPTI, through torch.profiler), median over profiled rounds
+    eager_device_round_ms, compiled_device_round_ms   [busy ms per step, one per profiled round]
+    device_speedup, device_speedup_lo, device_speedup_hi   median of per-round device ratios, 95 % interval
+    eager_host_ms, compiled_host_ms       host ms to issue one step: from a synchronized, idle device to the
+                                          step call's return, median over rounds of single steps
+    eager_host_round_ms, compiled_host_round_ms       [ms, one per round]
+    host_speedup, host_speedup_lo, host_speedup_hi    eager host ms / compiled host ms, per round pair
+    busy_eager, busy_compiled             device ms / wall ms: the fraction of a step the GPU is busy
+    bound_eager, bound                    "device" | "host" (bound_of(busy)); `bound` is the compiled side's
+    clocks_note       "" or why a clock is null (no CUDA device, a profiler error)
     compile_s         first compiled call (cold unless `compile_cache` says otherwise), seconds
     compile_warm_s    the same compile again with dynamo reset and inductor caches warm, or null
     compile_artifacts_s      load + first compiled call in a fresh process with empty caches, handed this
@@ -50,11 +65,30 @@ import os
 from pathlib import Path
 from typing import Iterable, Iterator
 
-RECORD_SCHEMA = 2
+RECORD_SCHEMA = 3
 # Records older than this measured the compiled side's memory without its weights (see the schema line).
 MEMORY_SCHEMA = 2
 STATUSES = ("ok", "failed", "skipped")
 UNFINISHED = "did not finish"  # a new record's reason until the cell ends
+# A step whose GPU is busy this much of its wall time is device-bound: its wall time follows the GPU's work.
+# Below it the GPU waits on the host between kernels, and the wall time follows the host CPU (seen on H100
+# leases: resnet50 train compiled 61 % busy moved 2.19x / 1.82x / 1.54x across three machines; eager 97 %).
+DEVICE_BOUND_BUSY = 0.9
+# The per-side clock fields (wall fields keep their older names: eager_ms, speedup, ...).
+CLOCKS = ("speedup", "device_speedup", "host_speedup")
+
+
+def bound_of(busy: float | None) -> str | None:
+    """"device" or "host" from a busy fraction (device ms / wall ms); None when unknown."""
+    if busy is None:
+        return None
+    return "device" if busy >= DEVICE_BOUND_BUSY else "host"
+
+
+def error_line(err: BaseException) -> str:
+    """An exception as a record's reason or note: its type and first line."""
+    text = str(err).strip()
+    return f"{type(err).__name__}: {text.splitlines()[0][:500] if text else '(no message)'}"
 
 
 def new_record(cell, env: dict, run_id: str | None = None) -> dict:
@@ -84,6 +118,25 @@ def new_record(cell, env: dict, run_id: str | None = None) -> dict:
         "speedup": None,
         "speedup_lo": None,
         "speedup_hi": None,
+        "eager_device_round_ms": [],
+        "compiled_device_round_ms": [],
+        "eager_device_ms": None,
+        "compiled_device_ms": None,
+        "device_speedup": None,
+        "device_speedup_lo": None,
+        "device_speedup_hi": None,
+        "eager_host_round_ms": [],
+        "compiled_host_round_ms": [],
+        "eager_host_ms": None,
+        "compiled_host_ms": None,
+        "host_speedup": None,
+        "host_speedup_lo": None,
+        "host_speedup_hi": None,
+        "busy_eager": None,
+        "busy_compiled": None,
+        "bound_eager": None,
+        "bound": None,
+        "clocks_note": "",
         "compile_s": None,
         "compile_warm_s": None,
         "compile_artifacts_s": None,

@@ -1,0 +1,107 @@
+"""The device and host clocks' arithmetic on synthetic profiler events, and the planted clock faults."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from perfgate import clocks, faults
+from perfgate.clocks import ClockRounds, busy_ms_by_range, union_ns
+from perfgate.record import bound_of, new_record
+from perfgate.matrix import Cell
+
+
+class Event:
+    """The slice of torch's _KinetoEvent that clocks reads."""
+
+    def __init__(self, name, start_ns, end_ns, kind):
+        self._name, self._start, self._end, self._kind = name, start_ns, end_ns, kind
+
+    def name(self):
+        return self._name
+
+    def start_ns(self):
+        return self._start
+
+    def end_ns(self):
+        return self._end
+
+    def activity_type(self):
+        return self._kind
+
+    def device_type(self):
+        gpu = self._kind in ("kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation")
+        return torch.autograd.DeviceType.CUDA if gpu else torch.autograd.DeviceType.CPU
+
+
+def test_union_counts_overlapping_kernels_once():
+    assert union_ns([(0, 10), (5, 15), (20, 30)]) == 25
+    assert union_ns([(0, 10), (2, 3), (10, 12)]) == 12
+    assert union_ns([]) == 0
+
+
+def test_busy_time_per_range_ignores_annotations_and_kernels_outside():
+    events = [
+        Event("perfgate-clock:eager:0", 0, 1_000_000, "user_annotation"),
+        Event("k1", 100_000, 300_000, "kernel"),
+        Event("k2", 200_000, 400_000, "kernel"),            # overlaps k1 (a second stream): 0.3 ms in all
+        Event("memcpy", 500_000, 600_000, "gpu_memcpy"),
+        # inductor's own record_function shows on the GPU as an annotation spanning the gaps: not busy time
+        Event("## Call CompiledFxGraph ##", 100_000, 900_000, "gpu_user_annotation"),
+        Event("perfgate-clock:compiled:0", 2_000_000, 3_000_000, "user_annotation"),
+        Event("k3", 2_100_000, 2_150_000, "kernel"),
+        Event("late", 3_500_000, 3_600_000, "kernel"),      # after every range: belongs to none
+    ]
+    busy = busy_ms_by_range(events, ["perfgate-clock:eager:0", "perfgate-clock:compiled:0"])
+    assert busy == pytest.approx({"perfgate-clock:eager:0": 0.4, "perfgate-clock:compiled:0": 0.05})
+
+
+def test_a_range_without_gpu_work_raises_rather_than_reading_as_zero():
+    events = [Event("perfgate-clock:eager:0", 0, 10, "user_annotation")]
+    with pytest.raises(RuntimeError, match="no GPU activity"):
+        busy_ms_by_range(events, ["perfgate-clock:eager:0"])
+    with pytest.raises(RuntimeError, match="no range"):
+        busy_ms_by_range(events, ["perfgate-clock:compiled:0"])
+
+
+def test_clock_speedup_pairs_rounds():
+    rounds = ClockRounds([10.0, 10.2, 9.9, 10.1, 10.0], [5.0, 5.0, 5.0, 5.1, 5.0])
+    interval = rounds.speedup()
+    assert interval.median == pytest.approx(2.0)
+    assert interval.lo <= interval.median <= interval.hi
+
+
+def test_bound_of_busy_fraction():
+    assert bound_of(0.61) == "host"
+    assert bound_of(0.97) == "device"
+    assert bound_of(None) is None
+
+
+def test_cpu_clocks_fill_host_and_say_why_device_is_absent():
+    record = new_record(Cell("m", "train", "inductor_default", "fp32", "cpu"), {})
+    slow = lambda _i: sum(range(20_000))  # noqa: E731 - a step with host work
+    fast = lambda _i: sum(range(2_000))   # noqa: E731
+    clocks.measure_into(record, slow, fast, torch.device("cpu"))
+    assert record["host_speedup"] > 2
+    assert len(record["eager_host_round_ms"]) == clocks.HOST_ROUNDS
+    assert record["device_speedup"] is None and record["busy_compiled"] is None and record["bound"] is None
+    assert "no CUDA device" in record["clocks_note"]
+
+
+@pytest.mark.parametrize("text, kind, arg", [("device_slow", "device_slow", 3.0), ("host_slow:20", "host_slow", 20.0)])
+def test_clock_faults_parse_with_defaults(text, kind, arg):
+    assert faults.parse(text) == faults.Fault(kind, arg)
+
+
+@pytest.mark.parametrize("text", ["host_slow:nan", "device_slow:-3", "host_slow:inf"])
+def test_clock_faults_refuse_bad_percentages(text):
+    with pytest.raises(ValueError, match="finite number"):
+        faults.parse(text)
+
+
+def test_host_slow_busy_waits_a_share_of_the_calibrated_host_time():
+    step = lambda _i: None  # noqa: E731
+    slowed = faults.slowed(step, faults.Fault("host_slow", 50.0), torch.device("cpu"), lambda clock: 20.0)
+    assert clocks.issue_ms(slowed, 0, torch.device("cpu")) >= 10.0 - 0.5
+    untouched = faults.slowed(step, None, torch.device("cpu"), lambda clock: 20.0)
+    assert untouched is step
