@@ -3,16 +3,28 @@
     numerics[:EPS]     scale what the compiled task returns by (1 + EPS), default 0.05: a miscompile
     graph_break        a graph break before every repeated block of the compiled model
     slow[:MS]          MS milliseconds (default 1) of extra device work after every compiled step
+    device_slow[:PCT]  extra device work after every compiled step of PCT % (default 3) of that step's own
+                       GPU busy time (measured once, unfaulted, after warm-up): only the device clock moves
+                       by design, and the wall clock only where the step is device-bound
+    host_slow[:PCT]    a host busy-wait before every compiled step of PCT % (default 15) of the time the host
+                       takes to issue it (measured likewise): an overhead regression (more guards, more
+                       Python); the device clock must not move
+
+The percentage faults calibrate on the cell itself, so one command plants the same relative loss in
+every cell (docs/gate-power.md's GPU proof). On the CPU there is no device clock: device_slow then adds
+PCT % of the host time as a sleep.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 
-KINDS = {"numerics": 0.05, "graph_break": 0.0, "slow": 1.0}
+KINDS = {"numerics": 0.05, "graph_break": 0.0, "slow": 1.0, "device_slow": 3.0, "host_slow": 15.0}
 
 
 @dataclass(frozen=True)
@@ -28,9 +40,12 @@ def parse(text: str | None) -> Fault | None:
     if kind not in KINDS:
         raise ValueError(f"unknown fault {kind!r} in --perf-inject={text!r}; valid: {', '.join(KINDS)}")
     try:
-        return Fault(kind, float(arg) if arg else KINDS[kind])
+        value = float(arg) if arg else KINDS[kind]
     except ValueError:
         raise ValueError(f"--perf-inject={text!r}: {arg!r} is not a number") from None
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"--perf-inject={text!r}: {arg!r} must be a finite number >= 0")
+    return Fault(kind, value)
 
 
 def wrap_task(task, spec, fault: Fault | None):
@@ -50,21 +65,38 @@ def _graph_break(_module, _args):
     torch._dynamo.graph_break()
 
 
-def slowed(step, fault: Fault | None, device: torch.device):
-    """The compiled step plus `fault.arg` ms of device work: a slowdown the gate must catch."""
-    if fault is None or fault.kind != "slow":
+def slowed(step, fault: Fault | None, device: torch.device,
+           calibrate: Callable[[str], float] | None = None):
+    """The compiled step with a planted slowdown the gate must catch. `calibrate(clock)` returns the
+    unfaulted step's "device" or "host" ms, for the percentage faults."""
+    if fault is None or fault.kind not in ("slow", "device_slow", "host_slow"):
         return step
+    if fault.kind == "host_slow":
+        return _host_slowed(step, fault.arg / 100 * calibrate("host"))
+    ms = fault.arg
+    if fault.kind == "device_slow":
+        ms = fault.arg / 100 * calibrate("device" if device.type == "cuda" else "host")
     if device.type != "cuda":
         def slow_cpu_step(i):
             step(i)
-            time.sleep(fault.arg / 1e3)
+            time.sleep(ms / 1e3)
         return slow_cpu_step
-    cycles = int(fault.arg * _cycles_per_ms())
+    cycles = int(ms * _cycles_per_ms())
 
     def slow_cuda_step(i):
         step(i)
         torch.cuda._sleep(cycles)
     return slow_cuda_step
+
+
+def _host_slowed(step, ms: float):
+    def busy_waiting_step(i):
+        # A busy-wait, not a sleep: the host is working (as it would in extra guards), not yielding.
+        until = time.perf_counter() + ms / 1e3
+        while time.perf_counter() < until:
+            pass
+        return step(i)
+    return busy_waiting_step
 
 
 def _cycles_per_ms() -> float:

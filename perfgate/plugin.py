@@ -44,7 +44,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--perf-min-rounds", type=int, help="interleaved rounds at least (GPU default 15)")
     group.addoption("--perf-max-rounds", type=int, help="interleaved rounds at most (GPU default 40)")
     group.addoption("--perf-round-ms", type=float, help="target length of one round, ms (GPU default 50)")
-    group.addoption("--perf-inject", help="test-only planted fault: numerics[:EPS], graph_break, slow[:MS]")
+    group.addoption("--perf-inject", help="test-only planted fault: numerics[:EPS], graph_break, slow[:MS], "
+                    "device_slow[:PCT] (of the compiled step's GPU time), host_slow[:PCT] (of its host time)")
     group.addoption("--perf-baseline", help="gate this run against a baseline file or directory")
     group.addoption("--perf-save-baseline", metavar="DIR",
                     help="write this run's records as the baseline of its environment and tier into DIR")
