@@ -4,6 +4,7 @@ said while compiling (TORCH_LOGS graph_breaks, recompiles, perf_hints), written 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 from pathlib import Path
 
@@ -26,6 +27,7 @@ def compile_logs(path: Path | None):
     saved = os.environ.get("TORCH_LOGS_OUT")
     os.environ["TORCH_LOGS_OUT"] = str(path)
     torch._logging.set_logs(graph_breaks=True, recompiles=True, perf_hints=True)
+    _file_only()
     try:
         yield
     finally:
@@ -34,6 +36,24 @@ def compile_logs(path: Path | None):
         else:
             os.environ["TORCH_LOGS_OUT"] = saved
         torch._logging.set_logs()  # back to the defaults (and whatever TORCH_LOGS says)
+
+
+def _file_only() -> None:
+    """Keep what set_logs turned on out of the terminal: torch's own stderr handlers pass warnings and up
+    only (as they do by default), so the extra artifacts reach the file alone. A flagged upernet cell once
+    printed 166 lines of `[__perf_hints] possibly bad tiling` into the run's console. The handlers are torch's
+    to recreate: the next set_logs() drops them, and the filter with them."""
+    from torch._logging import _internal
+
+    marker = getattr(_internal, "_TORCH_HANDLER_MARKER", "_torch_logging_internal_handler")
+    for name in _internal.log_registry.get_log_qnames():
+        for handler in logging.getLogger(name).handlers:
+            if getattr(handler, marker, False) and not isinstance(handler, logging.FileHandler):
+                handler.addFilter(_warnings_and_up)
+
+
+def _warnings_and_up(record: logging.LogRecord) -> bool:
+    return record.levelno >= logging.WARNING
 
 
 def trace(step, path: Path, device: torch.device) -> Path:
