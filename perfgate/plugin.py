@@ -7,6 +7,7 @@ torch is imported only when a cell runs, so the data side's tests collect withou
 from __future__ import annotations
 
 import contextlib
+import math
 import sys
 import uuid
 from datetime import datetime, timezone
@@ -78,12 +79,25 @@ def _selection(config: pytest.Config) -> dict:
     precisions = split_csv(opt("--perf-precisions"))
     shard = parse_shard(opt("--perf-shard"))
     faults.parse(opt("--perf-inject"))
+    check_timing(opt("--perf-min-rounds"), opt("--perf-max-rounds"), opt("--perf-round-ms"))
     return {
         "model": models,
         "variant": check_names("variant", variants, matrix.VARIANTS) if variants else None,
         "precision": check_names("precision", precisions, matrix.PRECISIONS) if precisions else None,
         "shard": shard,
     }
+
+
+def check_timing(min_rounds: int | None, max_rounds: int | None, round_ms: float | None) -> None:
+    """Refuse timing options that cannot mean what they say (0 or negative rounds would give a zero-width
+    interval that the gate reads as no noise; nan or inf ms cannot size a round)."""
+    for name, value in (("--perf-min-rounds", min_rounds), ("--perf-max-rounds", max_rounds)):
+        if value is not None and value < 1:
+            raise ValueError(f"{name}={value}: rounds must be 1 or more")
+    if min_rounds is not None and max_rounds is not None and min_rounds > max_rounds:
+        raise ValueError(f"--perf-min-rounds={min_rounds} is more than --perf-max-rounds={max_rounds}")
+    if round_ms is not None and not (math.isfinite(round_ms) and round_ms > 0):
+        raise ValueError(f"--perf-round-ms={round_ms}: the round length must be a finite number of ms > 0")
 
 
 def parse_shard(text: str | None) -> tuple[int, int] | None:
@@ -265,7 +279,7 @@ class PerfSession:
         overrides = {"min_rounds": opt("--perf-min-rounds"), "max_rounds": opt("--perf-max-rounds"),
                      "target_round_ms": opt("--perf-round-ms")}
         plan = (GPU_PLAN if cell.device_kind == "gpu" else CPU_PLAN).replace(
-            **{key: value for key, value in overrides.items() if value})
+            **{key: value for key, value in overrides.items() if value is not None})
         return RunOptions(device=str(device), plan=plan, warm_compile=opt("--perf-warm-compile"),
                           cache_dir=opt("--perf-cache-dir"), fault=faults.parse(opt("--perf-inject")),
                           profile_dir=opt("--perf-profile"), registry=ZOO_REGISTRY)

@@ -2,11 +2,13 @@
 
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
 
 import perfgate
+from perfgate.plugin import check_timing
 from perfgate.record import load_records
 
 pytest.importorskip("torch")
@@ -106,11 +108,33 @@ def test_planted_faults_are_caught(suite, fault, expect):
     ("--perf-precisions=fp8", "amp_bf16"),
     ("--perf-shard=3/2", "1 <= I <= N"),
     ("--perf-inject=explode", "numerics"),
+    ("--perf-inject=host_slow:nan", "finite number"),
+    ("--perf-min-rounds=0", "rounds must be 1 or more"),
 ])
 def test_bad_options_name_the_value_and_the_valid_ones(suite, option, valid):
     out = suite.runpytest_subprocess(option)
     assert out.ret == pytest.ExitCode.USAGE_ERROR
     assert valid in out.stderr.str()
+
+
+@pytest.mark.parametrize("min_rounds, max_rounds, round_ms, message", [
+    (0, None, None, "--perf-min-rounds=0: rounds must be 1 or more"),
+    (-5, None, None, "--perf-min-rounds=-5"),
+    (None, 0, None, "--perf-max-rounds=0"),
+    (1000, 2, None, "--perf-min-rounds=1000 is more than --perf-max-rounds=2"),
+    (None, None, 0.0, "--perf-round-ms=0.0"),
+    (None, None, float("nan"), "--perf-round-ms=nan"),
+    (None, None, float("inf"), "--perf-round-ms=inf"),
+])
+def test_timing_options_that_cannot_mean_what_they_say_are_refused(min_rounds, max_rounds, round_ms, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        check_timing(min_rounds, max_rounds, round_ms)
+
+
+def test_timing_options_in_range_pass():
+    check_timing(1, 1, 0.5)
+    check_timing(50, None, None)  # max follows a larger min (TimingPlan.replace), as documented
+    check_timing(None, None, None)
 
 
 def test_missing_baseline_cannot_pass(suite):
