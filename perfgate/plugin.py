@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import re
 import sys
 import uuid
 from datetime import datetime, timezone
@@ -392,7 +393,11 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         return
     from perfgate.record import load_records
 
-    files = sorted(perf.results_path.parent.glob(f"{perf.results_path.stem}*.jsonl"))
+    # This session's file and its xdist workers' (<stem>.gwN.jsonl), not whatever else shares the stem
+    # (a stray <stem>-crashed.jsonl beside it once stopped the session end with a traceback).
+    stem = perf.results_path.stem
+    ours = re.compile(rf"{re.escape(stem)}(\.gw\d+)?\.jsonl")
+    files = sorted(path for path in perf.results_path.parent.glob(f"{stem}*.jsonl") if ours.fullmatch(path.name))
     records = [r for r in load_records(files) if r.get("run_id") == perf.run_id]
     lines = perf.summary
     if history_db and records:  # the controller alone writes: one writer for SQLite

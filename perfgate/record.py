@@ -62,6 +62,7 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 from pathlib import Path
 from typing import Iterable, Iterator
 
@@ -187,16 +188,23 @@ def iter_records(path: str | os.PathLike) -> Iterator[dict]:
     if not path.exists():
         raise RecordFileError(f"results file {path} does not exist")
     with path.open(encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise RecordFileError(f"{path}:{lineno}: not a JSON record ({err.msg})") from None
-            if not isinstance(record, dict) or "cell" not in record:
-                raise RecordFileError(f"{path}:{lineno}: a record needs a 'cell' field")
-            yield record
+        lines = fh.readlines()
+    for lineno, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as err:
+            if lineno == len(lines) and not line.endswith("\n"):
+                # A torn tail: the writer died mid-line (append_record writes whole lines, then fsyncs).
+                # Every whole line before it is a record that was measured; keep them.
+                warnings.warn(f"{path}:{lineno}: an unfinished last line (a run killed while writing?) "
+                              f"was skipped", stacklevel=2)
+                return
+            raise RecordFileError(f"{path}:{lineno}: not a JSON record ({err.msg})") from None
+        if not isinstance(record, dict) or "cell" not in record:
+            raise RecordFileError(f"{path}:{lineno}: a record needs a 'cell' field")
+        yield record
 
 
 def load_records(paths: Iterable[str | os.PathLike]) -> list[dict]:

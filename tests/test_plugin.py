@@ -137,6 +137,17 @@ def test_timing_options_in_range_pass():
     check_timing(None, None, None)
 
 
+def test_a_stray_file_beside_the_results_does_not_stop_the_session_end(suite):
+    results = suite.path / "r.jsonl"
+    (suite.path / "r-crashed.jsonl").write_text("not json\n")  # shares the stem, belongs to no session
+    base = suite.path / "baselines"
+    out = suite.runpytest_subprocess(*FAST, "-k", "infer", f"--perf-results={results}",
+                                     f"--perf-save-baseline={base}")
+    out.assert_outcomes(passed=1)
+    assert out.ret == 0
+    assert len(list(base.glob("*.json"))) == 1
+
+
 def test_missing_baseline_cannot_pass(suite):
     out = suite.runpytest_subprocess(*FAST, "-k", "infer", f"--perf-baseline={suite.path / 'baselines'}")
     assert out.ret == 2
