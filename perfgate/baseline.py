@@ -6,17 +6,29 @@ process with its own compiles. Records carrying a `run_id` are grouped into runs
 sit in (the xdist workers of one session write several files; two sessions appended to one file are two
 runs); records without one count one run per results file. Run-to-run noise is what a gate must know (a
 compiled resnet50 step moved 24.9-28.3 ms across eight processes while each process's own interval was
-narrower), so every cell keeps its per-run speedups and their spread next to the median.
+narrower), so every cell keeps each clock's per-run ratios and their spread next to the median.
 
-    schema, fingerprint, tier, device (env.gpu), versions (env minus fingerprint), created (UTC date), runs
+    schema, fingerprint, tier, device (env.gpu), versions (env minus fingerprint), created (UTC date), runs,
+    host_cpus ([distinct env.cpu_model over the runs], sorted: the gate's host-CPU advisory reads it)
     cells: {cell id: {model, phase, variant, precision, status, reason, runs_ok,
-                      speedup, speedup_runs, speedup_spread, speedup_lo, speedup_hi,
+                      for each clock m in record.CLOCKS (speedup, device_speedup, host_speedup):
+                      m, m_runs, m_spread, m_lo, m_hi             median over runs, each run's value, robust
+                                                                   run-to-run sd of log m (run_to_run_sd;
+                                                                   None under 2 runs), min lo, max hi
                       eager_ms, compiled_ms,                       medians over runs, ms per step
+                      eager_device_ms, compiled_device_ms,         GPU-busy ms per step
+                      eager_host_ms, compiled_host_ms,             host ms to issue a step
+                      busy_eager, busy_compiled, bound             busy fractions; bound from the median
+                                                                   busy_compiled (record.bound_of)
                       compile_s, compile_warm_s, compile_cache,    max over runs, seconds
                       peak_mem_eager_mb, peak_mem_compiled_mb,     max over runs, MiB (compiled: over
                                                                    records of MEMORY_SCHEMA or later only)
                       graph_breaks, recompiles,                    max over runs
                       numerics}}                                   "pass" only if every run passed
+
+A clock that no run measured (a CPU baseline has no device clock; a baseline made before schema-3 records
+has neither device nor host) is null, `m_runs` empty: the gate does not compare it. Baselines without the
+clock fields load as they are (same BASELINE_SCHEMA): they simply lack them.
 """
 
 from __future__ import annotations
@@ -29,8 +41,8 @@ import tempfile
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from perfgate.record import MEMORY_SCHEMA
-from perfgate.stats import rel_spread
+from perfgate.record import CLOCKS, MEMORY_SCHEMA, bound_of
+from perfgate.stats import interval_sd, rel_spread
 
 BASELINE_SCHEMA = 1
 
@@ -41,7 +53,8 @@ UPDATE_COMMANDS = (
 )
 
 # Fields folded as a median over runs (ms per step) and as a max over runs (the conservative side).
-MEDIAN_FIELDS = ("eager_ms", "compiled_ms")
+MEDIAN_FIELDS = ("eager_ms", "compiled_ms", "eager_device_ms", "compiled_device_ms", "eager_host_ms",
+                 "compiled_host_ms", "busy_eager", "busy_compiled")
 MAX_FIELDS = ("compile_s", "compile_warm_s", "peak_mem_eager_mb", "peak_mem_compiled_mb",
               "graph_breaks", "recompiles")
 IDENTITY_FIELDS = ("model", "phase", "variant", "precision")
@@ -85,7 +98,7 @@ def _round_cell(cell: dict) -> dict:
         if name.startswith("peak_mem"):
             # MiB: a tenth of a MiB is far below anything a gate looks at.
             rounded[name] = None if value is None else round(float(value), 1)
-        elif name == "speedup_spread":
+        elif name.endswith("_spread"):
             rounded[name] = round_sig(value, 3)
         elif isinstance(value, list):
             rounded[name] = [round_sig(v) for v in value]
@@ -121,6 +134,28 @@ def _measured_right(records: Sequence[dict], name: str) -> list[dict]:
     return [r for r in records if (r.get("schema") or 1) >= MEMORY_SCHEMA]
 
 
+def run_to_run_sd(runs: Sequence[dict], metric: str) -> float | None:
+    """The run-to-run sd of log `metric` over runs (one record each): the robust spread of their values
+    (stats.rel_spread), but never below the median run's own in-run sd (its 95 % interval / 3.92). Each
+    run's value is a median with that much sampling error, so runs cannot differ by less; and from 3 to 5
+    runs the MAD comes out near 0 whenever two or three runs happen to agree, which alone would put the
+    line at the current run's noise and cry wolf. None with fewer than 2 values: no run-to-run evidence."""
+    spread = rel_spread(_values(runs, metric))
+    in_run = [interval_sd(r.get(f"{metric}_lo"), r.get(f"{metric}_hi")) for r in runs if r.get(metric)]
+    return None if spread is None else max(spread, statistics.median(in_run))
+
+
+def _fold_clock(ok: Sequence[dict], metric: str) -> dict:
+    """One clock's ratio over the ok runs that measured it: median, per-run values, run-to-run spread
+    (run_to_run_sd), and the envelope of the runs' intervals."""
+    values = _values(ok, metric)
+    return {metric: statistics.median(values) if values else None,
+            f"{metric}_runs": values,
+            f"{metric}_spread": run_to_run_sd(ok, metric),
+            f"{metric}_lo": min(_values(ok, f"{metric}_lo"), default=None),
+            f"{metric}_hi": max(_values(ok, f"{metric}_hi"), default=None)}
+
+
 def fold_cell(records: Sequence[dict]) -> dict:
     """One baseline cell from this cell's record in each run (at most one per run)."""
     ok = [r for r in records if r.get("status") == "ok"]
@@ -130,22 +165,14 @@ def fold_cell(records: Sequence[dict]) -> dict:
         status = "skipped" if all(r.get("status") == "skipped" for r in records) else "failed"
         cell.update(status=status, reason=records[-1].get("reason") or "", runs_ok=0, numerics=None)
         return cell
-    speedups = _values(ok, "speedup")
-    cell.update(
-        status="ok",
-        reason="",
-        runs_ok=len(ok),
-        speedup=statistics.median(speedups) if speedups else None,
-        speedup_runs=speedups,
-        speedup_spread=rel_spread(speedups),  # None with one run: no run-to-run evidence
-        speedup_lo=min(_values(ok, "speedup_lo"), default=None),
-        speedup_hi=max(_values(ok, "speedup_hi"), default=None),
-        compile_cache=_single(ok, "compile_cache"),
-        numerics=_numerics(ok),
-    )
+    cell.update(status="ok", reason="", runs_ok=len(ok))
+    for clock in CLOCKS:
+        cell.update(_fold_clock(ok, clock))
+    cell.update(compile_cache=_single(ok, "compile_cache"), numerics=_numerics(ok))
     for name in MEDIAN_FIELDS:
         values = _values(ok, name)
         cell[name] = statistics.median(values) if values else None
+    cell["bound"] = bound_of(cell["busy_compiled"])
     for name in MAX_FIELDS:
         cell[name] = max(_values(_measured_right(ok, name), name), default=None)
     return cell
@@ -156,7 +183,8 @@ def _last_per_cell(run: Iterable[dict]) -> dict[str, dict]:
     return {record["cell"]: record for record in run}
 
 
-def _header(fingerprint: str, tier: str, env: dict, n_runs: int) -> dict:
+def _header(fingerprint: str, tier: str, env: dict, run_maps: Sequence[dict[str, dict]]) -> dict:
+    cpus = {(r.get("env") or {}).get("cpu_model") for run in run_maps for r in run.values()}
     return {
         "schema": BASELINE_SCHEMA,
         "fingerprint": fingerprint,
@@ -164,7 +192,8 @@ def _header(fingerprint: str, tier: str, env: dict, n_runs: int) -> dict:
         "device": env.get("gpu"),
         "versions": {k: v for k, v in env.items() if k != "fingerprint"},
         "created": _dt.datetime.now(_dt.timezone.utc).date().isoformat(),
-        "runs": n_runs,
+        "runs": len(run_maps),
+        "host_cpus": sorted(cpu for cpu in cpus if cpu),
     }
 
 
@@ -192,7 +221,7 @@ def build_baseline(sources: Sequence[Iterable[dict]]) -> dict[tuple[str, str], d
             for cell_id, record in run_map.items():
                 by_cell.setdefault(cell_id, []).append(record)
         env = next(iter(run_maps[0].values()))["env"]
-        baseline = _header(fingerprint, tier, env, len(run_maps))
+        baseline = _header(fingerprint, tier, env, run_maps)
         baseline["cells"] = {cid: _round_cell(fold_cell(recs)) for cid, recs in sorted(by_cell.items())}
         baselines[(fingerprint, tier)] = baseline
     return baselines

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import math
 import os
 import statistics
 
@@ -11,8 +12,9 @@ import pytest
 
 import synthetic as syn
 from perfgate import baseline as bl
-from perfgate.record import new_record
-from perfgate.stats import rel_spread
+from perfgate import gate
+from perfgate.record import CLOCKS, new_record
+from perfgate.stats import interval_sd, rel_spread
 
 KEY = (syn.H100, "pr")
 RESNET = "resnet50-train-inductor_default-amp_bf16"
@@ -47,11 +49,67 @@ def test_cell_folds_runs(three_runs, folded):
     speedups = [r["speedup"] for r in recs]
     assert cell["speedup"] == pytest.approx(statistics.median(speedups), rel=1e-3)
     assert cell["speedup_runs"] == pytest.approx(speedups, rel=1e-3)
-    assert cell["speedup_spread"] == pytest.approx(rel_spread(speedups), rel=1e-2)
+    assert cell["speedup_spread"] == pytest.approx(bl.run_to_run_sd(recs, "speedup"), rel=1e-2)
     assert cell["speedup_lo"] == pytest.approx(min(r["speedup_lo"] for r in recs), rel=1e-3)
     assert cell["speedup_hi"] == pytest.approx(max(r["speedup_hi"] for r in recs), rel=1e-3)
     assert cell["compiled_ms"] == pytest.approx(statistics.median(r["compiled_ms"] for r in recs), rel=1e-3)
     assert (cell["status"], cell["numerics"], cell["runs_ok"]) == ("ok", "pass", 3)
+
+
+@pytest.mark.parametrize("metric", CLOCKS)
+def test_each_clock_folds_like_the_speedup(three_runs, folded, metric):
+    recs = [next(r for r in run if r["cell"] == RESNET) for run in three_runs]
+    cell = folded["cells"][RESNET]
+    values = [r[metric] for r in recs]
+    assert cell[metric] == pytest.approx(statistics.median(values), rel=1e-3)
+    assert cell[f"{metric}_runs"] == pytest.approx(values, rel=1e-3)
+    # The robust spread, never below the median run's own in-run sd.
+    in_run = statistics.median(interval_sd(r[f"{metric}_lo"], r[f"{metric}_hi"]) for r in recs)
+    assert cell[f"{metric}_spread"] == pytest.approx(max(rel_spread(values), in_run), rel=1e-2)
+    assert cell[f"{metric}_lo"] == pytest.approx(min(r[f"{metric}_lo"] for r in recs), rel=1e-3)
+    assert cell[f"{metric}_hi"] == pytest.approx(max(r[f"{metric}_hi"] for r in recs), rel=1e-3)
+
+
+def test_device_and_host_times_busy_and_bound_fold_as_medians(three_runs, folded):
+    recs = [next(r for r in run if r["cell"] == RESNET) for run in three_runs]
+    cell = folded["cells"][RESNET]
+    for name in ("eager_device_ms", "compiled_device_ms", "eager_host_ms", "compiled_host_ms", "busy_eager",
+                 "busy_compiled"):
+        assert cell[name] == pytest.approx(statistics.median(r[name] for r in recs), rel=1e-3), name
+    assert cell["busy_compiled"] == pytest.approx(0.61, abs=0.02) and cell["bound"] == "host"
+    assert folded["cells"]["segformer_b2-train-inductor_default-amp_bf16"]["bound"] == "device"
+
+
+def test_spread_has_a_floor_at_the_runs_own_noise():
+    """Three runs that agree to 0.01 % by chance would give a MAD of ~0 and a line at the current run's
+    noise alone; each run's median has its interval's error, so the spread keeps at least that."""
+    runs = syn.runs(3, first_seed=7, run_noise=0.0, overrides={RESNET: {"speedup": 2.3}})
+    for run, speedup in zip(runs, (2.3, 2.3002, 2.2998)):
+        rec = next(r for r in run if r["cell"] == RESNET)
+        rec.update(speedup=speedup, speedup_lo=speedup / 1.02, speedup_hi=speedup * 1.02)
+    cell = bl.build_baseline(runs)[KEY]["cells"][RESNET]
+    assert rel_spread(cell["speedup_runs"]) < 0.001
+    assert cell["speedup_spread"] == pytest.approx(math.log(1.02 ** 2) / 3.92, rel=0.01)
+
+
+def test_header_lists_the_host_cpus():
+    epyc = syn.env(cpu_model=syn.EPYC)
+    runs = [syn.run(1), syn.run(2, environment=epyc), syn.run(3, environment=syn.env(cpu_model=None)), syn.run(4)]
+    assert bl.build_baseline(runs)[KEY]["host_cpus"] == sorted([syn.EPYC, syn.XEON])
+
+
+def test_a_baseline_from_before_the_clocks_still_loads_and_gates(tmp_path):
+    """A file written before the device and host clocks: same schema, without their fields."""
+    old = bl.build_baseline([[syn.before_clocks(r) for r in run] for run in syn.runs(3, first_seed=7)])[KEY]
+    for cell in old["cells"].values():
+        for name in [n for n in cell if "device" in n or "host" in n or "busy" in n or n == "bound"]:
+            del cell[name]
+    del old["host_cpus"]
+    path = bl.write_baseline(bl.baseline_path(tmp_path, *KEY), old)
+    loaded = bl.load_baseline(path, *KEY)
+    report = gate.compare(syn.run(5), loaded)
+    assert report.exit_code in (0, 1) and any("predates the device clock" in n for n in report.notes)
+    assert {f.metric for f in report.regressions} <= {"speedup"}
 
 
 def test_compiled_memory_of_old_records_is_not_folded():
