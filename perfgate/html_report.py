@@ -27,8 +27,8 @@ from perfgate.baseline import BaselineError, group_by_key, resolve_baseline
 from perfgate.changepoint import segment
 from perfgate.charts import Bar, TrendChange, TrendLevel, TrendPoint, bar_chart, trend_chart
 from perfgate.gate import compare
-from perfgate.rules import DEFAULT_RULES, REGRESSION, SpeedupRule, interval_sd
-from perfgate.stats import geomean
+from perfgate.rules import DEFAULT_RULES, REGRESSION, SpeedupRule
+from perfgate.stats import geomean, interval_sd
 
 PHASE_ORDER = ("train", "infer")
 SPARK = "▁▂▃▄▅▆▇█"
@@ -183,7 +183,7 @@ def _axis_labels(points: Sequence[dict]) -> list[tuple[str, str]]:
 
 
 def _point_mark(point: dict, base_cell: dict | None) -> str:
-    if not base_cell or point.get("status") != "ok":
+    if not base_cell or point.get("status") != "ok" or not point.get("speedup"):
         return ""
     finding = DEFAULT_SPEEDUP_RULE.check(base_cell, point)
     return finding.kind if finding else ""
@@ -267,13 +267,16 @@ def _gate(records: Sequence[dict], baseline_location, notes: list[str]) -> tuple
         lines.append(f"{'PASS' if gated.passed else 'FAIL'} {fingerprint} ({tier}): "
                      f"{len(gated.regressions)} regression(s), {len(gated.improvements)} improvement(s)")
         lines += [f"regression {f.cell}: {f.message}" for f in gated.regressions]
+        lines += [f"advisory {f.cell} (never fails the gate): {f.message}" for f in gated.advisories]
     return verdicts, base_cells, lines
 
 
 def _table_row(record: dict, verdict: str | None) -> dict:
     ratio = mem_ratio(record)
+    device = record.get("device_speedup")
     return {"cell": record["cell"], "status": record.get("status"),
-            "speedup": speedup_text(record) if record.get("speedup") is not None else "–",
+            "speedup": (speedup_text(record) if record.get("speedup") is not None else "–")
+                       + (f" · device {device:.3f}×" if device else ""),
             "eager_ms": _num(record.get("eager_ms"), ".2f"), "compiled_ms": _num(record.get("compiled_ms"), ".2f"),
             "compile_s": _num(record.get("compile_s"), ".1f"), "mem": _num(ratio, ".2f"),
             "graph_breaks": _num(record.get("graph_breaks"), "d"), "numerics": record.get("numerics") or "–",

@@ -309,7 +309,7 @@ class PerfSession:
             """The confirm round, profiled: a cell that trips twice comes with its why-artifacts."""
             for cell_id in cell_ids:
                 if cell_id in self.ran:  # under xdist the controller ran nothing: no confirm round
-                    self._progress(f"{cell_id}: speedup tripped the gate; measuring again to confirm")
+                    self._progress(f"{cell_id}: a speedup rule tripped; measuring again to confirm")
                     profiled[cell_id] = self._run(*self.ran[cell_id], profile_dir=why_dir)
             return list(profiled.values())
 

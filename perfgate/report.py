@@ -1,7 +1,9 @@
 """Render a GateReport as Markdown (a GitHub job summary or PR comment) and as JSON. Imports no torch.
 
 The Markdown starts with a one-line verdict and the geomeans, then what needs a human (regressions), then
-what is good news (improvements), then what was not compared (missing, new, failed), then every cell.
+what is good news (improvements), then advisories (never fail the gate), then what was not compared
+(missing, new, failed), then every cell in two tables: the three clocks (wall and device speedup, host ms
+eager -> compiled, busy %, each clock's line, the rules that tripped), and the rest (compile, memory, ...).
 """
 
 from __future__ import annotations
@@ -10,15 +12,18 @@ from dataclasses import asdict
 from typing import Sequence
 
 from perfgate.gate import GateReport
+from perfgate.rules import CLOCK_NAMES
 
 # A GitHub PR comment holds 65 536 characters; keep a margin for the CLI's other reports and headers.
 MAX_CHARS = 60_000
 
 # Table order: what needs attention first.
-VERDICT_ORDER = ("regression", "failed", "improvement", "new", "missing", "ok")
+VERDICT_ORDER = ("regression", "failed", "improvement", "advisory", "new", "missing", "ok")
 
-COLUMNS = ("cell", "eager ms", "compiled ms", "speedup [lo, hi]", "baseline", "change", "threshold", "noise",
-           "compile s", "graph breaks", "recompiles", "peak MiB (compiled)", "numerics", "verdict")
+CLOCK_COLUMNS = ("cell", "wall speedup [lo, hi]", "baseline", "change", "line", "noise", "device speedup",
+                 "change", "line", "host ms eager → compiled", "change", "line", "busy", "verdict (rules)")
+COLUMNS = ("cell", "eager ms", "compiled ms", "compile s", "graph breaks", "recompiles", "peak MiB (compiled)",
+           "numerics", "verdict (rules)")
 
 
 def _fmt(value, spec: str) -> str:
@@ -32,8 +37,9 @@ def _pct(value: float | None) -> str:
 def verdict_line(report: GateReport) -> str:
     n_cells = sum(1 for r in report.rows if r.verdict != "missing")
     state = "PASS" if report.passed else "FAIL"
+    advisories = f", {len(report.advisories)} advisory(ies)" if report.advisories else ""
     return (f"**perfgate {state}**: {len(report.regressions)} regression(s), "
-            f"{len(report.improvements)} improvement(s) in {n_cells} cell(s) "
+            f"{len(report.improvements)} improvement(s){advisories} in {n_cells} cell(s) "
             f"({report.fingerprint}, tier {report.tier})")
 
 
@@ -46,6 +52,12 @@ def geomean_line(report: GateReport) -> str:
             f"cell(s); baseline from {report.baseline_runs} run(s).")
 
 
+def _rule_name(finding) -> str:
+    """Which rule tripped: "wall clock", "device clock", "host clock", or the metric's name."""
+    clock = CLOCK_NAMES.get(finding.metric)
+    return f"{clock} clock" if clock else finding.metric.replace("_", " ")
+
+
 def _section(title: str, lines: Sequence[str]) -> list[str]:
     return [f"#### {title}", *lines, ""] if lines else []
 
@@ -56,28 +68,65 @@ def _failed_line(report: GateReport, cell: str) -> str:
     return f"- `{cell}` {row.status}: {row.reason or 'no reason given'}{known}"
 
 
-def _table_row(row) -> str:
+def _verdict(row) -> str:
+    """"**regression** (device, host)": the verdict and the clocks or metrics of the rules that tripped."""
+    verdict = f"**{row.verdict}**" if row.verdict == "regression" else row.verdict
+    tripped = [CLOCK_NAMES.get(m, m) for m in row.tripped]
+    return f"{verdict} ({', '.join(tripped)})" if tripped else verdict
+
+
+def _line(clock) -> str:
+    """A clock's effective line, * where noise pushed it past the threshold asked for."""
+    if clock is None:
+        return "–"
+    return _fmt(clock.threshold, ".1%") + ("*" if clock.noise_limited else "")
+
+
+def _busy(row) -> str:
+    """"host-bound 61 %": the compiled step's GPU-busy share and what its wall time follows."""
+    if row.busy_compiled is None:
+        return "–"
+    return f"{row.bound or '?'}-bound {100 * row.busy_compiled:.0f} %"
+
+
+def _host_ms(row) -> str:
+    if row.eager_host_ms is None and row.compiled_host_ms is None:
+        return "–"
+    return f"{_fmt(row.eager_host_ms, '.2f')} → {_fmt(row.compiled_host_ms, '.2f')}"
+
+
+def _clock_row(row) -> str:
+    wall, device, host = (row.clock(m) for m in ("speedup", "device_speedup", "host_speedup"))
     interval = (f"{_fmt(row.speedup, '.3f')} [{_fmt(row.speedup_lo, '.3f')}, {_fmt(row.speedup_hi, '.3f')}]"
                 if row.speedup is not None else "–")
-    threshold = _fmt(row.threshold, ".1%") + ("*" if row.noise_limited else "")
     noise = _fmt(row.noise, ".1%") + ("?" if row.run_to_run_known is False else "")
-    cells = (f"`{row.cell}`", _fmt(row.eager_ms, ".2f"), _fmt(row.compiled_ms, ".2f"), interval,
-             _fmt(row.baseline_speedup, ".3f"), _pct(row.change), threshold, noise, _fmt(row.compile_s, ".1f"),
-             _fmt(row.graph_breaks, "d"), _fmt(row.recompiles, "d"), _fmt(row.peak_mem_compiled_mb, ".0f"),
-             row.numerics or "–", f"**{row.verdict}**" if row.verdict == "regression" else row.verdict)
+    cells = (f"`{row.cell}`", interval, _fmt(row.baseline_speedup, ".3f"), _pct(row.change), _line(wall), noise,
+             _fmt(device.value if device else None, ".3f"), _pct(device.change if device else None),
+             _line(device), _host_ms(row), _pct(host.change if host else None), _line(host), _busy(row),
+             _verdict(row))
     return "| " + " | ".join(cells) + " |"
 
 
-def _table(rows: Sequence) -> list[str]:
+def _table_row(row) -> str:
+    cells = (f"`{row.cell}`", _fmt(row.eager_ms, ".2f"), _fmt(row.compiled_ms, ".2f"), _fmt(row.compile_s, ".1f"),
+             _fmt(row.graph_breaks, "d"), _fmt(row.recompiles, "d"), _fmt(row.peak_mem_compiled_mb, ".0f"),
+             row.numerics or "–", _verdict(row))
+    return "| " + " | ".join(cells) + " |"
+
+
+def _tables(rows: Sequence) -> list[str]:
     ordered = sorted(rows, key=lambda r: (VERDICT_ORDER.index(r.verdict), r.cell))
-    return ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS),
-            *(_table_row(r) for r in ordered)]
+    return ["| " + " | ".join(CLOCK_COLUMNS) + " |", "|" + "---|" * len(CLOCK_COLUMNS),
+            *(_clock_row(r) for r in ordered), "",
+            "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS), *(_table_row(r) for r in ordered)]
 
 
 def _head(report: GateReport) -> list[str]:
     lines = [verdict_line(report), "", geomean_line(report), ""]
-    lines += _section("Regressions", [f"- `{f.cell}` {f.message}" for f in report.regressions])
+    lines += _section("Regressions", [f"- `{f.cell}` ({_rule_name(f)}) {f.message}" for f in report.regressions])
     lines += _section("Improvements", [f"- `{f.cell}` {f.message}" for f in report.improvements])
+    lines += _section("Advisories (reported only: never fail the gate, not re-measured)",
+                      [f"- `{f.cell}` {f.message}" for f in report.advisories])
     lines += _section("Missing (in the baseline, not in this run; not gated)",
                       [f"- `{c}`" for c in report.missing])
     lines += _section("New (not in the baseline; not gated)", [f"- `{c}`" for c in report.new])
@@ -86,24 +135,28 @@ def _head(report: GateReport) -> list[str]:
     return lines
 
 
-LEGEND = ("Speedup is eager/compiled per step (median and 95 % interval over rounds); change is against the "
-          "baseline's median over runs. Threshold is the smallest speedup drop that fails the gate (it must "
-          "also be at least 2 noise sds, and trip again when re-measured); * where noise pushes it past the "
-          "threshold asked for, so a drop of that size may go uncaught. Noise is the sd of the drop the gate "
-          "assumed, from the baseline's run-to-run spread and both runs' intervals; ? where run-to-run noise "
-          "is unknown (fewer than 2 baseline runs).")
+LEGEND = ("Three clocks per cell. Wall speedup: eager/compiled ms per step (median and 95 % interval over "
+          "rounds), host stalls included; change is against the baseline's median over runs. Device speedup: "
+          "eager/compiled GPU-busy ms per step. Host ms: to issue one step, eager → compiled; its change is "
+          "that of compiled host time relative to eager's (+ is worse). Busy: the compiled step's GPU-busy "
+          "share of its wall time; below 90 % it is host-bound and its wall speedup follows the host CPU. Line: "
+          "the smallest change that fails the gate on that clock (it must also be at least 2 noise sds, and "
+          "trip again when re-measured); * where noise pushes it past the threshold asked for, so a change of "
+          "that size may go uncaught. Noise: the sd of the wall drop the gate assumed, from the baseline's "
+          "run-to-run spread and both runs' intervals; ? where run-to-run noise is unknown (fewer than 2 "
+          "baseline runs). Verdict (rules): the clocks or metrics whose rules tripped.")
 
 
 def markdown(report: GateReport, max_chars: int = MAX_CHARS) -> str:
-    """The report as GitHub Markdown, at most `max_chars`: unchanged cells leave the table first."""
+    """The report as GitHub Markdown, at most `max_chars`: unchanged cells leave the tables first."""
     head = "\n".join(_head(report))
-    text = "\n".join([head, "#### All cells", *_table(report.rows), "", LEGEND, ""])
+    text = "\n".join([head, "#### All cells", *_tables(report.rows), "", LEGEND, ""])
     if len(text) <= max_chars:
         return text
     kept = [r for r in report.rows if r.verdict != "ok"]
     omitted = len(report.rows) - len(kept)
     text = "\n".join([head, f"#### Cells ({omitted} unchanged cell(s) omitted to fit; see the JSON report)",
-                      *_table(kept), "", LEGEND, ""])
+                      *_tables(kept), "", LEGEND, ""])
     return text if len(text) <= max_chars else text[: max_chars - 40] + "\n\n… (truncated; see the JSON report)\n"
 
 
@@ -120,6 +173,7 @@ def to_json(report: GateReport) -> dict:
         "baseline_runs": report.baseline_runs,
         "regressions": [asdict(f) for f in report.regressions],
         "improvements": [asdict(f) for f in report.improvements],
+        "advisories": [asdict(f) for f in report.advisories],
         "missing": list(report.missing),
         "new": list(report.new),
         "failed": list(report.failed),
@@ -128,8 +182,8 @@ def to_json(report: GateReport) -> dict:
     }
 
 
-RECORD_COLUMNS = ("cell", "status", "eager ms", "compiled ms", "speedup [lo, hi]", "compile s", "breaks",
-                  "recompiles", "numerics", "reason")
+RECORD_COLUMNS = ("cell", "status", "eager ms", "compiled ms", "speedup [lo, hi]", "device speedup", "busy",
+                  "compile s", "breaks", "recompiles", "numerics", "reason")
 
 
 def _record_cells(record: dict) -> tuple[str, ...]:
@@ -137,8 +191,11 @@ def _record_cells(record: dict) -> tuple[str, ...]:
     interval = ("–" if speedup is None else
                 f"{speedup:.3f} [{_fmt(record.get('speedup_lo'), '.3f')}, {_fmt(record.get('speedup_hi'), '.3f')}]")
     reason = record.get("reason") or ""
+    busy = record.get("busy_compiled")
+    busy_text = "–" if busy is None else f"{record.get('bound') or '?'}-bound {100 * busy:.0f} %"
     return (record["cell"], str(record.get("status")), _fmt(record.get("eager_ms"), ".2f"),
-            _fmt(record.get("compiled_ms"), ".2f"), interval, _fmt(record.get("compile_s"), ".1f"),
+            _fmt(record.get("compiled_ms"), ".2f"), interval, _fmt(record.get("device_speedup"), ".3f"), busy_text,
+            _fmt(record.get("compile_s"), ".1f"),
             _fmt(record.get("graph_breaks"), "d"), _fmt(record.get("recompiles"), "d"),
             str(record.get("numerics") or "–"), reason if len(reason) <= 60 else reason[:57] + "...")
 

@@ -1,19 +1,32 @@
 """The gate's rules: small frozen objects (metric, direction, threshold), each with a `check(base_cell,
 cur_record)` that returns a Finding or None. Imports no torch.
 
-The speedup rule is the one that has to be right: it must catch a real 5 % loss and not cry wolf. It works
-on log speedups, where a drop and a gain of the same ratio weigh alike and noise is relative:
+Three clocks, three ratio rules (SpeedupRule, one per perfgate.record.CLOCKS metric):
 
-    d      = log(baseline speedup) - log(current speedup)            the drop (> 0 a loss)
+    wall    speedup          eager / compiled ms per step, host stalls included: what a user gets. 5 %
+    device  device_speedup   eager / compiled GPU-busy ms per step: the compiled kernels' own work. 3 %
+    host    host_speedup     eager / compiled host ms to issue a step (HostTimeRule): the threshold is a
+                             growth of compiled host time relative to eager's, +15 % (host_speedup down 13.0 %)
+
+Compiled training steps on H100 leases are host-bound (resnet50 train compiled 61 % GPU-busy): their wall
+speedup follows the lease's host CPU (2.19x, 1.82x, 1.54x on three leases one day), so the wall rule cannot
+see a 3-7 % loss there; the device rule can (device ratios move ~0.2 % between runs), and the host rule
+catches the compiled step getting costlier to issue.
+
+Each ratio rule works on log ratios, where a drop and a gain of the same ratio weigh alike and noise is
+relative (r is the rule's metric):
+
+    d      = log(baseline r) - log(current r)                          the drop (> 0 a loss)
     sigma  = sqrt(s_rr^2 (1 + 1/n) + s_cur^2)                          the sd of d when nothing changed
-    s_rr   = the baseline's run-to-run sd of log speedup over its n runs (baseline cell speedup_spread):
-             each run is its own process and compile, so a new run differs from the baseline's by this much
-             (s_rr^2) plus the baseline median's own error (s_rr^2 / n)
+    s_rr   = the baseline's run-to-run sd of log r over its n runs (baseline cell `{r}_spread`: a robust
+             MAD-based sd, never below a run's own in-run sd; perfgate.baseline.run_to_run_sd): each run is
+             its own process and compile, so a new run differs from the baseline's by this much (s_rr^2)
+             plus the baseline median's own error (s_rr^2 / n)
     s_cur  = the current run's in-run sd: its 95 % interval's half-width in log terms / 1.96. Counted on
              top of s_rr (which holds the baseline runs' in-run noise already) so a run measured on a noisy
              machine cannot trip on its own noise
     regression  iff  d > z * sigma                       the drop is real (z = 2: one-sided ~2 % per round)
-              and    d > max(t - z * sigma, t / 2)        and large enough (t = log(1 / (1 - threshold)))
+              and    d > max(t - z * sigma, t / 2)        and large enough (t: the threshold as a log drop)
 
 The second line sits z sds below the threshold, so a true drop of exactly the threshold crosses it ~98 % of
 the time (when sigma is right); it never goes below half the threshold, so small true drops on quiet cells
@@ -25,33 +38,50 @@ than 2 ok runs has no run-to-run evidence: sigma then falls back to the baseline
 interval widths, which are narrower than run-to-run noise, and the report says that too. An improvement is
 the mirror image (a gain past the same line in log terms).
 
-The plugin re-measures the cells that trip (gate.speedup_suspects, gate.confirm), so a speedup regression
-must trip twice; docs/gate-power.md (made by tests/gate_power.py) has the rates this gives. The weak spot is
-s_rr: from 3 runs it has 2 degrees of freedom, so baselines should hold 5 or more runs.
+A clock the baseline cell has and the current ok record lacks is a regression ("device clock missing now"):
+a gate must not pass because a clock broke. A clock the baseline lacks (made before the clock existed, or a
+CPU baseline: no device clock) is not compared; the gate's notes say to remake an old baseline.
+
+Host CPU (foreign_cpu_advisory): a baseline records its runs' host CPUs (header `host_cpus`). When a record
+ran on a CPU that is not among them, the WALL rule's findings for a cell whose compiled step is host-bound
+(record `bound` "host") become ADVISORY: reported, never failing the gate, not re-measured, since that
+speedup moves with the CPU (above) and a gate would fail or pass on the lease it drew. Device-bound cells
+still gate on the wall clock (their wall time follows the GPU). The device rule gates as usual: GPU busy time
+does not depend on the host CPU. So does the host rule: it is a same-process ratio of compiled to eager host
+time, and a faster or slower CPU moves both sides.
+
+The plugin re-measures the cells that any ratio rule trips (gate.speedup_suspects, gate.confirm), so such a
+regression must trip twice on the same clock; docs/gate-power.md (made by tests/gate_power.py) has the rates
+this gives. The weak spot is s_rr: from 3 runs it has 2 degrees of freedom (fewer with the MAD), so
+baselines should hold 5 or more runs.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from perfgate.record import MEMORY_SCHEMA
+from perfgate.stats import interval_sd
 
 REGRESSION = "regression"
 IMPROVEMENT = "improvement"
+ADVISORY = "advisory"               # reported, never fails the gate, never re-measured
 REFRESH = "refresh the baseline (perfgate baseline update)"
 
-Z_INTERVAL = 1.96  # the records' intervals are 95 %: half-width / 1.96 ~ one sd
+# Each ratio metric's clock, as reports name it.
+CLOCK_NAMES = {"speedup": "wall", "device_speedup": "device", "host_speedup": "host"}
 
 
 @dataclass(frozen=True)
 class Finding:
     cell: str
     metric: str
-    kind: str                       # REGRESSION | IMPROVEMENT
+    kind: str                       # REGRESSION | IMPROVEMENT | ADVISORY
     baseline: object                # the baseline's value (number or verdict)
     current: object
-    threshold: float | None         # fraction the rule used (effective, for speedup); None for exact rules
+    threshold: float | None         # fraction the rule used (effective, for the ratio rules); None for exact
+                                    # rules and for a clock missing now
     message: str
 
 
@@ -64,16 +94,9 @@ def _finding(rule, base: dict, cur: dict, kind: str, threshold, message: str) ->
                    threshold, message)
 
 
-def interval_sd(lo, hi) -> float:
-    """One sd in log terms from a 95 % interval [lo, hi] of a ratio; 0 when the interval is unknown."""
-    if not lo or not hi or lo <= 0 or hi < lo:
-        return 0.0
-    return math.log(hi / lo) / 2 / Z_INTERVAL
-
-
 @dataclass(frozen=True)
 class SpeedupNoise:
-    """What the speedup rule knows about one cell's noise, as sds of log speedup (0.01 ~ 1 %)."""
+    """What a ratio rule knows about one cell's noise, as sds of the log ratio (0.01 ~ 1 %)."""
 
     run_to_run: float | None        # the baseline's sd between runs; None with fewer than 2 ok runs
     n_runs: int                     # ok runs behind the baseline's median
@@ -94,28 +117,57 @@ class SpeedupNoise:
 
 @dataclass(frozen=True)
 class SpeedupRule:
+    """A higher-is-better eager/compiled ratio of one clock: `metric` is speedup (wall), device_speedup or
+    host_speedup, read with its `_lo`, `_hi`, `_runs` and `_spread` fields from the baseline cell."""
+
     metric: str = "speedup"
     direction: str = "higher"        # higher is better
-    threshold: float = 0.05          # fraction of the baseline speedup; a record's gate.speedup_threshold wins
+    threshold: float = 0.05          # fraction of the baseline ratio; the wall rule: gate.speedup_threshold wins
     z: float = 2.0                   # a drop must be this many sds of noise to count as real
     floor: float = 0.5               # and never smaller than this fraction of the threshold
 
+    @property
+    def clock(self) -> str:
+        return CLOCK_NAMES.get(self.metric, self.metric)
+
+    @property
+    def label(self) -> str:
+        return f"{self.clock} speedup"
+
+    @property
+    def follows_host_cpu(self) -> bool:
+        """The wall clock counts host stalls: a host-bound cell's wall ratio moves with the host CPU."""
+        return self.metric == "speedup"
+
     def nominal_threshold(self, cur: dict) -> float:
-        return (cur.get("gate") or {}).get("speedup_threshold") or self.threshold
+        override = (cur.get("gate") or {}).get("speedup_threshold") if self.metric == "speedup" else None
+        return override or self.threshold
+
+    def log_threshold(self, cur: dict) -> float:
+        """The threshold as a log drop of the ratio."""
+        return -math.log(1 - self.nominal_threshold(cur))
+
+    def fraction(self, log_line: float, loss: bool = True) -> float:
+        """A log line as the rule's fraction: a drop of the ratio (loss) or a gain of it."""
+        return 1 - math.exp(-log_line) if loss else math.exp(log_line) - 1
+
+    def change(self, ref: float, now: float) -> float:
+        """The change in the rule's terms; negative is a loss (-0.05: the ratio is 5 % lower)."""
+        return now / ref - 1
 
     def noise(self, base: dict, cur: dict) -> SpeedupNoise:
-        runs = base.get("speedup_runs") or []
+        m = self.metric
+        runs = base.get(f"{m}_runs") or []
         n_runs = len(runs) or base.get("runs_ok") or 1
-        spread = base.get("speedup_spread") if n_runs >= 2 else None
+        spread = base.get(f"{m}_spread") if n_runs >= 2 else None
         # One run's interval: the baseline keeps the envelope (min lo, max hi) over runs, at least as wide.
-        base_sd = interval_sd(base.get("speedup_lo"), base.get("speedup_hi"))
-        return SpeedupNoise(spread, n_runs, interval_sd(cur.get("speedup_lo"), cur.get("speedup_hi")),
-                            base_sd)
+        base_sd = interval_sd(base.get(f"{m}_lo"), base.get(f"{m}_hi"))
+        return SpeedupNoise(spread, n_runs, interval_sd(cur.get(f"{m}_lo"), cur.get(f"{m}_hi")), base_sd)
 
     def lines(self, base: dict, cur: dict) -> tuple[float, float, SpeedupNoise]:
         """(significance line z * sigma, size line max(t - z sigma, t floor)) in log units, and the noise."""
         noise = self.noise(base, cur)
-        t = -math.log(1 - self.nominal_threshold(cur))
+        t = self.log_threshold(cur)
         significance = self.z * noise.sigma
         return significance, max(t - significance, self.floor * t), noise
 
@@ -123,32 +175,98 @@ class SpeedupRule:
         return max(self.lines(base, cur)[:2])
 
     def effective_threshold(self, base: dict, cur: dict) -> float:
-        """The smallest drop that trips this cell, as a fraction (0.05 = a 5 % lower speedup)."""
-        return 1 - math.exp(-self.effective_log_line(base, cur))
+        """The smallest loss that trips this cell, as a fraction (0.05 = a 5 % lower speedup)."""
+        return self.fraction(self.effective_log_line(base, cur))
 
     def noise_limited(self, base: dict, cur: dict) -> bool:
-        """Noise alone puts the line past the threshold: a drop of the threshold may go uncaught."""
-        return self.lines(base, cur)[0] > -math.log(1 - self.nominal_threshold(cur)) + 1e-12
+        """Noise alone puts the line past the threshold: a loss of the threshold may go uncaught."""
+        return self.lines(base, cur)[0] > self.log_threshold(cur) + 1e-12
+
+    def compared(self, base: dict, cur: dict) -> bool:
+        """Both ok and both carry this clock: the rule judges the numbers."""
+        return both_ok(base, cur) and bool(base.get(self.metric)) and bool(cur.get(self.metric))
+
+    def describe(self, base: dict, cur: dict) -> str:
+        ref, now = base[self.metric], cur[self.metric]
+        lo, hi = cur.get(f"{self.metric}_lo") or now, cur.get(f"{self.metric}_hi") or now
+        return f"{self.label} {now:.3f}x [{lo:.3f}, {hi:.3f}] vs baseline {ref:.3f}x ({now / ref - 1:+.1%})"
+
+    def line_text(self, fraction: float, loss: bool) -> str:
+        return f"the {fraction:.1%} {'drop' if loss else 'gain'} line"
 
     def check(self, base: dict, cur: dict) -> Finding | None:
-        ref, now = base.get("speedup"), cur.get("speedup")
-        if not both_ok(base, cur) or not ref or not now or now <= 0:
-            return None
+        ref, now = base.get(self.metric), cur.get(self.metric)
+        if not both_ok(base, cur) or not ref:
+            return None  # nothing to compare, or the baseline has no such clock (old, or CPU): not compared
+        if not now or now <= 0:
+            note = cur.get("clocks_note") or "no reason given"
+            return _finding(self, base, cur, REGRESSION, None, f"{self.clock} clock missing now: {note}")
         significance, size, noise = self.lines(base, cur)
         line = max(significance, size)
         d = math.log(ref / now)
         if abs(d) <= line:
             return None
-        lo, hi = cur.get("speedup_lo") or now, cur.get("speedup_hi") or now
         unknown = "" if noise.known else ", run-to-run noise unknown"
-        evidence = (f"speedup {now:.3f}x [{lo:.3f}, {hi:.3f}] vs baseline {ref:.3f}x ({now / ref - 1:+.1%}); "
-                    f"{abs(d) / noise.sigma if noise.sigma else math.inf:.1f} noise sds "
-                    f"(sd {noise.sigma:.1%}{unknown})")
+        evidence = (f"{self.describe(base, cur)}; {abs(d) / noise.sigma if noise.sigma else math.inf:.1f} "
+                    f"noise sds (sd {noise.sigma:.1%}{unknown})")
+        eff = self.fraction(line, loss=d > 0)
         if d > 0:
-            eff = 1 - math.exp(-line)
-            return _finding(self, base, cur, REGRESSION, eff, f"{evidence}, past the {eff:.1%} drop line")
-        eff = math.exp(line) - 1
-        return _finding(self, base, cur, IMPROVEMENT, eff, f"{evidence}, past the {eff:.1%} gain line; {REFRESH}")
+            return _finding(self, base, cur, REGRESSION, eff, f"{evidence}, past {self.line_text(eff, True)}")
+        return _finding(self, base, cur, IMPROVEMENT, eff,
+                        f"{evidence}, past {self.line_text(eff, False)}; {REFRESH}")
+
+
+@dataclass(frozen=True)
+class HostTimeRule(SpeedupRule):
+    """The host clock: compiled host ms to issue a step relative to eager's (1 / host_speedup) must not grow
+    by more than `threshold` (0.15 = +15 %, host_speedup 13.0 % lower). The same test as SpeedupRule on
+    log host_speedup; only the threshold and the words are in host time, which is what a reader acts on."""
+
+    metric: str = "host_speedup"
+    direction: str = "higher"        # of host_speedup: compiled host time relative to eager's is lower-better
+    threshold: float = 0.15          # growth of compiled host ms relative to eager's
+
+    def log_threshold(self, cur: dict) -> float:
+        return math.log(1 + self.threshold)
+
+    def fraction(self, log_line: float, loss: bool = True) -> float:
+        """Compiled host time relative to eager's: its growth (loss) or its fall."""
+        return math.exp(log_line) - 1 if loss else 1 - math.exp(-log_line)
+
+    def change(self, ref: float, now: float) -> float:
+        """Change of compiled host time relative to eager's; positive is a loss (+0.15: 15 % more)."""
+        return ref / now - 1
+
+    def describe(self, base: dict, cur: dict) -> str:
+        ref, now = base[self.metric], cur[self.metric]
+        lo, hi = cur.get(f"{self.metric}_lo") or now, cur.get(f"{self.metric}_hi") or now
+        return (f"compiled host time per step relative to eager {self.change(ref, now):+.1%} (host ms eager "
+                f"-> compiled {host_ms_text(cur)} now, {host_ms_text(base)} in the baseline; host speedup "
+                f"{now:.3f}x [{lo:.3f}, {hi:.3f}] vs {ref:.3f}x)")
+
+    def line_text(self, fraction: float, loss: bool) -> str:
+        return f"the {'+' if loss else '-'}{fraction:.1%} line"
+
+
+def host_ms_text(record: dict) -> str:
+    """"20.10 -> 39.40 ms": host ms to issue one step, eager -> compiled ("?" where unknown)."""
+    eager, compiled = record.get("eager_host_ms"), record.get("compiled_host_ms")
+    return " -> ".join("?" if v is None else f"{v:.2f}" for v in (eager, compiled)) + " ms"
+
+
+def foreign_cpu_advisory(rule, finding: Finding, cur: dict, host_cpus) -> Finding:
+    """The finding as the gate should count it: the wall rule's finding on a host-bound cell measured on a
+    host CPU the baseline never ran on becomes ADVISORY (see the module docstring); anything else as is."""
+    cpu = (cur.get("env") or {}).get("cpu_model")
+    if (not getattr(rule, "follows_host_cpu", False) or finding.kind not in (REGRESSION, IMPROVEMENT)
+            or finding.current is None or not cpu or not host_cpus or cpu in host_cpus
+            or cur.get("bound") != "host"):
+        return finding
+    busy = cur.get("busy_compiled")
+    busy_text = f" ({100 * busy:.0f} % GPU-busy)" if busy is not None else ""
+    return replace(finding, kind=ADVISORY,
+                   message=f"{finding.message}; advisory only: host-bound{busy_text} and measured on "
+                           f"{cpu}, while the baseline ran on {', '.join(host_cpus)}")
 
 
 @dataclass(frozen=True)
@@ -241,11 +359,18 @@ class StatusRule:
         return None
 
 
-def default_rules(speedup: float = 0.05, memory: float = 0.20, compile_time: float = 0.50) -> tuple:
-    """The gate's rules; thresholds are fractions (0.05 = 5 %)."""
+def default_rules(*, speedup: float = 0.05, device: float = 0.03, host: float = 0.15, memory: float = 0.20,
+                  compile_time: float = 0.50) -> tuple:
+    """The gate's rules; thresholds are fractions (0.05 = 5 %). `speedup` and `device`: a drop of the wall
+    and device speedups; `host`: a growth of compiled host time per step relative to eager's."""
     return (
         StatusRule(),
-        SpeedupRule(threshold=speedup),
+        SpeedupRule("speedup", threshold=speedup),
+        # GPU busy ms move ~0.2 % between runs (H100): 3 % is far past noise, and below what the wall clock of
+        # a host-bound cell can see.
+        SpeedupRule("device_speedup", threshold=device),
+        # Host ms to issue a step move ~3 % per round with the machine's load: +15 % is a real cost.
+        HostTimeRule(threshold=host),
         CountRule("graph_breaks"),
         CountRule("recompiles"),
         # 32 MiB: below that a change is allocator rounding, not the model.

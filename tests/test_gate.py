@@ -46,17 +46,20 @@ def kinds(report):
 
 
 def test_aa_noise_trips_rarely_and_never_survives_confirm():
-    # 20 independent A/A comparisons of 10 cells at the factory's default noise (2 % per round, 1 % per
-    # compile): a fresh 3-run baseline, a fresh run, and a fresh re-measure of whatever tripped.
+    # 20 independent A/A comparisons of 10 cells at the factory's default noise (wall: 2 % per round, 1 % per
+    # compile; device 0.3 % / 0.2 %; host 3 % / 1 %): a fresh 5-run baseline (what `perfgate baseline update`
+    # advises; 3 runs give the MAD too little to go on, see docs/gate-power.md), a fresh run, and a fresh
+    # re-measure of whatever tripped.
     tripped, confirmed = [], []
     for i in range(20):
-        base = build_baseline(syn.runs(3, first_seed=100 * i))[KEY]
+        base = build_baseline(syn.runs(5, first_seed=100 * i))[KEY]
         first = gate.compare(syn.run(500 + i), base)
         assert first.geomean_speedup and first.geomean_baseline
         suspects = gate.speedup_suspects(first)
-        tripped += suspects
+        tripped += [(f.cell, f.metric) for f in first.regressions]
         confirmed += gate.confirm(first, [r for r in syn.run(700 + i) if r["cell"] in suspects]).regressions
-    assert len(tripped) <= 6 and confirmed == []  # of 200 cells
+    assert len(tripped) <= 10 and confirmed == []  # of 200 cells
+    assert {metric for _, metric in tripped} <= {"speedup"}  # the device and host lines sit far past their noise
 
 
 def test_planted_loss_fails_exactly_the_touched_cells(base):
@@ -146,31 +149,47 @@ def test_missing_and_new_cells_are_listed_and_pass(base):
     assert [verdicts[c] for c in IDS[:2] + report.new] == ["missing"] * 2 + ["new"] * 2
 
 
-def noisy_baseline(spreads):
-    """Runs in which resnet50's speedup is 2.3 times `spreads[i]`, with almost no noise within a run."""
-    return build_baseline([syn.run(60 + i, run_noise=0.0, noise=0.002, overrides=slower([RESNET], s))
+def noisy_baseline(spreads, cell=RESNET):
+    """Runs in which `cell`'s speedup is its profile's times `spreads[i]`, with almost no noise within a run."""
+    return build_baseline([syn.run(60 + i, run_noise=0.0, noise=0.002, overrides=slower([cell], s))
                            for i, s in enumerate(spreads)])[KEY]
 
 
 def test_noisy_baseline_raises_the_line_past_the_threshold():
-    quiet, noisy = noisy_baseline([1.0, 1.0, 1.0]), noisy_baseline([0.95, 1.0, 1.05])
+    quiet, noisy = noisy_baseline([1.0] * 5), noisy_baseline([0.95, 0.975, 1.0, 1.025, 1.05])
     spread = noisy["cells"][RESNET]["speedup_spread"]
-    assert spread == pytest.approx(0.05, abs=0.005)
+    # The MAD of the logs (0.0247) scaled to a normal sd (1.4826) and for 5 values (1.206).
+    assert spread == pytest.approx(0.0247 * 1.4826 * 1.206, abs=0.002)
     run = now(42, run_noise=0.0, overrides=slower([RESNET], 0.92))  # a real 8 % loss
     assert kinds(gate.compare(run, quiet)) == [(RESNET, "speedup", "regression")]
     report = gate.compare(run, noisy)
     assert report.passed
     row = next(r for r in report.rows if r.cell == RESNET)
     cur = next(r for r in run if r["cell"] == RESNET)
-    sigma = math.sqrt(spread ** 2 * (1 + 1 / 3) + (math.log(cur["speedup_hi"] / cur["speedup_lo"]) / 3.92) ** 2)
+    sigma = math.sqrt(spread ** 2 * (1 + 1 / 5) + (math.log(cur["speedup_hi"] / cur["speedup_lo"]) / 3.92) ** 2)
     assert row.noise == pytest.approx(sigma) and row.run_to_run_known
-    assert row.noise_limited and row.threshold == pytest.approx(1 - math.exp(-2 * sigma)) and row.threshold > 0.1
-    assert any("noise-limited" in note and RESNET in note for note in report.notes)
+    assert row.noise_limited and row.threshold == pytest.approx(1 - math.exp(-2 * sigma)) and row.threshold > 0.08
+    note = next(note for note in report.notes if "noise-limited" in note)
+    assert "on the wall clock" in note and f"{RESNET} (" in note
+    assert f"host-bound: {100 * row.busy_compiled:.0f} % busy" in note and row.busy_compiled < 0.9  # why: the CPU
     quiet_row = next(r for r in gate.compare(run, quiet).rows if r.cell == RESNET)
     assert not quiet_row.noise_limited and quiet_row.threshold <= 0.05
     # A loss past the raised line is still caught.
     big = now(42, run_noise=0.0, overrides=slower([RESNET], 0.80))
     assert kinds(gate.compare(big, noisy)) == [(RESNET, "speedup", "regression")]
+
+
+def test_one_outlier_run_does_not_blind_a_cell():
+    """An H100 baseline's vit_b16 infer runs: 1.23, 1.23, 1.24, 1.50, 1.23. Their sample sd (8.5 %) put its
+    line at 22.8 %; the robust spread keeps it near the threshold, so a 10 % loss fails the gate."""
+    vit = "vit_b16-infer-inductor_default-amp_bf16"
+    base = noisy_baseline([s / 1.45 for s in (1.23, 1.23, 1.24, 1.50, 1.23)], cell=vit)
+    assert base["cells"][vit]["speedup_runs"] == pytest.approx([1.23, 1.23, 1.24, 1.50, 1.23], rel=0.01)
+    steady = now(42, run_noise=0.0, overrides={vit: {"speedup": 1.23}})
+    row = next(r for r in gate.compare(steady, base).rows if r.cell == vit)
+    assert row.threshold < 0.06 and not row.noise_limited
+    report = gate.compare(now(42, run_noise=0.0, overrides={vit: {"speedup": 1.23 * 0.9}}), base)
+    assert kinds(report) == [(vit, "speedup", "regression")]
 
 
 @pytest.mark.parametrize("factor, fails", [(0.90, False), (0.75, True)])

@@ -49,21 +49,27 @@ def test_markdown_order_and_verdict(mixed):
                                      "#### Failed", "#### All cells")]
     assert order == sorted(order)
     assert "CUDA out of memory" in text
-    header = next(line for line in lines if line.startswith("| cell |"))
-    assert header.count("|") == len(report.COLUMNS) + 1 and "threshold" in header
-    table = lines[lines.index(header) + 2:]
+    clocks, rest = [line for line in lines if line.startswith("| cell |")]
+    assert clocks.count("|") == len(report.CLOCK_COLUMNS) + 1 and rest.count("|") == len(report.COLUMNS) + 1
+    assert "device speedup" in clocks and "host ms eager → compiled" in clocks and "busy" in clocks
+    table = lines[lines.index(clocks) + 2:]
     row = next(r for r in mixed.rows if r.cell == RESNET)
-    assert table[0].startswith(f"| `{RESNET}`") and "**regression**" in table[0]
+    # Which rule tripped, the wall line and noise, and why the wall clock is shaky here: host-bound.
+    assert table[0].startswith(f"| `{RESNET}`") and table[0].endswith("| **regression** (wall) |")
     assert f"| {row.threshold:.1%} | {row.noise:.1%} |" in table[0] and row.threshold <= 0.05
+    assert f"| host-bound {100 * row.busy_compiled:.0f} % |" in table[0] and row.busy_compiled < 0.9
+    assert f"- `{RESNET}` (wall clock) wall speedup" in text
+    assert _line(text, "vit_b16-train-inductor_default-amp_bf16").endswith("| **regression** (status) |")
 
 
 def test_markdown_pass_has_no_sections(base):
     text = report.markdown(gate.compare(syn.run(5, **QUIET), base))
     assert text.startswith("**perfgate PASS**: 0 regression(s), 0 improvement(s) in 10 cell(s)")
-    assert "#### Regressions" not in text and text.count("\n| ") == 11
+    assert "#### Regressions" not in text and text.count("\n| ") == 22  # two tables of a header and 10 rows
 
 
 def _line(text, cell):
+    """The cell's line in the clocks table (the first of the two)."""
     return next(line for line in text.splitlines() if line.startswith(f"| `{cell}` |"))
 
 
@@ -77,14 +83,37 @@ def test_markdown_marks_noise_limited_thresholds(base):
     assert f"| {row.threshold:.1%}* | {row.noise:.1%} |" in _line(text, RESNET)
     assert "1 noise-limited cell(s)" in text and RESNET in text.split("noise-limited cell(s)")[1]
     other = "gpt2-train-inductor_default-amp_bf16"
-    assert "*" not in _line(text, other).split("|")[7]
+    assert "*" not in _line(text, other).split("|")[5]
 
 
 def test_markdown_marks_unknown_run_to_run_noise():
     single = build_baseline([syn.run(22, **QUIET)])[KEY]
     text = report.markdown(gate.compare(syn.run(5, **QUIET), single))
     assert "run-to-run noise is unknown" in text
-    assert _line(text, RESNET).split("|")[8].strip().endswith("%?")
+    assert _line(text, RESNET).split("|")[6].strip().endswith("%?")
+
+
+def test_markdown_names_the_clock_that_tripped_and_its_line(base):
+    run = syn.run(5, overrides={"bert_base-infer-inductor_default-amp_bf16": {"host_growth": 1.3}}, **QUIET)
+    result = gate.compare(run, base)
+    text = report.markdown(result)
+    line = _line(text, "bert_base-infer-inductor_default-amp_bf16")
+    host = next(r for r in result.rows if r.cell.startswith("bert_base-infer")).clock("host_speedup")
+    cols = [c.strip() for c in line.split("|")]
+    assert cols[-2] == "**regression** (host)" and cols[-3].startswith("device-bound 9")
+    assert cols[11] == f"{host.change:+.1%}" and cols[12] == f"{host.threshold:.1%}" and host.change > 0.2
+    assert "(host clock) compiled host time per step relative to eager +" in text
+
+
+def test_advisories_have_their_own_section_and_never_fail(base):
+    run = syn.run(5, environment=syn.env(cpu_model=syn.EPYC), overrides=slower(RESNET, 0.85), **QUIET)
+    result = gate.compare(run, base)
+    text = report.markdown(result)
+    assert text.startswith("**perfgate PASS**: 0 regression(s), 0 improvement(s), 1 advisory(ies)")
+    section = text.split("#### Advisories (reported only: never fail the gate, not re-measured)")[1]
+    assert section.lstrip().startswith(f"- `{RESNET}`") and syn.EPYC in section.split("####")[0]
+    assert _line(text, RESNET).endswith("| advisory (wall) |")
+    assert json.loads(json.dumps(report.to_json(result)))["advisories"][0]["kind"] == "advisory"
 
 
 def test_markdown_fits_a_comment(mixed):
