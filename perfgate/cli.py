@@ -83,6 +83,10 @@ def cmd_baseline_update(args: argparse.Namespace) -> int:
     except (RecordFileError, BaselineError) as err:
         print(f"perfgate: cannot update the baseline: {err}", file=sys.stderr)
         return EXIT_CANNOT_COMPARE
+    if not written:  # exit 0 with nothing written read as success to a CI step
+        print(f"perfgate: cannot update the baseline: no records in {', '.join(map(str, args.results))}",
+              file=sys.stderr)
+        return EXIT_CANNOT_COMPARE
     for path in written:
         baseline = json.loads(path.read_text(encoding="utf-8"))
         statuses = [c["status"] for c in baseline["cells"].values()]

@@ -239,3 +239,11 @@ def test_data_side_imports_no_torch():
             "assert 'torch' not in sys.modules\n")
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_baseline_update_with_nothing_to_fold_is_an_error(tmp_path, capsys):
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    assert main(["baseline", "update", str(empty), "--dir", str(tmp_path / "b")]) == 2
+    assert "no records in" in capsys.readouterr().err
+    assert not (tmp_path / "b").exists()
