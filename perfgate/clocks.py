@@ -25,14 +25,13 @@ from __future__ import annotations
 import bisect
 import statistics
 import time
-from dataclasses import dataclass
 from typing import Callable
 
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
 from perfgate.record import bound_of, error_line
-from perfgate.stats import Interval, bootstrap_median
+from perfgate.timing import Rounds
 
 # Rounds of each clock. Device time repeated to 0.1 % between rounds on an H100 (resnet50 train compiled:
 # 24.17-24.20 ms), so few rounds give a narrow interval; host time has the host's stalls (single steps of
@@ -45,19 +44,8 @@ GPU_ACTIVITIES = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
 LABEL = "perfgate-clock"
 
 
-@dataclass
-class ClockRounds:
-    """Per-round ms per step of one clock, eager and compiled in pairs."""
-
-    eager_ms: list[float]
-    compiled_ms: list[float]
-
-    def speedup(self) -> Interval:
-        return bootstrap_median([e / c for e, c in zip(self.eager_ms, self.compiled_ms)])
-
-
 def device_rounds(eager: Callable[[int], object], compiled: Callable[[int], object], device: torch.device,
-                  stream: int = 1, rounds: int = DEVICE_ROUNDS) -> ClockRounds:
+                  stream: int = 1, rounds: int = DEVICE_ROUNDS) -> Rounds:
     """GPU busy ms per step of each side, over `rounds` interleaved profiled rounds in one profiler session
     (one CUPTI start and teardown per cell). Each round is a labelled range that ends in a synchronize, so
     every kernel it launched starts and ends inside it; kernels are assigned to rounds by their start time."""
@@ -75,8 +63,8 @@ def device_rounds(eager: Callable[[int], object], compiled: Callable[[int], obje
                         fn(i)
                     torch.cuda.synchronize(device)
     busy = busy_ms_by_range(prof.profiler.kineto_results.events(), labels)
-    return ClockRounds([busy[f"{LABEL}:eager:{i}"] / steps for i in range(rounds)],
-                       [busy[f"{LABEL}:compiled:{i}"] / steps for i in range(rounds)])
+    return Rounds([busy[f"{LABEL}:eager:{i}"] / steps for i in range(rounds)],
+                  [busy[f"{LABEL}:compiled:{i}"] / steps for i in range(rounds)], steps)
 
 
 def busy_ms_by_range(events, labels: list[str]) -> dict[str, float]:
@@ -129,12 +117,12 @@ def _on_gpu(event) -> bool:
 
 
 def host_rounds(eager: Callable[[int], object], compiled: Callable[[int], object], device: torch.device,
-                stream: int = 1, rounds: int = HOST_ROUNDS) -> ClockRounds:
+                stream: int = 1, rounds: int = HOST_ROUNDS) -> Rounds:
     """Host ms to issue one step, each side, over `rounds` interleaved rounds of single steps; a round's
     figure is its fastest step. A stream model's round covers each of its batches, whose lengths differ
     and so cost differently: there the round's median step stands in for its fastest."""
     steps = stream * max(1, -(-HOST_STEPS // stream))
-    out = ClockRounds([], [])
+    out = Rounds([], [], steps)
     order = [(eager, out.eager_ms), (compiled, out.compiled_ms)]
     for index in range(rounds):
         for fn, sink in order if index % 2 == 0 else reversed(order):
@@ -189,7 +177,7 @@ def measure_into(record: dict, eager: Callable[[int], object], compiled: Callabl
     record["bound_eager"], record["bound"] = bound_of(record["busy_eager"]), bound_of(record["busy_compiled"])
 
 
-def _store(record: dict, clock: str, rounds: ClockRounds) -> None:
+def _store(record: dict, clock: str, rounds: Rounds) -> None:
     interval = rounds.speedup()
     record.update({
         f"eager_{clock}_round_ms": [round(x, 4) for x in rounds.eager_ms],

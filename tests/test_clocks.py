@@ -6,9 +6,10 @@ import pytest
 import torch
 
 from perfgate import clocks, faults
-from perfgate.clocks import ClockRounds, busy_ms_by_range, union_ns
+from perfgate.clocks import busy_ms_by_range, union_ns
 from perfgate.record import bound_of, new_record
 from perfgate.matrix import Cell
+from perfgate.timing import Rounds
 
 
 class Event:
@@ -65,7 +66,7 @@ def test_a_range_without_gpu_work_raises_rather_than_reading_as_zero():
 
 
 def test_clock_speedup_pairs_rounds():
-    rounds = ClockRounds([10.0, 10.2, 9.9, 10.1, 10.0], [5.0, 5.0, 5.0, 5.1, 5.0])
+    rounds = Rounds([10.0, 10.2, 9.9, 10.1, 10.0], [5.0, 5.0, 5.0, 5.1, 5.0], 3)
     interval = rounds.speedup()
     assert interval.median == pytest.approx(2.0)
     assert interval.lo <= interval.median <= interval.hi
