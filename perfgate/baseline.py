@@ -33,6 +33,7 @@ clock fields load as they are (same BASELINE_SCHEMA): they simply lack them.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import json
 import os
@@ -43,6 +44,7 @@ from typing import Iterable, Sequence
 
 from perfgate.record import CLOCKS, MEMORY_SCHEMA, bound_of
 from perfgate.stats import interval_sd, rel_spread
+from perfgate.validate import baseline_cell_problems
 
 BASELINE_SCHEMA = 1
 
@@ -229,11 +231,26 @@ def build_baseline(sources: Sequence[Iterable[dict]]) -> dict[tuple[str, str], d
 
 # ---------------------------------------------------------------------------------------------- files
 
+# A temp file this old is a write that was killed (SIGKILL, power): a live write takes well under a second.
+STALE_TEMP_S = 600
+
+
+def _remove_stale_temps(path: Path) -> None:
+    """Remove what killed writes of this baseline left behind (`.<name>.XXXX.tmp`, mode 0600); readers never
+    open them (they read `<name>` only), so this is tidiness, not safety."""
+    now = _dt.datetime.now().timestamp()
+    for temp in path.parent.glob(f".{path.name}.*.tmp"):
+        with contextlib.suppress(OSError):  # another writer may remove it first
+            if now - temp.stat().st_mtime > STALE_TEMP_S:
+                temp.unlink()
+
+
 def write_baseline(path: str | os.PathLike, baseline: dict) -> Path:
     """Write atomically: a temp file in the same directory, fsync, os.replace. A crash or a serialisation
     error midway leaves the previous file untouched (a half-written baseline would fail every PR)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    _remove_stale_temps(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
@@ -279,6 +296,12 @@ def load_baseline(path: str | os.PathLike, fingerprint: str | None = None,
         found = baseline.get("schema") if isinstance(baseline, dict) else type(baseline).__name__
         raise BaselineError(f"baseline {path} has schema {found!r}, expected {BASELINE_SCHEMA} with a "
                             f"'cells' object; remake it with: {UPDATE_COMMANDS[0]}")
+    bad = [f"cell {cid!r}: {problem}" for cid, cell in baseline["cells"].items()
+           for problem in baseline_cell_problems(cell)]
+    if bad:
+        more = f" (and {len(bad) - 3} more)" if len(bad) > 3 else ""
+        raise BaselineError(f"baseline {path} holds figures the gate cannot use: {'; '.join(bad[:3])}{more}; "
+                            f"restore it from git or remake it with: {UPDATE_COMMANDS[0]}")
     for name, expected in (("fingerprint", fingerprint), ("tier", tier)):
         if expected is not None and baseline.get(name) != expected:
             wanted = baseline_path(path.parent, fingerprint or baseline.get("fingerprint"),

@@ -1,7 +1,8 @@
 """The `perfgate` command: a thin face over perfgate.baseline, gate, report, history and html_report.
 
 Imports no torch, so it runs on a CPU box in a second. Exit codes: 0 the gate passes, 1 a regression,
-2 nothing could be compared (a missing, corrupt or foreign baseline, an unreadable results file).
+2 unusable input (a missing, corrupt or foreign baseline, an unreadable results file: the message names the
+file, line, cell and field), 3 an internal error (a bug in perfgate: never read as a regression).
 
     perfgate compare RESULTS [RESULTS ...] --baseline PATH_OR_DIR [--markdown FILE] [--json FILE]
     perfgate baseline update RESULTS [RESULTS ...] [--dir baselines]    (runs: by run_id, else one a file)
@@ -17,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import traceback
 from pathlib import Path
 from typing import Sequence
 
@@ -26,7 +28,9 @@ from perfgate.gate import gate_run
 from perfgate.record import RecordFileError, iter_records, load_records
 from perfgate.report import markdown, records_table, to_json
 
+EXIT_REGRESSION = 1
 EXIT_CANNOT_COMPARE = 2
+EXIT_INTERNAL_ERROR = 3  # pytest's INTERNALERROR code too: the plugin's crashes exit with it
 
 # Below this many runs the run-to-run spread is unknown (1 run) or a rough guess: with 3 runs its estimate
 # has 2 degrees of freedom, and the speedup gate catches a 5 % loss less often and cries wolf on noisy
@@ -240,8 +244,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    return args.func(args)
+    args = build_parser().parse_args(argv)  # a usage error exits 2, as argparse does
+    try:
+        return args.func(args)
+    except Exception:  # noqa: BLE001 - a crash must not exit 1, which a CI reads as "regression"
+        traceback.print_exc()
+        print(f"perfgate: internal error in `perfgate {args.command}` (exit {EXIT_INTERNAL_ERROR}): a bug in "
+              f"perfgate, not a verdict on the results; the traceback is above", file=sys.stderr)
+        return EXIT_INTERNAL_ERROR
 
 
 if __name__ == "__main__":

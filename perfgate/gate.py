@@ -18,6 +18,7 @@ from perfgate.rules import (ADVISORY, CLOCK_NAMES, DEFAULT_RULES, IMPROVEMENT, R
                             Finding, HostTimeRule, NumericsRule, RelativeRule, SpeedupRule, StatusRule,
                             both_ok, default_rules, foreign_cpu_advisory)
 from perfgate.stats import geomean
+from perfgate.validate import checked
 
 # The rules are re-exported, so a caller builds a rule set from the gate alone (gate.default_rules(...));
 # listed here because pyflakes reads __all__, not noqa comments.
@@ -261,7 +262,8 @@ def _assemble(records: list[dict], baseline: dict, rules: Sequence,
 
 def compare(records: Iterable[dict], baseline: dict, rules: Sequence = DEFAULT_RULES) -> GateReport:
     """Compare one run's records (one fingerprint and tier) with a loaded baseline."""
-    records = list({r["cell"]: r for r in records}.values())  # a later record of a cell wins
+    # A later record of a cell wins; impossible figures on an ok record make it a failed cell.
+    records = list({r["cell"]: checked(r) for r in records}.values())
     _check_environment(records, baseline)
     current = {r["cell"]: r for r in records}
     return _assemble(records, baseline, rules, _evaluate(current, baseline, rules))

@@ -27,6 +27,7 @@ from perfgate.baseline import BaselineError, group_by_key, resolve_baseline
 from perfgate.changepoint import segment
 from perfgate.charts import Bar, TrendChange, TrendLevel, TrendPoint, bar_chart, trend_chart
 from perfgate.gate import compare
+from perfgate.report import md_code, md_text
 from perfgate.rules import DEFAULT_RULES, REGRESSION, SpeedupRule
 from perfgate.stats import geomean, interval_sd
 
@@ -348,29 +349,28 @@ def render_html(report: Report) -> str:
 
 def _md_row(row: dict, trend_by_cell: dict[str, Trend]) -> str:
     t = trend_by_cell.get(row["cell"])
-    cells = (f"`{row['cell']}`", row["speedup"], row["compile_s"], row["mem"], row["graph_breaks"],
-             row["numerics"], row["verdict"] or ("not gated" if row["status"] == "ok" else row["status"]),
-             t.spark if t else "",
-             "; ".join(t.changes) if t and t.changes else "")
-    return "| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |"
+    text = (row["speedup"], row["compile_s"], row["mem"], row["graph_breaks"], row["numerics"],
+            row["verdict"] or ("not gated" if row["status"] == "ok" else row["status"]), t.spark if t else "",
+            "; ".join(t.changes) if t and t.changes else "")
+    return "| " + " | ".join([md_code(row["cell"]), *map(md_text, text)]) + " |"
 
 
 def render_markdown(report: Report) -> str:
     """A digest for a job summary or PR comment: verdicts, geomeans, one row per cell, change points."""
-    lines = [f"## {report.title}", ""]
-    lines += [report.caption, ""] if report.caption else []
-    lines += [f"- {line}" for line in report.gate_lines] + ([""] if report.gate_lines else [])
+    lines = [f"## {md_text(report.title)}", ""]
+    lines += [md_text(report.caption), ""] if report.caption else []
+    lines += [f"- {md_text(line)}" for line in report.gate_lines] + ([""] if report.gate_lines else [])
     for section in report.sections:
         trends = {t.cell: t for t in section.trends}
-        lines += [f"### {section.heading}", "", section.versions, "",
-                  f"Geomean speedup: {'; '.join(section.geomeans) or 'no ok cell'}.", "",
+        lines += [f"### {md_text(section.heading)}", "", md_text(section.versions), "",
+                  f"Geomean speedup: {md_text('; '.join(section.geomeans) or 'no ok cell')}.", "",
                   "| cell | speedup [95 % CI] | compile s | mem compiled/eager | graph breaks | numerics | "
                   "verdict | history | change points |", "|" + "---|" * 9]
         lines += [_md_row(row, trends) for row in section.table]
         lines.append("")
-        lines += [f"- failed `{row['cell']}`: {row['reason']}" for row in section.failed]
-        lines += [f"- {text}" for t in section.trends for text in t.marked]
-    lines += [f"- note: {note}" for note in report.notes]
+        lines += [f"- failed {md_code(row['cell'])}: {md_text(row['reason'])}" for row in section.failed]
+        lines += [f"- {md_text(text)}" for t in section.trends for text in t.marked]
+    lines += [f"- note: {md_text(note)}" for note in report.notes]
     return "\n".join(lines).rstrip() + "\n"
 
 

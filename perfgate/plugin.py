@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import re
 import sys
 import uuid
 from datetime import datetime, timezone
@@ -148,16 +147,43 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         if cell is None:
             keep.append(item)
             continue
+        perf.collected += 1
         item.stash[CELL_KEY] = cell
         (keep if perf.selects(cell) else drop).append(item)
     shard = perf.selection["shard"]
     if shard is not None:
         keep, off_shard = _shard(keep, *shard)
         drop += off_shard
+    perf.offered = sorted({item.stash[CELL_KEY] for item in keep if CELL_KEY in item.stash}, key=str)
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
     _skip_gpu_cells_without_cuda(items)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Say why no cell is left when the --perf-* options and -m/-k together select none (pytest alone
+    says "313 deselected" and exits 5)."""
+    perf = session.config.stash.get(SESSION_KEY, None)
+    if perf is None or any(CELL_KEY in item.stash for item in session.items):
+        return
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None and perf.collected:
+        reporter.write_line(f"perfgate: no cell selected: {_why_none(perf, session.config)}", yellow=True)
+
+
+def _why_none(perf: "PerfSession", config: pytest.Config) -> str:
+    options = ", ".join(f"--perf-{key}s {','.join(value)}" for key, value in perf.selection.items()
+                        if key != "shard" and value is not None) or "no --perf-* selection"
+    if not perf.offered:
+        return f"{options} matches none of the {perf.collected} cells collected"
+    kinds = sorted({cell.device_kind for cell in perf.offered})
+    variants = sorted({cell.variant for cell in perf.offered})
+    filters = " ".join(f"{flag} {value!r}" for flag, value in (("-m", config.option.markexpr),
+                                                               ("-k", config.option.keyword)) if value)
+    return (f"{options} matches {len(perf.offered)} cell(s), all {'/'.join(kinds)} cells (variants "
+            f"{', '.join(variants)}), and {filters or 'the shard'} removed every one of them; CPU cells run "
+            f"fp32 with each model's cpu_variants, GPU cells the whole matrix")
 
 
 def _cell_of(item) -> Cell | None:
@@ -223,6 +249,8 @@ class PerfSession:
         self.ran: dict[str, tuple] = {}  # cell id -> (spec, cell), for the gate's confirm round
         self._envs: dict[str, dict] = {}
         self.summary: list[str] = []  # what the gate and baseline steps say at the end
+        self.collected = 0  # cells collected, and those the --perf-* options kept: to say why none ran
+        self.offered: list[Cell] = []
 
     def selects(self, cell: Cell) -> bool:
         return all(self.selection[key] is None or getattr(cell, key) in self.selection[key]
@@ -233,6 +261,7 @@ class PerfSession:
 
         from perfgate.cell import run_cell
         from perfgate.record import append_record
+        from perfgate.validate import checked
 
         device = self.device(cell)
         options = self.options(cell, device)
@@ -243,7 +272,8 @@ class PerfSession:
 
         record = run_cell(spec, cell, options, self.environment(device), self._progress, record_compiled,
                           checkpoint)
-        record["run_id"] = self.run_id
+        # NaN, inf or missing figures on an ok record: the cell failed, whatever run_cell thought.
+        record = checked({**record, "run_id": self.run_id})
         append_record(self.results_path, record)
         self.records.append(record)
         return record
@@ -383,35 +413,11 @@ def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: di
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """Save a baseline and/or gate the run, once, on the controller (xdist workers only stream records)."""
-    config = session.config
-    perf = config.stash.get(SESSION_KEY, None)
-    if perf is None or hasattr(config, "workerinput"):
-        return
-    save_dir, baseline = config.getoption("--perf-save-baseline"), config.getoption("--perf-baseline")
-    history_db = config.getoption("--perf-history")
-    if not (save_dir or baseline or history_db):
-        return
-    from perfgate.record import load_records
+    perf = session.config.stash.get(SESSION_KEY, None)
+    if perf is not None and not hasattr(session.config, "workerinput"):
+        from perfgate.session_end import finish
 
-    # This session's file and its xdist workers' (<stem>.gwN.jsonl), not whatever else shares the stem
-    # (a stray <stem>-crashed.jsonl beside it once stopped the session end with a traceback).
-    stem = perf.results_path.stem
-    ours = re.compile(rf"{re.escape(stem)}(\.gw\d+)?\.jsonl")
-    files = sorted(path for path in perf.results_path.parent.glob(f"{stem}*.jsonl") if ours.fullmatch(path.name))
-    records = [r for r in load_records(files) if r.get("run_id") == perf.run_id]
-    lines = perf.summary
-    if history_db and records:  # the controller alone writes: one writer for SQLite
-        from perfgate import history
-
-        added = history.append(history_db, records, commit=history.current_commit())
-        lines.append(f"history: {added} record(s) appended to {history_db}")
-    if save_dir:
-        from perfgate.baseline import save_baselines
-
-        lines += [f"baseline written: {path}" for path in save_baselines([records], save_dir)]
-    if baseline:
-        outcome = perf.gate(records, baseline)
-        session.exitstatus = max(int(session.exitstatus), outcome.exit_code)
+        finish(session, perf)
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:

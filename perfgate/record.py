@@ -66,17 +66,20 @@ import warnings
 from pathlib import Path
 from typing import Iterable, Iterator
 
+from perfgate.validate import CLOCKS, checked, shape_problems
+
+# The clocks are the record's vocabulary as much as validate's: other modules name them record.CLOCKS.
+__all__ = ["CLOCKS", "DEVICE_BOUND_BUSY", "MEMORY_SCHEMA", "RECORD_SCHEMA", "UNFINISHED", "RecordFileError",
+           "append_record", "bound_of", "error_line", "iter_records", "load_records", "new_record"]
+
 RECORD_SCHEMA = 3
 # Records older than this measured the compiled side's memory without its weights (see the schema line).
 MEMORY_SCHEMA = 2
-STATUSES = ("ok", "failed", "skipped")
 UNFINISHED = "did not finish"  # a new record's reason until the cell ends
 # A step whose GPU is busy this much of its wall time is device-bound: its wall time follows the GPU's work.
 # Below it the GPU waits on the host between kernels, and the wall time follows the host CPU (seen on H100
 # leases: resnet50 train compiled 61 % busy moved 2.19x / 1.82x / 1.54x across three machines; eager 97 %).
 DEVICE_BOUND_BUSY = 0.9
-# The per-side clock fields (wall fields keep their older names: eager_ms, speedup, ...).
-CLOCKS = ("speedup", "device_speedup", "host_speedup")
 
 
 def bound_of(busy: float | None) -> str | None:
@@ -184,6 +187,9 @@ class RecordFileError(ValueError):
 
 
 def iter_records(path: str | os.PathLike) -> Iterator[dict]:
+    """The records of one results file, each checked (perfgate.validate): a value of the wrong kind raises
+    RecordFileError naming the file, line, cell and field; impossible figures on an ok record make it a
+    failed cell. A torn last line (a writer killed mid-line) is skipped with a warning."""
     path = Path(path)
     if not path.exists():
         raise RecordFileError(f"results file {path} does not exist")
@@ -202,9 +208,11 @@ def iter_records(path: str | os.PathLike) -> Iterator[dict]:
                               f"was skipped", stacklevel=2)
                 return
             raise RecordFileError(f"{path}:{lineno}: not a JSON record ({err.msg})") from None
-        if not isinstance(record, dict) or "cell" not in record:
-            raise RecordFileError(f"{path}:{lineno}: a record needs a 'cell' field")
-        yield record
+        problems = shape_problems(record)
+        if problems:
+            cell = record.get("cell") if isinstance(record, dict) else None
+            raise RecordFileError(f"{path}:{lineno}: cell {cell!r}: {'; '.join(problems)}")
+        yield checked(record)  # an ok record with NaN, inf or missing figures becomes a failed cell
 
 
 def load_records(paths: Iterable[str | os.PathLike]) -> list[dict]:

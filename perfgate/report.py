@@ -26,6 +26,23 @@ COLUMNS = ("cell", "eager ms", "compiled ms", "compile s", "graph breaks", "reco
            "numerics", "verdict (rules)")
 
 
+# What lets free text escape its place: HTML, links and images ([...]), code spans, table cells, new lines.
+# Emphasis marks (* _) are left alone: harmless, and escaping them mangles cell ids like inductor_default.
+# ">" stays: without "<" it opens no tag, and "0 -> 3" reads better raw.
+_MD_SPECIAL = str.maketrans({c: f"\\{c}" for c in "\\`[]|"} | {"<": "&lt;", "&": "&amp;", "\n": " ", "\r": " "})
+
+
+def md_text(text) -> str:
+    """Free text (a reason, a message, a note) as literal Markdown: a cell's failure text is whatever the
+    exception said, and a PR comment must not render HTML or links from it."""
+    return str(text).translate(_MD_SPECIAL)
+
+
+def md_code(text) -> str:
+    """A name as a code span that stays one span and one table cell."""
+    return "`" + str(text).replace("`", "'").replace("|", "\\|").replace("\n", " ") + "`"
+
+
 def _fmt(value, spec: str) -> str:
     return "–" if value is None else format(value, spec)
 
@@ -65,7 +82,7 @@ def _section(title: str, lines: Sequence[str]) -> list[str]:
 def _failed_line(report: GateReport, cell: str) -> str:
     row = next(r for r in report.rows if r.cell == cell)
     known = "" if row.verdict == "regression" else " (not ok in the baseline either)"
-    return f"- `{cell}` {row.status}: {row.reason or 'no reason given'}{known}"
+    return f"- {md_code(cell)} {row.status}: {md_text(row.reason or 'no reason given')}{known}"
 
 
 def _verdict(row) -> str:
@@ -100,7 +117,7 @@ def _clock_row(row) -> str:
     interval = (f"{_fmt(row.speedup, '.3f')} [{_fmt(row.speedup_lo, '.3f')}, {_fmt(row.speedup_hi, '.3f')}]"
                 if row.speedup is not None else "–")
     noise = _fmt(row.noise, ".1%") + ("?" if row.run_to_run_known is False else "")
-    cells = (f"`{row.cell}`", interval, _fmt(row.baseline_speedup, ".3f"), _pct(row.change), _line(wall), noise,
+    cells = (md_code(row.cell), interval, _fmt(row.baseline_speedup, ".3f"), _pct(row.change), _line(wall), noise,
              _fmt(device.value if device else None, ".3f"), _pct(device.change if device else None),
              _line(device), _host_ms(row), _pct(host.change if host else None), _line(host), _busy(row),
              _verdict(row))
@@ -108,7 +125,7 @@ def _clock_row(row) -> str:
 
 
 def _table_row(row) -> str:
-    cells = (f"`{row.cell}`", _fmt(row.eager_ms, ".2f"), _fmt(row.compiled_ms, ".2f"), _fmt(row.compile_s, ".1f"),
+    cells = (md_code(row.cell), _fmt(row.eager_ms, ".2f"), _fmt(row.compiled_ms, ".2f"), _fmt(row.compile_s, ".1f"),
              _fmt(row.graph_breaks, "d"), _fmt(row.recompiles, "d"), _fmt(row.peak_mem_compiled_mb, ".0f"),
              row.numerics or "–", _verdict(row))
     return "| " + " | ".join(cells) + " |"
@@ -123,15 +140,16 @@ def _tables(rows: Sequence) -> list[str]:
 
 def _head(report: GateReport) -> list[str]:
     lines = [verdict_line(report), "", geomean_line(report), ""]
-    lines += _section("Regressions", [f"- `{f.cell}` ({_rule_name(f)}) {f.message}" for f in report.regressions])
-    lines += _section("Improvements", [f"- `{f.cell}` {f.message}" for f in report.improvements])
+    lines += _section("Regressions", [f"- {md_code(f.cell)} ({_rule_name(f)}) {md_text(f.message)}"
+                                      for f in report.regressions])
+    lines += _section("Improvements", [f"- {md_code(f.cell)} {md_text(f.message)}" for f in report.improvements])
     lines += _section("Advisories (reported only: never fail the gate, not re-measured)",
-                      [f"- `{f.cell}` {f.message}" for f in report.advisories])
+                      [f"- {md_code(f.cell)} {md_text(f.message)}" for f in report.advisories])
     lines += _section("Missing (in the baseline, not in this run; not gated)",
-                      [f"- `{c}`" for c in report.missing])
-    lines += _section("New (not in the baseline; not gated)", [f"- `{c}`" for c in report.new])
+                      [f"- {md_code(c)}" for c in report.missing])
+    lines += _section("New (not in the baseline; not gated)", [f"- {md_code(c)}" for c in report.new])
     lines += _section("Failed or skipped in this run", [_failed_line(report, c) for c in report.failed])
-    lines += _section("Notes", [f"- {n}" for n in report.notes])
+    lines += _section("Notes", [f"- {md_text(n)}" for n in report.notes])
     return lines
 
 

@@ -145,7 +145,7 @@ def test_failed_cells_are_listed_with_their_reason_escaped(tmp_path):
     assert "<script>x" not in page and "OOM &lt;script&gt;x&lt;/script&gt;" in page
     assert [a["data-cell"] for t, a in parse(page).tags if t == "rect" and a["class"].split()[0] == "bar"][0] \
         == cells[1].id
-    assert f"- failed `{cells[0].id}`: OOM <script>" in html_report.render_markdown(report)
+    assert f"- failed `{cells[0].id}`: OOM &lt;script>x&lt;/script>" in html_report.render_markdown(report)
 
 
 def test_change_points_and_gate_marks_in_page_and_digest(tmp_path):

@@ -23,12 +23,12 @@ def test_a_torn_last_line_keeps_every_whole_record(tmp_path):
 
 
 def test_a_bad_line_in_the_middle_names_file_and_line(tmp_path):
-    path = _write(tmp_path / "r.jsonl", '{"cell": "a"}\nnot json\n{"cell": "b"}\n')
+    path = _write(tmp_path / "r.jsonl", '{"cell": "a", "status": "skipped"}\nnot json\n{"cell": "b", "status": "skipped"}\n')
     with pytest.raises(RecordFileError, match=r"r.jsonl:2: not a JSON record"):
         load_records([path])
 
 
 def test_a_bad_last_line_that_was_finished_is_not_forgiven(tmp_path):
-    path = _write(tmp_path / "r.jsonl", '{"cell": "a"}\n{"cell": \n')
+    path = _write(tmp_path / "r.jsonl", '{"cell": "a", "status": "skipped"}\n{"cell": \n')
     with pytest.raises(RecordFileError, match=r"r.jsonl:2"):
         load_records([path])

@@ -1,0 +1,163 @@
+"""What makes a record's figures usable, checked wherever records enter the data side. Imports no torch.
+
+Two kinds of bad input, two answers:
+
+- A value of the wrong kind (a string where a number goes, an unknown status) is unusable input:
+  `shape_problems` names the field, and the reader raises (exit code 2, with file and line).
+- A number that cannot be a measurement (NaN, an infinity, zero or negative time, a missing speedup) on a
+  record whose status says ok is a failed measurement: `checked` returns the record as a failed cell whose
+  reason names the fields, so the gate fails it like any other failed cell and baselines never fold it.
+  Non-finite numbers become null on every record, so no renderer or statistic ever meets one.
+"""
+
+from __future__ import annotations
+
+import math
+
+STATUSES = ("ok", "failed", "skipped")
+# The per-side clocks' ratio fields (the wall clock's fields keep their older names: eager_ms, speedup, ...).
+CLOCKS = ("speedup", "device_speedup", "host_speedup")
+BAD_FIGURES = "bad figures"  # a reason's first words when `checked` failed the record
+NUMERICS = ("pass", "fail", "skipped")
+
+# Figures every ok record has, each a finite number > 0: a run that timed and compiled made them.
+REQUIRED_POSITIVE = ("eager_ms", "compiled_ms", "speedup", "speedup_lo", "speedup_hi", "compile_s")
+# Counts every ok record has, each an integer >= 0.
+REQUIRED_COUNTS = ("graph_breaks", "recompiles")
+# Figures that may be null (not measured here: no device clock on a CPU), and otherwise > 0 ...
+OPTIONAL_POSITIVE = (
+    "eager_device_ms", "compiled_device_ms", "device_speedup", "device_speedup_lo", "device_speedup_hi",
+    "eager_host_ms", "compiled_host_ms", "host_speedup", "host_speedup_lo", "host_speedup_hi",
+    "compile_warm_s", "compile_artifacts_s", "throughput_eager", "throughput_compiled", "steps_per_round",
+    "rounds")
+# ... or >= 0 (0 MiB of CUDA-graph pool, a busy fraction, a count, a tiny model's TFLOP/s rounded to 0).
+OPTIONAL_NONNEGATIVE = ("flops_per_step", "tflops_eager", "tflops_compiled", "peak_mem_eager_mb", "peak_mem_compiled_mb", "peak_mem_compile_mb", "busy_eager",
+                        "busy_compiled", "mfu_eager", "mfu_compiled", "compile_artifacts_bytes",
+                        "compile_artifacts_hits", "graph_count", "recompiles_allowed", "warmup_steps",
+                        "wall_s")
+REQUIRED_ROUNDS = ("eager_round_ms", "compiled_round_ms")  # non-empty lists of ms > 0 on an ok record
+OPTIONAL_ROUNDS = ("eager_device_round_ms", "compiled_device_round_ms", "eager_host_round_ms",
+                   "compiled_host_round_ms")
+NUMBER_FIELDS = REQUIRED_POSITIVE + REQUIRED_COUNTS + OPTIONAL_POSITIVE + OPTIONAL_NONNEGATIVE
+ROUND_FIELDS = REQUIRED_ROUNDS + OPTIONAL_ROUNDS
+TEXT_FIELDS = ("cell", "model", "phase", "variant", "precision", "reason")
+
+
+def is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _finite(value) -> bool:
+    return is_number(value) and math.isfinite(value)
+
+
+def shape_problems(record) -> list[str]:
+    """Fields whose value is of the wrong kind, as "field: what is wrong"; [] for a usable record."""
+    if not isinstance(record, dict):
+        return [f"a record is a JSON object, not {type(record).__name__}"]
+    problems = []
+    if not isinstance(record.get("cell"), str) or not record.get("cell"):
+        problems.append(f"cell: {record.get('cell')!r} is not a cell id")
+    if record.get("status") not in STATUSES:
+        problems.append(f"status: {record.get('status')!r} is not one of {', '.join(STATUSES)}")
+    if record.get("numerics") not in (None, *NUMERICS):
+        problems.append(f"numerics: {record.get('numerics')!r} is not one of {', '.join(NUMERICS)}")
+    for name in TEXT_FIELDS:
+        if record.get(name) is not None and not isinstance(record[name], str):
+            problems.append(f"{name}: {record[name]!r} is not text")
+    for name in NUMBER_FIELDS:
+        if record.get(name) is not None and not is_number(record[name]):
+            problems.append(f"{name}: {record[name]!r} is not a number")
+    for name in ROUND_FIELDS:
+        value = record.get(name)
+        if value is not None and not (isinstance(value, list) and all(is_number(v) for v in value)):
+            problems.append(f"{name}: {value!r:.60} is not a list of numbers")
+    for name in ("env", "gate", "numerics_detail"):
+        if record.get(name) is not None and not isinstance(record[name], dict):
+            problems.append(f"{name}: {record[name]!r:.60} is not an object")
+    return problems
+
+
+def _value_problems(record: dict) -> list[str]:
+    """Figures of an ok record that cannot be a measurement, as "field value" (e.g. "speedup nan")."""
+    problems = []
+    for name in REQUIRED_POSITIVE + REQUIRED_COUNTS + REQUIRED_ROUNDS:
+        if record.get(name) is None or record.get(name) == []:
+            problems.append(f"{name} missing")
+    for name in REQUIRED_POSITIVE + OPTIONAL_POSITIVE:
+        value = record.get(name)
+        if value is not None and not (_finite(value) and value > 0):
+            problems.append(f"{name} {value!r} (must be a finite number > 0)")
+    for name in OPTIONAL_NONNEGATIVE:
+        value = record.get(name)
+        if value is not None and not (_finite(value) and value >= 0):
+            problems.append(f"{name} {value!r} (must be a finite number >= 0)")
+    for name in REQUIRED_COUNTS:
+        value = record.get(name)
+        if value is not None and not (isinstance(value, int) and value >= 0):
+            problems.append(f"{name} {value!r} (must be a whole number >= 0)")
+    for name in ROUND_FIELDS:
+        bad = [v for v in record.get(name) or () if not (_finite(v) and v > 0)]
+        if bad:
+            problems.append(f"{name} holds {bad[0]!r} (ms per step must be finite and > 0)")
+    for clock in CLOCKS:
+        lo, hi = record.get(f"{clock}_lo"), record.get(f"{clock}_hi")
+        if _finite(lo) and _finite(hi) and lo > hi:
+            problems.append(f"{clock} interval [{lo!r}, {hi!r}] is upside down")
+    return problems
+
+
+def _without_nonfinite(record: dict) -> dict:
+    clean = dict(record)
+    for name in NUMBER_FIELDS:
+        if is_number(clean.get(name)) and not math.isfinite(clean[name]):
+            clean[name] = None
+    for name in ROUND_FIELDS:
+        if isinstance(clean.get(name), list):
+            clean[name] = [v for v in clean[name] if _finite(v)]
+    return clean
+
+
+def checked(record: dict) -> dict:
+    """The record as the data side may use it: an ok record with figures that cannot be a measurement
+    becomes a failed cell ("bad figures: speedup nan (must be ...)"), and non-finite numbers become null.
+    Call `shape_problems` first: this assumes every figure is a number or null."""
+    problems = _value_problems(record) if record.get("status") == "ok" else []
+    clean = _without_nonfinite(record)
+    if problems:
+        clean.update(status="failed", reason=f"{BAD_FIGURES}: {'; '.join(problems)}")
+    return clean
+
+
+# A baseline cell (perfgate.baseline.fold_cell): medians, maxima and each clock's per-run values.
+BASELINE_POSITIVE = tuple(f"{clock}{end}" for clock in CLOCKS for end in ("", "_lo", "_hi")) + (
+    "eager_ms", "compiled_ms", "eager_device_ms", "compiled_device_ms", "eager_host_ms", "compiled_host_ms",
+    "compile_s", "compile_warm_s")
+BASELINE_NONNEGATIVE = tuple(f"{clock}_spread" for clock in CLOCKS) + (
+    "busy_eager", "busy_compiled", "peak_mem_eager_mb", "peak_mem_compiled_mb", "runs_ok")
+BASELINE_COUNTS = ("graph_breaks", "recompiles", "runs_ok")
+
+
+def baseline_cell_problems(cell) -> list[str]:
+    """Why a stored baseline cell cannot be compared with, as "field: what is wrong"; [] when usable. A
+    baseline is a committed file that people edit: a hand-edited figure must not pass or crash the gate."""
+    if not isinstance(cell, dict):
+        return [f"a cell is a JSON object, not {type(cell).__name__}"]
+    if cell.get("status") not in STATUSES:
+        return [f"status: {cell.get('status')!r} is not one of {', '.join(STATUSES)}"]
+    problems = []
+    for name in BASELINE_POSITIVE + BASELINE_NONNEGATIVE:
+        value, floor = cell.get(name), 0 if name in BASELINE_NONNEGATIVE else None
+        if value is not None and not (_finite(value) and (value >= 0 if floor == 0 else value > 0)):
+            problems.append(f"{name}: {value!r} is not a finite number {'>= 0' if floor == 0 else '> 0'}")
+    for name in BASELINE_COUNTS:
+        value = cell.get(name)
+        if value is not None and not (isinstance(value, int) and not isinstance(value, bool) and value >= 0):
+            problems.append(f"{name}: {value!r} is not a whole number >= 0")
+    for clock in CLOCKS:
+        runs = cell.get(f"{clock}_runs")
+        if runs is not None and not (isinstance(runs, list) and all(_finite(v) and v > 0 for v in runs)):
+            problems.append(f"{clock}_runs: {runs!r:.60} is not a list of finite numbers > 0")
+    if cell.get("status") == "ok" and cell.get("speedup") is None:
+        problems.append("speedup: missing on an ok cell")
+    return problems

@@ -1,0 +1,64 @@
+"""The pytest face when things go wrong: impossible figures, a crash at the session end, nothing selected."""
+
+import sqlite3
+
+import pytest
+
+from tiny_suite import FAST, fixture
+
+pytest.importorskip("torch")
+suite = fixture()
+
+# A conftest that makes every cell's record claim ok with a NaN speedup, as a broken measurement might.
+NAN_SPEEDUP = '''
+pytest_plugins = ["perfgate.plugin"]
+import math
+import perfgate.cell
+
+_real = perfgate.cell.run_cell
+
+def run_cell(*args, **kwargs):
+    record = _real(*args, **kwargs)
+    record["speedup"] = math.nan
+    return record
+
+perfgate.cell.run_cell = run_cell
+'''
+
+# A conftest whose gate crashes: a bug in perfgate at the session end.
+BROKEN_GATE = '''
+pytest_plugins = ["perfgate.plugin"]
+import perfgate.gate
+
+def gate_run(*args, **kwargs):
+    raise ZeroDivisionError("a bug in the gate")
+
+perfgate.gate.gate_run = gate_run
+'''
+
+
+def test_an_ok_record_with_a_nan_speedup_is_a_failed_cell(suite):
+    suite.makeconftest(NAN_SPEEDUP)
+    results = suite.path / "r.jsonl"
+    out = suite.runpytest_subprocess(*FAST, "-k", "train", f"--perf-results={results}")
+    out.assert_outcomes(failed=1)
+    out.stdout.fnmatch_lines(["*mlp-train-aot_eager-fp32: bad figures: speedup nan (must be a finite number > 0)*"])
+
+
+def test_a_crash_in_the_gate_exits_3_and_the_history_is_still_written(suite, tmp_path):
+    suite.makeconftest(BROKEN_GATE)
+    db = tmp_path / "h.sqlite"
+    out = suite.runpytest_subprocess(*FAST, "-k", "infer", f"--perf-results={suite.path / 'r.jsonl'}",
+                                     f"--perf-history={db}", f"--perf-baseline={tmp_path / 'none'}")
+    assert out.ret == 3
+    out.stdout.fnmatch_lines(["*history: 1 record(s) appended*",
+                              "*internal error while trying to gate the run (exit 3): ZeroDivisionError*"])
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("select count(*) from results").fetchone()[0] == 1
+
+
+def test_no_cell_selected_says_why(suite):
+    out = suite.runpytest_subprocess("-m", "cpu", "--perf-precisions=amp_bf16", "-p", "no:randomly")
+    assert out.ret == 5
+    out.stdout.fnmatch_lines(["perfgate: no cell selected: --perf-precisions amp_bf16 matches * cell(s), all gpu "
+                              "cells*-m 'cpu' removed every one of them*"])
