@@ -166,6 +166,7 @@ def _measure(spec, cell: Cell, options: RunOptions, record: dict, progress, reco
     memory.rebase()
     compiled = compiled_side(spec, cell, size, state, device, options)
     progress(f"{cell.id}: compiling ({cell.variant})")
+    faults.at_compile(options.fault)  # test-only: a hung or crashing compile
     t0 = time.perf_counter()
     compiled_captured = [compiled.captured_step(batches[0], tensors=False)]
     sync(device)

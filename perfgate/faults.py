@@ -9,6 +9,8 @@
     host_slow[:PCT]    a host busy-wait before every compiled step of PCT % (default 15) of the time the host
                        takes to issue it (measured likewise): an overhead regression (more guards, more
                        Python); the device clock must not move
+    hang[:S]           the compile stalls for S seconds (default 3600): a hung compile, for the time limit
+    crash              the process dies of SIGSEGV while compiling: a crash, for per-cell isolation
 
 The percentage faults calibrate on the cell itself, so one command plants the same relative loss in
 every cell (docs/gate-power.md's GPU proof). On the CPU there is no device clock: device_slow then adds
@@ -18,13 +20,16 @@ PCT % of the host time as a sleep.
 from __future__ import annotations
 
 import math
+import os
+import signal
 import time
 from dataclasses import dataclass
 from typing import Callable
 
 import torch
 
-KINDS = {"numerics": 0.05, "graph_break": 0.0, "slow": 1.0, "device_slow": 3.0, "host_slow": 15.0}
+KINDS = {"numerics": 0.05, "graph_break": 0.0, "slow": 1.0, "device_slow": 3.0, "host_slow": 15.0,
+         "hang": 3600.0, "crash": 0.0}
 
 
 @dataclass(frozen=True)
@@ -46,6 +51,16 @@ def parse(text: str | None) -> Fault | None:
     if not math.isfinite(value) or value < 0:
         raise ValueError(f"--perf-inject={text!r}: {arg!r} must be a finite number >= 0")
     return Fault(kind, value)
+
+
+def at_compile(fault: Fault | None) -> None:
+    """Where a compile starts: stall (hang) or die (crash), as a stuck or crashing compiler would."""
+    if fault is None:
+        return
+    if fault.kind == "hang":
+        time.sleep(fault.arg)
+    elif fault.kind == "crash":
+        os.kill(os.getpid(), signal.SIGSEGV)
 
 
 def wrap_task(task, spec, fault: Fault | None):

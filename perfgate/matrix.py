@@ -15,6 +15,11 @@ PRECISIONS = ("fp32", "amp_fp16", "amp_bf16")
 # "artifacts" also times it in a fresh process handed torch.compiler.save_cache_artifacts()'s bytes.
 WARM_COMPILE = ("off", "on", "artifacts")
 TIERS = ("pr", "nightly")
+# An isolated cell's time limit, seconds (--perf-isolate). A cold GPU training compile took 25-70 s on an
+# H100 and a whole cell a few minutes; max-autotune benchmarks every kernel's configurations (resnet50
+# inference, amp_bf16, was still compiling at ~300 s), so it gets more.
+DEFAULT_TIME_LIMIT_S = 900.0
+AUTOTUNE_TIME_LIMIT_S = 2400.0
 DEVICE_KINDS = ("gpu", "cpu")
 
 
@@ -49,6 +54,11 @@ class Variant:
         if self.inductor_config and self.mode is not None:
             raise ValueError(f"variant {self.name!r}: inductor_config and mode={self.mode!r} exclude each "
                              "other in torch.compile; give one")
+
+    @property
+    def time_limit_s(self) -> float:
+        autotunes = self.mode is not None and self.mode.startswith("max-autotune")
+        return AUTOTUNE_TIME_LIMIT_S if autotunes else DEFAULT_TIME_LIMIT_S
 
     def compile_kwargs(self) -> dict:
         kwargs: dict = {"backend": self.backend, "fullgraph": self.fullgraph}

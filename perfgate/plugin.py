@@ -18,15 +18,18 @@ import pytest
 from perfgate import matrix
 from perfgate.matrix import Cell, UnknownNameError, check_names, split_csv
 
-# The zoo, as an import path: the engine never imports it, but a fresh process (--perf-warm-compile
-# artifacts) finds a cell's model there by name.
+# The zoo, as an import path (ini setting perf_registry): the engine never imports it, but a fresh process
+# (--perf-isolate, --perf-warm-compile artifacts) finds a cell's model there by name.
 ZOO_REGISTRY = "fixtures:REGISTRY"
 
+ISOLATE = ("gpu", "all", "off")  # --perf-isolate: which cells run in a child process of their own
 CELL_KEY = pytest.StashKey[Cell]()
 SESSION_KEY = pytest.StashKey["PerfSession"]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addini("perf_registry", default=ZOO_REGISTRY,
+                  help=f"module:attribute of the model registry (name -> ModelSpec), default {ZOO_REGISTRY}")
     group = parser.getgroup("perfgate", "perfgate: torch.compile performance cells")
     group.addoption("--perf-models", help="comma-separated models to run (default: all)")
     group.addoption("--perf-variants", help=f"compile variants: {', '.join(matrix.VARIANTS)}")
@@ -47,6 +50,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--perf-round-ms", type=float, help="target length of one round, ms (GPU default 50)")
     group.addoption("--perf-inject", help="test-only planted fault: numerics[:EPS], graph_break, slow[:MS], "
                     "device_slow[:PCT] (of the compiled step's GPU time), host_slow[:PCT] (of its host time)")
+    group.addoption("--perf-isolate", choices=ISOLATE, default="gpu",
+                    help="run each cell in its own child process under a time limit, so a hung compile, a "
+                    "crash or a poisoned CUDA context fails that cell only: gpu (GPU cells, the default), "
+                    "all, off")
+    group.addoption("--perf-cell-timeout", type=float, metavar="S",
+                    help="time limit of an isolated cell, seconds (default: the model's time_limit_s, else "
+                    f"{matrix.DEFAULT_TIME_LIMIT_S:g} s, {matrix.AUTOTUNE_TIME_LIMIT_S:g} s for max-autotune)")
     group.addoption("--perf-baseline", help="gate this run against a baseline file or directory")
     group.addoption("--perf-save-baseline", metavar="DIR",
                     help="write this run's records as the baseline of its environment and tier into DIR")
@@ -71,21 +81,30 @@ def _selection(config: pytest.Config) -> dict:
 
     opt = config.getoption
     models = split_csv(opt("--perf-models"))
-    if models is not None:
-        from fixtures import REGISTRY  # the zoo is the face's to know, never the engine's
-
-        check_names("model", models, REGISTRY)
+    if models is not None:  # the zoo is the face's to know, never the engine's
+        check_names("model", models, registry(config))
     variants = split_csv(opt("--perf-variants"))
     precisions = split_csv(opt("--perf-precisions"))
     shard = parse_shard(opt("--perf-shard"))
     faults.parse(opt("--perf-inject"))
     check_timing(opt("--perf-min-rounds"), opt("--perf-max-rounds"), opt("--perf-round-ms"))
+    limit = opt("--perf-cell-timeout")
+    if limit is not None and not (math.isfinite(limit) and limit > 0):
+        raise ValueError(f"--perf-cell-timeout={limit}: the time limit must be a finite number of seconds > 0")
     return {
         "model": models,
         "variant": check_names("variant", variants, matrix.VARIANTS) if variants else None,
         "precision": check_names("precision", precisions, matrix.PRECISIONS) if precisions else None,
         "shard": shard,
     }
+
+
+def registry(config: pytest.Config) -> dict:
+    """The model registry the ini setting perf_registry names."""
+    import importlib
+
+    module, _, attribute = config.getini("perf_registry").partition(":")
+    return getattr(importlib.import_module(module), attribute)
 
 
 def check_timing(min_rounds: int | None, max_rounds: int | None, round_ms: float | None) -> None:
@@ -259,7 +278,6 @@ class PerfSession:
     def _run(self, spec, cell: Cell, record_compiled=None, profile_dir: str | None = None) -> dict:
         import dataclasses
 
-        from perfgate.cell import run_cell
         from perfgate.record import append_record
         from perfgate.validate import checked
 
@@ -267,15 +285,43 @@ class PerfSession:
         options = self.options(cell, device)
         if profile_dir:
             options = dataclasses.replace(options, profile_dir=profile_dir)
-        def checkpoint(partial: dict) -> None:  # superseded by the final record (a later one wins)
-            append_record(self.results_path, {**partial, "run_id": self.run_id})
-
-        record = run_cell(spec, cell, options, self.environment(device), self._progress, record_compiled,
-                          checkpoint)
+        if self.isolates(cell):
+            record = self._run_isolated(spec, cell, options, record_compiled)
+        else:
+            record = self._run_here(spec, cell, options, device, record_compiled)
         # NaN, inf or missing figures on an ok record: the cell failed, whatever run_cell thought.
         record = checked({**record, "run_id": self.run_id})
         append_record(self.results_path, record)
         self.records.append(record)
+        return record
+
+    def _run_here(self, spec, cell: Cell, options, device, record_compiled) -> dict:
+        from perfgate.cell import run_cell
+        from perfgate.record import append_record
+
+        def checkpoint(partial: dict) -> None:  # superseded by the final record (a later one wins)
+            append_record(self.results_path, {**partial, "run_id": self.run_id})
+
+        return run_cell(spec, cell, options, self.environment(device), self._progress, record_compiled,
+                        checkpoint)
+
+    def isolates(self, cell: Cell) -> bool:
+        choice = self.config.getoption("--perf-isolate")
+        return choice == "all" or (choice == "gpu" and cell.device_kind == "gpu")
+
+    def time_limit_s(self, spec, cell: Cell) -> float:
+        """--perf-cell-timeout, else the model's own limit, else the variant's default."""
+        return (self.config.getoption("--perf-cell-timeout") or spec.time_limit_s
+                or matrix.VARIANTS[cell.variant].time_limit_s)
+
+    def _run_isolated(self, spec, cell: Cell, options, record_compiled) -> dict:
+        from perfgate import isolate
+
+        tf32 = self.config.getoption("--perf-tf32") == "on"
+        job = isolate.job_for(cell, options, tf32, self.results_path, self.run_id)
+        record = isolate.run_isolated(cell, job, self.time_limit_s(spec, cell), self._progress, record_compiled)
+        if record.get("env"):  # what pytest-benchmark's machine_info shows, as an in-process cell leaves it
+            self._envs.setdefault(options.device, record["env"])
         return record
 
     def device(self, cell: Cell):
@@ -313,7 +359,7 @@ class PerfSession:
             **{key: value for key, value in overrides.items() if value is not None})
         return RunOptions(device=str(device), plan=plan, warm_compile=opt("--perf-warm-compile"),
                           cache_dir=opt("--perf-cache-dir"), fault=faults.parse(opt("--perf-inject")),
-                          profile_dir=opt("--perf-profile"), registry=ZOO_REGISTRY)
+                          profile_dir=opt("--perf-profile"), registry=self.config.getini("perf_registry"))
 
     def measure(self, spec, cell: Cell, benchmark=None) -> dict:
         """Run one cell, stream its record, feed pytest-benchmark, and fail the test if the cell failed."""

@@ -119,6 +119,7 @@ class ModelSpec:
     known_issues: tuple[KnownIssue, ...] = ()
     lr: float = 1e-4
     speedup_threshold: float | None = None  # gate override (fraction); None = the gate's default
+    time_limit_s: float | None = None  # an isolated cell's time limit, s; None = the variant's default
     cpu_variants: tuple[str, ...] = ("inductor_default",)
     cpu_phases: tuple[str, ...] = ("train", "infer")
     regional: bool = False  # repeated transformer blocks worth compiling alone

@@ -1,9 +1,11 @@
 """The pytest face when things go wrong: impossible figures, a crash at the session end, nothing selected."""
 
+import json
 import sqlite3
 
 import pytest
 
+from perfgate.record import load_records
 from tiny_suite import FAST, fixture
 
 pytest.importorskip("torch")
@@ -62,3 +64,44 @@ def test_no_cell_selected_says_why(suite):
     assert out.ret == 5
     out.stdout.fnmatch_lines(["perfgate: no cell selected: --perf-precisions amp_bf16 matches * cell(s), all gpu "
                               "cells*-m 'cpu' removed every one of them*"])
+
+
+def test_an_isolated_cell_runs_in_its_own_process_and_feeds_the_benchmark(suite):
+    results = suite.path / "r.jsonl"
+    out = suite.runpytest_subprocess(*FAST, "--perf-isolate=all", "-k", "infer", f"--perf-results={results}",
+                                     "--benchmark-json=b.json")
+    out.assert_outcomes(passed=1)
+    (record,) = load_records([results])
+    assert record["status"] == "ok" and record["env"]["fingerprint"].startswith("cpu-")
+    bench = json.loads((suite.path / "b.json").read_text())
+    assert len(bench["benchmarks"][0]["stats"]["data"]) == 3 and "perfgate" in bench["machine_info"]
+    out.stdout.fnmatch_lines(["*[[]perfgate] cpu-mlp-infer-aot_eager-fp32: compiling (aot_eager)*"])
+
+
+def test_a_hung_compile_times_out_and_keeps_what_was_measured(suite):
+    results = suite.path / "r.jsonl"
+    out = suite.runpytest_subprocess(*FAST, "--perf-isolate=all", "--perf-cell-timeout=8", "--perf-inject=hang",
+                                     "-k", "train", f"--perf-results={results}")
+    out.assert_outcomes(failed=1)
+    (record,) = load_records([results])
+    assert record["reason"] == "timed out after 8 s while compiling (aot_eager)"
+    assert record["env"]["fingerprint"] and record["started_at"]  # the checkpoint before the hang, kept
+
+
+def test_a_crashing_cell_fails_alone_and_the_session_goes_on(suite):
+    results = suite.path / "r.jsonl"
+    out = suite.runpytest_subprocess(*FAST, "--perf-isolate=all", "--perf-inject=crash",
+                                     f"--perf-results={results}")
+    out.assert_outcomes(failed=2)  # both cells ran, each in its own process, each died alone
+    records = load_records([results])
+    assert len(records) == 2
+    for record in records:
+        assert record["reason"].startswith("the cell's process died (killed by SIGSEGV) while compiling")
+    out.stdout.fnmatch_lines([f"records: {results}"])
+
+
+@pytest.mark.parametrize("value", ["0", "-5", "nan", "inf"])
+def test_a_time_limit_that_cannot_mean_what_it_says_is_refused(suite, value):
+    out = suite.runpytest_subprocess(*FAST, f"--perf-cell-timeout={value}")
+    assert out.ret == 4
+    out.stderr.fnmatch_lines([f"*--perf-cell-timeout={float(value)}: the time limit must be a finite number*"])

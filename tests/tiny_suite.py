@@ -64,7 +64,8 @@ def fixture():
             monkeypatch.delenv(name, raising=False)  # the inner pytest is no worker (pytest-benchmark reads them)
         pytester.makeconftest('pytest_plugins = ["perfgate.plugin"]')
         pytester.makepyfile(test_tiny=TINY_SUITE)
-        pytester.makeini("[pytest]\nmarkers =\n    gpu: g\n    cpu: c\n    pr: p\n    nightly: n\n")
+        pytester.makeini("[pytest]\nperf_registry = test_tiny:REGISTRY\n"
+                         "markers =\n    gpu: g\n    cpu: c\n    pr: p\n    nightly: n\n")
         return pytester
 
     return suite
