@@ -210,10 +210,21 @@ def split_runs(sources: Sequence[Iterable[dict]]) -> list[list[dict]]:
     return list(runs.values())
 
 
+def _refuse_unfit(runs: Sequence[list[dict]]) -> None:
+    unfit = [r for run in runs for r in run if r.get("unfit")]
+    if unfit:
+        raise BaselineError(f"{len(unfit)} record(s) are unfit for a baseline ({unfit[0]['cell']}: "
+                            f"{unfit[0]['unfit']}); make the baseline from runs without xdist, or with one "
+                            f"worker per GPU")
+
+
 def build_baseline(sources: Sequence[Iterable[dict]]) -> dict[tuple[str, str], dict]:
-    """{(fingerprint, tier): baseline} from sources of records (results files), grouped by `split_runs`."""
+    """{(fingerprint, tier): baseline} from sources of records (results files), grouped by `split_runs`.
+    Records marked unfit (timed by xdist workers that shared the machine) are refused: BaselineError."""
     per_key: dict[tuple[str, str], list[dict[str, dict]]] = {}
-    for run in split_runs(sources):
+    runs = split_runs(sources)
+    _refuse_unfit(runs)
+    for run in runs:
         for key, records in group_by_key(run).items():
             per_key.setdefault(key, []).append(_last_per_cell(records))
     baselines = {}

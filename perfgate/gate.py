@@ -334,6 +334,11 @@ def gate_run(records: Sequence[dict], baseline_location, remeasure=None) -> Gate
     """Gate a run's records against the baseline file or directory. `remeasure(cell_ids) -> records`, when
     given, re-runs the cells a ratio rule tripped (a confirm round): the pytest plugin passes one, the
     offline CLI cannot. Both faces call this, so they judge alike."""
+    unfit = [r for r in records if r.get("unfit")]
+    if unfit:
+        return GateOutcome([], [f"{len(unfit)} record(s) are unfit for a timing gate ({unfit[0]['cell']}: "
+                                f"{unfit[0]['unfit']}); run the timed cells without xdist, or with one worker "
+                                f"per GPU"])
     groups = group_by_key(records)
     baselines, errors = {}, []
     for key in sorted(groups):

@@ -1,22 +1,18 @@
-"""The pytest face: one option group (--perf-*), matrix narrowing at collection, a per-cell runner that
-streams records and feeds pytest-benchmark, and the gate at the end of the session.
+"""The pytest face: one option group (--perf-*), matrix narrowing at collection, and the hooks that hand
+cells to the session (perfgate.session) and the session's end to perfgate.session_end.
 
 torch is imported only when a cell runs, so the data side's tests collect without it.
 """
 
 from __future__ import annotations
 
-import contextlib
 import math
-import sys
-import uuid
-from datetime import datetime, timezone
-from pathlib import Path
 
 import pytest
 
 from perfgate import matrix
 from perfgate.matrix import Cell, UnknownNameError, check_names, split_csv
+from perfgate.session import PerfSession
 
 # The zoo, as an import path (ini setting perf_registry): the engine never imports it, but a fresh process
 # (--perf-isolate, --perf-warm-compile artifacts) finds a cell's model there by name.
@@ -24,7 +20,7 @@ ZOO_REGISTRY = "fixtures:REGISTRY"
 
 ISOLATE = ("gpu", "all", "off")  # --perf-isolate: which cells run in a child process of their own
 CELL_KEY = pytest.StashKey[Cell]()
-SESSION_KEY = pytest.StashKey["PerfSession"]()
+SESSION_KEY = pytest.StashKey[PerfSession]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -73,7 +69,11 @@ def pytest_configure(config: pytest.Config) -> None:
         selection = _selection(config)
     except (UnknownNameError, ValueError) as err:
         raise pytest.UsageError(str(err)) from None
-    config.stash[SESSION_KEY] = PerfSession(config, selection)
+    perf = config.stash[SESSION_KEY] = PerfSession(config, selection)
+    if perf.worker is None:  # prints the finished-cell lines xdist workers send (none without xdist)
+        from perfgate.workers import ProgressRelay
+
+        config.pluginmanager.register(ProgressRelay(perf._progress), "perfgate-progress-relay")
 
 
 def _selection(config: pytest.Config) -> dict:
@@ -191,7 +191,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         reporter.write_line(f"perfgate: no cell selected: {_why_none(perf, session.config)}", yellow=True)
 
 
-def _why_none(perf: "PerfSession", config: pytest.Config) -> str:
+def _why_none(perf: PerfSession, config: pytest.Config) -> str:
     options = ", ".join(f"--perf-{key}s {','.join(value)}" for key, value in perf.selection.items()
                         if key != "shard" and value is not None) or "no --perf-* selection"
     if not perf.offered:
@@ -238,217 +238,8 @@ def _skip_gpu_cells_without_cuda(items: list) -> None:
 
 
 @pytest.fixture(scope="session")
-def perf(pytestconfig: pytest.Config) -> "PerfSession":
+def perf(pytestconfig: pytest.Config) -> PerfSession:
     return pytestconfig.stash[SESSION_KEY]
-
-
-class PerfSession:
-    """Session state: options, the results file, each device's environment, the records written."""
-
-    def __init__(self, config: pytest.Config, selection: dict):
-        self.config, self.selection = config, selection
-        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-        # The worker id from xdist's own config, not PYTEST_XDIST_WORKER: that variable leaks into any
-        # pytest a worker starts in a subprocess, which is no worker.
-        workerinput = getattr(config, "workerinput", None)
-        self.worker = workerinput["workerid"] if workerinput else None
-        default = Path(".perfgate") / f"results-{stamp}.jsonl"
-        self.results_path = Path(config.getoption("--perf-results") or default)
-        if self.worker:  # each xdist worker streams to its own file; the controller merges them
-            self.results_path = self.results_path.with_name(f"{self.results_path.stem}.{self.worker}.jsonl")
-        # One id per session, shared by its xdist workers (the controller's testrunuid), so a baseline
-        # counts a run once however many worker files it was streamed to.
-        if workerinput:
-            self.run_id = workerinput["testrunuid"]
-        else:
-            self.run_id = getattr(config.option, "testrunuid", None) or uuid.uuid4().hex
-            if hasattr(config.option, "testrunuid"):  # xdist hands the controller's id to its workers
-                config.option.testrunuid = self.run_id
-        self.records: list[dict] = []
-        self.ran: dict[str, tuple] = {}  # cell id -> (spec, cell), for the gate's confirm round
-        self._envs: dict[str, dict] = {}
-        self.summary: list[str] = []  # what the gate and baseline steps say at the end
-        self.collected = 0  # cells collected, and those the --perf-* options kept: to say why none ran
-        self.offered: list[Cell] = []
-
-    def selects(self, cell: Cell) -> bool:
-        return all(self.selection[key] is None or getattr(cell, key) in self.selection[key]
-                   for key in ("model", "variant", "precision"))
-
-    def _run(self, spec, cell: Cell, record_compiled=None, profile_dir: str | None = None) -> dict:
-        import dataclasses
-
-        from perfgate.record import append_record
-        from perfgate.validate import checked
-
-        device = self.device(cell)
-        options = self.options(cell, device)
-        if profile_dir:
-            options = dataclasses.replace(options, profile_dir=profile_dir)
-        if self.isolates(cell):
-            record = self._run_isolated(spec, cell, options, record_compiled)
-        else:
-            record = self._run_here(spec, cell, options, device, record_compiled)
-        # NaN, inf or missing figures on an ok record: the cell failed, whatever run_cell thought.
-        record = checked({**record, "run_id": self.run_id})
-        append_record(self.results_path, record)
-        self.records.append(record)
-        return record
-
-    def _run_here(self, spec, cell: Cell, options, device, record_compiled) -> dict:
-        from perfgate.cell import run_cell
-        from perfgate.record import append_record
-
-        def checkpoint(partial: dict) -> None:  # superseded by the final record (a later one wins)
-            append_record(self.results_path, {**partial, "run_id": self.run_id})
-
-        return run_cell(spec, cell, options, self.environment(device), self._progress, record_compiled,
-                        checkpoint)
-
-    def isolates(self, cell: Cell) -> bool:
-        choice = self.config.getoption("--perf-isolate")
-        return choice == "all" or (choice == "gpu" and cell.device_kind == "gpu")
-
-    def time_limit_s(self, spec, cell: Cell) -> float:
-        """--perf-cell-timeout, else the model's own limit, else the variant's default."""
-        return (self.config.getoption("--perf-cell-timeout") or spec.time_limit_s
-                or matrix.VARIANTS[cell.variant].time_limit_s)
-
-    def _run_isolated(self, spec, cell: Cell, options, record_compiled) -> dict:
-        from perfgate import isolate
-
-        tf32 = self.config.getoption("--perf-tf32") == "on"
-        job = isolate.job_for(cell, options, tf32, self.results_path, self.run_id)
-        record = isolate.run_isolated(cell, job, self.time_limit_s(spec, cell), self._progress, record_compiled)
-        if record.get("env"):  # what pytest-benchmark's machine_info shows, as an in-process cell leaves it
-            self._envs.setdefault(options.device, record["env"])
-        return record
-
-    def device(self, cell: Cell):
-        import torch
-
-        if cell.device_kind == "cpu":
-            return torch.device("cpu")
-        # One xdist worker per visible GPU: gw0 -> cuda:0, gw1 -> cuda:1, ...
-        return torch.device("cuda", int((self.worker or "gw0").lstrip("gw") or 0) % torch.cuda.device_count())
-
-    def environment(self, device) -> dict:
-        from perfgate.env import environment
-        from perfgate.steps import set_tf32
-
-        tf32 = self.config.getoption("--perf-tf32") == "on"
-        if device.type == "cuda":
-            import torch
-
-            torch.cuda.set_device(device)
-            set_tf32(tf32)
-        key = str(device)
-        if key not in self._envs:
-            self._envs[key] = environment(device, tf32)
-        return self._envs[key]
-
-    def options(self, cell: Cell, device):
-        from perfgate import faults
-        from perfgate.cell import RunOptions
-        from perfgate.timing import CPU_PLAN, GPU_PLAN
-
-        opt = self.config.getoption
-        overrides = {"min_rounds": opt("--perf-min-rounds"), "max_rounds": opt("--perf-max-rounds"),
-                     "target_round_ms": opt("--perf-round-ms")}
-        plan = (GPU_PLAN if cell.device_kind == "gpu" else CPU_PLAN).replace(
-            **{key: value for key, value in overrides.items() if value is not None})
-        return RunOptions(device=str(device), plan=plan, warm_compile=opt("--perf-warm-compile"),
-                          cache_dir=opt("--perf-cache-dir"), fault=faults.parse(opt("--perf-inject")),
-                          profile_dir=opt("--perf-profile"), registry=self.config.getini("perf_registry"))
-
-    def measure(self, spec, cell: Cell, benchmark=None) -> dict:
-        """Run one cell, stream its record, feed pytest-benchmark, and fail the test if the cell failed."""
-        sink = _BenchmarkSink(benchmark, cell)
-        record = self._run(spec, cell, sink.add)
-        self.ran[cell.id] = (spec, cell)
-        sink.annotate(record)
-        if record["status"] != "ok":
-            pytest.fail(f"{cell.id}: {record['reason']}", pytrace=False)
-        return record
-
-    def gate(self, records: list[dict], baseline):
-        """Gate this run. Cells whose speedup tripped are measured again in this process (a fresh compile)
-        and stay regressions only if they trip twice. Reports go to the terminal and --perf-report."""
-        from perfgate.cli import write_reports
-        from perfgate.gate import gate_run
-
-        report_dir = self.config.getoption("--perf-report")
-        why_dir = str(Path(report_dir or ".perfgate") / "why")
-        profiled: dict[str, dict] = {}
-
-        def remeasure(cell_ids: list[str]) -> list[dict]:
-            """The confirm round, profiled: a cell that trips twice comes with its why-artifacts."""
-            for cell_id in cell_ids:
-                if cell_id in self.ran:  # under xdist the controller ran nothing: no confirm round
-                    self._progress(f"{cell_id}: a speedup rule tripped; measuring again to confirm")
-                    profiled[cell_id] = self._run(*self.ran[cell_id], profile_dir=why_dir)
-            return list(profiled.values())
-
-        outcome = gate_run(records, baseline, remeasure)
-        for cell_id in _flagged(outcome) - set(profiled):
-            if cell_id in self.ran:  # flagged by another rule: profile it for the reader, gate unchanged
-                self._progress(f"{cell_id}: flagged; writing why-artifacts")
-                profiled[cell_id] = self._run(*self.ran[cell_id], profile_dir=why_dir)
-        self.summary += [f"why-artifacts for {cid}: {rec['why']['dir']}" for cid, rec in profiled.items()
-                         if rec.get("why")]
-        paths = (Path(report_dir) / "report.md", Path(report_dir) / "report.json") if report_dir else (None, None)
-        if outcome.errors:
-            self.summary += [f"perfgate: cannot compare (exit 2): {error}" for error in outcome.errors]
-        else:
-            self.summary += write_reports(outcome, *paths).splitlines()
-        return outcome
-
-    def _progress(self, message: str) -> None:
-        """One line as each phase of a cell starts, so a 40-minute run is never silent. Cells run inside a
-        test, where pytest captures fd 1 and 2 (the reporter's stdout included) and drops a passing test's
-        capture: no line ever showed, -q or not, unless capture is suspended while writing. Flushed at once,
-        so a run killed by `timeout` with stdout block-buffered to a file keeps the lines it printed."""
-        line = f"[perfgate] {message}"
-        manager = self.config.pluginmanager
-        reporter, capture = manager.get_plugin("terminalreporter"), manager.get_plugin("capturemanager")
-        with capture.global_and_fixture_disabled() if capture is not None else contextlib.nullcontext():
-            if reporter is not None:
-                reporter.write_line(line)
-                reporter.flush()
-            else:
-                print(line, file=sys.stderr, flush=True)
-
-
-def _flagged(outcome) -> set[str]:
-    return {finding.cell for report in outcome.reports for finding in report.regressions}
-
-
-class _BenchmarkSink:
-    """Hands each compiled round's device-timed ms per step to pytest-benchmark, so its JSON, --benchmark-save
-    and --benchmark-compare hold the same numbers as perfgate's record (not a host-clock re-measurement)."""
-
-    def __init__(self, benchmark, cell: Cell):
-        self.benchmark = benchmark if benchmark is not None and not benchmark.disabled else None
-        self.stats = None
-        if self.benchmark is not None:
-            self.benchmark.group = f"{cell.model}-{cell.phase}"
-            # Claim the fixture as pedantic() would, so it neither warns "not used" nor can be used twice.
-            self.benchmark._mode = "perfgate device-timed rounds"  # noqa: SLF001
-
-    def add(self, ms_per_step: float) -> None:
-        if self.benchmark is None:
-            return
-        if self.stats is None:
-            self.stats = self.benchmark._make_stats(1)  # noqa: SLF001 - the fixture's own stats entry
-        self.stats.update(ms_per_step / 1e3)
-
-    def annotate(self, record: dict) -> None:
-        if self.benchmark is None:
-            return
-        keys = ("status", "reason", "eager_ms", "compiled_ms", "speedup", "speedup_lo", "speedup_hi",
-                "compile_s", "compile_warm_s", "compile_artifacts_s", "graph_breaks", "recompiles", "numerics",
-                "peak_mem_eager_mb", "peak_mem_compiled_mb", "steps_per_round")
-        self.benchmark.extra_info.update({key: record[key] for key in keys})
 
 
 def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: dict) -> None:
@@ -457,13 +248,31 @@ def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: di
         machine_info["perfgate"] = next(iter(perf._envs.values()))
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call):
+    """On an xdist worker, send a cell's finished line to the controller with its report."""
+    report = yield
+    perf = item.config.stash.get(SESSION_KEY, None)
+    cell = item.stash.get(CELL_KEY, None)
+    if perf is not None and perf.worker and cell is not None and call.when == "call" and cell.id in perf.finished:
+        from perfgate.workers import ProgressRelay
+
+        report.user_properties.append((ProgressRelay.KEY, perf.finished.pop(cell.id)))
+    return report
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """Save a baseline and/or gate the run, once, on the controller (xdist workers only stream records)."""
     perf = session.config.stash.get(SESSION_KEY, None)
-    if perf is not None and not hasattr(session.config, "workerinput"):
-        from perfgate.session_end import finish
+    if perf is None or hasattr(session.config, "workerinput"):
+        return
+    from perfgate.session_end import finish
 
-        finish(session, perf)
+    if session.config.pluginmanager.hasplugin("dsession"):  # xdist: the workers ran the cells
+        from perfgate.workers import merge_into
+
+        perf.records = merge_into(perf.results_path, perf.run_id)
+    finish(session, perf)
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:

@@ -56,6 +56,8 @@ FLOPs per step, throughput in the model's own unit per second. Absent or not-mea
                        with (spec.Tolerance)
     gate              {speedup_threshold: fraction} overrides from the model's record, may be empty
     why               {dir, compile_log, trace_eager, trace_compiled} paths when profiled, else null
+    unfit             "" or why the timings cannot be trusted (xdist workers that shared CPU cores or a GPU):
+                      such records never enter a baseline and the gate refuses them (absent in older records)
 """
 
 from __future__ import annotations
@@ -169,6 +171,7 @@ def new_record(cell, env: dict, run_id: str | None = None) -> dict:
         "numerics_detail": {},
         "gate": {},
         "why": None,
+        "unfit": "",
     }
 
 

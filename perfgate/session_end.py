@@ -17,7 +17,7 @@ from perfgate.history import HistoryError
 from perfgate.record import RecordFileError, load_records
 
 if TYPE_CHECKING:  # annotations only: the plugin imports this module, never the reverse
-    from perfgate.plugin import PerfSession
+    from perfgate.session import PerfSession
 
 
 def finish(session, perf: PerfSession) -> None:

@@ -197,3 +197,13 @@ def test_records_that_the_writer_produces_pass_the_check(tmp_path):
     from perfgate.record import load_records
 
     assert all(r["status"] == "ok" for r in load_records([path]))
+
+
+def test_records_timed_by_workers_that_shared_the_machine_are_never_gated_or_folded(tmp_path, baseline_file,
+                                                                                    capsys):
+    path = _results(tmp_path, unfit="timed by one of 2 xdist workers on 1 GPU(s): workers shared a GPU")
+    assert main(["compare", path, "--baseline", baseline_file]) == 2
+    assert main(["baseline", "update", path, "--dir", str(tmp_path / "b")]) == 2
+    err = capsys.readouterr().err
+    assert "1 record(s) are unfit for a timing gate" in err and "1 record(s) are unfit for a baseline" in err
+    assert not (tmp_path / "b").exists()
