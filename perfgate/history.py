@@ -164,6 +164,13 @@ def series(db_path: str | os.PathLike, cell: str, fingerprint: str | None = None
     return [_as_point(row) for row in rows]
 
 
+def records(db_path: str | os.PathLike) -> list[dict]:
+    """Every stored record (without per-tensor numerics checks), oldest first: what cost estimates read."""
+    with _connect(db_path, create=False) as conn:
+        rows = conn.execute("SELECT record FROM results ORDER BY date, rowid").fetchall()
+    return [json.loads(row["record"]) for row in rows]
+
+
 def cells(db_path: str | os.PathLike) -> list[tuple[str, str]]:
     """Every (cell, fingerprint) the history holds, sorted."""
     with _connect(db_path, create=False) as conn:

@@ -26,6 +26,9 @@ from typing import Callable
 from perfgate.record import append_record, new_record
 
 POLL_S = 0.5
+# A stage that runs this long says so again every this many seconds, so a slow max-autotune compile can be
+# told from a hang while it runs.
+HEARTBEAT_S = 60.0
 # The stderr lines of a dead child echoed to this process's stderr (pytest shows them with the failure).
 STDERR_TAIL_LINES = 40
 _PERFGATE_ROOT = str(Path(__file__).resolve().parents[1])  # the child must import this copy
@@ -118,9 +121,17 @@ def run_isolated(cell, job: Job, limit_s: float, progress: Callable[[str], None]
             child = subprocess.Popen([sys.executable, "-m", "perfgate.isolate", str(job_dir)], env=env,
                                      stdin=subprocess.DEVNULL, stderr=stderr, start_new_session=True)
             try:
+                stage_seen, stage_since, told = events.last_stage, started, started
                 while child.poll() is None and time.monotonic() - started < limit_s:
                     time.sleep(POLL_S)
                     events.read(progress, record_compiled)
+                    now = time.monotonic()
+                    if events.last_stage != stage_seen:
+                        stage_seen, stage_since, told = events.last_stage, now, now
+                    elif now - told >= HEARTBEAT_S:
+                        told = now
+                        progress(f"{cell.id}: still {_stage(stage_seen, cell.id)} after {now - stage_since:.0f} s "
+                                 f"(cell limit {limit_s:g} s, {now - started:.0f} s used)")
             finally:
                 timed_out = child.poll() is None
                 if timed_out:  # past the limit, or interrupted (Ctrl-C): leave no orphan compiling

@@ -7,6 +7,7 @@ torch is imported only when a cell runs, so the data side's tests collect withou
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 
@@ -59,6 +60,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--perf-report", metavar="DIR", help="write the gate's report.md and report.json here")
     group.addoption("--perf-history", metavar="DB", help="append this run's records to a SQLite history "
                     "(keyed by commit, date, environment and cell) for `perfgate history` and `perfgate report`")
+    group.addoption("--perf-costs", metavar="DB", help="a history database to estimate each cell's wall "
+                    "seconds from, for --perf-shard (shards of equal cost) and the ETA lines (default: "
+                    "--perf-history's database, else priors per variant)")
     group.addoption("--perf-profile", metavar="DIR", help="write why-artifacts of every cell run here: "
                     "chrome traces of eager and compiled steps and TORCH_LOGS graph_breaks,recompiles,"
                     "perf_hints (the gate writes them for flagged cells on its own)")
@@ -70,10 +74,13 @@ def pytest_configure(config: pytest.Config) -> None:
     except (UnknownNameError, ValueError) as err:
         raise pytest.UsageError(str(err)) from None
     perf = config.stash[SESSION_KEY] = PerfSession(config, selection)
+    config.pluginmanager.register(_ShardHook(), "perfgate-shard")
     if perf.worker is None:  # prints the finished-cell lines xdist workers send (none without xdist)
         from perfgate.workers import ProgressRelay
 
-        config.pluginmanager.register(ProgressRelay(perf._progress), "perfgate-progress-relay")
+        workers = getattr(config.option, "numprocesses", None)  # xdist has made -n auto a number by now
+        perf.relay = ProgressRelay(perf._progress, workers if isinstance(workers, int) else 1)
+        config.pluginmanager.register(perf.relay, "perfgate-progress-relay")
 
 
 def _selection(config: pytest.Config) -> dict:
@@ -88,6 +95,10 @@ def _selection(config: pytest.Config) -> dict:
     shard = parse_shard(opt("--perf-shard"))
     faults.parse(opt("--perf-inject"))
     check_timing(opt("--perf-min-rounds"), opt("--perf-max-rounds"), opt("--perf-round-ms"))
+    costs_db = opt("--perf-costs")
+    if costs_db is not None and not Path(costs_db).is_file():
+        raise ValueError(f"--perf-costs={costs_db}: no such history database (make one with "
+                         f"`perfgate history add` or --perf-history)")
     limit = opt("--perf-cell-timeout")
     if limit is not None and not (math.isfinite(limit) and limit > 0):
         raise ValueError(f"--perf-cell-timeout={limit}: the time limit must be a finite number of seconds > 0")
@@ -169,10 +180,6 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         perf.collected += 1
         item.stash[CELL_KEY] = cell
         (keep if perf.selects(cell) else drop).append(item)
-    shard = perf.selection["shard"]
-    if shard is not None:
-        keep, off_shard = _shard(keep, *shard)
-        drop += off_shard
     perf.offered = sorted({item.stash[CELL_KEY] for item in keep if CELL_KEY in item.stash}, key=str)
     if drop:
         config.hook.pytest_deselected(items=drop)
@@ -180,11 +187,36 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     _skip_gpu_cells_without_cuda(items)
 
 
+class _ShardHook:
+    """A second pytest_collection_modifyitems, run last: the selection above must see every cell (to say
+    why none is left), while shards must be dealt over what -m and -k left."""
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, session: pytest.Session, config: pytest.Config, items: list) -> None:
+        _deal_shard(session, config, items)
+
+
+def _deal_shard(session: pytest.Session, config: pytest.Config, items: list) -> None:
+    """--perf-shard I/N: shards of equal expected cost over the cells that will really run."""
+    perf = config.stash[SESSION_KEY]
+    if perf.selection["shard"] is None:
+        return
+    keep, drop = _shard(items, perf.expected_costs([i.stash[CELL_KEY] for i in items if CELL_KEY in i.stash]),
+                        *perf.selection["shard"])
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
-    """Say why no cell is left when the --perf-* options and -m/-k together select none (pytest alone
-    says "313 deselected" and exits 5)."""
+    """Plan the progress lines over the cells that will run; say why no cell is left when the --perf-*
+    options and -m/-k together select none (pytest alone says "313 deselected" and exits 5)."""
     perf = session.config.stash.get(SESSION_KEY, None)
-    if perf is None or any(CELL_KEY in item.stash for item in session.items):
+    if perf is None:
+        return
+    planned = [item.stash[CELL_KEY] for item in session.items if CELL_KEY in item.stash]
+    if planned:
+        perf.plan(planned)
         return
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     if reporter is not None and perf.collected:
@@ -211,11 +243,12 @@ def _cell_of(item) -> Cell | None:
     return value if isinstance(value, Cell) else None
 
 
-def _shard(items: list, index: int, count: int) -> tuple[list, list]:
-    """Deal cells round-robin in sorted id order: every shard gets a similar mix of models, and the split
-    does not depend on collection order. Items that are not cells stay in shard 1."""
-    cell_ids = sorted({item.stash[CELL_KEY].id for item in items if CELL_KEY in item.stash})
-    mine = {cid for n, cid in enumerate(cell_ids) if n % count == index - 1}
+def _shard(items: list, costs: dict[str, float], index: int, count: int) -> tuple[list, list]:
+    """Deal cells into shards of near-equal expected cost (perfgate.costs.deal: the history's wall seconds,
+    else priors per variant), independent of collection order. Items that are not cells stay in shard 1."""
+    from perfgate.costs import shard_of
+
+    mine = shard_of(sorted(costs), costs, index, count)
     keep, drop = [], []
     for item in items:
         cell = item.stash.get(CELL_KEY, None)
@@ -282,5 +315,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     if perf.records:
         terminalreporter.write_sep("-", "perfgate")
         terminalreporter.write_line(f"records: {perf.results_path}")
+        progress = perf.relay.progress if perf.relay is not None and perf.relay.progress else perf.progress
+        if progress is not None and progress.done:
+            terminalreporter.write_line(progress.summary())
     for line in perf.summary:
         terminalreporter.write_line(line)

@@ -28,7 +28,10 @@ class PerfSession:
         workerinput = getattr(config, "workerinput", None)
         self.worker = workerinput["workerid"] if workerinput else None
         self.workers = workerinput.get("workercount", 1) if workerinput else 1
-        self.finished: dict[str, str] = {}  # cell id -> its finished line, sent to the xdist controller
+        self.finished: dict[str, dict] = {}  # cell id -> its finished line and costs, for the xdist controller
+        self.progress = None  # a perfgate.costs.Progress over the planned cells (plan())
+        self.relay = None  # on an xdist controller: the perfgate.workers.ProgressRelay counting for it
+        self.expected: dict[str, float] = {}  # cell id -> expected wall seconds
         default = Path(".perfgate") / f"results-{stamp}.jsonl"
         self.results_path = Path(config.getoption("--perf-results") or default)
         if self.worker:  # each xdist worker streams to its own file; the controller merges them
@@ -69,7 +72,9 @@ class PerfSession:
             record = self._run_here(spec, cell, options, device, record_compiled)
         # NaN, inf or missing figures on an ok record: the cell failed, whatever run_cell thought.
         record = checked({**record, "run_id": self.run_id, "unfit": self.unfit(cell)})
-        self.finished[cell.id] = finished_line(record)
+        self.finished[cell.id] = {"line": finished_line(record), "cell": cell.id, "wall_s": record["wall_s"],
+                                  "expected_s": self.expected.get(cell.id, 0.0), "planned": len(self.expected),
+                                  "planned_s": sum(self.expected.values())}
         append_record(self.results_path, record)
         self.records.append(record)
         return record
@@ -151,11 +156,30 @@ class PerfSession:
                           cache_dir=opt("--perf-cache-dir"), fault=faults.parse(opt("--perf-inject")),
                           profile_dir=opt("--perf-profile"), registry=self.config.getini("perf_registry"))
 
+    def expected_costs(self, cells: list[Cell]) -> dict[str, float]:
+        """Expected wall seconds per cell: the --perf-costs (else --perf-history) database's median where the
+        cell ran, else a prior per variant (perfgate.costs). Every shard of a split run must read the same."""
+        from perfgate import costs, history
+
+        db = self.config.getoption("--perf-costs") or self.config.getoption("--perf-history")
+        known = costs.known_costs(history.records(db)) if db and Path(db).is_file() else {}
+        return costs.expected_s(cells, known)
+
+    def plan(self, cells: list[Cell]) -> None:
+        """The cells this process will run, for k/N and the ETA on each finished cell."""
+        from perfgate.costs import Progress
+
+        self.expected = self.expected_costs(cells)
+        self.progress = Progress(len(cells), sum(self.expected.values()))
+
     def measure(self, spec, cell: Cell, benchmark=None) -> dict:
         """Run one cell, stream its record, feed pytest-benchmark, and fail the test if the cell failed."""
         sink = _BenchmarkSink(benchmark, cell)
         record = self._run(spec, cell, sink.add)
         self.ran[cell.id] = (spec, cell)
+        if self.progress is not None and self.worker is None:  # under xdist the controller counts
+            done = self.progress.finish(cell.id, record["wall_s"], self.expected.get(cell.id, 0.0))
+            self._progress(f"{done}: {self.finished[cell.id]['line']}")
         sink.annotate(record)
         if record["status"] != "ok":
             pytest.fail(f"{cell.id}: {record['reason']}", pytrace=False)

@@ -39,21 +39,26 @@ def finished_line(record: dict) -> str:
 
 
 class ProgressRelay:
-    """Registered on the xdist controller: prints each worker's finished-cell line as its report arrives
-    (a worker's own terminal output never reaches the user)."""
+    """Registered on the xdist controller: prints each worker's finished-cell line with k/N, elapsed and an
+    ETA as its report arrives (a worker's own terminal output never reaches the user)."""
 
     KEY = "perfgate"  # the user_properties key a worker's line travels under
 
-    def __init__(self, write_line):
-        self.write_line = write_line
+    def __init__(self, write_line, workers: int = 1):
+        self.write_line, self.workers, self.progress = write_line, workers, None
 
     def pytest_runtest_logreport(self, report) -> None:
+        from perfgate.costs import Progress
+
         node = getattr(report, "node", None)
         worker = getattr(getattr(node, "gateway", None), "id", None)
-        for key, line in getattr(report, "user_properties", ()):
-            if key == self.KEY:
-                self.write_line(f"{worker} {line}" if worker else line)
-
+        for key, done in getattr(report, "user_properties", ()):
+            if key != self.KEY:
+                continue
+            if self.progress is None:  # every worker collects the whole plan; its first line carries it
+                self.progress = Progress(done["planned"], done["planned_s"], self.workers)
+            count = self.progress.finish(done["cell"], done["wall_s"], done["expected_s"])
+            self.write_line(f"{count}: {worker + ' ' if worker else ''}{done['line']}")
 
 def worker_files(results_path: Path) -> list[Path]:
     """The files this session's xdist workers streamed to: <stem>.gwN.jsonl beside the named file."""

@@ -75,10 +75,14 @@ def test_an_isolated_cell_runs_in_its_own_process_and_feeds_the_benchmark(suite)
     assert record["status"] == "ok" and record["env"]["fingerprint"].startswith("cpu-")
     bench = json.loads((suite.path / "b.json").read_text())
     assert len(bench["benchmarks"][0]["stats"]["data"]) == 3 and "perfgate" in bench["machine_info"]
-    out.stdout.fnmatch_lines(["*[[]perfgate] cpu-mlp-infer-aot_eager-fp32: compiling (aot_eager)*"])
+    out.stdout.fnmatch_lines(["*[[]perfgate] cpu-mlp-infer-aot_eager-fp32: compiling (aot_eager)*",
+                              "*[[]perfgate] [[]1/1] elapsed *: cpu-mlp-infer-aot_eager-fp32: ok, *x * wall*",
+                              "perfgate: 1 cell(s) in *; slowest: cpu-mlp-infer-aot_eager-fp32 * s"])
 
 
 def test_a_hung_compile_times_out_and_keeps_what_was_measured(suite):
+    suite.makeconftest('pytest_plugins = ["perfgate.plugin"]\nimport perfgate.isolate\n'
+                       'perfgate.isolate.HEARTBEAT_S = 4  # a long stage says so while it runs\n')
     results = suite.path / "r.jsonl"
     out = suite.runpytest_subprocess(*FAST, "--perf-isolate=all", "--perf-cell-timeout=20", "--perf-inject=hang",
                                      "-k", "train", f"--perf-results={results}")
@@ -86,6 +90,8 @@ def test_a_hung_compile_times_out_and_keeps_what_was_measured(suite):
     (record,) = load_records([results])
     assert record["reason"] == "timed out after 20 s while compiling (aot_eager)"
     assert record["env"]["fingerprint"] and record["started_at"]  # the checkpoint before the hang, kept
+    out.stdout.fnmatch_lines(["*cpu-mlp-train-aot_eager-fp32: still compiling (aot_eager) after * s (cell limit "
+                              "20 s, * s used)*"])
 
 
 def test_a_crashing_cell_fails_alone_and_the_session_goes_on(suite):
@@ -115,6 +121,12 @@ def test_xdist_timing_workers_that_share_the_cores_are_marked_unfit_and_kept_out
     assert len(records) == 2 and all("xdist workers sharing" in r["unfit"] for r in records)
     assert all(r["status"] == "ok" for r in records)  # measured and kept, only not trusted
     assert not base.exists()
-    out.stdout.fnmatch_lines(["*gw? cpu-mlp-*-aot_eager-fp32: ok, *x * wall, compile * s; unfit: timed by one "
-                              "of 2 xdist workers*", f"records: {results}",
+    out.stdout.fnmatch_lines(["*[[]?/2] elapsed *: gw? cpu-mlp-*-aot_eager-fp32: ok, *x * wall, compile * s; "
+                              "unfit: timed by one of 2 xdist workers*", f"records: {results}",
                               "*could not write the baseline (exit 2): 2 record(s) are unfit for a baseline*"])
+
+
+def test_a_costs_database_that_does_not_exist_is_refused(suite):
+    out = suite.runpytest_subprocess(*FAST, "--perf-costs=nope.sqlite")
+    assert out.ret == 4
+    out.stderr.fnmatch_lines(["*--perf-costs=nope.sqlite: no such history database*"])

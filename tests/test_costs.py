@@ -1,0 +1,63 @@
+"""Cell costs: priors, the history's medians, shards of equal cost, and the ETA."""
+
+from perfgate import costs
+from perfgate.matrix import Cell
+
+import synthetic as syn
+
+
+def _cell(model="gpt2", phase="train", variant="inductor_default", kind="gpu"):
+    return Cell(model, phase, variant, "amp_bf16" if kind == "gpu" else "fp32", kind, "pr")
+
+
+def test_priors_rank_the_variants_as_measured():
+    default, autotune, regional = (costs.prior_s(_cell(variant=v)) for v in
+                                   ("inductor_default", "inductor_max_autotune", "inductor_regional"))
+    assert regional < default < autotune and costs.prior_s(_cell(phase="infer")) < default
+
+
+def test_known_costs_are_medians_of_finished_records_only():
+    finished = [{"cell": "a", "status": "ok", "wall_s": s, "reason": ""} for s in (10.0, 30.0, 20.0)]
+    checkpoint = {"cell": "a", "status": "failed", "wall_s": 999.0, "reason": "did not finish: the process ended"}
+    assert costs.known_costs(finished + [checkpoint]) == {"a": 20.0}
+    cells = [_cell(), _cell(model="bert")]
+    expected = costs.expected_s(cells, {cells[0].id: 20.0})
+    assert expected == {cells[0].id: 20.0, cells[1].id: costs.prior_s(cells[1])}
+
+
+def test_shards_of_equal_cost_beat_round_robin_on_an_uneven_tier():
+    """The PR tier's cells with one slow model (captioner train ~250 s): cost dealing keeps the shards
+    within the slowest cell of each other; round-robin by id puts the two slowest cells together."""
+    measured = {"captioner-train": 250.0, "gpt2-train": 60.0, "gpt2-infer": 25.0, "resnet50-train": 45.0,
+                "resnet50-infer": 15.0, "segformer_b2-train": 190.0, "segformer_b2-infer": 40.0,
+                "upernet-train": 90.0, "upernet-infer": 30.0, "vit_b16-train": 40.0, "vit_b16-infer": 20.0}
+    shards = costs.deal(measured, 2)
+    assert sorted(c for shard in shards for c in shard) == sorted(measured)
+    loads = [sum(measured[c] for c in shard) for shard in shards]
+    ids = sorted(measured)
+    robin = [sum(measured[c] for c in ids[i::2]) for i in range(2)]
+    assert max(loads) - min(loads) < max(robin) - min(robin) and max(loads) / min(loads) < 1.1
+    assert costs.deal(measured, 2) == shards  # deterministic
+    assert costs.shard_of(ids, measured, 1, 2) | costs.shard_of(ids, measured, 2, 2) == set(ids)
+
+
+def test_progress_counts_and_scales_the_eta_by_how_fast_cells_really_ran():
+    now = [0.0]
+    progress = costs.Progress(planned=3, planned_s=300.0, clock=lambda: now[0])
+    now[0] = 50.0
+    # The first cell took half its expected 100 s: the 200 s left are expected to take 100 s.
+    assert progress.finish("a", 50.0, 100.0) == "[1/3] elapsed 0:50, about 1:40 left"
+    now[0] = 3700.0
+    assert progress.finish("b", 3650.0, 100.0).startswith("[2/3] elapsed 1:01:40, about ")
+    assert progress.finish("c", 10.0, 100.0) == "[3/3] elapsed 1:01:40"
+    assert progress.summary() == "perfgate: 3 cell(s) in 1:01:40; slowest: b 3650 s, a 50 s, c 10 s"
+    assert costs.eta_s(200.0, 100.0, 50.0, workers=2) == 50.0
+
+
+def test_the_history_feeds_the_costs(tmp_path):
+    from perfgate import history
+
+    db = tmp_path / "h.sqlite"
+    history.append(db, syn.run(3))
+    known = costs.known_costs(history.records(db))
+    assert known and all(seconds > 0 for seconds in known.values())
