@@ -167,9 +167,18 @@ class SpeedupRule:
     def lines(self, base: dict, cur: dict) -> tuple[float, float, SpeedupNoise]:
         """(significance line z * sigma, size line max(t - z sigma, t floor)) in log units, and the noise."""
         noise = self.noise(base, cur)
+        return (*self.lines_for(noise.sigma, cur), noise)
+
+    def lines_for(self, sigma: float, cur: dict, z: float | None = None) -> tuple[float, float]:
+        """The two lines for a log drop whose sd is `sigma` when nothing changed; `z` defaults to the rule's
+        (an A/B run, perfgate.ab_verdict, passes a Student t quantile: its sigma is estimated from few runs)."""
         t = self.log_threshold(cur)
-        significance = self.z * noise.sigma
-        return significance, max(t - significance, self.floor * t), noise
+        significance = (self.z if z is None else z) * sigma
+        return significance, max(t - significance, self.floor * t)
+
+    def log_drop(self, ref: float, now: float) -> float:
+        """How much worse `now` is than `ref` in log terms (> 0 a loss): for a ratio, how far it fell."""
+        return math.log(ref / now)
 
     def effective_log_line(self, base: dict, cur: dict) -> float:
         return max(self.lines(base, cur)[:2])
@@ -203,7 +212,7 @@ class SpeedupRule:
             return _finding(self, base, cur, REGRESSION, None, f"{self.clock} clock missing now: {note}")
         significance, size, noise = self.lines(base, cur)
         line = max(significance, size)
-        d = math.log(ref / now)
+        d = self.log_drop(ref, now)
         if abs(d) <= line:
             return None
         unknown = "" if noise.known else ", run-to-run noise unknown"
