@@ -11,8 +11,10 @@ Markdown: a reason holding `|` or `<details>` must not break a table or the comm
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import asdict
+from pathlib import Path
 from typing import Sequence
 
 from perfgate.ab_verdict import SIDES, ABReport, ABRow, Comparison, geomeans
@@ -175,3 +177,15 @@ def to_json(report: ABReport) -> dict:
         "notes": list(report.notes),
         "rows": [asdict(row) for row in report.rows],
     }
+
+
+def write(report: ABReport, out: Path, markdown_path: str | None = None, json_path: str | None = None) -> str:
+    """report.md and report.json into the run's directory (and where asked); returns the Markdown."""
+    text = markdown(report)
+    payload = json.dumps(to_json(report), indent=2, sort_keys=True) + "\n"
+    for path, content in ((out / "report.md", text), (out / "report.json", payload), (markdown_path, text),
+                          (json_path, payload)):
+        if path:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            Path(path).write_text(content, encoding="utf-8")
+    return text

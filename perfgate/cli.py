@@ -11,6 +11,9 @@ file, line, cell and field), 3 an internal error (a bug in perfgate: never read 
     perfgate history show CELL [--db PATH] [--fingerprint F] [--metric speedup]
     perfgate report RESULTS [RESULTS ...] [--db PATH] [--baseline PATH_OR_DIR] [--caption TEXT]
                     --html OUT.html [--markdown OUT.md]
+    perfgate ab [--a-python PY] [--a-rev REV] [--a-env K=V ...] [--a-args ARGS]  (and --b-...)
+                [--processes N] [--out DIR] [--markdown FILE] [--json FILE] -- PYTEST_ARGS...
+    perfgate ab --resume DIR [--processes N]                              (docs/ab.md)
 """
 
 from __future__ import annotations
@@ -214,6 +217,61 @@ def _add_report_parser(sub) -> None:
     rep.set_defaults(func=cmd_report)
 
 
+def cmd_ab(args: argparse.Namespace) -> int:
+    from perfgate import ab_report, ab_run
+    from perfgate.ab_env import ABError, side_from_options
+
+    def progress(message: str) -> None:
+        print(f"[perfgate ab] {message}", flush=True)
+
+    out = Path(args.resume or args.out or ab_run.default_out())
+    try:
+        sides = [side_from_options(label, *(getattr(args, f"{label.lower()}_{k}") for k in ("python", "rev", "env",
+                                                                                           "args")))
+                 for label in ("A", "B")]
+        if args.resume and (args.pytest_args or any(s.rev or s.env or s.args or args.a_python or args.b_python
+                                                    for s in sides)):
+            raise ABError("--resume DIR carries on the run as its manifest says: give no sides or pytest args")
+        report = ab_run.run_ab(out, progress, sides=sides, common=args.pytest_args, processes=args.processes,
+                               resume=bool(args.resume))
+    except ABError as err:
+        print(f"perfgate ab: cannot compare: {err}", file=sys.stderr)
+        return EXIT_CANNOT_COMPARE
+    except KeyboardInterrupt:
+        print(f"perfgate ab: stopped; what was measured is in {out}: perfgate ab --resume {out} carries on",
+              file=sys.stderr)
+        return EXIT_CANNOT_COMPARE
+    sys.stdout.write(ab_report.write(report, out, args.markdown, args.json))
+    return report.exit_code
+
+
+def _add_ab_parser(sub) -> None:
+    ab = sub.add_parser("ab", help="run the cells under two environments A and B, alternating processes on "
+                                   "this machine, and judge B against A; exit 0 pass, 1 regression, 2 cannot "
+                                   "compare (docs/ab.md)",
+                        description="Pytest args after -- select the cells for both sides, e.g. "
+                                    "-- perftests -m \"gpu and pr\" -p no:randomly")
+    for s, label in (("a", "A"), ("b", "B")):
+        ab.add_argument(f"--{s}-python", metavar="PY",
+                        help=f"side {label}'s interpreter, a venv's bin/python (default: this one)")
+        ab.add_argument(f"--{s}-rev", metavar="REV", help=f"side {label} runs this git revision of the repository "
+                        "(checked out under DIR/worktrees; default: the working tree)")
+        ab.add_argument(f"--{s}-env", metavar="NAME=VALUE", action="append", default=[],
+                        help=f"an environment variable for side {label} (repeatable)")
+        ab.add_argument(f"--{s}-args", metavar="ARGS", default="",
+                        help=f"pytest args for side {label} only, one shell-quoted string, e.g. "
+                             f"--{s}-args=--perf-inject=device_slow:3")
+    ab.add_argument("--processes", type=int, metavar="N",
+                    help="processes per side, at least 2 (default 3; with --resume: raise it to add pairs)")
+    ab.add_argument("--out", metavar="DIR", help="the run's directory (default: .perfgate/ab-<UTC time>)")
+    ab.add_argument("--resume", metavar="DIR", help="carry on the A/B run in DIR, then judge it")
+    ab.add_argument("--markdown", metavar="FILE", help="also write the Markdown verdict here")
+    ab.add_argument("--json", metavar="FILE", help="also write the verdict as JSON here")
+    ab.add_argument("pytest_args", nargs="*", metavar="-- PYTEST_ARGS",
+                    help="pytest args for both sides (after --)")
+    ab.set_defaults(func=cmd_ab)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="perfgate", description="torch.compile performance gate")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -240,6 +298,7 @@ def build_parser() -> argparse.ArgumentParser:
     res.set_defaults(func=cmd_results)
     _add_history_parser(sub)
     _add_report_parser(sub)
+    _add_ab_parser(sub)
     return parser
 
 

@@ -236,7 +236,7 @@ def test_data_side_imports_no_torch():
             "import perfgate.cli, perfgate.gate, perfgate.rules, perfgate.baseline, perfgate.report\n"
             "import perfgate.history, perfgate.changepoint, perfgate.charts, perfgate.html_report\n"
             "import perfgate.validate, perfgate.session_end\n"
-            "import perfgate.ab_verdict, perfgate.ab_report\n"
+            "import perfgate.ab_verdict, perfgate.ab_report, perfgate.ab_env, perfgate.ab_run\n"
             "perfgate.html_report.render_html(perfgate.html_report.build([]))  # jinja2 too\n"
             "assert 'torch' not in sys.modules\n")
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)

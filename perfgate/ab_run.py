@@ -1,0 +1,278 @@
+"""`perfgate ab`: the selected cells under two environments, A and B, in separate pytest processes that
+alternate on one machine (A-1, B-1, A-2, B-2, ...), then B judged against A (perfgate.ab_verdict). Imports
+no torch: each side's own interpreter runs its pytest (perfgate.ab_env says what a side is).
+
+Everything lands in one directory as it happens, so a killed run keeps what it measured and
+`perfgate ab --resume DIR` carries on with the processes not yet complete:
+
+    manifest.json           the sides, the common pytest args, each process's state (rewritten atomically)
+    results/A-1.jsonl ...   each process's records, streamed by the plugin as each cell finishes
+    logs/A-1.log ...        each process's stdout and stderr
+    cache/A, cache/B        each side's inductor cache (--perf-cache-dir), kept apart: empty at the start, so
+                            a side's first process compiles cold (the verdict's compile time) and the rest
+                            reuse it (3-10 s instead of 25-70 s a model on an H100)
+    worktrees/A             a side's git revision of this repository, where it names one
+    report.md, report.json  the verdict
+
+A process is `done` when its pytest ran to the end (exit 0, or 1: a cell failed, and its record says why),
+`crashed` when it ended otherwise (its records count as they are: a cell it lost is a failure of that side),
+and `interrupted` when this run was stopped while it ran; `--resume` re-runs interrupted and pending ones,
+keeping an interrupted process's partial file beside as *.interrupted-N.jsonl.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable, Sequence
+
+from perfgate import ab_env
+from perfgate.ab_env import ABError, Side
+from perfgate.ab_verdict import SIDES, ABReport, Process, judge
+from perfgate.record import RecordFileError, load_records
+
+MANIFEST_SCHEMA = 1
+MIN_PROCESSES = 2      # a side's spread between processes needs 2 at least; 3 is the default
+COMPLETE = ("done", "crashed")
+STOP_WAIT_S = 30       # how long a stopped run waits for its pytest to end before killing it
+
+
+def now_text() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def default_out() -> Path:
+    return Path(".perfgate") / f"ab-{_dt.datetime.now(_dt.timezone.utc).strftime('%Y%m%dT%H%M%SZ')}"
+
+
+# ---------------------------------------------------------------------------------------------- manifest
+
+def save_manifest(out: Path, manifest: dict) -> None:
+    """Atomically (temp file, fsync, rename): a kill mid-write leaves the previous manifest."""
+    out.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".manifest.", suffix=".tmp", dir=out)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        json.dump(manifest, fh, indent=2, sort_keys=True)
+        fh.write("\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, out / "manifest.json")
+
+
+def load_manifest(out: Path) -> dict:
+    path = out / "manifest.json"
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as err:
+        raise ABError(f"{path}: not an A/B run's manifest ({err}); --resume wants the directory of a run "
+                      f"that perfgate ab started") from None
+    if manifest.get("schema") != MANIFEST_SCHEMA:
+        raise ABError(f"{path}: manifest schema {manifest.get('schema')!r}, expected {MANIFEST_SCHEMA}")
+    return manifest
+
+
+def plan(processes: int, runs: Sequence[dict] = ()) -> list[dict]:
+    """The processes in order, A-1, B-1, A-2, B-2, ...: the existing `runs` kept, more appended up to
+    `processes` a side."""
+    if processes < MIN_PROCESSES:
+        raise ABError(f"--processes {processes}: a side needs {MIN_PROCESSES} processes at least (3 or more "
+                      f"advised: docs/ab.md says what each number can detect)")
+    planned = list(runs)
+    have = {run["name"] for run in planned}
+    for rep in range(1, processes + 1):
+        for side in SIDES:
+            name = f"{side}-{rep}"
+            if name not in have:
+                planned.append({"name": name, "side": side, "rep": rep, "state": "pending", "rc": None,
+                                "cold": None, "started": None, "finished": None,
+                                "results": f"results/{name}.jsonl", "log": f"logs/{name}.log"})
+    return planned
+
+
+# ---------------------------------------------------------------------------------------------- set-up
+
+def prepare(out: Path, sides: Sequence[Side], common: Sequence[str], processes: int, cwd: Path) -> dict:
+    """Check both sides and write a new run's manifest; ABError on anything an A/B run cannot use, before
+    any cell runs. The cheap checks first (options, interpreters, revisions), then what takes seconds:
+    importing torch in each interpreter and collecting the tests, once where both sides would ask alike."""
+    if (out / "manifest.json").exists():
+        raise ABError(f"{out} holds an A/B run already: continue it with perfgate ab --resume {out}, or "
+                      f"give another --out")
+    ab_env.check_args(common, "the common pytest args")
+    for side in sides:
+        ab_env.check_args(side.args, f"--{side.label.lower()}-args")
+    runs = plan(processes)
+    for side in sides:
+        ab_env.check_python(side)
+    repo = ab_env.repo_root(cwd)
+    shas = {side.label: ab_env.resolve_rev(repo, side) if side.rev else None for side in sides}
+    probed, collected, entries = {}, {}, {}
+    for side in sides:
+        key = (side.python, side.env)
+        probed[key] = probed.get(key) or ab_env.probe(side)
+        sha = shas[side.label]
+        worktree = out.resolve() / "worktrees" / side.label if sha else None
+        if sha:
+            ab_env.checkout(repo, sha, worktree)
+        root, import_root = ab_env.side_root(repo, cwd, worktree), worktree or repo or cwd
+        same = (side.python, side.env, sha, side.args)
+        collected[same] = collected.get(same) or ab_env.collect(side, root, import_root, common)
+        entries[side.label] = {**side.to_json(), "sha": sha, "root": str(root), "import_root": str(import_root),
+                               "versions": probed[key], "tests": collected[same]}
+    ab_env.check_same_tests({label: entry["tests"] for label, entry in entries.items()})
+    for entry in entries.values():
+        entry["tests"] = len(entry["tests"])
+    manifest = {"schema": MANIFEST_SCHEMA, "created": now_text(), "cwd": str(cwd), "common_args": list(common),
+                "sides": entries, "processes": processes, "runs": runs}
+    save_manifest(out, manifest)
+    return manifest
+
+
+# ---------------------------------------------------------------------------------------------- running
+
+def command(manifest: dict, out: Path, run: dict) -> list[str]:
+    side = manifest["sides"][run["side"]]
+    return [side["python"], "-m", "pytest", *manifest["common_args"], *side["args"],
+            f"--perf-results={(out / run['results']).resolve()}",
+            f"--perf-cache-dir={(out / 'cache' / run['side']).resolve()}"]
+
+
+def _set_aside(out: Path, run: dict) -> None:
+    """Keep an interrupted process's partial records (what it measured), out of the verdict's way."""
+    results = out / run["results"]
+    for n in range(1, 1000):
+        kept = results.with_name(f"{results.stem}.interrupted-{n}.jsonl")
+        if not kept.exists():
+            break
+    for path in _results_files(out, run):
+        path.rename(kept if path == results else kept.with_name(f"{kept.stem}.{path.name}"))
+
+
+def _results_files(out: Path, run: dict) -> list[Path]:
+    """A process's results: its file and, under xdist, one per worker (<stem>.gwN.jsonl)."""
+    results = out / run["results"]
+    return sorted(p for p in results.parent.glob(f"{results.stem}*.jsonl")
+                  if p == results or (p.name.startswith(f"{results.stem}.gw") and "interrupted" not in p.name))
+
+
+def _cache_is_cold(manifest: dict, out: Path, side: str) -> bool:
+    """Empty a side's cache while none of its processes has completed (a re-run of an interrupted first
+    process must compile cold again); then say whether it is empty."""
+    cache = out / "cache" / side
+    if not any(r["side"] == side and r["state"] in COMPLETE for r in manifest["runs"]):
+        shutil.rmtree(cache, ignore_errors=True)
+    cache.mkdir(parents=True, exist_ok=True)
+    return not any(cache.iterdir())
+
+
+class _Stopped(KeyboardInterrupt):
+    """SIGTERM (a CI job cancelled, `timeout`): stop as Ctrl-C does, marking the running process interrupted."""
+
+
+def _raise_stopped(signum, frame):
+    raise _Stopped(f"signal {signum}")
+
+
+def run_one(manifest: dict, out: Path, run: dict, progress: Callable[[str], None]) -> None:
+    """Run one process to its end, keeping the manifest current; re-raises when this run is stopped."""
+    if run["state"] in ("running", "interrupted") or _results_files(out, run):
+        _set_aside(out, run)
+    side = manifest["sides"][run["side"]]
+    run.update(state="running", rc=None, cold=_cache_is_cold(manifest, out, run["side"]), started=now_text(),
+               finished=None)
+    save_manifest(out, manifest)
+    (out / "logs").mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    with open(out / run["log"], "w", encoding="utf-8") as log:
+        child = subprocess.Popen(command(manifest, out, run), cwd=side["root"], stdout=log,
+                                 stderr=subprocess.STDOUT, env=ab_env.side_environ(Side.from_json(side),
+                                                                                   Path(side["import_root"])))
+        try:
+            rc = child.wait()
+        except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (_Stopped)
+            child.terminate()
+            try:
+                child.wait(timeout=STOP_WAIT_S)
+            except subprocess.TimeoutExpired:
+                child.kill()
+            run.update(state="interrupted", finished=now_text())
+            save_manifest(out, manifest)
+            raise
+    run.update(state="done" if rc in (0, 1) else "crashed", rc=rc, finished=now_text())
+    save_manifest(out, manifest)
+    records = _count_records(out, run)
+    progress(f"{run['name']} {run['state']} (exit {rc}) in {time.monotonic() - started:.0f} s: {records} "
+             f"record(s); log {out / run['log']}")
+
+
+def _count_records(out: Path, run: dict) -> int:
+    try:
+        return len(load_records(_results_files(out, run)))
+    except RecordFileError:
+        return 0
+
+
+def run_pending(manifest: dict, out: Path, progress: Callable[[str], None]) -> None:
+    """Every process not complete, in the planned order."""
+    todo = [r for r in manifest["runs"] if r["state"] not in COMPLETE]
+    previous = signal.signal(signal.SIGTERM, _raise_stopped)
+    try:
+        for n, run in enumerate(todo, 1):
+            progress(f"{run['name']} ({n}/{len(todo)}) starting: {manifest['sides'][run['side']]['python']}")
+            run_one(manifest, out, run, progress)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+# ---------------------------------------------------------------------------------------------- verdict
+
+def complete_processes(manifest: dict, out: Path) -> list[Process]:
+    processes = []
+    for run in manifest["runs"]:
+        if run["state"] not in COMPLETE:
+            continue
+        try:
+            records = load_records(_results_files(out, run))
+        except RecordFileError:
+            records = []
+        processes.append(Process(run["side"], run["rep"], tuple(records), bool(run["cold"])))
+    return processes
+
+
+def verdict(manifest: dict, out: Path) -> ABReport:
+    descriptions = {label: Side.from_json(side).describe() for label, side in manifest["sides"].items()}
+    report = judge(complete_processes(manifest, out), descriptions=descriptions)
+    for run in manifest["runs"]:
+        if run["state"] == "crashed":
+            report.notes.append(f"process {run['name']} crashed (exit {run['rc']}); its lost cells count as "
+                                f"failures of side {run['side']}: see {out / run['log']}")
+        elif run["state"] not in COMPLETE:
+            report.notes.append(f"process {run['name']} is {run['state']}: perfgate ab --resume {out} runs it")
+    return report
+
+
+def run_ab(out: Path, progress: Callable[[str], None], *, sides: Sequence[Side] = (), common: Sequence[str] = (),
+           processes: int | None = None, resume: bool = False, cwd: Path | None = None) -> ABReport:
+    """A new A/B run in `out` (or, with resume, the one there, extended to `processes` a side when given),
+    run to its end and judged."""
+    if resume:
+        manifest = load_manifest(out)
+        if processes is not None and processes != manifest["processes"]:
+            manifest["runs"] = plan(max(processes, manifest["processes"]), manifest["runs"])
+            manifest["processes"] = max(processes, manifest["processes"])
+            save_manifest(out, manifest)
+    else:
+        manifest = prepare(out, sides, common, processes or 3, (cwd or Path.cwd()).resolve())
+    for label in SIDES:
+        side = manifest["sides"][label]
+        progress(f"side {label}: {Side.from_json(side).describe()} (torch {side['versions'].get('torch')}, "
+                 f"{side['tests']} test(s))")
+    run_pending(manifest, out, progress)
+    return verdict(manifest, out)

@@ -1,0 +1,165 @@
+"""`perfgate ab` end to end on the CPU tier's cheapest cell (vit_b16 inference, aot_eager: ~10 s a process),
+and the inputs it must refuse before any cell runs."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from perfgate.cli import main
+
+pytest.importorskip("torch")
+
+REPO = Path(__file__).resolve().parents[1]
+CELL = "cpu-vit_b16-infer-aot_eager-fp32"
+# Both sides' pytest: the one cheap cell, warm-compile timing off (it would compile a second time).
+PYTEST_ARGS = ["--", "perftests", "-m", "cpu", "-k", "vit_b16 and infer", "-p", "no:randomly",
+               "--perf-warm-compile=off"]
+
+
+@pytest.fixture
+def in_repo(monkeypatch):
+    """Run from the repository root (the pytest args name `perftests`), one thread a process: on 2 shared CI
+    cores, two torch thread pools spinning against each other made a 1 ms step take 170 ms at times."""
+    monkeypatch.chdir(REPO)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+
+
+def manifest(out: Path) -> dict:
+    return json.loads((out / "manifest.json").read_text())
+
+
+def cells_of(path: Path) -> dict[str, dict]:
+    return {r["cell"]: r for r in map(json.loads, path.read_text().splitlines())}
+
+
+# ---------------------------------------------------------------------------------------------- end to end
+
+def test_a_a_passes(in_repo, tmp_path, capsys):
+    out = tmp_path / "ab"
+    assert main(["ab", "--processes", "2", "--out", str(out), *PYTEST_ARGS]) == 0
+    text = capsys.readouterr().out
+    assert "**perfgate A/B PASS**: 0 regression(s), 0 improvement(s) in 1 cell(s)" in text
+    runs = manifest(out)["runs"]
+    assert [(r["name"], r["state"], r["rc"]) for r in runs] == [
+        ("A-1", "done", 0), ("B-1", "done", 0), ("A-2", "done", 0), ("B-2", "done", 0)]
+    assert runs[0]["cold"] and runs[1]["cold"]  # each side's cache starts empty (aot_eager leaves it so)
+    for run in runs:  # one results file a process, a compile cache a side
+        record = cells_of(out / run["results"])[CELL]
+        assert record["status"] == "ok" and record["compile_cache"] == "persistent"
+    assert {p.name for p in (out / "cache").iterdir()} == {"A", "B"}
+    report = json.loads((out / "report.json").read_text())
+    assert report["exit_code"] == 0 and [r["cell"] for r in report["rows"]] == [CELL]
+    assert {c["metric"] for c in report["rows"][0]["comparisons"] if c["change"] is not None} == \
+        {"speedup", "host_speedup", "eager_ms", "compiled_ms"}  # the CPU has no device clock
+
+
+def _wait_for(condition, timeout_s: float = 240.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "timed out waiting for the A/B run"
+        time.sleep(0.2)
+
+
+def test_slowdown_in_b_is_caught_after_a_kill_and_a_resume(in_repo, tmp_path):
+    """B's compiled step sleeps 30 ms more (a ~1 ms step): the run is stopped (SIGTERM, as a cancelled CI
+    job) while B-1 runs, keeps A-1, and --resume re-runs B-1 and the rest; the verdict is a regression."""
+    out = tmp_path / "ab"
+    command = [sys.executable, "-m", "perfgate.cli", "ab", "--processes", "2", "--out", str(out),
+               "--b-args=--perf-inject=slow:30", *PYTEST_ARGS]
+    first = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    _wait_for(lambda: (out / "manifest.json").exists() and manifest(out)["runs"][1]["state"] == "running")
+    first.send_signal(signal.SIGTERM)
+    _, err = first.communicate(timeout=60)
+    assert first.returncode == 2 and f"perfgate ab --resume {out}" in err
+    stopped = {r["name"]: r for r in manifest(out)["runs"]}
+    assert stopped["A-1"]["state"] == "done" and stopped["B-1"]["state"] == "interrupted"
+
+    resumed = subprocess.run([sys.executable, "-m", "perfgate.cli", "ab", "--resume", str(out)], cwd=REPO,
+                             capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 1, resumed.stdout + resumed.stderr
+    runs = {r["name"]: r for r in manifest(out)["runs"]}
+    assert runs["A-1"]["started"] == stopped["A-1"]["started"]  # kept, not measured again
+    assert all(r["state"] == "done" for r in runs.values()) and runs["B-1"]["cold"]
+    report = json.loads((out / "report.json").read_text())
+    assert {f["metric"] for f in report["regressions"]} & {"speedup", "compiled_ms"}
+    assert "**perfgate A/B FAIL**" in (out / "report.md").read_text()
+
+
+# ---------------------------------------------------------------------------------------------- bad input
+
+def _refused(args: list[str], capsys, *words: str) -> str:
+    assert main(["ab", *args]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("perfgate ab: cannot compare: ")
+    for word in words:
+        assert word in err, err
+    return err
+
+
+def test_fewer_than_2_processes_owned_options_and_bad_env_are_refused(tmp_path, capsys):
+    out = ["--out", str(tmp_path / "ab")]
+    _refused([*out, "--processes", "1", "--", "perftests"], capsys, "--processes 1", "2 processes at least")
+    _refused([*out, "--", "perftests", "--perf-results=x.jsonl"], capsys, "--perf-results", "sets these itself")
+    _refused([*out, "--b-args=--perf-cache-dir /tmp/c", "--", "perftests"], capsys, "--b-args set --perf-cache-dir")
+    _refused([*out, "--a-env", "NOEQUALS", "--", "perftests"], capsys, "--a-env 'NOEQUALS'", "NAME=VALUE")
+    assert not (tmp_path / "ab").exists()
+
+
+def test_an_interpreter_that_is_missing_or_lacks_torch_is_refused(tmp_path, capsys):
+    _refused(["--out", str(tmp_path / "ab"), "--b-python", str(tmp_path / "nope" / "python"), "--", "perftests"],
+             capsys, "side B", "nope/python does not exist")
+    bare = tmp_path / "bare"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True, timeout=120)
+    _refused(["--out", str(tmp_path / "ab"), "--a-python", str(bare / "bin" / "python"), "--", "perftests"],
+             capsys, "side A", "cannot import torch", "ModuleNotFoundError")
+
+
+def test_a_revision_that_does_not_exist_is_refused(in_repo, tmp_path, capsys):
+    _refused(["--out", str(tmp_path / "ab"), "--b-rev", "no-such-branch-0123", "--", "perftests"], capsys,
+             "side B: revision 'no-such-branch-0123' does not exist")
+
+
+SUITE = textwrap.dedent('''
+    import pytest
+
+    @pytest.mark.parametrize("n", {params})
+    def test_cell(n):
+        pass
+''')
+
+
+@pytest.fixture
+def zoo_repo(tmp_path, monkeypatch) -> Path:
+    """A git repository of a one-test zoo: the first commit has cells 1 and 2, the second adds 3."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"]
+    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
+    for params in ("[1, 2]", "[1, 2, 3]"):
+        (repo / "test_zoo.py").write_text(SUITE.format(params=params))
+        subprocess.run([*git, "add", "-A"], cwd=repo, check=True)
+        subprocess.run([*git, "commit", "-q", "-m", params], cwd=repo, check=True)
+    monkeypatch.chdir(repo)
+    return repo
+
+
+def test_sides_that_select_different_cells_are_refused_and_listed(zoo_repo, tmp_path, capsys):
+    err = _refused(["--out", str(tmp_path / "ab"), "--a-args=-k 1", "--b-args=-k 2", "--", "test_zoo.py"], capsys,
+                   "A and B select different tests")
+    assert "only in A: test_zoo.py::test_cell[1]\n" in err and "only in B: test_zoo.py::test_cell[2]\n" in err
+
+
+def test_a_revision_is_checked_out_into_the_run_and_collected_there(zoo_repo, tmp_path, capsys):
+    """A zoo change between revisions: A at the older commit collects one test fewer, and is told so."""
+    out = tmp_path / "ab"
+    err = _refused(["--out", str(out), "--a-rev", "HEAD~1", "--", "test_zoo.py"], capsys)
+    assert "only in B: test_zoo.py::test_cell[3]" in err and "only in A" not in err
+    assert "[1, 2]" in (out / "worktrees" / "A" / "test_zoo.py").read_text()
