@@ -179,8 +179,12 @@ def to_json(report: ABReport) -> dict:
     }
 
 
-def write(report: ABReport, out: Path, markdown_path: str | None = None, json_path: str | None = None) -> str:
-    """report.md and report.json into the run's directory (and where asked); returns the Markdown."""
+def write(report: ABReport, out: Path, markdown_path: str | None = None, json_path: str | None = None,
+          html_path: str | None = None) -> str:
+    """report.md and report.json into the run's directory (and where asked, and the HTML page where asked);
+    returns the Markdown."""
+    if html_path:
+        html(report, html_path)
     text = markdown(report)
     payload = json.dumps(to_json(report), indent=2, sort_keys=True) + "\n"
     for path, content in ((out / "report.md", text), (out / "report.json", payload), (markdown_path, text),
@@ -189,3 +193,35 @@ def write(report: ABReport, out: Path, markdown_path: str | None = None, json_pa
             Path(path).parent.mkdir(parents=True, exist_ok=True)
             Path(path).write_text(content, encoding="utf-8")
     return text
+
+
+# ---------------------------------------------------------------------------------------------- HTML
+
+def representative(report: ABReport, side: str) -> list[dict]:
+    """One record per cell of a side for the HTML page's charts: the process with the median wall speedup
+    (the lower one of an even count), its environment labelled with the side."""
+    chosen = []
+    cells = sorted({r["cell"] for p in report.processes if p.side == side for r in p.records})
+    for cell in cells:
+        records = [r for p in report.processes if p.side == side for r in p.records if r["cell"] == cell]
+        ok = sorted((r for r in records if r.get("status") == "ok" and r.get("speedup")), key=lambda r: r["speedup"])
+        record = ok[(len(ok) - 1) // 2] if ok else records[-1]
+        env = record.get("env") or {}
+        chosen.append({**record, "env": {**env, "fingerprint": f"{side} · {env.get('fingerprint') or 'unknown'}"}})
+    return chosen
+
+
+def html(report: ABReport, path: str | Path) -> None:
+    """The HTML report (perfgate.html_report) of an A/B run: a section per side with its charts (the median
+    process of each cell), and the A/B verdict where the gate's verdict goes."""
+    from perfgate import html_report
+
+    caption = " · ".join(f"{s}: {report.sides[s].get('description') or '?'}" for s in SIDES)
+    page = html_report.build(representative(report, "A") + representative(report, "B"), caption=caption,
+                             title="perfgate A/B report", sources=[f"{p.name}" for p in report.processes])
+    page.gate_lines = [verdict_line(report).replace("**", "").replace("perfgate A/B ", ""),
+                       *(f"regression {f.cell}: {f.message}" for f in report.regressions),
+                       *(f"improvement {f.cell}: {f.message}" for f in report.improvements),
+                       *(f"cannot compare: {e}" for e in report.errors)]
+    page.notes += report.notes
+    html_report.write(page, path, None)

@@ -152,6 +152,7 @@ class ABReport:
     errors: list[str]               # why the run cannot be compared (exit 2)
     notes: list[str] = field(default_factory=list)
     alpha: float = ALPHA
+    processes: list[Process] = field(default_factory=list, repr=False)
 
     @property
     def exit_code(self) -> int:
@@ -324,7 +325,8 @@ def judge(processes: Sequence[Process], rules: Sequence | None = None, alpha: fl
             improvements += [f for f in findings if f.kind == IMPROVEMENT]
     sides = {s: {"processes": len(by_side[s]), "versions": versions(by_side[s]),
                  "description": (descriptions or {}).get(s, "")} for s in SIDES}
-    report = ABReport(sides, rows, regressions, improvements, only_a, only_b, errors, alpha=alpha)
+    report = ABReport(sides, rows, regressions, improvements, only_a, only_b, errors, alpha=alpha,
+                      processes=list(processes))
     report.notes = _notes(report, rules)
     return report
 

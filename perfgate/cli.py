@@ -12,8 +12,8 @@ file, line, cell and field), 3 an internal error (a bug in perfgate: never read 
     perfgate report RESULTS [RESULTS ...] [--db PATH] [--baseline PATH_OR_DIR] [--caption TEXT]
                     --html OUT.html [--markdown OUT.md]
     perfgate ab [--a-python PY] [--a-rev REV] [--a-env K=V ...] [--a-args ARGS]  (and --b-...)
-                [--processes N] [--out DIR] [--markdown FILE] [--json FILE] -- PYTEST_ARGS...
-    perfgate ab --resume DIR [--processes N]                              (docs/ab.md)
+                [--processes N] [--out DIR] [--markdown FILE] [--json FILE] [--html FILE] -- PYTEST_ARGS...
+    perfgate ab --resume DIR [--processes N] [--html FILE]                (docs/ab.md)
 """
 
 from __future__ import annotations
@@ -241,7 +241,7 @@ def cmd_ab(args: argparse.Namespace) -> int:
         print(f"perfgate ab: stopped; what was measured is in {out}: perfgate ab --resume {out} carries on",
               file=sys.stderr)
         return EXIT_CANNOT_COMPARE
-    sys.stdout.write(ab_report.write(report, out, args.markdown, args.json))
+    sys.stdout.write(ab_report.write(report, out, args.markdown, args.json, args.html))
     return report.exit_code
 
 
@@ -267,6 +267,8 @@ def _add_ab_parser(sub) -> None:
     ab.add_argument("--resume", metavar="DIR", help="carry on the A/B run in DIR, then judge it")
     ab.add_argument("--markdown", metavar="FILE", help="also write the Markdown verdict here")
     ab.add_argument("--json", metavar="FILE", help="also write the verdict as JSON here")
+    ab.add_argument("--html", metavar="OUT.html", help="also write an HTML report of the run: a section per side, "
+                    "the verdict on top (a finished run: perfgate ab --resume DIR --html OUT.html)")
     ab.add_argument("pytest_args", nargs="*", metavar="-- PYTEST_ARGS",
                     help="pytest args for both sides (after --)")
     ab.set_defaults(func=cmd_ab)

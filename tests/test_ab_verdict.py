@@ -201,3 +201,11 @@ def test_a_liberal_alpha_would_cry_wolf():
     procs = ab_power.processes("A", 0, 3, 0.03) + ab_power.processes("B", 1000, 3, 0.03)
     strict, liberal = judge(procs), judge(procs, alpha=0.05)
     assert len(liberal.regressions) + len(liberal.improvements) > len(strict.regressions) + len(strict.improvements)
+
+
+def test_html_report_has_a_section_per_side_and_the_verdict_on_top(tmp_path):
+    report = judge(side("A") + side("B", graph_breaks=1))
+    ab_report.html(report, tmp_path / "ab.html")
+    page = (tmp_path / "ab.html").read_text()
+    assert page.index('class="gate fail"') < page.index("(A · ") < page.index("(B · ")
+    assert "regression gpt2-train-inductor_default-amp_bf16: graph breaks 0 -&gt; 1" in page
