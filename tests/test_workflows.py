@@ -120,8 +120,27 @@ def test_pr_gate_gates_the_pr_tier_on_a_self_hosted_gpu_runner():
     (cache,) = uses(gate, "actions/cache")
     assert option(args, "--perf-cache-dir") == "X" and cache["with"]["path"].endswith("/inductor-cache")
     assert "CACHE_DIR=$RUNNER_TEMP/inductor-cache" in scripts(gate)
-    assert [s["with"]["path"] for s in uses(gate, "actions/upload-artifact")] == ["out/"]
+    (upload,) = uses(gate, "actions/upload-artifact")
+    assert upload["with"]["path"].split() == ["out/", "!out/ab/cache/", "!out/ab/worktrees/"]
     assert "$GITHUB_STEP_SUMMARY" in scripts(gate) and uses(gate, "actions/github-script")
+
+
+def test_pr_gate_takes_the_ab_path_when_the_pins_change():
+    """A PR that changes .ci/gpu-constraints.txt is gated A/B (the base revision in a venv of the base's pins
+    against the PR in a venv of its own), and every other PR against the baseline: one path per run."""
+    gate = load("pr-gate.yml")
+    by_name = {step.get("name", ""): step for step in steps(gate)}
+    path = next(step for step in steps(gate) if step.get("id") == "path")
+    assert "git diff --quiet \"$BASE_SHA\" HEAD -- .ci/gpu-constraints.txt" in path["run"]
+    baseline = by_name["PR tier, gated against the committed baseline"]
+    ab = by_name["PR tier, A/B (the base's pins against the PR's)"]
+    assert baseline["if"] == "steps.path.outputs.ab != 'true'" and ab["if"] == "steps.path.outputs.ab == 'true'"
+    (args,) = [a for a in commands(gate, "perfgate") if a[0] == "ab"]
+    assert option(args, "--a-python") == "X/venv-base/bin/python" and option(args, "--a-rev") == "X"
+    assert option(args, "--b-python") == "X/venv/bin/python" and option(args, "--markdown") == "out/report.md"
+    assert args[args.index("--") + 1:args.index("--") + 4] == ["perftests", "-m", "gpu and pr"]
+    assert '-c "$RUNNER_TEMP/base-constraints.txt"' in scripts(gate) and "-c .ci/gpu-constraints.txt" in scripts(gate)
+    assert (REPO / ".ci" / "gpu-constraints.txt").read_text().count("==") >= 3
 
 
 def test_nightly_shards_over_runners_and_gpus():
@@ -157,4 +176,4 @@ def test_workflows_call_history_report_and_baseline_update():
                                         ["baseline", "update"]]
     report = nightly[1]
     assert {"--db", "--baseline", "--html", "--markdown"} <= set(report)
-    assert [a[0] for a in commands(load("pr-gate.yml"), "perfgate")] == ["report"]
+    assert [a[0] for a in commands(load("pr-gate.yml"), "perfgate")] == ["ab", "report"]
