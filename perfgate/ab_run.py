@@ -22,6 +22,7 @@ keeping an interrupted process's partial file beside as *.interrupted-N.jsonl.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import json
 import os
@@ -176,40 +177,78 @@ class _Stopped(KeyboardInterrupt):
     """SIGTERM (a CI job cancelled, `timeout`): stop as Ctrl-C does, marking the running process interrupted."""
 
 
-def _raise_stopped(signum, frame):
-    raise _Stopped(f"signal {signum}")
+class _Stopper:
+    """The SIGTERM handler while processes run: raises _Stopped, except while a child is being started (a
+    raise inside Popen would leave that child running with nothing to stop it), when it waits until
+    `check` is called with the child in hand. (Blocking the signal instead is inherited by the child.)"""
+
+    def __init__(self):
+        self.starting = False
+        self.pending = False
+
+    def __call__(self, signum, frame):
+        if self.starting:
+            self.pending = True
+            return
+        raise _Stopped(f"signal {signum}")
+
+    @contextlib.contextmanager
+    def starting_child(self):
+        self.starting = True
+        try:
+            yield
+        finally:
+            self.starting = False
+
+    def check(self) -> None:
+        if self.pending:
+            self.pending = False
+            raise _Stopped("SIGTERM while starting a process")
 
 
-def run_one(manifest: dict, out: Path, run: dict, progress: Callable[[str], None]) -> None:
+def run_one(manifest: dict, out: Path, run: dict, progress: Callable[[str], None],
+            stopper: _Stopper | None = None) -> None:
     """Run one process to its end, keeping the manifest current; re-raises when this run is stopped."""
     if run["state"] in ("running", "interrupted") or _results_files(out, run):
         _set_aside(out, run)
-    side = manifest["sides"][run["side"]]
     run.update(state="running", rc=None, cold=_cache_is_cold(manifest, out, run["side"]), started=now_text(),
                finished=None)
     save_manifest(out, manifest)
-    (out / "logs").mkdir(parents=True, exist_ok=True)
-    started = time.monotonic()
-    with open(out / run["log"], "w", encoding="utf-8") as log:
-        child = subprocess.Popen(command(manifest, out, run), cwd=side["root"], stdout=log,
-                                 stderr=subprocess.STDOUT, env=ab_env.side_environ(Side.from_json(side),
-                                                                                   Path(side["import_root"])))
-        try:
-            rc = child.wait()
-        except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (_Stopped)
-            child.terminate()
-            try:
-                child.wait(timeout=STOP_WAIT_S)
-            except subprocess.TimeoutExpired:
-                child.kill()
-            run.update(state="interrupted", finished=now_text())
-            save_manifest(out, manifest)
-            raise
+    started, child = time.monotonic(), None
+    try:
+        with stopper.starting_child() if stopper else contextlib.nullcontext():
+            child = _start(manifest, out, run)
+        if stopper:
+            stopper.check()
+        rc = child.wait()
+    except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (_Stopped)
+        if child is not None:
+            _stop(child)
+        run.update(state="interrupted", finished=now_text())
+        save_manifest(out, manifest)
+        raise
     run.update(state="done" if rc in (0, 1) else "crashed", rc=rc, finished=now_text())
     save_manifest(out, manifest)
-    records = _count_records(out, run)
-    progress(f"{run['name']} {run['state']} (exit {rc}) in {time.monotonic() - started:.0f} s: {records} "
-             f"record(s); log {out / run['log']}")
+    progress(f"{run['name']} {run['state']} (exit {rc}) in {time.monotonic() - started:.0f} s: "
+             f"{_count_records(out, run)} record(s); log {out / run['log']}")
+
+
+def _start(manifest: dict, out: Path, run: dict) -> subprocess.Popen:
+    """The process's pytest, its output to its log."""
+    side = manifest["sides"][run["side"]]
+    (out / "logs").mkdir(parents=True, exist_ok=True)
+    with open(out / run["log"], "w", encoding="utf-8") as log:
+        return subprocess.Popen(command(manifest, out, run), cwd=side["root"], stdout=log, stderr=subprocess.STDOUT,
+                                env=ab_env.side_environ(Side.from_json(side), Path(side["import_root"])))
+
+
+def _stop(child: subprocess.Popen) -> None:
+    child.terminate()
+    try:
+        child.wait(timeout=STOP_WAIT_S)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        child.wait()
 
 
 def _count_records(out: Path, run: dict) -> int:
@@ -222,11 +261,12 @@ def _count_records(out: Path, run: dict) -> int:
 def run_pending(manifest: dict, out: Path, progress: Callable[[str], None]) -> None:
     """Every process not complete, in the planned order."""
     todo = [r for r in manifest["runs"] if r["state"] not in COMPLETE]
-    previous = signal.signal(signal.SIGTERM, _raise_stopped)
+    stopper = _Stopper()
+    previous = signal.signal(signal.SIGTERM, stopper)
     try:
         for n, run in enumerate(todo, 1):
             progress(f"{run['name']} ({n}/{len(todo)}) starting: {manifest['sides'][run['side']]['python']}")
-            run_one(manifest, out, run, progress)
+            run_one(manifest, out, run, progress, stopper)
     finally:
         signal.signal(signal.SIGTERM, previous)
 

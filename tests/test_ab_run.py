@@ -19,9 +19,10 @@ pytest.importorskip("torch")
 
 REPO = Path(__file__).resolve().parents[1]
 CELL = "cpu-vit_b16-infer-aot_eager-fp32"
-# Both sides' pytest: the one cheap cell, warm-compile timing off (it would compile a second time).
+# Both sides' pytest: the one cheap cell, warm-compile timing off (it would compile a second time), and 15
+# timed rounds (under a second; the CPU plan's 5-9 leave the in-run intervals, each side's noise floor, wide).
 PYTEST_ARGS = ["--", "perftests", "-m", "cpu", "-k", "vit_b16 and infer", "-p", "no:randomly",
-               "--perf-warm-compile=off"]
+               "--perf-warm-compile=off", "--perf-min-rounds=15", "--perf-max-rounds=15"]
 
 
 @pytest.fixture
@@ -89,7 +90,9 @@ def test_slowdown_in_b_is_caught_after_a_kill_and_a_resume(in_repo, tmp_path):
     assert runs["A-1"]["started"] == stopped["A-1"]["started"]  # kept, not measured again
     assert all(r["state"] == "done" for r in runs.values()) and runs["B-1"]["cold"]
     report = json.loads((out / "report.json").read_text())
-    assert {f["metric"] for f in report["regressions"]} & {"speedup", "compiled_ms"}
+    # With 2 processes a side (t quantile 22.3) the in-process ratios carry it: the wall and host speedups
+    # measured t of -35 to -49 here; compiled ms alone moves with the machine's load between processes.
+    assert {f["metric"] for f in report["regressions"]} & {"speedup", "host_speedup", "compiled_ms"}
     assert "**perfgate A/B FAIL**" in (out / "report.md").read_text()
 
 
