@@ -4,6 +4,8 @@ tests/test_ab_verdict.py runs small seeded versions of it. From the repository r
 
     python tests/ab_power.py [--trials 200]
 
+It also prints how Student's t holds its level when one side is noisier than the other (unequal_variances).
+
 One trial is one A/B run of the PR slice (10 cells, synthetic.cells()) with n processes a side; each
 process is synthetic.run: per-round noise of 2 % on eager and compiled ms over 15 rounds (the speedup's
 in-run sd ~0.9 %) plus a compile-to-compile factor on the compiled side, sized so that the sd of the wall
@@ -23,8 +25,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import numpy as np  # noqa: E402
+
 import synthetic as syn  # noqa: E402
-from perfgate.ab_verdict import Process, judge  # noqa: E402
+from perfgate.ab_verdict import ALPHA, Process, judge  # noqa: E402
+from perfgate.stats import t_quantile  # noqa: E402
 
 IN_RUN_SD = 0.0089  # the in-run sd of a synthetic record's wall speedup (15 rounds of 2 % noise a side)
 CELLS = syn.cells()
@@ -93,10 +98,25 @@ def table(trials: int) -> str:
     return "\n".join(rows)
 
 
+def unequal_variances(n: int = 3, trials: int = 400_000, alpha: float = ALPHA) -> str:
+    """How often Student's t with df = 2n - 2 trips at one-sided `alpha` on normal data with nothing changed
+    when B's variance is 1, 2, 4, 9 times A's: the level it keeps with equal n (perfgate.stats.two_sample)."""
+    rng = np.random.default_rng(0)
+    line = t_quantile(1 - alpha, 2 * n - 2)
+    rows = [f"| variance B / A | rate at nominal {alpha:g} |", "|---|---|"]
+    for ratio in (1, 2, 4, 9):
+        a, b = rng.normal(0, 1, (trials, n)), rng.normal(0, math.sqrt(ratio), (trials, n))
+        t = (a.mean(1) - b.mean(1)) / np.sqrt(a.var(1, ddof=1) / n + b.var(1, ddof=1) / n)
+        rows.append(f"| {ratio} | {float((t > line).mean()):.5f} |")
+    return "\n".join(rows)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=200, help="A/B runs per row (10 cells each)")
     print(table(parser.parse_args().trials))
+    print()
+    print(unequal_variances())
 
 
 if __name__ == "__main__":
