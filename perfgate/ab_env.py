@@ -138,6 +138,12 @@ def checkout(repo: Path, sha: str, path: Path) -> None:
         raise ABError(f"git worktree add {path} {sha[:12]} failed: {proc.stderr.strip()}")
 
 
+def remove_worktree(repo: Path | None, path: Path) -> None:
+    """Undo `checkout` (best effort: a refused run should not leave git a worktree to prune)."""
+    if repo is not None and path.exists():
+        subprocess.run(["git", "worktree", "remove", "--force", str(path)], cwd=repo, capture_output=True)
+
+
 def side_root(repo: Path | None, cwd: Path, worktree: Path | None) -> Path:
     """Where a side's pytest runs: the working directory, or the same place inside its revision's worktree
     (so `perftests` and other relative paths in the args mean the same on both sides)."""

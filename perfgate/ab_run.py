@@ -102,7 +102,8 @@ def plan(processes: int, runs: Sequence[dict] = ()) -> list[dict]:
 def prepare(out: Path, sides: Sequence[Side], common: Sequence[str], processes: int, cwd: Path) -> dict:
     """Check both sides and write a new run's manifest; ABError on anything an A/B run cannot use, before
     any cell runs. The cheap checks first (options, interpreters, revisions), then what takes seconds:
-    importing torch in each interpreter and collecting the tests, once where both sides would ask alike."""
+    importing torch in each interpreter and collecting the tests, once where both sides would ask alike.
+    A refused run removes the worktrees it added (git would keep them registered)."""
     if (out / "manifest.json").exists():
         raise ABError(f"{out} holds an A/B run already: continue it with perfgate ab --resume {out}, or "
                       f"give another --out")
@@ -114,12 +115,28 @@ def prepare(out: Path, sides: Sequence[Side], common: Sequence[str], processes: 
         ab_env.check_python(side)
     repo = ab_env.repo_root(cwd)
     shas = {side.label: ab_env.resolve_rev(repo, side) if side.rev else None for side in sides}
+    worktrees = {label: out.resolve() / "worktrees" / label for label, sha in shas.items() if sha}
+    try:
+        entries = _set_up(sides, common, repo, cwd, shas, worktrees)
+    except ABError:
+        for path in worktrees.values():
+            ab_env.remove_worktree(repo, path)
+        raise
+    manifest = {"schema": MANIFEST_SCHEMA, "created": now_text(), "cwd": str(cwd), "common_args": list(common),
+                "sides": entries, "processes": processes, "runs": runs}
+    save_manifest(out, manifest)
+    return manifest
+
+
+def _set_up(sides: Sequence[Side], common: Sequence[str], repo: Path | None, cwd: Path, shas: dict,
+            worktrees: dict) -> dict[str, dict]:
+    """Each side's manifest entry: its versions (probed), its checkout, the tests it selects (which must be
+    the same on both sides)."""
     probed, collected, entries = {}, {}, {}
     for side in sides:
         key = (side.python, side.env)
         probed[key] = probed.get(key) or ab_env.probe(side)
-        sha = shas[side.label]
-        worktree = out.resolve() / "worktrees" / side.label if sha else None
+        sha, worktree = shas[side.label], worktrees.get(side.label)
         if sha:
             ab_env.checkout(repo, sha, worktree)
         root, import_root = ab_env.side_root(repo, cwd, worktree), worktree or repo or cwd
@@ -130,10 +147,7 @@ def prepare(out: Path, sides: Sequence[Side], common: Sequence[str], processes: 
     ab_env.check_same_tests({label: entry["tests"] for label, entry in entries.items()})
     for entry in entries.values():
         entry["tests"] = len(entry["tests"])
-    manifest = {"schema": MANIFEST_SCHEMA, "created": now_text(), "cwd": str(cwd), "common_args": list(common),
-                "sides": entries, "processes": processes, "runs": runs}
-    save_manifest(out, manifest)
-    return manifest
+    return entries
 
 
 # ---------------------------------------------------------------------------------------------- running

@@ -11,9 +11,14 @@ import textwrap
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+import synthetic as syn
+from perfgate.ab_env import Side
+from perfgate.ab_run import plan, save_manifest, verdict
 from perfgate.cli import main
+from perfgate.record import append_record
 
 pytest.importorskip("torch")
 
@@ -165,4 +170,26 @@ def test_a_revision_is_checked_out_into_the_run_and_collected_there(zoo_repo, tm
     out = tmp_path / "ab"
     err = _refused(["--out", str(out), "--a-rev", "HEAD~1", "--", "test_zoo.py"], capsys)
     assert "only in B: test_zoo.py::test_cell[3]" in err and "only in A" not in err
-    assert "[1, 2]" in (out / "worktrees" / "A" / "test_zoo.py").read_text()
+    worktrees = subprocess.run(["git", "worktree", "list"], cwd=zoo_repo, capture_output=True, text=True).stdout
+    assert len(worktrees.splitlines()) == 1 and not (out / "worktrees" / "A").exists()  # refused: removed again
+
+
+def test_the_plan_grows_on_resume_and_crashed_processes_count(tmp_path):
+    """Without running anything: the order, --resume --processes N adding pairs, and how the verdict reads
+    each process's state (a crashed one counts as it stands, an interrupted one waits for --resume)."""
+    runs = plan(2)
+    assert [r["name"] for r in runs] == ["A-1", "B-1", "A-2", "B-2"]
+    assert [r["name"] for r in plan(3, runs)] == ["A-1", "B-1", "A-2", "B-2", "A-3", "B-3"]
+    states = {"A-1": ("done", 0), "B-1": ("crashed", -11), "A-2": ("done", 1), "B-2": ("interrupted", None)}
+    cell = syn.cells(models=["gpt2"], phases=["train"])[0]
+    for run in runs:
+        run["state"], run["rc"] = states[run["name"]]
+        append_record(tmp_path / run["results"], syn.record(cell, rng=np.random.default_rng(len(run["name"]))))
+    sides = {label: {**Side(label, sys.executable).to_json(), "versions": {}, "tests": 1} for label in "AB"}
+    manifest = {"schema": 1, "sides": sides, "runs": runs, "processes": 2, "common_args": []}
+    save_manifest(tmp_path, manifest)
+    report = verdict(manifest, tmp_path)
+    assert report.exit_code == 2 and report.errors == [
+        "B has 1 complete process(es); a verdict needs 2 or more a side (perfgate ab --resume DIR runs the rest)"]
+    assert any(n.startswith("process B-1 crashed (exit -11)") for n in report.notes)
+    assert any(n == f"process B-2 is interrupted: perfgate ab --resume {tmp_path} runs it" for n in report.notes)
