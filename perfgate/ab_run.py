@@ -294,8 +294,8 @@ def complete_processes(manifest: dict, out: Path) -> list[Process]:
             continue
         try:
             records = load_records(_results_files(out, run))
-        except RecordFileError:
-            records = []
+        except RecordFileError as err:  # a file the plugin wrote and cannot be read: nothing to judge it by
+            raise ABError(f"process {run['name']}: {err}") from None
         processes.append(Process(run["side"], run["rep"], tuple(records), bool(run["cold"])))
     return processes
 

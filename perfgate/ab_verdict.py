@@ -31,6 +31,7 @@ from typing import Sequence
 from perfgate.baseline import fold_cell
 from perfgate.rules import IMPROVEMENT, REFRESH, REGRESSION, Finding, SpeedupRule, default_rules
 from perfgate.stats import geomean, interval_sd, rel_spread, t_quantile, two_sample
+from perfgate.validate import checked
 
 SIDES = ("A", "B")
 # One-sided false-alarm rate of one timed comparison when nothing changed. An A/B run has no confirm round,
@@ -306,12 +307,20 @@ def versions(processes: Sequence[Process]) -> dict[str, str]:
 
 def judge(processes: Sequence[Process], rules: Sequence | None = None, alpha: float = ALPHA,
           descriptions: dict[str, str] | None = None) -> ABReport:
-    """The verdict of an A/B run from its complete processes."""
+    """The verdict of an A/B run from its complete processes. Records are checked as the gate checks them
+    (perfgate.validate.checked: impossible figures on an ok record make it a failed cell), and records
+    timed by xdist workers that shared the machine (`unfit`) cannot be compared: exit 2."""
     rules = ab_rules() if rules is None else tuple(rules)
+    processes = [replace(p, records=tuple(checked(r) for r in p.records)) for p in processes]
     by_side = {s: sorted((p for p in processes if p.side == s), key=lambda p: p.rep) for s in SIDES}
     cells = {s: {r["cell"] for p in by_side[s] for r in p.records} for s in SIDES}
     errors = [f"{s} has {len(by_side[s])} complete process(es); a verdict needs 2 or more a side "
               f"(perfgate ab --resume DIR runs the rest)" for s in SIDES if len(by_side[s]) < 2]
+    unfit = [(p.name, r) for p in processes for r in p.records if r.get("unfit")]
+    if unfit:
+        name, record = unfit[0]
+        errors.append(f"{len(unfit)} record(s) are unfit for a timing verdict ({name} {record['cell']}: "
+                      f"{record['unfit']}); run the sides without xdist, or with one worker per GPU")
     only_a, only_b = sorted(cells["A"] - cells["B"]), sorted(cells["B"] - cells["A"])
     if only_a or only_b:
         errors.append(f"A and B ran different cells: only in A: {', '.join(only_a) or 'none'}; only in B: "

@@ -209,3 +209,13 @@ def test_html_report_has_a_section_per_side_and_the_verdict_on_top(tmp_path):
     page = (tmp_path / "ab.html").read_text()
     assert page.index('class="gate fail"') < page.index("(A · ") < page.index("(B · ")
     assert "regression gpt2-train-inductor_default-amp_bf16: graph breaks 0 -&gt; 1" in page
+
+
+def test_records_are_checked_as_the_gate_checks_them():
+    """A NaN speedup on an ok record is a failed cell (perfgate.validate); xdist-unfit timings cannot be
+    compared at all."""
+    nan = judge(side("A") + side("B", per_process=lambda rep: {"speedup": float("nan")} if rep == 2 else {}))
+    (finding,) = findings(nan)
+    assert finding.metric == "status" and "failed in 1 of 3 processes: bad figures: " in finding.message
+    unfit = judge(side("A") + side("B", unfit="2 xdist workers shared 2 CPU cores"))
+    assert unfit.exit_code == 2 and "3 record(s) are unfit for a timing verdict (B-1" in unfit.errors[0]
