@@ -213,11 +213,11 @@ def compare_timed(rule: SpeedupRule, cell_id: str, a_records: Sequence[dict], b_
     empty = Comparison(m, rule.label, geomean(a), geomean(b), None, None, None, None, False, None, None,
                        len(a), len(b), None)
     if len(a) < len(a_records) or len(a) < 2:
-        return replace_note(empty, "not measured in A" if not a else
+        return _not_compared(empty, "not measured in A" if not a else
                             f"measured in {len(a)} of {len(a_records)} A processes: not compared")
     if len(b) < len(b_records):
         notes = {r.get("clocks_note") for r in b_records if not r.get(m)} - {None, ""}
-        return replace_note(empty, f"missing in B ({'; '.join(sorted(notes)) or 'no reason given'})",
+        return _not_compared(empty, f"missing in B ({'; '.join(sorted(notes)) or 'no reason given'})",
                             kind=REGRESSION)
     floor_a = statistics.median(_in_run_sd(r, m) for r in a_records)
     floor_b = statistics.median(_in_run_sd(r, m) for r in b_records)
@@ -235,7 +235,7 @@ def compare_timed(rule: SpeedupRule, cell_id: str, a_records: Sequence[dict], b_
                       test.t, test.df, test.n_a, test.n_b, kind)
 
 
-def replace_note(comparison: Comparison, note: str, kind: str | None = None) -> Comparison:
+def _not_compared(comparison: Comparison, note: str, kind: str | None = None) -> Comparison:
     return replace(comparison, note=note, kind=kind)
 
 
