@@ -7,7 +7,8 @@ Two kinds of bad input, two answers:
 - A number that cannot be a measurement (NaN, an infinity, zero or negative time, a missing speedup) on a
   record whose status says ok is a failed measurement: `checked` returns the record as a failed cell whose
   reason names the fields, so the gate fails it like any other failed cell and baselines never fold it.
-  Non-finite numbers become null on every record, so no renderer or statistic ever meets one.
+  Non-finite numbers, and counts that are not whole numbers (graph_breaks 0.5), become null on every
+  record, so no renderer or statistic ever meets one.
 """
 
 from __future__ import annotations
@@ -112,6 +113,9 @@ def _without_nonfinite(record: dict) -> dict:
     for name in NUMBER_FIELDS:
         if is_number(clean.get(name)) and not math.isfinite(clean[name]):
             clean[name] = None
+    for name in REQUIRED_COUNTS:  # renderers format counts as integers ("d")
+        if clean.get(name) is not None and not isinstance(clean[name], int):
+            clean[name] = None
     for name in ROUND_FIELDS:
         if isinstance(clean.get(name), list):
             clean[name] = [v for v in clean[name] if _finite(v)]
@@ -120,7 +124,8 @@ def _without_nonfinite(record: dict) -> dict:
 
 def checked(record: dict) -> dict:
     """The record as the data side may use it: an ok record with figures that cannot be a measurement
-    becomes a failed cell ("bad figures: speedup nan (must be ...)"), and non-finite numbers become null.
+    becomes a failed cell ("bad figures: speedup nan (must be ...)"); non-finite numbers and counts that are
+    not whole numbers become null.
     Call `shape_problems` first: this assumes every figure is a number or null."""
     problems = _value_problems(record) if record.get("status") == "ok" else []
     clean = _without_nonfinite(record)

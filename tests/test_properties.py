@@ -8,7 +8,7 @@ import json
 import math
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import synthetic as syn
@@ -58,6 +58,7 @@ def _bad_cells(records) -> set[str]:
 
 @SETTINGS
 @given(changes=edits, base_changes=cell_edits)
+@example(changes=[(0, "graph_breaks", 0.0)], base_changes=[])  # a count as a float: rendered with "d"
 def test_compare_never_crashes_and_never_passes_a_bad_cell(tmp_path_factory, changes, base_changes):
     tmp = tmp_path_factory.mktemp("cmp")
     records = _edited(RUN, changes)
@@ -90,6 +91,7 @@ def test_baseline_update_never_crashes_and_never_folds_a_bad_figure(tmp_path_fac
 
 @SETTINGS
 @given(changes=edits)
+@example(changes=[(0, "graph_breaks", 0.5)])
 def test_report_never_crashes_on_bad_records(tmp_path_factory, changes):
     tmp = tmp_path_factory.mktemp("rep")
     records = _edited(RUN, changes)
