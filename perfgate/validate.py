@@ -41,7 +41,8 @@ OPTIONAL_ROUNDS = ("eager_device_round_ms", "compiled_device_round_ms", "eager_h
                    "compiled_host_round_ms")
 NUMBER_FIELDS = REQUIRED_POSITIVE + REQUIRED_COUNTS + OPTIONAL_POSITIVE + OPTIONAL_NONNEGATIVE
 ROUND_FIELDS = REQUIRED_ROUNDS + OPTIONAL_ROUNDS
-TEXT_FIELDS = ("cell", "model", "phase", "variant", "precision", "reason", "unfit")
+# tier picks the baseline file with the fingerprint (baseline.key_of): a number there is the wrong kind.
+TEXT_FIELDS = ("cell", "model", "phase", "variant", "precision", "tier", "reason", "unfit")
 
 
 def is_number(value) -> bool:

@@ -78,6 +78,7 @@ def test_compare_never_crashes_and_never_passes_a_bad_cell(tmp_path_factory, cha
 
 @SETTINGS
 @given(changes=edits)
+@example(changes=[(0, "tier", 1.0)])  # a number where the tier goes: keys that do not sort
 def test_baseline_update_never_crashes_and_never_folds_a_bad_figure(tmp_path_factory, changes):
     tmp = tmp_path_factory.mktemp("upd")
     records = _edited(RUN, changes)
