@@ -7,11 +7,17 @@ group, and polls the child's event file every POLL_S: progress lines are relayed
 to pytest-benchmark, and each checkpoint kept. The child streams its checkpoints to the results file itself,
 as an in-process cell does. On the time limit the whole group is killed (inductor's compile workers too) and
 the last checkpoint becomes a failed record: "timed out after 900 s while compiling (inductor_default)".
+
+The child runs in its own process group, so a signal that ends the parent does not reach it: a pytest
+stopped by `timeout` (SIGTERM) once left its child compiling and timing on the GPU beside the next run (seen
+on an H100 lease). So the parent turns SIGTERM into an interrupt while a child runs (its `finally` kills the
+group), and the child asks Linux to kill it when the parent dies by any means (PR_SET_PDEATHSIG).
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import dataclasses
 import json
 import os
@@ -19,6 +25,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Callable
@@ -107,6 +114,29 @@ def _failed(job: Job, events: _Events, reason: str, cell) -> dict:
     return record
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM while an isolated cell runs: an interrupt, so the child's group is killed on the way out and
+    pytest ends the session as after Ctrl-C (what was measured is already in the results file)."""
+
+
+@contextlib.contextmanager
+def _sigterm_interrupts():
+    """SIGTERM raises Terminated here, where the default would end the process with its child orphaned.
+    Only in the main thread with the default handler in place: a handler someone set is theirs."""
+    if threading.current_thread() is not threading.main_thread() \
+            or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        yield
+        return
+
+    def interrupt(_signum, _frame):
+        raise Terminated("SIGTERM")
+    signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 def run_isolated(cell, job: Job, limit_s: float, progress: Callable[[str], None] = lambda _m: None,
                  record_compiled: Callable[[float], None] | None = None) -> dict:
     """Run the cell in a child process and return its record; never raises for what the child does."""
@@ -117,7 +147,7 @@ def run_isolated(cell, job: Job, limit_s: float, progress: Callable[[str], None]
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [_PERFGATE_ROOT,
                                                                          os.environ.get("PYTHONPATH")])))
         started = time.monotonic()
-        with stderr_path.open("w", encoding="utf-8") as stderr:
+        with stderr_path.open("w", encoding="utf-8") as stderr, _sigterm_interrupts():
             child = subprocess.Popen([sys.executable, "-m", "perfgate.isolate", str(job_dir)], env=env,
                                      stdin=subprocess.DEVNULL, stderr=stderr, start_new_session=True)
             try:
@@ -151,8 +181,17 @@ def run_isolated(cell, job: Job, limit_s: float, progress: Callable[[str], None]
                        cell)
 
 
+def _die_with_parent() -> None:
+    """Linux: SIGKILL this process when its parent dies (even by SIGKILL, where no handler runs)."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
+    if os.getppid() == 1:  # the parent died before the line above: nobody waits for this cell
+        os._exit(1)
+
+
 def _child(job_dir: Path) -> None:
     """In the child: run the cell as PerfSession would in-process, reporting through the event file."""
+    _die_with_parent()
     job = Job(**json.loads((job_dir / "job.json").read_text(encoding="utf-8")))
     sys.path[:] = job.sys_path
     import importlib

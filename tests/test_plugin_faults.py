@@ -1,7 +1,13 @@
 """The pytest face when things go wrong: impossible figures, a crash at the session end, nothing selected."""
 
 import json
+import os
+import signal
 import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 
@@ -92,6 +98,56 @@ def test_a_hung_compile_times_out_and_keeps_what_was_measured(suite):
     assert record["env"]["fingerprint"] and record["started_at"]  # the checkpoint before the hang, kept
     out.stdout.fnmatch_lines(["*cpu-mlp-train-aot_eager-fp32: still compiling (aot_eager) after * s (cell limit "
                               "20 s, * s used)*"])
+
+
+def _children(pid: int) -> list[int]:
+    """Pids whose parent is `pid` (Linux /proc)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads processes from Linux /proc")
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
+def test_a_killed_session_kills_the_cells_process_too(suite, signum):
+    """`timeout` ends pytest with SIGTERM; the isolated cell runs in its own process group, which the signal
+    does not reach. Seen on an H100: the orphan went on timing beside the next run's cells. SIGTERM is an
+    interrupt (pytest ends the session); after a SIGKILL the child dies with its parent (PR_SET_PDEATHSIG)."""
+    results = suite.path / "r.jsonl"
+    proc = subprocess.Popen([sys.executable, "-m", "pytest", *FAST, "--perf-isolate=all", "--perf-inject=hang:120",
+                             "-k", "train", f"--perf-results={results}"], cwd=suite.path, env=os.environ.copy(),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines, deadline = [], time.monotonic() + 120
+    for line in proc.stdout:  # the parent says "compiling" once the child reached the hang
+        lines.append(line)
+        if "compiling (aot_eager)" in line or time.monotonic() > deadline:
+            break
+    cells = [pid for pid in _children(proc.pid) if "perfgate.isolate" in Path(f"/proc/{pid}/cmdline").read_text()]
+    assert cells, "".join(lines)
+    proc.send_signal(signum)
+    output = proc.communicate(timeout=60)[0]
+    for _ in range(50):
+        if not any(_alive(pid) for pid in cells):
+            break
+        time.sleep(0.1)
+    assert not any(_alive(pid) for pid in cells), output
+    assert proc.returncode == (2 if signum == signal.SIGTERM else -signal.SIGKILL), output  # 2: interrupted
+    (record,) = load_records([results])  # the checkpoint before the hang is kept
+    assert record["status"] == "failed" and record["started_at"]
 
 
 def test_a_crashing_cell_fails_alone_and_the_session_goes_on(suite):
