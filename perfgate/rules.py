@@ -4,7 +4,7 @@ cur_record)` that returns a Finding or None. Imports no torch.
 Three clocks, three ratio rules (SpeedupRule, one per perfgate.record.CLOCKS metric):
 
     wall    speedup          eager / compiled ms per step, host stalls included: what a user gets. 5 %
-    device  device_speedup   eager / compiled GPU-busy ms per step: the compiled kernels' own work. 3 %
+    device  device_speedup   eager / compiled GPU-busy ms per step: the compiled kernels' own work. 2.5 %
     host    host_speedup     eager / compiled host ms to issue a step (HostTimeRule): the threshold is a
                              growth of compiled host time relative to eager's, +15 % (host_speedup down 13.0 %)
 
@@ -368,15 +368,16 @@ class StatusRule:
         return None
 
 
-def default_rules(*, speedup: float = 0.05, device: float = 0.03, host: float = 0.15, memory: float = 0.20,
+def default_rules(*, speedup: float = 0.05, device: float = 0.025, host: float = 0.15, memory: float = 0.20,
                   compile_time: float = 0.50) -> tuple:
     """The gate's rules; thresholds are fractions (0.05 = 5 %). `speedup` and `device`: a drop of the wall
     and device speedups; `host`: a growth of compiled host time per step relative to eager's."""
     return (
         StatusRule(),
         SpeedupRule("speedup", threshold=speedup),
-        # GPU busy ms move ~0.2 % between runs (H100): 3 % is far past noise, and below what the wall clock of
-        # a host-bound cell can see.
+        # GPU busy ms move ~0.2 % between runs (H100), so the line sits near the threshold. 2.5 %, not 3 %: a
+        # compiled step 3 % slower lowers the speedup by 2.9 % (1 - 1/1.03), which a 3 % line minus 2 sds
+        # catches about half the time (H100: planted 3 %, read 2.8-3.0 %, vit_b16's 2.8 % passed).
         SpeedupRule("device_speedup", threshold=device),
         # Host ms to issue a step move ~3 % per round with the machine's load: +15 % is a real cost.
         HostTimeRule(threshold=host),

@@ -153,8 +153,10 @@ Reading it:
 - A drop between half the threshold and the threshold trips sometimes (the 3 % wall rows, the 2 % device
   rows): the line sits z sds below the threshold so that a drop of the full threshold is caught; that is the
   price.
-- The device clock moves ~0.2 % between runs (as on an H100), so its 3 % line catches a 3 % loss nearly
-  always, which the wall clock of a host-bound cell cannot (its wall speedup follows the host CPU).
+- The device clock moves ~0.2 % between runs (as on an H100), so its 2.5 % line catches a 3 % loss
+  always, which the wall clock of a host-bound cell cannot (its wall speedup follows the host CPU). The
+  threshold is 2.5 %, not 3 %, because a step made 3 % slower lowers the speedup by only 2.9 %: on the
+  H100 a planted 3 % read 2.8-3.0 %, at the edge of a 3 % line (the GPU section below).
 - Improvements are not re-measured: they are flagged at the one-round rate, and never fail the gate.
 - tests/test_speedup_rule.py asserts these rates on fresh seeds (wall A/A at 1 % noise: no confirmed alarm
   in 300 cells; a 5 % loss at 1 % noise: >= 70 % confirmed with 3 runs, >= 87 % with 8; 10 %: all; device:
@@ -206,7 +208,7 @@ def section(clock: Clock, n_cells: int, aa_cells: int, seed_base: int) -> list[s
     """One clock's detection table and A/A table."""
     rule = rule_of(clock)
     lines = [
-        f"## {rule.clock.capitalize()} clock: {clock.metric}, threshold {rule.threshold:.0%}",
+        f"## {rule.clock.capitalize()} clock: {clock.metric}, threshold {rule.threshold * 100:g} %",
         "",
         f"Per-round noise {clock.round_noise:.1%} on each side over {ROUNDS} rounds (in-run sd of the ratio "
         f"{in_run_sd(clock.round_noise):.2%}); *noise* is the total run-to-run sd of the measured ratio, what "

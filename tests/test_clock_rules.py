@@ -156,7 +156,7 @@ def test_thresholds_per_clock_are_configurable(base):
     assert not gate.compare(run, base).passed
     assert gate.compare(run, base, gate.default_rules(device=0.06, host=0.40)).passed
     wall, device, host = (r for r in gate.DEFAULT_RULES if isinstance(r, SpeedupRule))
-    assert (wall.metric, wall.threshold, device.metric, device.threshold) == ("speedup", 0.05, "device_speedup", 0.03)
+    assert (wall.metric, wall.threshold, device.metric, device.threshold) == ("speedup", 0.05, "device_speedup", 0.025)
     assert isinstance(host, HostTimeRule) and host.threshold == 0.15
     assert host.log_threshold({}) == pytest.approx(-math.log(1 - (1 - 1 / 1.15)))  # host_speedup -13.0 %
 
