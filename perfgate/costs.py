@@ -4,7 +4,9 @@ per device kind, phase and variant. Used to deal shards of equal cost and to pri
 Priors, whole-cell seconds with a cold compile, from the H100 records in baselines/runs/ (2026-11-22/23,
 amp_bf16): inductor_default train 41-192 s (median ~60), inference 15-66 s (median ~25); captioner train
 160-340 s; max-autotune vit_b16 inference 157 s and resnet50 inference unfinished at ~300 s; regional
-17-27 s; reduce-overhead 24-95 s. The CPU tier's tiny cells take 5-60 s on the 2-core CI box.
+17-27 s; reduce-overhead 24-95 s. An isolated cell (the GPU default) adds its process's start, ~25 s on
+an H100 lease: cold isolated train cells took 83-158 s there (2026-11-23: vit_b16 83, resnet50 108, gpt2
+128, segformer_b2 158). The CPU tier's tiny cells take 5-60 s on the 2-core CI box.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import time
 from typing import Iterable, Mapping, Sequence
 
 # Seconds of an inductor_default cell, by device kind and phase.
-BASE_PRIOR_S = {("gpu", "train"): 80.0, ("gpu", "infer"): 35.0, ("cpu", "train"): 30.0, ("cpu", "infer"): 15.0}
+BASE_PRIOR_S = {("gpu", "train"): 120.0, ("gpu", "infer"): 50.0, ("cpu", "train"): 30.0, ("cpu", "infer"): 15.0}
 # A variant's cost relative to inductor_default (max-autotune benchmarks every kernel's configurations).
 VARIANT_FACTOR = {"inductor_max_autotune": 6.0, "inductor_max_autotune_no_cudagraphs": 5.0,
                   "inductor_reduce_overhead": 1.4, "cudagraphs": 0.8, "aot_eager": 0.6, "inductor_regional": 0.4,
