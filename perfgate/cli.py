@@ -169,9 +169,19 @@ def cmd_history_show(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     from perfgate import html_report
 
-    if not (args.html or args.markdown):
-        print("perfgate: report: give --html OUT.html and/or --markdown OUT.md", file=sys.stderr)
+    if not (args.html or args.markdown or args.modes):
+        print("perfgate: report: give --html OUT.html, --markdown OUT.md and/or --modes", file=sys.stderr)
         return EXIT_CANNOT_COMPARE
+    if args.modes:
+        from perfgate import modes
+
+        try:
+            sys.stdout.write(modes.render_markdown(_records(args.results)))
+        except RecordFileError as err:
+            print(f"perfgate: cannot make the report: {err}", file=sys.stderr)
+            return EXIT_CANNOT_COMPARE
+        if not (args.html or args.markdown):
+            return 0
     try:
         report = html_report.build(_records(args.results), db_path=args.db, baseline=args.baseline,
                                    caption=args.caption or "", sources=[Path(p).name for p in args.results],
@@ -214,6 +224,9 @@ def _add_report_parser(sub) -> None:
     rep.add_argument("--title", default="perfgate report", help="the page title")
     rep.add_argument("--html", metavar="OUT.html", help="write the HTML page here")
     rep.add_argument("--markdown", metavar="OUT.md", help="write the Markdown digest here")
+    rep.add_argument("--modes", action="store_true", help="print per model and precision a Markdown table of "
+                     "eager and each compile mode: first call (compile) s and MiB, train and inference ms and "
+                     "speedups")
     rep.set_defaults(func=cmd_report)
 
 

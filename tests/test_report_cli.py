@@ -235,7 +235,7 @@ def test_data_side_imports_no_torch():
             "sys.meta_path.insert(0, Block())\n"
             "import perfgate.cli, perfgate.gate, perfgate.rules, perfgate.baseline, perfgate.report\n"
             "import perfgate.history, perfgate.changepoint, perfgate.charts, perfgate.html_report\n"
-            "import perfgate.validate, perfgate.session_end\n"
+            "import perfgate.validate, perfgate.session_end, perfgate.modes\n"
             "import perfgate.ab_verdict, perfgate.ab_report, perfgate.ab_env, perfgate.ab_run\n"
             "perfgate.html_report.render_html(perfgate.html_report.build([]))  # jinja2 too\n"
             "assert 'torch' not in sys.modules\n")

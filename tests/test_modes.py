@@ -1,0 +1,54 @@
+"""The compile-modes view (`perfgate report --modes`): eager and each variant of a model side by side."""
+
+import numpy as np
+
+from perfgate import modes
+from perfgate.cli import main
+from perfgate.matrix import Cell
+from synthetic import failed, record, write_run
+
+VARIANTS = ("inductor_max_autotune", "inductor_default", "inductor_reduce_overhead")
+
+
+def _records():
+    rng = np.random.default_rng(7)
+    out = []
+    for variant in VARIANTS:
+        for phase in ("train", "infer"):
+            cell = Cell("gpt2", phase, variant, "amp_bf16", "gpu", "nightly")
+            if (variant, phase) == ("inductor_max_autotune", "infer"):
+                out.append(failed(cell, reason="timed out after 2400 s while compiling (inductor_max_autotune)"))
+                continue
+            out.append(record(cell, rng=rng, compile_s={"train": 50.0, "infer": 20.0}[phase],
+                              peak_mem_compile_mb=4000.0, eager_ms={"train": 60.0, "infer": 20.0}[phase]))
+    out.append(record(Cell("gpt2", "train", "inductor_default", "fp32", "gpu", "nightly"), rng=rng))
+    return out
+
+
+def test_one_table_per_model_and_precision_eager_first_then_the_matrix_order():
+    tables = modes.modes_tables(_records())
+    assert list(tables) == [("gpt2", "fp32"), ("gpt2", "amp_bf16")]  # PRECISIONS' order
+    rows = tables[("gpt2", "amp_bf16")]
+    assert [r.mode for r in rows] == ["eager", "inductor_default", "inductor_reduce_overhead",
+                                      "inductor_max_autotune"]
+    eager, default = rows[0], rows[1]
+    assert eager.first_call_s is None and 59 < eager.train_ms < 61 and 19 < eager.infer_ms < 21
+    assert default.first_call_s == 50.0 and default.first_call_mb == 4000.0  # the train cell's compile
+    assert default.train_speedup and default.infer_speedup and default.train_device_speedup
+    autotune = rows[-1]
+    assert autotune.infer_ms is None and autotune.train_ms is not None
+    assert autotune.status == "infer failed: timed out after 2400 s while compiling (inductor_max_autotune)"
+
+
+def test_cli_prints_the_tables_alone(tmp_path, capsys):
+    path = write_run(tmp_path / "r.jsonl", _records())
+    assert main(["report", str(path), "--modes"]) == 0
+    out = capsys.readouterr().out
+    assert "### gpt2, amp_bf16" in out and "| `inductor_max_autotune` |" in out
+    assert "| `eager` | – |" in out and "infer failed: timed out after 2400 s" in out
+
+
+def test_cli_without_an_output_says_which_to_give(tmp_path, capsys):
+    path = write_run(tmp_path / "r.jsonl", _records())
+    assert main(["report", str(path)]) == 2
+    assert "--modes" in capsys.readouterr().err
