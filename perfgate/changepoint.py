@@ -34,6 +34,8 @@ from typing import Sequence
 
 import numpy as np
 
+from perfgate.stats import interval_sd
+
 SIGMA_FLOOR = 0.01   # 1 %: the steadiest H100 cell (vit_b16) still moved 0.8 % between runs; a series that
                      # looks quieter than this has too few points to show its noise
 MIN_SHIFT = 0.02     # 2 % in log terms: a smaller step is not worth a person's look, however clear
@@ -137,3 +139,12 @@ def segment(values: Sequence[float], sds: Sequence[float] | None = None) -> Segm
     points = tuple(ChangePoint(index, levels[i][2], levels[i + 1][2], gain)
                    for i, (index, gain) in enumerate(found))
     return Segmentation(points, levels, sigma)
+
+
+def series_changes(points: Sequence[dict], metric: str = "speedup") -> tuple[list[int], Segmentation]:
+    """Change points of a history series (records oldest first, as history.series returns them): the indices
+    of its ok points with a value, and their segmentation, each point weighted by its own interval. The one
+    path from a history to change points: `perfgate history show` and the HTML report both call it."""
+    ok = [i for i, p in enumerate(points) if p.get("status") == "ok" and p.get(metric)]
+    return ok, segment([points[i][metric] for i in ok],
+                       [interval_sd(points[i].get(f"{metric}_lo"), points[i].get(f"{metric}_hi")) for i in ok])

@@ -138,11 +138,10 @@ def _metric_text(point: dict, metric: str) -> str:
 
 def _change_marks(points: Sequence[dict]) -> dict[int, str]:
     """{index into points: "<- change +x %"} for the change points of the ok speedups."""
-    from perfgate.changepoint import segment
+    from perfgate.changepoint import series_changes
 
-    ok = [i for i, p in enumerate(points) if p.get("status") == "ok" and p.get("speedup")]
-    found = segment([points[i]["speedup"] for i in ok]).change_points
-    return {ok[cp.index]: f"<- change point {cp.shift:+.1%}" for cp in found}
+    ok, seg = series_changes(points)
+    return {ok[cp.index]: f"<- change point {cp.shift:+.1%}" for cp in seg.change_points}
 
 
 def cmd_history_show(args: argparse.Namespace) -> int:

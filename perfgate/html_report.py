@@ -24,12 +24,12 @@ from typing import Sequence
 
 from perfgate import history
 from perfgate.baseline import BaselineError, group_by_key, resolve_baseline
-from perfgate.changepoint import segment
+from perfgate.changepoint import series_changes
 from perfgate.charts import Bar, TrendChange, TrendLevel, TrendPoint, bar_chart, trend_chart
 from perfgate.gate import compare
 from perfgate.report import md_code, md_text
 from perfgate.rules import DEFAULT_RULES, REGRESSION, SpeedupRule
-from perfgate.stats import geomean, interval_sd
+from perfgate.stats import geomean
 
 PHASE_ORDER = ("train", "infer")
 SPARK = "▁▂▃▄▅▆▇█"
@@ -192,9 +192,7 @@ def _point_mark(point: dict, base_cell: dict | None) -> str:
 
 def _segment(points: Sequence[dict]):
     """Change points over the ok points; levels and changes mapped back to indices into `points`."""
-    ok = [i for i, p in enumerate(points) if p.get("status") == "ok" and p.get("speedup")]
-    seg = segment([points[i]["speedup"] for i in ok],
-                  [interval_sd(points[i].get("speedup_lo"), points[i].get("speedup_hi")) for i in ok])
+    ok, seg = series_changes(points)
     levels = [TrendLevel(ok[a], ok[b - 1], value) for a, b, value in seg.levels]
     return seg, ok, levels
 

@@ -238,3 +238,20 @@ def test_power_for_a_sustained_5_percent_step(n, noise, found_min):
         x[n // 2:] += np.log(0.95)
         found += any(abs(cp.index - n // 2) <= 1 for cp in segment(np.exp(x)).change_points)
     assert found / 300 >= found_min
+
+
+def test_history_show_and_the_report_mark_the_same_change_points():
+    """One path from a history to change points: a drop measured only on noisy machines (wide intervals)
+    is no change point for `perfgate history show` either, as it is not for the report."""
+    from perfgate import cli, html_report
+    from perfgate.changepoint import segment
+
+    values = [2.0, 2.01, 1.99, 2.0, 2.01, 1.88, 1.87, 1.89, 1.88]
+    points = [{"status": "ok", "speedup": v, "speedup_lo": v * (0.999 if i < 5 else 0.6),
+               "speedup_hi": v * (1.001 if i < 5 else 1.6), "date": f"2026-01-0{i + 1}", "run_id": f"r{i}",
+               "commit": None} for i, v in enumerate(values)]
+    assert segment(values).change_points  # unweighted, the drop would be one
+    assert cli._change_marks(points) == {} and html_report.trend("c", points, None).changes == ()
+    points[5:] = [{**p, "speedup_lo": p["speedup"] * 0.999, "speedup_hi": p["speedup"] * 1.001} for p in points[5:]]
+    marks, texts = cli._change_marks(points), html_report.trend("c", points, None).changes
+    assert list(marks) == [5] and len(texts) == 1 and "at 01-06 (run r5)" in texts[0]  # the same point, both
