@@ -7,8 +7,13 @@ Two kinds of bad input, two answers:
 - A number that cannot be a measurement (NaN, an infinity, zero or negative time, a missing speedup) on a
   record whose status says ok is a failed measurement: `checked` returns the record as a failed cell whose
   reason names the fields, so the gate fails it like any other failed cell and baselines never fold it.
-  Non-finite numbers, and counts that are not whole numbers (graph_breaks 0.5), become null on every
-  record, so no renderer or statistic ever meets one.
+  Non-finite numbers, and counts that are no count (graph_breaks 0.5), become null on every record, so no
+  renderer or statistic ever meets one.
+
+Counts (graph breaks, recompiles) are whole numbers from 0 to MAX_COUNT. JSON has one number type, so 3.0 is
+the count 3 (a results file that went through pandas or a spreadsheet holds such floats): it is read as the
+int 3. Anything else (2.5, -1, 1e308) fails an ok record as bad figures and becomes null on every record,
+so a renderer's integer format ("d") or SQLite's INTEGER column never meets it.
 """
 
 from __future__ import annotations
@@ -43,6 +48,8 @@ NUMBER_FIELDS = REQUIRED_POSITIVE + REQUIRED_COUNTS + OPTIONAL_POSITIVE + OPTION
 ROUND_FIELDS = REQUIRED_ROUNDS + OPTIONAL_ROUNDS
 # tier picks the baseline file with the fingerprint (baseline.key_of): a number there is the wrong kind.
 TEXT_FIELDS = ("cell", "model", "phase", "variant", "precision", "tier", "reason", "unfit")
+# The largest whole number every JSON reader keeps exact (RFC 8259, section 6); a larger count is no count.
+MAX_COUNT = 2**53 - 1
 
 
 def is_number(value) -> bool:
@@ -51,6 +58,15 @@ def is_number(value) -> bool:
 
 def _finite(value) -> bool:
     return is_number(value) and math.isfinite(value)
+
+
+def whole_count(value) -> int | None:
+    """`value` as a count (3 or 3.0 -> 3), or None where it is none (2.5, -1, nan, 1e308, True, "3")."""
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        value = int(value)
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_COUNT:
+        return value
+    return None
 
 
 def shape_problems(record) -> list[str]:
@@ -96,7 +112,7 @@ def _value_problems(record: dict) -> list[str]:
             problems.append(f"{name} {value!r} (must be a finite number >= 0)")
     for name in REQUIRED_COUNTS:
         value = record.get(name)
-        if value is not None and not (isinstance(value, int) and value >= 0):
+        if value is not None and whole_count(value) is None:
             problems.append(f"{name} {value!r} (must be a whole number >= 0)")
     for name in ROUND_FIELDS:
         bad = [v for v in record.get(name) or () if not (_finite(v) and v > 0)]
@@ -109,14 +125,15 @@ def _value_problems(record: dict) -> list[str]:
     return problems
 
 
-def _without_nonfinite(record: dict) -> dict:
+def _cleaned(record: dict) -> dict:
+    """Non-finite numbers and counts that are no count become null; whole floats among counts become ints."""
     clean = dict(record)
     for name in NUMBER_FIELDS:
         if is_number(clean.get(name)) and not math.isfinite(clean[name]):
             clean[name] = None
-    for name in REQUIRED_COUNTS:  # renderers format counts as integers ("d")
-        if clean.get(name) is not None and not isinstance(clean[name], int):
-            clean[name] = None
+    for name in REQUIRED_COUNTS:
+        if clean.get(name) is not None:
+            clean[name] = whole_count(clean[name])
     for name in ROUND_FIELDS:
         if isinstance(clean.get(name), list):
             clean[name] = [v for v in clean[name] if _finite(v)]
@@ -125,11 +142,11 @@ def _without_nonfinite(record: dict) -> dict:
 
 def checked(record: dict) -> dict:
     """The record as the data side may use it: an ok record with figures that cannot be a measurement
-    becomes a failed cell ("bad figures: speedup nan (must be ...)"); non-finite numbers and counts that are
-    not whole numbers become null.
+    becomes a failed cell ("bad figures: speedup nan (must be ...)"), non-finite numbers become null, and
+    counts become ints or null (see the module's docstring).
     Call `shape_problems` first: this assumes every figure is a number or null."""
     problems = _value_problems(record) if record.get("status") == "ok" else []
-    clean = _without_nonfinite(record)
+    clean = _cleaned(record)
     if problems:
         clean.update(status="failed", reason=f"{BAD_FIGURES}: {'; '.join(problems)}")
     return clean

@@ -67,6 +67,7 @@ def _compare(tmp_path, baseline_file, capsys, **fields):
     ({"peak_mem_compiled_mb": math.inf}, "peak_mem_compiled_mb inf"),
     ({"device_speedup": 0.0}, "device_speedup 0.0"),
     ({"graph_breaks": -1}, "graph_breaks -1"),
+    ({"recompiles": 10**30}, "recompiles 1000000000000000000000000000000"),  # past 2**53: no JSON count
     ({"speedup_lo": 2.5, "speedup_hi": 2.0}, "interval [2.5, 2.0] is upside down"),
 ], ids=lambda v: v if isinstance(v, str) else None)
 def test_impossible_figures_on_an_ok_record_fail_the_cell_and_the_gate(tmp_path, baseline_file, capsys, fields,
@@ -130,6 +131,31 @@ def test_report_on_nan_and_inf_records_marks_the_cells_failed(tmp_path, capsys):
     for record in records[:2]:
         assert f"- failed `{record['cell']}`: {validate.BAD_FIGURES}:" in digest
     assert "NaN" not in html.read_text() and "Infinity" not in html.read_text()
+
+
+def test_a_count_written_as_a_whole_float_is_that_count(tmp_path, baseline_file, capsys, base):
+    """JSON has one number type: 3.0 graph breaks (a results file that went through pandas) are 3."""
+    breaks = base["cells"][CELL]["graph_breaks"]
+    rc, out, report = _compare(tmp_path, baseline_file, capsys, graph_breaks=float(breaks), recompiles=0.0)
+    assert rc == 0, out.err
+    (row,) = [r for r in report[0]["rows"] if r["cell"] == CELL]
+    assert row["verdict"] == "ok" and row["graph_breaks"] == breaks and isinstance(row["graph_breaks"], int)
+
+
+def test_a_count_that_is_no_count_renders_as_unknown_on_any_record(tmp_path, baseline_file, capsys):
+    """A fractional count fails an ok record; on any record it renders as "–", never in a "d" format."""
+    records = syn.run(5, **QUIET)
+    cells = [r["cell"] for r in records[:2]]
+    records[0].update(graph_breaks=0.5)
+    records[1].update(status="failed", reason="OOM", recompiles=2.5)
+    path = tmp_path / "r.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    assert main(["compare", str(path), "--baseline", baseline_file, "--markdown", str(tmp_path / "g.md")]) == 1
+    assert main(["report", str(path), "--html", str(tmp_path / "r.html"), "--markdown", str(tmp_path / "r.md")]) == 0
+    digest = (tmp_path / "r.md").read_text()
+    assert f"- failed `{cells[0]}`: {validate.BAD_FIGURES}: graph_breaks 0.5" in digest
+    assert f"- failed `{cells[1]}`: OOM" in digest
+    assert "Traceback" not in capsys.readouterr().err
 
 
 def test_results_and_history_take_bad_figures_as_failed_cells(tmp_path, capsys):
