@@ -93,6 +93,9 @@ def shape_problems(record) -> list[str]:
     for name in ("env", "gate", "numerics_detail"):
         if record.get(name) is not None and not isinstance(record[name], dict):
             problems.append(f"{name}: {record[name]!r:.60} is not an object")
+    env = record.get("env")
+    if isinstance(env, dict) and env.get("fingerprint") is not None and not isinstance(env["fingerprint"], str):
+        problems.append(f"env.fingerprint: {env['fingerprint']!r:.60} is not text")
     return problems
 
 
