@@ -162,6 +162,10 @@ BASELINE_POSITIVE = tuple(f"{clock}{end}" for clock in CLOCKS for end in ("", "_
 BASELINE_NONNEGATIVE = tuple(f"{clock}_spread" for clock in CLOCKS) + (
     "busy_eager", "busy_compiled", "peak_mem_eager_mb", "peak_mem_compiled_mb", "runs_ok")
 BASELINE_COUNTS = ("graph_breaks", "recompiles", "runs_ok")
+# A clock's spread is the sd of the log ratio between runs: 10 is a factor of e**10 (about 22 000) in the
+# speedup, past anything measured, and it keeps exp() of the gate's lines (z * sd) inside the float range;
+# a hand-edited 308 made `compare` die in an OverflowError (found by tests/test_properties.py).
+MAX_SPREAD = 10.0
 
 
 def baseline_cell_problems(cell) -> list[str]:
@@ -181,6 +185,9 @@ def baseline_cell_problems(cell) -> list[str]:
         if value is not None and not (isinstance(value, int) and not isinstance(value, bool) and value >= 0):
             problems.append(f"{name}: {value!r} is not a whole number >= 0")
     for clock in CLOCKS:
+        spread = cell.get(f"{clock}_spread")
+        if _finite(spread) and spread > MAX_SPREAD:
+            problems.append(f"{clock}_spread: {spread!r} is past {MAX_SPREAD:g} (an sd of log ratios between runs)")
         runs = cell.get(f"{clock}_runs")
         if runs is not None and not (isinstance(runs, list) and all(_finite(v) and v > 0 for v in runs)):
             problems.append(f"{clock}_runs: {runs!r:.60} is not a list of finite numbers > 0")

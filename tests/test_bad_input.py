@@ -100,6 +100,7 @@ def test_a_value_of_the_wrong_kind_is_unusable_input_named_by_file_line_cell_fie
     (lambda c: c.update(speedup=None), "speedup: missing on an ok cell"),
     (lambda c: c.update(device_speedup_runs=[2.4, -1]), "device_speedup_runs"),
     (lambda c: c.update(graph_breaks=0.5), "graph_breaks: 0.5 is not a whole number"),
+    (lambda c: c.update(host_speedup_spread=308.0), "host_speedup_spread: 308.0 is past 10"),
     (lambda c: c.update(status="fine"), "status: 'fine'"),
 ])
 def test_a_malformed_baseline_cell_is_unusable_input(tmp_path, base, capsys, edit, named):

@@ -59,6 +59,8 @@ def _bad_cells(records) -> set[str]:
 @SETTINGS
 @given(changes=edits, base_changes=cell_edits)
 @example(changes=[(0, "graph_breaks", 0.0)], base_changes=[])  # a count as a float: rendered with "d"
+@example(changes=[(0, "eager_ms", None)],  # a spread that overflowed exp() of the gate's line (3000 examples)
+         base_changes=[("bert_base-infer-inductor_default-amp_bf16", "host_speedup_spread", 308.0)])
 def test_compare_never_crashes_and_never_passes_a_bad_cell(tmp_path_factory, changes, base_changes):
     tmp = tmp_path_factory.mktemp("cmp")
     records = _edited(RUN, changes)
