@@ -86,6 +86,18 @@ def test_ci_runs_the_ci_script_on_a_hosted_runner():
     assert "bash .ci/run" in scripts(ci).splitlines()
 
 
+def test_ci_script_runs_the_readme_test_command_verbatim_and_last():
+    """One test command, written twice: README.md's line after "# the test command" is .ci/run's last command.
+    Last, because under `set -e` a failure left of `&&` does not stop the script: a command after it would
+    make the script exit 0 with failed unit tests."""
+    readme = (REPO / "README.md").read_text().splitlines()
+    marker = next(i for i, line in enumerate(readme) if line.startswith("# the test command"))
+    command = readme[marker + 1]
+    assert command.startswith("python -m pytest tests ") and " && python -m pytest perftests " in command
+    script = [line for line in (REPO / ".ci" / "run").read_text().splitlines() if line.strip()]
+    assert script[-1] == command
+
+
 def plugin_options() -> set[str]:
     """The --perf-* options the plugin declares (read from its source: importing it needs no torch, but
     collecting its hooks here is not the point)."""
