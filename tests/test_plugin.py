@@ -58,7 +58,7 @@ def test_planted_faults_are_caught(suite, fault, expect):
     ("--perf-min-rounds=0", "rounds must be 1 or more"),
 ])
 def test_bad_options_name_the_value_and_the_valid_ones(suite, option, valid):
-    out = suite.runpytest_subprocess(option)
+    out = suite.runpytest_inprocess(option)
     assert out.ret == pytest.ExitCode.USAGE_ERROR
     assert valid in out.stderr.str()
 
@@ -131,10 +131,10 @@ def test_profile_writes_traces_and_compile_logs(suite):
 def test_shards_split_the_matrix_without_overlap(suite):
     ids = []
     for shard in ("1/2", "2/2"):
-        out = suite.runpytest_subprocess("--collect-only", "-q", "-m", "gpu", f"--perf-shard={shard}")
+        out = suite.runpytest_inprocess("--collect-only", "-q", "-m", "gpu", f"--perf-shard={shard}")
         ids.append({line for line in out.stdout.lines if "::" in line})
     assert ids[0] and ids[1] and not ids[0] & ids[1]
-    everything = suite.runpytest_subprocess("--collect-only", "-q", "-m", "gpu")
+    everything = suite.runpytest_inprocess("--collect-only", "-q", "-m", "gpu")
     assert ids[0] | ids[1] == {line for line in everything.stdout.lines if "::" in line}
 
 

@@ -66,7 +66,7 @@ def test_a_crash_in_the_gate_exits_3_and_the_history_is_still_written(suite, tmp
 
 
 def test_no_cell_selected_says_why(suite):
-    out = suite.runpytest_subprocess("-m", "cpu", "--perf-precisions=amp_bf16", "-p", "no:randomly")
+    out = suite.runpytest_inprocess("-m", "cpu", "--perf-precisions=amp_bf16", "-p", "no:randomly")
     assert out.ret == 5
     out.stdout.fnmatch_lines(["perfgate: no cell selected: --perf-precisions amp_bf16 matches * cell(s), all gpu "
                               "cells*-m 'cpu' removed every one of them*"])
@@ -164,7 +164,7 @@ def test_a_crashing_cell_fails_alone_and_the_session_goes_on(suite):
 
 @pytest.mark.parametrize("value", ["0", "-5", "nan", "inf"])
 def test_a_time_limit_that_cannot_mean_what_it_says_is_refused(suite, value):
-    out = suite.runpytest_subprocess(*FAST, f"--perf-cell-timeout={value}")
+    out = suite.runpytest_inprocess(*FAST, f"--perf-cell-timeout={value}")
     assert out.ret == 4
     out.stderr.fnmatch_lines([f"*--perf-cell-timeout={float(value)}: the time limit must be a finite number*"])
 
@@ -183,6 +183,6 @@ def test_xdist_timing_workers_that_share_the_cores_are_marked_unfit_and_kept_out
 
 
 def test_a_costs_database_that_does_not_exist_is_refused(suite):
-    out = suite.runpytest_subprocess(*FAST, "--perf-costs=nope.sqlite")
+    out = suite.runpytest_inprocess(*FAST, "--perf-costs=nope.sqlite")
     assert out.ret == 4
     out.stderr.fnmatch_lines(["*--perf-costs=nope.sqlite: no such history database*"])
