@@ -48,6 +48,12 @@ def cells_of(path: Path) -> dict[str, dict]:
 
 # ---------------------------------------------------------------------------------------------- end to end
 
+# The two end-to-end runs judge real timings from 2 processes a side, and the verdict's line (Student's t,
+# df 2) is wide: a side whose processes disagree hides even B's 30x. Beside another xdist worker on the
+# 2-core box, B's two speedups came out 0.041x and 0.027x (eager 1.34 and 0.89 ms a step) and the
+# slowdown passed. So they are `serial`: the test command runs them after the xdist run, alone, like the
+# CPU tier (README.md).
+@pytest.mark.serial
 def test_a_a_passes(in_repo, tmp_path, capsys):
     out = tmp_path / "ab"
     assert main(["ab", "--processes", "2", "--out", str(out), *PYTEST_ARGS]) == 0
@@ -74,6 +80,7 @@ def _wait_for(condition, timeout_s: float = 240.0) -> None:
         time.sleep(0.2)
 
 
+@pytest.mark.serial
 def test_slowdown_in_b_is_caught_after_a_kill_and_a_resume(in_repo, tmp_path):
     """B's compiled step sleeps 30 ms more (a ~1 ms step): the run is stopped (SIGTERM, as a cancelled CI
     job) while B-1 runs, keeps A-1, and --resume re-runs B-1 and the rest; the verdict is a regression."""

@@ -93,7 +93,7 @@ def test_ci_script_runs_the_readme_test_command_verbatim_and_last():
     readme = (REPO / "README.md").read_text().splitlines()
     marker = next(i for i, line in enumerate(readme) if line.startswith("# the test command"))
     command = readme[marker + 1]
-    assert command.startswith("python -m pytest tests ") and " && python -m pytest perftests " in command
+    assert command.startswith("python -m pytest tests ") and " && python -m pytest tests perftests " in command
     script = [line for line in (REPO / ".ci" / "run").read_text().splitlines() if line.strip()]
     assert script[-1] == command
 
