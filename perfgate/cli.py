@@ -10,7 +10,7 @@ file, line, cell and field), 3 an internal error (a bug in perfgate: never read 
     perfgate history add RESULTS [RESULTS ...] [--db PATH] [--commit SHA] [--date ISO]
     perfgate history show CELL [--db PATH] [--fingerprint F] [--metric speedup]
     perfgate report RESULTS [RESULTS ...] [--db PATH] [--baseline PATH_OR_DIR] [--caption TEXT]
-                    --html OUT.html [--markdown OUT.md]
+                    [--html OUT.html] [--markdown OUT.md] [--modes]
     perfgate ab [--a-python PY] [--a-rev REV] [--a-env K=V ...] [--a-args ARGS]  (and --b-...)
                 [--processes N] [--out DIR] [--markdown FILE] [--json FILE] [--html FILE] -- PYTEST_ARGS...
     perfgate ab --resume DIR [--processes N] [--html FILE]                (docs/ab.md)
@@ -171,18 +171,15 @@ def cmd_report(args: argparse.Namespace) -> int:
     if not (args.html or args.markdown or args.modes):
         print("perfgate: report: give --html OUT.html, --markdown OUT.md and/or --modes", file=sys.stderr)
         return EXIT_CANNOT_COMPARE
-    if args.modes:
-        from perfgate import modes
-
-        try:
-            sys.stdout.write(modes.render_markdown(_records(args.results)))
-        except RecordFileError as err:
-            print(f"perfgate: cannot make the report: {err}", file=sys.stderr)
-            return EXIT_CANNOT_COMPARE
-        if not (args.html or args.markdown):
-            return 0
     try:
-        report = html_report.build(_records(args.results), db_path=args.db, baseline=args.baseline,
+        records = _records(args.results)
+        if args.modes:
+            from perfgate import modes
+
+            sys.stdout.write(modes.render_markdown(records))
+            if not (args.html or args.markdown):
+                return 0
+        report = html_report.build(records, db_path=args.db, baseline=args.baseline,
                                    caption=args.caption or "", sources=[Path(p).name for p in args.results],
                                    title=args.title)
         html_report.write(report, args.html, args.markdown)

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from perfgate.matrix import PRECISIONS, VARIANTS
-from perfgate.report import md_code, md_text
+from perfgate.report import _fmt, md_code, md_text
 
 COLUMNS = ("mode", "first call s", "first call MiB", "train ms", "train speedup (device)", "infer ms",
            "infer speedup (device)", "status")
@@ -86,10 +86,6 @@ def modes_tables(records: Sequence[dict]) -> dict[tuple[str, str], list[ModeRow]
     return tables
 
 
-def _num(value: float | None, spec: str) -> str:
-    return "–" if value is None else format(value, spec)
-
-
 def _speedup(wall: float | None, device: float | None) -> str:
     if wall is None:
         return "–"
@@ -107,9 +103,9 @@ def render_markdown(records: Sequence[dict]) -> str:
         lines += [f"### {md_text(model)}, {md_text(precision)}", "",
                   "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
         for row in rows:
-            cells = (md_code(row.mode), _num(row.first_call_s, ".1f"), _num(row.first_call_mb, ".0f"),
-                     _num(row.train_ms, ".2f"), _speedup(row.train_speedup, row.train_device_speedup),
-                     _num(row.infer_ms, ".2f"), _speedup(row.infer_speedup, row.infer_device_speedup),
+            cells = (md_code(row.mode), _fmt(row.first_call_s, ".1f"), _fmt(row.first_call_mb, ".0f"),
+                     _fmt(row.train_ms, ".2f"), _speedup(row.train_speedup, row.train_device_speedup),
+                     _fmt(row.infer_ms, ".2f"), _speedup(row.infer_speedup, row.infer_device_speedup),
                      md_text(row.status))
             lines.append("| " + " | ".join(cells) + " |")
         lines.append("")
