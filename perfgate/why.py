@@ -45,11 +45,17 @@ def _file_only() -> None:
     to recreate: the next set_logs() drops them, and the filter with them."""
     from torch._logging import _internal
 
-    marker = getattr(_internal, "_TORCH_HANDLER_MARKER", "_torch_logging_internal_handler")
     for name in _internal.log_registry.get_log_qnames():
         for handler in logging.getLogger(name).handlers:
-            if getattr(handler, marker, False) and not isinstance(handler, logging.FileHandler):
+            if _is_torch_handler(_internal, handler) and not isinstance(handler, logging.FileHandler):
                 handler.addFilter(_warnings_and_up)
+
+
+def _is_torch_handler(internal, handler: logging.Handler) -> bool:
+    """torch 2.14 marks its handlers with an attribute; 2.11 only keeps them in a WeakSet (`handlers`). Reading
+    the marker alone let 441 lines of `[__graph_breaks]` through on torch 2.11 (an H100 confirm round)."""
+    marker = getattr(internal, "_TORCH_HANDLER_MARKER", "_torch_logging_internal_handler")
+    return getattr(handler, marker, False) or handler in getattr(internal, "handlers", ())
 
 
 def _warnings_and_up(record: logging.LogRecord) -> bool:
