@@ -10,10 +10,11 @@ regression must trip twice on the same clock.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Iterable, Sequence
 
 from perfgate.baseline import BaselineError, group_by_key, key_of, resolve_baseline
+from perfgate.record import FIELD
 from perfgate.rules import (ADVISORY, CLOCK_NAMES, DEFAULT_RULES, IMPROVEMENT, REFRESH, REGRESSION, CountRule,
                             Finding, HostTimeRule, NumericsRule, RelativeRule, SpeedupRule, StatusRule,
                             both_ok, default_rules, foreign_cpu_advisory)
@@ -132,26 +133,26 @@ def _clock_row(rule: SpeedupRule, base: dict, cur: dict) -> ClockRow:
         noise=noise.sigma if noise else None, run_to_run_known=noise.known if noise else None)
 
 
+# CellRow's fields named as record fields (perfgate.record.FIELDS) hold the current record's values; `cell`
+# is the id from either side (a missing cell has no current record).
+ROW_RECORD_FIELDS = tuple(f.name for f in fields(CellRow) if f.name in FIELD and f.name != "cell")
+
+
 def _row(cell_id: str, verdict: str, base: dict | None, cur: dict | None, rules: Sequence,
          findings: Sequence[Finding]) -> CellRow:
     cur, base = cur or {}, base or {}
     clocks = tuple(_clock_row(r, base, cur) for r in rules if isinstance(r, SpeedupRule))
     wall = next((c for c in clocks if c.metric == "speedup"), None)
     ref, now = base.get("speedup"), cur.get("speedup")
-    change = now / ref - 1 if ref and now is not None and cur.get("status") == "ok" else None
     found = {f.metric for f in findings}
+    values = {name: cur.get(name) for name in ROW_RECORD_FIELDS}
+    values["reason"] = values["reason"] or ""
     return CellRow(
-        cell=cell_id, verdict=verdict, status=cur.get("status"), reason=cur.get("reason") or "",
-        eager_ms=cur.get("eager_ms"), compiled_ms=cur.get("compiled_ms"), speedup=now,
-        speedup_lo=cur.get("speedup_lo"), speedup_hi=cur.get("speedup_hi"), baseline_speedup=ref,
-        change=change, threshold=wall.threshold if wall else None,
-        noise_limited=bool(wall and wall.noise_limited), noise=wall.noise if wall else None,
-        run_to_run_known=wall.run_to_run_known if wall else None, compile_s=cur.get("compile_s"),
-        graph_breaks=cur.get("graph_breaks"), recompiles=cur.get("recompiles"),
-        peak_mem_compiled_mb=cur.get("peak_mem_compiled_mb"), numerics=cur.get("numerics"),
-        clocks=clocks, busy_compiled=cur.get("busy_compiled"), bound=cur.get("bound"),
-        eager_host_ms=cur.get("eager_host_ms"), compiled_host_ms=cur.get("compiled_host_ms"),
-        tripped=tuple(r.metric for r in rules if r.metric in found),
+        cell=cell_id, verdict=verdict, **values, baseline_speedup=ref,
+        change=now / ref - 1 if ref and now is not None and cur.get("status") == "ok" else None,
+        threshold=wall.threshold if wall else None, noise_limited=bool(wall and wall.noise_limited),
+        noise=wall.noise if wall else None, run_to_run_known=wall.run_to_run_known if wall else None,
+        clocks=clocks, tripped=tuple(r.metric for r in rules if r.metric in found),
     )
 
 
