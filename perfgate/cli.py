@@ -31,7 +31,6 @@ from perfgate.gate import gate_run
 from perfgate.record import RecordFileError, iter_records, load_records
 from perfgate.report import markdown, records_table, to_json
 
-EXIT_REGRESSION = 1
 EXIT_CANNOT_COMPARE = 2
 EXIT_INTERNAL_ERROR = 3  # pytest's INTERNALERROR code too: the plugin's crashes exit with it
 

@@ -243,9 +243,9 @@ def _assemble(records: list[dict], baseline: dict, rules: Sequence,
     for cid in sorted(set(current) | set(cells)):
         base, cur, found = cells.get(cid), current.get(cid), findings.get(cid, [])
         rows.append(_row(cid, _verdict(found, base, cur), base, cur, rules, found))
-    both_ok = [cid for cid in sorted(findings) if cells[cid].get("status") == "ok"
-               and current[cid].get("status") == "ok" and cells[cid].get("speedup")
-               and current[cid].get("speedup")]
+    # Cells ok with a speedup in both the run and the baseline: what the geomeans are over.
+    compared = [cid for cid in sorted(findings) if both_ok(cells[cid], current[cid])
+                and cells[cid].get("speedup") and current[cid].get("speedup")]
     every = [f for cid in sorted(findings) for f in findings[cid]]
     return GateReport(
         fingerprint=baseline.get("fingerprint"), tier=baseline.get("tier"), rows=rows,
@@ -253,8 +253,8 @@ def _assemble(records: list[dict], baseline: dict, rules: Sequence,
         improvements=[f for f in every if f.kind == IMPROVEMENT],
         missing=sorted(set(cells) - set(current)), new=sorted(set(current) - set(cells)),
         failed=sorted(cid for cid, r in current.items() if r.get("status") != "ok"),
-        geomean_speedup=geomean([current[c]["speedup"] for c in both_ok]),
-        geomean_baseline=geomean([cells[c]["speedup"] for c in both_ok]),
+        geomean_speedup=geomean([current[c]["speedup"] for c in compared]),
+        geomean_baseline=geomean([cells[c]["speedup"] for c in compared]),
         baseline_runs=baseline.get("runs"), notes=_notes(baseline, rows, records, rules),
         advisories=[f for f in every if f.kind == ADVISORY],
         records=records, baseline=baseline, rules=tuple(rules),
