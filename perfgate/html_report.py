@@ -27,7 +27,7 @@ from perfgate.baseline import BaselineError, group_by_key, resolve_baseline
 from perfgate.changepoint import series_changes
 from perfgate.charts import Bar, TrendChange, TrendLevel, TrendPoint, bar_chart, trend_chart
 from perfgate.gate import compare
-from perfgate.report import md_code, md_text
+from perfgate.report import fmt, md_code, md_text, shown
 from perfgate.rules import DEFAULT_RULES, REGRESSION, SpeedupRule
 from perfgate.stats import geomean
 
@@ -86,10 +86,6 @@ class Report:
 
 # ---------------------------------------------------------------------------------------------- formatting
 
-def _num(value, spec: str, empty: str = "–") -> str:
-    return empty if value is None else format(value, spec)
-
-
 def mem_ratio(record: dict) -> float | None:
     """Peak memory compiled / eager (warm steps, MiB / MiB); None where either is unknown (CPU)."""
     eager, compiled = record.get("peak_mem_eager_mb"), record.get("peak_mem_compiled_mb")
@@ -97,8 +93,7 @@ def mem_ratio(record: dict) -> float | None:
 
 
 def speedup_text(record: dict) -> str:
-    return (f"{record['speedup']:.3f}× [{_num(record.get('speedup_lo'), '.3f')}, "
-            f"{_num(record.get('speedup_hi'), '.3f')}]")
+    return f"{shown(record, 'speedup')}× [{shown(record, 'speedup_lo')}, {shown(record, 'speedup_hi')}]"
 
 
 def _label(record: dict) -> str:
@@ -123,8 +118,8 @@ def speedup_charts(records: Sequence[dict], verdicts: dict[str, str]) -> list[Ch
         rows = sorted((r for r in _ok(records, "speedup") if r.get("phase") == phase), key=_order)
         bars = [Bar(_label(r), r["speedup"], speedup_text(r), r["cell"], r.get("speedup_lo"), r.get("speedup_hi"),
                     css=f"verdict-{verdicts[r['cell']]}" if r["cell"] in verdicts else "", group=r.get("model"),
-                    tooltip=f"{r['cell']}: {speedup_text(r)}, eager {_num(r.get('eager_ms'), '.2f')} ms, "
-                            f"compiled {_num(r.get('compiled_ms'), '.2f')} ms per step")
+                    tooltip=f"{r['cell']}: {speedup_text(r)}, eager {shown(r, 'eager_ms')} ms, "
+                            f"compiled {shown(r, 'compiled_ms')} ms per step")
                 for r in rows]
         if bars:
             charts.append(Chart(f"Speedup, {phase} (eager ms / compiled ms per step; bar: median over rounds, "
@@ -271,14 +266,13 @@ def _gate(records: Sequence[dict], baseline_location, notes: list[str]) -> tuple
 
 
 def _table_row(record: dict, verdict: str | None) -> dict:
-    ratio = mem_ratio(record)
     device = record.get("device_speedup")
     return {"cell": record["cell"], "status": record.get("status"),
             "speedup": (speedup_text(record) if record.get("speedup") is not None else "–")
                        + (f" · device {device:.3f}×" if device else ""),
-            "eager_ms": _num(record.get("eager_ms"), ".2f"), "compiled_ms": _num(record.get("compiled_ms"), ".2f"),
-            "compile_s": _num(record.get("compile_s"), ".1f"), "mem": _num(ratio, ".2f"),
-            "graph_breaks": _num(record.get("graph_breaks"), "d"), "numerics": record.get("numerics") or "–",
+            "eager_ms": shown(record, "eager_ms"), "compiled_ms": shown(record, "compiled_ms"),
+            "compile_s": shown(record, "compile_s"), "mem": fmt(mem_ratio(record), ".2f"),
+            "graph_breaks": shown(record, "graph_breaks"), "numerics": record.get("numerics") or "–",
             "verdict": verdict or "", "reason": record.get("reason") or ""}
 
 

@@ -13,6 +13,7 @@ from perfgate import history, validate
 from perfgate.baseline import fold_cell
 from perfgate.record import (CLOCKS, FIELDS, Field, RecordFileError, append_record, iter_records, load_records,
                              names)
+from perfgate.report import shown
 
 
 def _write(path, text):
@@ -98,3 +99,8 @@ def test_records_of_older_schemas_read_as_they_are(tmp_path):
     assert cell["device_speedup"] is None and cell["host_speedup_runs"] == [] and cell["speedup"] > 1
     assert history.append(tmp_path / "h.sqlite", read) == 2
 
+
+def test_a_report_names_only_fields_of_the_table():
+    with pytest.raises(KeyError):
+        shown(_ok_record(), "eager_msec")
+    assert shown(_ok_record(), "graph_breaks") == "0" and shown({}, "compile_s") == "–"
