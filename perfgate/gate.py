@@ -331,10 +331,11 @@ class GateOutcome:
         return max((r.exit_code for r in self.reports), default=0)
 
 
-def gate_run(records: Sequence[dict], baseline_location, remeasure=None) -> GateOutcome:
+def gate_run(records: Sequence[dict], baseline_location, remeasure=None,
+             rules: Sequence = DEFAULT_RULES) -> GateOutcome:
     """Gate a run's records against the baseline file or directory. `remeasure(cell_ids) -> records`, when
     given, re-runs the cells a ratio rule tripped (a confirm round): the pytest plugin passes one, the
-    offline CLI cannot. Both faces call this, so they judge alike."""
+    offline CLI and the HTML report cannot. Every face calls this, so they judge alike."""
     unfit = [r for r in records if r.get("unfit")]
     if unfit:
         return GateOutcome([], [f"{len(unfit)} record(s) are unfit for a timing gate ({unfit[0]['cell']}: "
@@ -351,7 +352,7 @@ def gate_run(records: Sequence[dict], baseline_location, remeasure=None) -> Gate
         return GateOutcome([], errors)
     reports = []
     for key in sorted(groups):
-        report = compare(groups[key], baselines[key])
+        report = compare(groups[key], baselines[key], rules)
         suspects = speedup_suspects(report)
         if suspects and remeasure is not None:
             report = confirm(report, remeasure(suspects))
