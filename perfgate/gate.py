@@ -5,7 +5,8 @@ explained there); `compare` only iterates over them. A regression fails the gate
 improvements, advisories, missing and new cells are reported and never fail it. A baseline that cannot be
 used raises BaselineError before anything is compared (exit code 2). The plugin re-measures the cells that
 a ratio rule (wall, device or host clock) tripped (`speedup_suspects`) and calls `confirm`, so such a
-regression must trip twice on the same clock.
+regression must trip twice on the same clock. `gate_run` is the one entry every face calls (`perfgate
+compare`, the plugin's session end, the HTML report), so they judge alike.
 """
 
 from __future__ import annotations

@@ -4,6 +4,8 @@ The Markdown starts with a one-line verdict and the geomeans, then what needs a 
 what is good news (improvements), then advisories (never fail the gate), then what was not compared
 (missing, new, failed), then every cell in two tables: the three clocks (wall and device speedup, host ms
 eager -> compiled, busy %, each clock's line, the rules that tripped), and the rest (compile, memory, ...).
+It also holds what every report prints with: `fmt`, `shown` (a record field in its unit's format, from
+perfgate.record.FIELDS), Markdown escaping, and `text_table` for `perfgate results` and `history show`.
 """
 
 from __future__ import annotations
