@@ -223,5 +223,6 @@ def html(report: ABReport, path: str | Path) -> None:
                        *(f"regression {f.cell}: {f.message}" for f in report.regressions),
                        *(f"improvement {f.cell}: {f.message}" for f in report.improvements),
                        *(f"cannot compare: {e}" for e in report.errors)]
+    page.gate_failed = report.exit_code == 1
     page.notes += report.notes
     html_report.write(page, path, None)

@@ -1,34 +1,22 @@
 """Baselines: many independent runs of the suite folded into one stored file per environment and tier.
 
 Imports no torch. A baseline file is `<dir>/<fingerprint>_<tier>.json`, human-diffable (indent 2, sorted
-keys, one cell per key under "cells"). `build_baseline` folds RUNS: a run is one pytest session, a separate
-process with its own compiles. Records carrying a `run_id` are grouped into runs by it, whatever file they
-sit in (the xdist workers of one session write several files; two sessions appended to one file are two
-runs); records without one count one run per results file. Run-to-run noise is what a gate must know (a
-compiled resnet50 step moved 24.9-28.3 ms across eight processes while each process's own interval was
-narrower), so every cell keeps each clock's per-run ratios and their spread next to the median.
+keys). It folds RUNS, each a pytest session in its own process with its own compiles: records group into
+runs by `run_id` whatever file they sit in, and records without one count one run per results file.
+Run-to-run noise is what a gate must know (a compiled resnet50 step moved 24.9-28.3 ms across eight
+processes while each process's own interval was narrower), so each clock keeps its per-run ratios and their
+spread beside the median.
 
-    schema, fingerprint, tier, device (env.gpu), versions (env minus fingerprint), created (UTC date), runs,
-    host_cpus ([distinct env.cpu_model over the runs], sorted: the gate's host-CPU advisory reads it)
-    cells: {cell id: {model, phase, variant, precision, status, reason, runs_ok,
-                      for each clock m in record.CLOCKS (speedup, device_speedup, host_speedup):
-                      m, m_runs, m_spread, m_lo, m_hi             median over runs, each run's value, robust
-                                                                   run-to-run sd of log m (run_to_run_sd;
-                                                                   None under 2 runs), min lo, max hi
-                      eager_ms, compiled_ms,                       medians over runs, ms per step
-                      eager_device_ms, compiled_device_ms,         GPU-busy ms per step
-                      eager_host_ms, compiled_host_ms,             host ms to issue a step
-                      busy_eager, busy_compiled, bound             busy fractions; bound from the median
-                                                                   busy_compiled (record.bound_of)
-                      compile_s, compile_warm_s, compile_cache,    max over runs, seconds
-                      peak_mem_eager_mb, peak_mem_compiled_mb,     max over runs, MiB (compiled: over
-                                                                   records of MEMORY_SCHEMA or later only)
-                      graph_breaks, recompiles,                    max over runs
-                      numerics}}                                   "pass" only if every run passed
+    header  schema, fingerprint, tier, device (env.gpu), versions (env minus fingerprint), created (UTC
+            date), runs, host_cpus (the runs' distinct env.cpu_model, sorted: the gate's host-CPU advisory)
+    cells   {cell id: {runs_ok, and each record field that perfgate.record.FIELDS gives a `fold`: identity
+            as the last run had it, medians and maxima over the ok runs (a compiled peak only from records of
+            MEMORY_SCHEMA or later), status, reason, numerics, compile_cache and bound as fold_cell makes
+            them, and for each clock m in record.CLOCKS: m, m_runs, m_spread, m_lo, m_hi}}
 
-A clock that no run measured (a CPU baseline has no device clock; a baseline made before schema-3 records
-has neither device nor host) is null, `m_runs` empty: the gate does not compare it. Baselines without the
-clock fields load as they are (same BASELINE_SCHEMA): they simply lack them.
+A clock that no run measured (a CPU baseline has no device clock; one made before schema-3 records has
+neither device nor host) is null with `m_runs` empty: the gate does not compare it. Baselines without the
+clock fields load as they are (same BASELINE_SCHEMA).
 """
 
 from __future__ import annotations
@@ -42,7 +30,7 @@ import tempfile
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from perfgate.record import CLOCKS, MEMORY_SCHEMA, bound_of
+from perfgate.record import CLOCKS, MEMORY_SCHEMA, bound_of, names
 from perfgate.stats import interval_sd, rel_spread
 from perfgate.validate import baseline_cell_problems
 
@@ -54,12 +42,11 @@ UPDATE_COMMANDS = (
     'pytest perftests -m "gpu and pr" --perf-save-baseline',
 )
 
-# Fields folded as a median over runs (ms per step) and as a max over runs (the conservative side).
-MEDIAN_FIELDS = ("eager_ms", "compiled_ms", "eager_device_ms", "compiled_device_ms", "eager_host_ms",
-                 "compiled_host_ms", "busy_eager", "busy_compiled")
-MAX_FIELDS = ("compile_s", "compile_warm_s", "peak_mem_eager_mb", "peak_mem_compiled_mb",
-              "graph_breaks", "recompiles")
-IDENTITY_FIELDS = ("model", "phase", "variant", "precision")
+# Record fields folded as a median over runs (ms per step), as a max over runs (the conservative side), and
+# taken from the last run as they are (perfgate.record.FIELDS, `fold`).
+MEDIAN_FIELDS = names(fold="median")
+MAX_FIELDS = names(fold="max")
+IDENTITY_FIELDS = names(fold="verbatim")
 
 
 class BaselineError(Exception):
@@ -159,7 +146,9 @@ def _fold_clock(ok: Sequence[dict], metric: str) -> dict:
 
 
 def fold_cell(records: Sequence[dict]) -> dict:
-    """One baseline cell from this cell's record in each run (at most one per run)."""
+    """One baseline cell from this cell's record in each run (at most one per run). Beside the medians and
+    maxima: numerics is "pass" only if every ok run passed, compile_cache the runs' one value (else "mixed"),
+    bound that of the median busy_compiled."""
     ok = [r for r in records if r.get("status") == "ok"]
     cell = {name: records[-1].get(name) for name in IDENTITY_FIELDS}
     if not ok:

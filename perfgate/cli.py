@@ -29,9 +29,8 @@ from perfgate import history
 from perfgate.baseline import BaselineError, save_baselines
 from perfgate.gate import gate_run
 from perfgate.record import RecordFileError, iter_records, load_records
-from perfgate.report import markdown, records_table, to_json
+from perfgate.report import markdown, records_table, text_table, to_json
 
-EXIT_REGRESSION = 1
 EXIT_CANNOT_COMPARE = 2
 EXIT_INTERNAL_ERROR = 3  # pytest's INTERNALERROR code too: the plugin's crashes exit with it
 
@@ -159,9 +158,7 @@ def cmd_history_show(args: argparse.Namespace) -> int:
     rows = [("date", "commit", "run", "fingerprint", "status", args.metric, "")]
     rows += [(str(p["date"]), (p["commit"] or "–")[:12], str(p["run_id"])[:12], p["fingerprint"], p["status"],
               _metric_text(p, args.metric), marks.get(i, "")) for i, p in enumerate(points)]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    for row in rows:
-        print("  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip())
+    print(text_table(rows))
     return 0
 
 

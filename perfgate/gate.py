@@ -5,15 +5,17 @@ explained there); `compare` only iterates over them. A regression fails the gate
 improvements, advisories, missing and new cells are reported and never fail it. A baseline that cannot be
 used raises BaselineError before anything is compared (exit code 2). The plugin re-measures the cells that
 a ratio rule (wall, device or host clock) tripped (`speedup_suspects`) and calls `confirm`, so such a
-regression must trip twice on the same clock.
+regression must trip twice on the same clock. `gate_run` is the one entry every face calls (`perfgate
+compare`, the plugin's session end, the HTML report), so they judge alike.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Iterable, Sequence
 
 from perfgate.baseline import BaselineError, group_by_key, key_of, resolve_baseline
+from perfgate.record import FIELD
 from perfgate.rules import (ADVISORY, CLOCK_NAMES, DEFAULT_RULES, IMPROVEMENT, REFRESH, REGRESSION, CountRule,
                             Finding, HostTimeRule, NumericsRule, RelativeRule, SpeedupRule, StatusRule,
                             both_ok, default_rules, foreign_cpu_advisory)
@@ -132,26 +134,26 @@ def _clock_row(rule: SpeedupRule, base: dict, cur: dict) -> ClockRow:
         noise=noise.sigma if noise else None, run_to_run_known=noise.known if noise else None)
 
 
+# CellRow's fields named as record fields (perfgate.record.FIELDS) hold the current record's values; `cell`
+# is the id from either side (a missing cell has no current record).
+ROW_RECORD_FIELDS = tuple(f.name for f in fields(CellRow) if f.name in FIELD and f.name != "cell")
+
+
 def _row(cell_id: str, verdict: str, base: dict | None, cur: dict | None, rules: Sequence,
          findings: Sequence[Finding]) -> CellRow:
     cur, base = cur or {}, base or {}
     clocks = tuple(_clock_row(r, base, cur) for r in rules if isinstance(r, SpeedupRule))
     wall = next((c for c in clocks if c.metric == "speedup"), None)
     ref, now = base.get("speedup"), cur.get("speedup")
-    change = now / ref - 1 if ref and now is not None and cur.get("status") == "ok" else None
     found = {f.metric for f in findings}
+    values = {name: cur.get(name) for name in ROW_RECORD_FIELDS}
+    values["reason"] = values["reason"] or ""
     return CellRow(
-        cell=cell_id, verdict=verdict, status=cur.get("status"), reason=cur.get("reason") or "",
-        eager_ms=cur.get("eager_ms"), compiled_ms=cur.get("compiled_ms"), speedup=now,
-        speedup_lo=cur.get("speedup_lo"), speedup_hi=cur.get("speedup_hi"), baseline_speedup=ref,
-        change=change, threshold=wall.threshold if wall else None,
-        noise_limited=bool(wall and wall.noise_limited), noise=wall.noise if wall else None,
-        run_to_run_known=wall.run_to_run_known if wall else None, compile_s=cur.get("compile_s"),
-        graph_breaks=cur.get("graph_breaks"), recompiles=cur.get("recompiles"),
-        peak_mem_compiled_mb=cur.get("peak_mem_compiled_mb"), numerics=cur.get("numerics"),
-        clocks=clocks, busy_compiled=cur.get("busy_compiled"), bound=cur.get("bound"),
-        eager_host_ms=cur.get("eager_host_ms"), compiled_host_ms=cur.get("compiled_host_ms"),
-        tripped=tuple(r.metric for r in rules if r.metric in found),
+        cell=cell_id, verdict=verdict, **values, baseline_speedup=ref,
+        change=now / ref - 1 if ref and now is not None and cur.get("status") == "ok" else None,
+        threshold=wall.threshold if wall else None, noise_limited=bool(wall and wall.noise_limited),
+        noise=wall.noise if wall else None, run_to_run_known=wall.run_to_run_known if wall else None,
+        clocks=clocks, tripped=tuple(r.metric for r in rules if r.metric in found),
     )
 
 
@@ -242,9 +244,9 @@ def _assemble(records: list[dict], baseline: dict, rules: Sequence,
     for cid in sorted(set(current) | set(cells)):
         base, cur, found = cells.get(cid), current.get(cid), findings.get(cid, [])
         rows.append(_row(cid, _verdict(found, base, cur), base, cur, rules, found))
-    both_ok = [cid for cid in sorted(findings) if cells[cid].get("status") == "ok"
-               and current[cid].get("status") == "ok" and cells[cid].get("speedup")
-               and current[cid].get("speedup")]
+    # Cells ok with a speedup in both the run and the baseline: what the geomeans are over.
+    compared = [cid for cid in sorted(findings) if both_ok(cells[cid], current[cid])
+                and cells[cid].get("speedup") and current[cid].get("speedup")]
     every = [f for cid in sorted(findings) for f in findings[cid]]
     return GateReport(
         fingerprint=baseline.get("fingerprint"), tier=baseline.get("tier"), rows=rows,
@@ -252,8 +254,8 @@ def _assemble(records: list[dict], baseline: dict, rules: Sequence,
         improvements=[f for f in every if f.kind == IMPROVEMENT],
         missing=sorted(set(cells) - set(current)), new=sorted(set(current) - set(cells)),
         failed=sorted(cid for cid, r in current.items() if r.get("status") != "ok"),
-        geomean_speedup=geomean([current[c]["speedup"] for c in both_ok]),
-        geomean_baseline=geomean([cells[c]["speedup"] for c in both_ok]),
+        geomean_speedup=geomean([current[c]["speedup"] for c in compared]),
+        geomean_baseline=geomean([cells[c]["speedup"] for c in compared]),
         baseline_runs=baseline.get("runs"), notes=_notes(baseline, rows, records, rules),
         advisories=[f for f in every if f.kind == ADVISORY],
         records=records, baseline=baseline, rules=tuple(rules),
@@ -330,10 +332,11 @@ class GateOutcome:
         return max((r.exit_code for r in self.reports), default=0)
 
 
-def gate_run(records: Sequence[dict], baseline_location, remeasure=None) -> GateOutcome:
+def gate_run(records: Sequence[dict], baseline_location, remeasure=None,
+             rules: Sequence = DEFAULT_RULES) -> GateOutcome:
     """Gate a run's records against the baseline file or directory. `remeasure(cell_ids) -> records`, when
     given, re-runs the cells a ratio rule tripped (a confirm round): the pytest plugin passes one, the
-    offline CLI cannot. Both faces call this, so they judge alike."""
+    offline CLI and the HTML report cannot. Every face calls this, so they judge alike."""
     unfit = [r for r in records if r.get("unfit")]
     if unfit:
         return GateOutcome([], [f"{len(unfit)} record(s) are unfit for a timing gate ({unfit[0]['cell']}: "
@@ -350,7 +353,7 @@ def gate_run(records: Sequence[dict], baseline_location, remeasure=None) -> Gate
         return GateOutcome([], errors)
     reports = []
     for key in sorted(groups):
-        report = compare(groups[key], baselines[key])
+        report = compare(groups[key], baselines[key], rules)
         suspects = speedup_suspects(report)
         if suspects and remeasure is not None:
             report = confirm(report, remeasure(suspects))

@@ -3,9 +3,9 @@
 Imports no torch. One row per (run_id, cell): appending the same run twice changes nothing, and a later
 record of a cell within a run (the gate's confirm round) replaces the earlier one, as in
 perfgate.record.load_records. Each row carries the commit, the date, the environment fingerprint and the
-cell, plus the numbers a trend needs as columns (so `sqlite3 history.sqlite` answers questions without
-parsing JSON) and the record itself as JSON, minus the per-tensor numerics checks (a few KB a cell that
-would make a year of nightlies weigh hundreds of MB).
+cell; the record fields a trend needs as columns (those perfgate.record.FIELDS marks `column`, so `sqlite3
+history.sqlite` answers questions without parsing JSON); and the record itself as JSON, minus the per-tensor
+numerics checks (a few KB a cell that would make a year of nightlies weigh hundreds of MB).
 
     perfgate history add RESULTS... --db PATH [--commit SHA]
     perfgate history show CELL --db PATH [--fingerprint F] [--metric speedup]
@@ -23,22 +23,18 @@ import subprocess
 from pathlib import Path
 from typing import Iterable, Iterator
 
+from perfgate.record import FIELD, names
+
 HISTORY_SCHEMA = 1
 
 # Where the CLI keeps the database when --db is not given: beside the default results files.
 DEFAULT_DB = ".perfgate/history.sqlite"
 
-# Record fields kept as columns, in this order, and their SQLite types.
-COLUMNS = (
-    ("model", "TEXT"), ("phase", "TEXT"), ("variant", "TEXT"), ("precision", "TEXT"), ("tier", "TEXT"),
-    ("status", "TEXT"), ("reason", "TEXT"), ("started_at", "TEXT"),
-    ("speedup", "REAL"), ("speedup_lo", "REAL"), ("speedup_hi", "REAL"),
-    ("eager_ms", "REAL"), ("compiled_ms", "REAL"),                       # ms per step
-    ("compile_s", "REAL"), ("compile_warm_s", "REAL"), ("compile_cache", "TEXT"),
-    ("peak_mem_eager_mb", "REAL"), ("peak_mem_compiled_mb", "REAL"),    # MiB
-    ("graph_breaks", "INTEGER"), ("recompiles", "INTEGER"), ("numerics", "TEXT"),
-)
-FIELDS = tuple(name for name, _ in COLUMNS)
+# The record fields kept as columns (perfgate.record.FIELDS, `column`), in table order, with their SQLite types.
+# A database made before a column was added lacks it: adding one needs HISTORY_SCHEMA bumped.
+SQL_TYPES = {str: "TEXT", float: "REAL", int: "INTEGER"}
+COLUMNS = tuple((name, SQL_TYPES[FIELD[name].type]) for name in names(column=True))
+COLUMN_NAMES = tuple(name for name, _ in COLUMNS)
 
 # Metrics `perfgate history show --metric` can print; mem_ratio = peak_mem_compiled_mb / peak_mem_eager_mb.
 METRICS = ("speedup", "eager_ms", "compiled_ms", "compile_s", "compile_warm_s", "peak_mem_eager_mb",
@@ -116,7 +112,7 @@ def _row(record: dict, commit: str | None, date: str | None) -> tuple:
     fingerprint = (record.get("env") or {}).get("fingerprint") or "unknown"
     when = date or record.get("started_at") or _now()
     return (_run_id(record), record["cell"], commit, when, fingerprint,
-            *(record.get(name) for name in FIELDS), _stored(record))
+            *(record.get(name) for name in COLUMN_NAMES), _stored(record))
 
 
 def append(db_path: str | os.PathLike, records: Iterable[dict], commit: str | None = None,
@@ -129,13 +125,13 @@ def append(db_path: str | os.PathLike, records: Iterable[dict], commit: str | No
     # One row per (run_id, cell), the last: a results file also holds each cell's mid-cell checkpoints.
     latest = {(row[0], row[1]): row for row in (_row(r, commit, date) for r in records)}
     rows = list(latest.values())
-    names = ("run_id", "cell", "commit_sha", "date", "fingerprint", *FIELDS, "record")
+    columns = ("run_id", "cell", "commit_sha", "date", "fingerprint", *COLUMN_NAMES, "record")
     # A re-append keeps what it does not know: the commit and date given earlier survive a later append
     # (e.g. by the plugin) that passes none.
     kept = ("commit_sha",) if date is not None else ("commit_sha", "date")
-    updates = [f"{n} = excluded.{n}" for n in names[2:] if n not in kept]
+    updates = [f"{n} = excluded.{n}" for n in columns[2:] if n not in kept]
     updates += [f"{n} = COALESCE(excluded.{n}, results.{n})" for n in kept if n == "commit_sha"]
-    sql = (f"INSERT INTO results ({', '.join(names)}) VALUES ({', '.join('?' * len(names))}) "
+    sql = (f"INSERT INTO results ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))}) "
            f"ON CONFLICT (run_id, cell) DO UPDATE SET {', '.join(updates)}")
     with _connect(db_path, create=True) as conn:
         conn.executemany(sql, rows)
@@ -143,7 +139,7 @@ def append(db_path: str | os.PathLike, records: Iterable[dict], commit: str | No
 
 
 def _as_point(row: sqlite3.Row) -> dict:
-    point = {key: row[key] for key in ("run_id", "cell", "commit_sha", "date", "fingerprint", *FIELDS)}
+    point = {key: row[key] for key in ("run_id", "cell", "commit_sha", "date", "fingerprint", *COLUMN_NAMES)}
     point["commit"] = point.pop("commit_sha")
     eager, compiled = point["peak_mem_eager_mb"], point["peak_mem_compiled_mb"]
     point["mem_ratio"] = compiled / eager if eager and compiled is not None else None
@@ -153,7 +149,7 @@ def _as_point(row: sqlite3.Row) -> dict:
 
 def series(db_path: str | os.PathLike, cell: str, fingerprint: str | None = None) -> list[dict]:
     """A cell's history, oldest first: one dict per run with run_id, cell, commit, date, fingerprint, the
-    record fields in FIELDS, mem_ratio and gate. All fingerprints unless one is given (then only it)."""
+    record fields in COLUMN_NAMES, mem_ratio and gate. All fingerprints unless one is given (then only it)."""
     sql = "SELECT * FROM results WHERE cell = ?"
     params: list = [cell]
     if fingerprint is not None:

@@ -6,8 +6,9 @@ each cell's history from the SQLite database. Imports no torch.
 Per environment (fingerprint): bar charts of speedup per model x variant x precision with the 95 % interval
 as an error bar, cold compile time (warm compile inside), and peak memory compiled / eager; then one trend
 chart per cell over the history, with change points (perfgate.changepoint) and, when a baseline is given,
-the points the gate's own speedup rule calls a regression. The page has no scripts and no external URLs:
-the charts are inline SVG (perfgate.charts) and the styles sit in the page.
+the points the gate's own wall rule calls a regression. The verdicts come from gate.gate_run with the rules
+given (the defaults unless a caller passes others), as `perfgate compare` and the plugin judge. The page has
+no scripts and no external URLs: the charts are inline SVG (perfgate.charts) and the styles sit in the page.
 
 jinja2 renders the page because a template with autoescaping keeps every record string (reasons, break
 reasons, labels) escaped without escaping by hand in Python; it is a dependency of torch anyway, and the
@@ -23,17 +24,16 @@ from pathlib import Path
 from typing import Sequence
 
 from perfgate import history
-from perfgate.baseline import BaselineError, group_by_key, resolve_baseline
+from perfgate.baseline import group_by_key
 from perfgate.changepoint import series_changes
 from perfgate.charts import Bar, TrendChange, TrendLevel, TrendPoint, bar_chart, trend_chart
-from perfgate.gate import compare
-from perfgate.report import md_code, md_text
+from perfgate.gate import GateReport, gate_run
+from perfgate.report import fmt, md_code, md_text, shown
 from perfgate.rules import DEFAULT_RULES, REGRESSION, SpeedupRule
 from perfgate.stats import geomean
 
 PHASE_ORDER = ("train", "infer")
 SPARK = "▁▂▃▄▅▆▇█"
-DEFAULT_SPEEDUP_RULE = next((r for r in DEFAULT_RULES if isinstance(r, SpeedupRule)), SpeedupRule())
 
 
 @dataclass(frozen=True)
@@ -78,17 +78,10 @@ class Report:
     sections: list[Section]
     gate_lines: list[str]
     notes: list[str]
-
-    @property
-    def gate_failed(self) -> bool:
-        return any(line.startswith("FAIL") for line in self.gate_lines)
+    gate_failed: bool = False       # a gated environment has a regression (its gate exit code is 1)
 
 
 # ---------------------------------------------------------------------------------------------- formatting
-
-def _num(value, spec: str, empty: str = "–") -> str:
-    return empty if value is None else format(value, spec)
-
 
 def mem_ratio(record: dict) -> float | None:
     """Peak memory compiled / eager (warm steps, MiB / MiB); None where either is unknown (CPU)."""
@@ -97,8 +90,7 @@ def mem_ratio(record: dict) -> float | None:
 
 
 def speedup_text(record: dict) -> str:
-    return (f"{record['speedup']:.3f}× [{_num(record.get('speedup_lo'), '.3f')}, "
-            f"{_num(record.get('speedup_hi'), '.3f')}]")
+    return f"{shown(record, 'speedup')}× [{shown(record, 'speedup_lo')}, {shown(record, 'speedup_hi')}]"
 
 
 def _label(record: dict) -> str:
@@ -123,8 +115,8 @@ def speedup_charts(records: Sequence[dict], verdicts: dict[str, str]) -> list[Ch
         rows = sorted((r for r in _ok(records, "speedup") if r.get("phase") == phase), key=_order)
         bars = [Bar(_label(r), r["speedup"], speedup_text(r), r["cell"], r.get("speedup_lo"), r.get("speedup_hi"),
                     css=f"verdict-{verdicts[r['cell']]}" if r["cell"] in verdicts else "", group=r.get("model"),
-                    tooltip=f"{r['cell']}: {speedup_text(r)}, eager {_num(r.get('eager_ms'), '.2f')} ms, "
-                            f"compiled {_num(r.get('compiled_ms'), '.2f')} ms per step")
+                    tooltip=f"{r['cell']}: {speedup_text(r)}, eager {shown(r, 'eager_ms')} ms, "
+                            f"compiled {shown(r, 'compiled_ms')} ms per step")
                 for r in rows]
         if bars:
             charts.append(Chart(f"Speedup, {phase} (eager ms / compiled ms per step; bar: median over rounds, "
@@ -183,10 +175,16 @@ def _axis_labels(points: Sequence[dict]) -> list[tuple[str, str]]:
              (p.get("commit") or "")[:7] or f"run {str(p['run_id'])[:6]}") for p in points]
 
 
-def _point_mark(point: dict, base_cell: dict | None) -> str:
+def _wall_rule(rules: Sequence) -> SpeedupRule:
+    """The rule set's wall-clock rule (the default one where the set has none): it marks trend points against
+    the baseline and sizes the change points' kinds, as it gates the run."""
+    return next((r for r in rules if isinstance(r, SpeedupRule) and r.metric == "speedup"), SpeedupRule())
+
+
+def _point_mark(point: dict, base_cell: dict | None, rule: SpeedupRule) -> str:
     if not base_cell or point.get("status") != "ok" or not point.get("speedup"):
         return ""
-    finding = DEFAULT_SPEEDUP_RULE.check(base_cell, point)
+    finding = rule.check(base_cell, point)
     return finding.kind if finding else ""
 
 
@@ -211,18 +209,20 @@ def _drawn(point: dict, label: str, sublabel: str, mark: str) -> TrendPoint:
                       point.get("status") == "ok" and point.get("speedup") is not None, mark, tooltip)
 
 
-def trend(cell: str, points: Sequence[dict], base_cell: dict | None) -> Trend:
-    """One cell's trend chart and texts from its history (oldest first) and its baseline cell (or None)."""
+def trend(cell: str, points: Sequence[dict], base_cell: dict | None,
+          rule: SpeedupRule = _wall_rule(DEFAULT_RULES)) -> Trend:
+    """One cell's trend chart and texts from its history (oldest first), its baseline cell (or None) and the
+    gate's wall rule."""
     seg, ok, levels = _segment(points)
     labels = _axis_labels(points)
-    threshold = DEFAULT_SPEEDUP_RULE.nominal_threshold(points[-1])
+    threshold = rule.nominal_threshold(points[-1])
     changes, texts = [], []
     for cp in seg.change_points:
         index, kind = ok[cp.index], _change_kind(cp.shift, threshold)
         changes.append(TrendChange(index, cp.shift, kind))
         texts.append(f"{cp.shift:+.1%} at {labels[index][0]} ({labels[index][1]}): {cp.before:.3f}× → "
                      f"{cp.after:.3f}×, {kind}")
-    marks = [_point_mark(p, base_cell) for p in points]
+    marks = [_point_mark(p, base_cell, rule) for p in points]
     drawn = [_drawn(p, label, sub, mark) for p, (label, sub), mark in zip(points, labels, marks)]
     marked = tuple(f"{cell} at {labels[i][0]} ({labels[i][1]}): {speedup_text(p)}, {m} against the baseline"
                    for i, (p, m) in enumerate(zip(points, marks)) if m)
@@ -245,40 +245,37 @@ def sparkline(values) -> str:
 
 # ---------------------------------------------------------------------------------------------- assembly
 
-def _gate(records: Sequence[dict], baseline_location, notes: list[str]) -> tuple[dict, dict, list[str]]:
-    """({(fingerprint, cell): verdict}, {(fingerprint, cell): baseline cell}, summary lines) for the records
-    whose environment and tier have a baseline."""
-    verdicts, base_cells, lines = {}, {}, []
+def _gate(records: Sequence[dict], baseline_location, rules: Sequence, notes: list[str]) -> list[GateReport]:
+    """The gate's report per environment and tier of `records` that has a usable baseline, from gate.gate_run
+    as `perfgate compare` and the plugin judge; why an environment has none goes to `notes`."""
     if not baseline_location:
-        return verdicts, base_cells, lines
+        return []
     known = [r for r in records if (r.get("env") or {}).get("fingerprint")]
     if len(known) < len(records):
         notes.append(f"no verdicts for {len(records) - len(known)} record(s) without env.fingerprint")
+    reports = []
     for (fingerprint, tier), group in sorted(group_by_key(known).items()):
-        try:
-            baseline = resolve_baseline(baseline_location, fingerprint, tier)
-        except BaselineError as err:
-            notes.append(f"no verdicts for {fingerprint} ({tier}): {err}".split("; make one")[0])
-            continue
-        gated = compare(group, baseline)
-        verdicts.update({(fingerprint, row.cell): row.verdict for row in gated.rows})
-        base_cells.update({(fingerprint, cid): cell for cid, cell in baseline["cells"].items()})
-        lines.append(f"{'PASS' if gated.passed else 'FAIL'} {fingerprint} ({tier}): "
-                     f"{len(gated.regressions)} regression(s), {len(gated.improvements)} improvement(s)")
-        lines += [f"regression {f.cell}: {f.message}" for f in gated.regressions]
-        lines += [f"advisory {f.cell} (never fails the gate): {f.message}" for f in gated.advisories]
-    return verdicts, base_cells, lines
+        outcome = gate_run(group, baseline_location, rules=rules)
+        notes += [f"no verdicts for {fingerprint} ({tier}): {error}" for error in outcome.errors]
+        reports += outcome.reports
+    return reports
+
+
+def _gate_lines(report: GateReport) -> list[str]:
+    lines = [f"{'FAIL' if report.exit_code else 'PASS'} {report.fingerprint} ({report.tier}): "
+             f"{len(report.regressions)} regression(s), {len(report.improvements)} improvement(s)"]
+    lines += [f"regression {f.cell}: {f.message}" for f in report.regressions]
+    return lines + [f"advisory {f.cell} (never fails the gate): {f.message}" for f in report.advisories]
 
 
 def _table_row(record: dict, verdict: str | None) -> dict:
-    ratio = mem_ratio(record)
     device = record.get("device_speedup")
     return {"cell": record["cell"], "status": record.get("status"),
             "speedup": (speedup_text(record) if record.get("speedup") is not None else "–")
                        + (f" · device {device:.3f}×" if device else ""),
-            "eager_ms": _num(record.get("eager_ms"), ".2f"), "compiled_ms": _num(record.get("compiled_ms"), ".2f"),
-            "compile_s": _num(record.get("compile_s"), ".1f"), "mem": _num(ratio, ".2f"),
-            "graph_breaks": _num(record.get("graph_breaks"), "d"), "numerics": record.get("numerics") or "–",
+            "eager_ms": shown(record, "eager_ms"), "compiled_ms": shown(record, "compiled_ms"),
+            "compile_s": shown(record, "compile_s"), "mem": fmt(mem_ratio(record), ".2f"),
+            "graph_breaks": shown(record, "graph_breaks"), "numerics": record.get("numerics") or "–",
             "verdict": verdict or "", "reason": record.get("reason") or ""}
 
 
@@ -291,9 +288,12 @@ def _geomeans(records: Sequence[dict]) -> list[str]:
     return out
 
 
-def _section(fingerprint: str, records: list[dict], verdicts: dict[str, str], base_cells: dict[str, dict],
+def _section(fingerprint: str, records: list[dict], gated: Sequence[GateReport], rule: SpeedupRule,
              db_path: str | os.PathLike | None) -> Section:
-    """One environment's charts, table and trends; `verdicts` and `base_cells` are keyed by cell id."""
+    """One environment's charts, table and trends; `gated`: the gate's reports on it (one per tier), `rule`:
+    the gate's wall rule."""
+    verdicts = {row.cell: row.verdict for report in gated for row in report.rows}
+    base_cells = {cid: cell for report in gated for cid, cell in report.baseline["cells"].items()}
     env = records[0].get("env") or {}
     versions = ", ".join(f"{k} {env[k]}" for k in ("driver", "cuda", "torch", "triton", "transformers", "timm")
                          if env.get(k))
@@ -308,29 +308,32 @@ def _section(fingerprint: str, records: list[dict], verdicts: dict[str, str], ba
         for record in records:
             points = history.series(db_path, record["cell"], fingerprint)
             if len(points) >= 2:
-                section.trends.append(trend(record["cell"], points, base_cells.get(record["cell"])))
+                section.trends.append(trend(record["cell"], points, base_cells.get(record["cell"]), rule))
             else:
                 section.no_trend.append(record["cell"])
     return section
 
 
 def build(records: Sequence[dict], *, db_path: str | os.PathLike | None = None, baseline=None,
-          caption: str = "", sources: Sequence[str] = (), title: str = "perfgate report") -> Report:
+          caption: str = "", sources: Sequence[str] = (), title: str = "perfgate report",
+          rules: Sequence = DEFAULT_RULES) -> Report:
     """The report's content from one merged set of records (one per cell: perfgate.record.load_records),
-    the history database (trends; optional) and a baseline file or directory (verdicts; optional)."""
+    the history database (trends; optional) and a baseline file or directory (verdicts; optional), judged
+    by `rules` as gate.gate_run judges them."""
     notes: list[str] = []
     if db_path and not Path(db_path).is_file():
         notes.append(f"no history database at {db_path}: no trends")
         db_path = None
-    verdicts, base_cells, gate_lines = _gate(records, baseline, notes)
+    gated = _gate(records, baseline, rules, notes)
     by_fp: dict[str, list[dict]] = {}
     for record in records:
         by_fp.setdefault((record.get("env") or {}).get("fingerprint") or "unknown", []).append(record)
-    sections = [_section(fp, recs, {c: v for (f, c), v in verdicts.items() if f == fp},
-                         {c: b for (f, c), b in base_cells.items() if f == fp}, db_path)
+    sections = [_section(fp, recs, [g for g in gated if g.fingerprint == fp], _wall_rule(rules), db_path)
                 for fp, recs in sorted(by_fp.items())]
     generated = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    return Report(title, generated, caption, list(sources), sections, gate_lines, notes)
+    return Report(title, generated, caption, list(sources), sections,
+                  gate_lines=[line for report in gated for line in _gate_lines(report)], notes=notes,
+                  gate_failed=any(report.exit_code for report in gated))
 
 
 # ---------------------------------------------------------------------------------------------- output

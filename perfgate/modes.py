@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from perfgate.matrix import PRECISIONS, VARIANTS
-from perfgate.report import _fmt, md_code, md_text
+from perfgate.report import fmt, md_code, md_text
 
 COLUMNS = ("mode", "first call s", "first call MiB", "train ms", "train speedup (device)", "infer ms",
            "infer speedup (device)", "status")
@@ -103,9 +103,9 @@ def render_markdown(records: Sequence[dict]) -> str:
         lines += [f"### {md_text(model)}, {md_text(precision)}", "",
                   "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
         for row in rows:
-            cells = (md_code(row.mode), _fmt(row.first_call_s, ".1f"), _fmt(row.first_call_mb, ".0f"),
-                     _fmt(row.train_ms, ".2f"), _speedup(row.train_speedup, row.train_device_speedup),
-                     _fmt(row.infer_ms, ".2f"), _speedup(row.infer_speedup, row.infer_device_speedup),
+            cells = (md_code(row.mode), fmt(row.first_call_s, ".1f"), fmt(row.first_call_mb, ".0f"),
+                     fmt(row.train_ms, ".2f"), _speedup(row.train_speedup, row.train_device_speedup),
+                     fmt(row.infer_ms, ".2f"), _speedup(row.infer_speedup, row.infer_device_speedup),
                      md_text(row.status))
             lines.append("| " + " | ".join(cells) + " |")
         lines.append("")

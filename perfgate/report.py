@@ -4,6 +4,8 @@ The Markdown starts with a one-line verdict and the geomeans, then what needs a 
 what is good news (improvements), then advisories (never fail the gate), then what was not compared
 (missing, new, failed), then every cell in two tables: the three clocks (wall and device speedup, host ms
 eager -> compiled, busy %, each clock's line, the rules that tripped), and the rest (compile, memory, ...).
+It also holds what every report prints with: `fmt`, `shown` (a record field in its unit's format, from
+perfgate.record.FIELDS), Markdown escaping, and `text_table` for `perfgate results` and `history show`.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from dataclasses import asdict
 from typing import Sequence
 
 from perfgate.gate import GateReport
+from perfgate.record import FIELD
 from perfgate.rules import CLOCK_NAMES
 
 # A GitHub PR comment holds 65 536 characters; keep a margin for the CLI's other reports and headers.
@@ -24,6 +27,8 @@ CLOCK_COLUMNS = ("cell", "wall speedup [lo, hi]", "baseline", "change", "line", 
                  "change", "line", "host ms eager → compiled", "change", "line", "busy", "verdict (rules)")
 COLUMNS = ("cell", "eager ms", "compiled ms", "compile s", "graph breaks", "recompiles", "peak MiB (compiled)",
            "numerics", "verdict (rules)")
+# The record fields behind COLUMNS' middle columns, in order (shown in their units' formats).
+TABLE_FIELDS = ("eager_ms", "compiled_ms", "compile_s", "graph_breaks", "recompiles", "peak_mem_compiled_mb")
 
 
 # What lets free text escape its place: HTML, links and images ([...]), code spans, table cells, new lines.
@@ -43,8 +48,30 @@ def md_code(text) -> str:
     return "`" + str(text).replace("`", "'").replace("|", "\\|").replace("\n", " ") + "`"
 
 
-def _fmt(value, spec: str) -> str:
+# How every report prints a value of each unit (perfgate.record.Field.unit).
+UNIT_FORMATS = {"ms": ".2f", "s": ".1f", "x": ".3f", "MiB": ".0f", "count": "d"}
+
+
+def fmt(value, spec: str) -> str:
+    """A value in a format spec, "–" where it is null."""
     return "–" if value is None else format(value, spec)
+
+
+def _value(source, name: str):
+    """Field `name` of a record (a dict) or of a gate row (its attribute of that name)."""
+    return source.get(name) if isinstance(source, dict) else getattr(source, name)
+
+
+def shown(source, name: str) -> str:
+    """The record field `name` of a record or a gate row in its unit's format. A name the record table
+    lacks raises KeyError instead of showing dashes."""
+    return fmt(_value(source, name), UNIT_FORMATS[FIELD[name].unit])
+
+
+def text_table(rows: Sequence[Sequence[str]]) -> str:
+    """Rows of texts (the first the header) as a plain table for a terminal, columns aligned by spaces."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip() for row in rows)
 
 
 def _pct(value: float | None) -> str:
@@ -96,38 +123,40 @@ def _line(clock) -> str:
     """A clock's effective line, * where noise pushed it past the threshold asked for."""
     if clock is None:
         return "–"
-    return _fmt(clock.threshold, ".1%") + ("*" if clock.noise_limited else "")
+    return fmt(clock.threshold, ".1%") + ("*" if clock.noise_limited else "")
 
 
-def _busy(row) -> str:
-    """"host-bound 61 %": the compiled step's GPU-busy share and what its wall time follows."""
-    if row.busy_compiled is None:
-        return "–"
-    return f"{row.bound or '?'}-bound {100 * row.busy_compiled:.0f} %"
+def _busy(source) -> str:
+    """"host-bound 61 %": the compiled step's GPU-busy share and what its wall time follows (a record's or a
+    gate row's)."""
+    busy = _value(source, "busy_compiled")
+    return "–" if busy is None else f"{_value(source, 'bound') or '?'}-bound {100 * busy:.0f} %"
 
 
 def _host_ms(row) -> str:
     if row.eager_host_ms is None and row.compiled_host_ms is None:
         return "–"
-    return f"{_fmt(row.eager_host_ms, '.2f')} → {_fmt(row.compiled_host_ms, '.2f')}"
+    return f"{shown(row, 'eager_host_ms')} → {shown(row, 'compiled_host_ms')}"
+
+
+def _speedup(source) -> str:
+    """"2.249 [2.239, 2.265]": the wall speedup and its 95 % interval, of a record or a gate row."""
+    return f"{shown(source, 'speedup')} [{shown(source, 'speedup_lo')}, {shown(source, 'speedup_hi')}]"
 
 
 def _clock_row(row) -> str:
     wall, device, host = (row.clock(m) for m in ("speedup", "device_speedup", "host_speedup"))
-    interval = (f"{_fmt(row.speedup, '.3f')} [{_fmt(row.speedup_lo, '.3f')}, {_fmt(row.speedup_hi, '.3f')}]"
-                if row.speedup is not None else "–")
-    noise = _fmt(row.noise, ".1%") + ("?" if row.run_to_run_known is False else "")
-    cells = (md_code(row.cell), interval, _fmt(row.baseline_speedup, ".3f"), _pct(row.change), _line(wall), noise,
-             _fmt(device.value if device else None, ".3f"), _pct(device.change if device else None),
+    interval = _speedup(row) if row.speedup is not None else "–"
+    noise = fmt(row.noise, ".1%") + ("?" if row.run_to_run_known is False else "")
+    cells = (md_code(row.cell), interval, fmt(row.baseline_speedup, ".3f"), _pct(row.change), _line(wall), noise,
+             fmt(device.value if device else None, ".3f"), _pct(device.change if device else None),
              _line(device), _host_ms(row), _pct(host.change if host else None), _line(host), _busy(row),
              _verdict(row))
     return "| " + " | ".join(cells) + " |"
 
 
 def _table_row(row) -> str:
-    cells = (md_code(row.cell), _fmt(row.eager_ms, ".2f"), _fmt(row.compiled_ms, ".2f"), _fmt(row.compile_s, ".1f"),
-             _fmt(row.graph_breaks, "d"), _fmt(row.recompiles, "d"), _fmt(row.peak_mem_compiled_mb, ".0f"),
-             row.numerics or "–", _verdict(row))
+    cells = (md_code(row.cell), *(shown(row, name) for name in TABLE_FIELDS), row.numerics or "–", _verdict(row))
     return "| " + " | ".join(cells) + " |"
 
 
@@ -205,21 +234,14 @@ RECORD_COLUMNS = ("cell", "status", "eager ms", "compiled ms", "speedup [lo, hi]
 
 
 def _record_cells(record: dict) -> tuple[str, ...]:
-    speedup = record.get("speedup")
-    interval = ("–" if speedup is None else
-                f"{speedup:.3f} [{_fmt(record.get('speedup_lo'), '.3f')}, {_fmt(record.get('speedup_hi'), '.3f')}]")
+    interval = "–" if record.get("speedup") is None else _speedup(record)
     reason = record.get("reason") or ""
-    busy = record.get("busy_compiled")
-    busy_text = "–" if busy is None else f"{record.get('bound') or '?'}-bound {100 * busy:.0f} %"
-    return (record["cell"], str(record.get("status")), _fmt(record.get("eager_ms"), ".2f"),
-            _fmt(record.get("compiled_ms"), ".2f"), interval, _fmt(record.get("device_speedup"), ".3f"), busy_text,
-            _fmt(record.get("compile_s"), ".1f"),
-            _fmt(record.get("graph_breaks"), "d"), _fmt(record.get("recompiles"), "d"),
-            str(record.get("numerics") or "–"), reason if len(reason) <= 60 else reason[:57] + "...")
+    return (record["cell"], str(record.get("status")), shown(record, "eager_ms"), shown(record, "compiled_ms"),
+            interval, shown(record, "device_speedup"), _busy(record), shown(record, "compile_s"),
+            shown(record, "graph_breaks"), shown(record, "recompiles"), str(record.get("numerics") or "–"),
+            reason if len(reason) <= 60 else reason[:57] + "...")
 
 
 def records_table(records: Sequence[dict]) -> str:
     """A plain aligned table of records for a terminal (`perfgate results`)."""
-    rows = [RECORD_COLUMNS, *(_record_cells(r) for r in sorted(records, key=lambda r: r["cell"]))]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(RECORD_COLUMNS))]
-    return "\n".join("  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip() for row in rows)
+    return text_table([RECORD_COLUMNS, *(_record_cells(r) for r in sorted(records, key=lambda r: r["cell"]))])

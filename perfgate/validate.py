@@ -1,53 +1,37 @@
 """What makes a record's figures usable, checked wherever records enter the data side. Imports no torch.
 
-Two kinds of bad input, two answers:
-
-- A value of the wrong kind (a string where a number goes, an unknown status) is unusable input:
-  `shape_problems` names the field, and the reader raises (exit code 2, with file and line).
-- A number that cannot be a measurement (NaN, an infinity, zero or negative time, a missing speedup) on a
-  record whose status says ok is a failed measurement: `checked` returns the record as a failed cell whose
-  reason names the fields, so the gate fails it like any other failed cell and baselines never fold it.
-  Non-finite numbers, and counts that are no count (graph_breaks 0.5), become null on every record, so no
-  renderer or statistic ever meets one.
-
-Counts (graph breaks, recompiles) are whole numbers from 0 to MAX_COUNT. JSON has one number type, so 3.0 is
-the count 3 (a results file that went through pandas or a spreadsheet holds such floats): it is read as the
-int 3. Anything else (2.5, -1, 1e308) fails an ok record as bad figures and becomes null on every record,
-so a renderer's integer format ("d") or SQLite's INTEGER column never meets it.
+Which check a field gets is the record table's (perfgate.record.FIELDS: `check`, `required`). A value of
+the wrong kind is unusable input: `shape_problems` names the field, and the reader raises (exit code 2). A
+figure that cannot be a measurement (NaN, inf, a time <= 0, a missing speedup) on an ok record is a failed
+measurement: `checked` makes the record a failed cell whose reason names the fields. Non-finite numbers, and
+counts that are no count (2.5, -1, past 2**53), become null on every record; a count written 3.0 is the
+count 3. docs/reliability.md lists the cases and their tests.
 """
 
 from __future__ import annotations
 
 import math
 
-STATUSES = ("ok", "failed", "skipped")
-# The per-side clocks' ratio fields (the wall clock's fields keep their older names: eager_ms, speedup, ...).
-CLOCKS = ("speedup", "device_speedup", "host_speedup")
-BAD_FIGURES = "bad figures"  # a reason's first words when `checked` failed the record
-NUMERICS = ("pass", "fail", "skipped")
+from perfgate.record import CLOCKS, FIELD, FIELDS, STATUSES, names
 
-# Figures every ok record has, each a finite number > 0: a run that timed and compiled made them.
-REQUIRED_POSITIVE = ("eager_ms", "compiled_ms", "speedup", "speedup_lo", "speedup_hi", "compile_s")
-# Counts every ok record has, each an integer >= 0.
-REQUIRED_COUNTS = ("graph_breaks", "recompiles")
+BAD_FIGURES = "bad figures"  # a reason's first words when `checked` failed the record
+
+# Each list below is the record table's (perfgate.record.FIELDS) fields with that check, in table order.
+CHOICE_FIELDS = tuple(FIELD[name] for name in names(check="choice"))
+TEXT_FIELDS = names(check="text")
+OBJECT_FIELDS = names(check="object")
+# Figures every ok record has, each a finite number > 0: a run that timed and compiled made them ...
+REQUIRED_POSITIVE = names(check="> 0", required=True)
+# ... and counts, each an integer >= 0.
+REQUIRED_COUNTS = names(check="count", required=True)
 # Figures that may be null (not measured here: no device clock on a CPU), and otherwise > 0 ...
-OPTIONAL_POSITIVE = (
-    "eager_device_ms", "compiled_device_ms", "device_speedup", "device_speedup_lo", "device_speedup_hi",
-    "eager_host_ms", "compiled_host_ms", "host_speedup", "host_speedup_lo", "host_speedup_hi",
-    "compile_warm_s", "compile_artifacts_s", "throughput_eager", "throughput_compiled", "steps_per_round",
-    "rounds")
+OPTIONAL_POSITIVE = names(check="> 0", required=False)
 # ... or >= 0 (0 MiB of CUDA-graph pool, a busy fraction, a count, a tiny model's TFLOP/s rounded to 0).
-OPTIONAL_NONNEGATIVE = ("flops_per_step", "tflops_eager", "tflops_compiled", "peak_mem_eager_mb", "peak_mem_compiled_mb", "peak_mem_compile_mb", "busy_eager",
-                        "busy_compiled", "mfu_eager", "mfu_compiled", "compile_artifacts_bytes",
-                        "compile_artifacts_hits", "graph_count", "recompiles_allowed", "warmup_steps",
-                        "wall_s")
-REQUIRED_ROUNDS = ("eager_round_ms", "compiled_round_ms")  # non-empty lists of ms > 0 on an ok record
-OPTIONAL_ROUNDS = ("eager_device_round_ms", "compiled_device_round_ms", "eager_host_round_ms",
-                   "compiled_host_round_ms")
+OPTIONAL_NONNEGATIVE = names(check=">= 0", required=False)
+REQUIRED_ROUNDS = names(check="rounds", required=True)  # non-empty lists of ms > 0 on an ok record
+OPTIONAL_ROUNDS = names(check="rounds", required=False)
 NUMBER_FIELDS = REQUIRED_POSITIVE + REQUIRED_COUNTS + OPTIONAL_POSITIVE + OPTIONAL_NONNEGATIVE
 ROUND_FIELDS = REQUIRED_ROUNDS + OPTIONAL_ROUNDS
-# tier picks the baseline file with the fingerprint (baseline.key_of): a number there is the wrong kind.
-TEXT_FIELDS = ("cell", "model", "phase", "variant", "precision", "tier", "reason", "unfit")
 # The largest whole number every JSON reader keeps exact (RFC 8259, section 6); a larger count is no count.
 MAX_COUNT = 2**53 - 1
 
@@ -76,10 +60,10 @@ def shape_problems(record) -> list[str]:
     problems = []
     if not isinstance(record.get("cell"), str) or not record.get("cell"):
         problems.append(f"cell: {record.get('cell')!r} is not a cell id")
-    if record.get("status") not in STATUSES:
-        problems.append(f"status: {record.get('status')!r} is not one of {', '.join(STATUSES)}")
-    if record.get("numerics") not in (None, *NUMERICS):
-        problems.append(f"numerics: {record.get('numerics')!r} is not one of {', '.join(NUMERICS)}")
+    for field in CHOICE_FIELDS:
+        value = record.get(field.name)
+        if value not in field.choices and (value is not None or field.required):
+            problems.append(f"{field.name}: {value!r} is not one of {', '.join(field.choices)}")
     for name in TEXT_FIELDS:
         if record.get(name) is not None and not isinstance(record[name], str):
             problems.append(f"{name}: {record[name]!r} is not text")
@@ -90,7 +74,7 @@ def shape_problems(record) -> list[str]:
         value = record.get(name)
         if value is not None and not (isinstance(value, list) and all(is_number(v) for v in value)):
             problems.append(f"{name}: {value!r:.60} is not a list of numbers")
-    for name in ("env", "gate", "numerics_detail"):
+    for name in OBJECT_FIELDS:
         if record.get(name) is not None and not isinstance(record[name], dict):
             problems.append(f"{name}: {record[name]!r:.60} is not an object")
     env = record.get("env")
@@ -155,13 +139,14 @@ def checked(record: dict) -> dict:
     return clean
 
 
-# A baseline cell (perfgate.baseline.fold_cell): medians, maxima and each clock's per-run values.
-BASELINE_POSITIVE = tuple(f"{clock}{end}" for clock in CLOCKS for end in ("", "_lo", "_hi")) + (
-    "eager_ms", "compiled_ms", "eager_device_ms", "compiled_device_ms", "eager_host_ms", "compiled_host_ms",
-    "compile_s", "compile_warm_s")
-BASELINE_NONNEGATIVE = tuple(f"{clock}_spread" for clock in CLOCKS) + (
-    "busy_eager", "busy_compiled", "peak_mem_eager_mb", "peak_mem_compiled_mb", "runs_ok")
-BASELINE_COUNTS = ("graph_breaks", "recompiles", "runs_ok")
+# A baseline cell (perfgate.baseline.fold_cell): each clock's ratio, interval ends and run-to-run spread, and the
+# record figures a baseline folds as a median or a max over runs, checked as the record checks them.
+_FOLDED = [f for f in FIELDS if f.fold in ("median", "max")]
+BASELINE_POSITIVE = tuple(f"{clock}{end}" for clock in CLOCKS for end in ("", "_lo", "_hi")) + tuple(
+    f.name for f in _FOLDED if f.check == "> 0")
+BASELINE_NONNEGATIVE = tuple(f"{clock}_spread" for clock in CLOCKS) + tuple(
+    f.name for f in _FOLDED if f.check == ">= 0") + ("runs_ok",)
+BASELINE_COUNTS = tuple(f.name for f in _FOLDED if f.check == "count") + ("runs_ok",)
 # A clock's spread is the sd of the log ratio between runs: 10 is a factor of e**10 (about 22 000) in the
 # speedup, past anything measured, and it keeps exp() of the gate's lines (z * sd) inside the float range;
 # a hand-edited 308 made `compare` die in an OverflowError (found by tests/test_properties.py).

@@ -1,7 +1,7 @@
 """perfgate.gate: the rules on synthetic runs, A/A noise, planted regressions and the confirm round.
 
 Tests of the other rules use QUIET runs (0.3 % run-to-run noise) so that no speedup trip can mix into what
-they check; the speedup rule's rates under realistic noise are in test_speedup_power.py."""
+they check; the speedup rule's rates under realistic noise are in test_speedup_rule.py (through gate_power.py)."""
 
 from __future__ import annotations
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 import synthetic as syn
-from perfgate import history, html_report
+from perfgate import gate, history, html_report
 from perfgate.baseline import build_baseline, write_baseline, baseline_path
 from perfgate.cli import main
 from perfgate.record import iter_records, load_records
@@ -162,11 +162,20 @@ def test_change_points_and_gate_marks_in_page_and_digest(tmp_path):
     assert lines[2] == "synthetic nightlies"
 
 
-def test_gate_verdicts_colour_the_bars(tmp_path):
+RESNET = "resnet50-train-inductor_default-amp_bf16"
+
+
+def quiet_baseline(tmp_path) -> Path:
+    """A baseline directory of 3 quiet runs (0.5 % noise per round, 0.2 % per run)."""
     base_dir = tmp_path / "baselines"
     for key, baseline in build_baseline(syn.runs(3, first_seed=21, noise=0.005, run_noise=0.002)).items():
         write_baseline(baseline_path(base_dir, *key), baseline)
-    resnet = "resnet50-train-inductor_default-amp_bf16"
+    return base_dir
+
+
+def test_gate_verdicts_colour_the_bars(tmp_path):
+    base_dir = quiet_baseline(tmp_path)
+    resnet = RESNET
     records = syn.run(7, noise=0.005, run_noise=0.002, overrides={resnet: {"speedup": 2.3 * 0.8}})
     report = html_report.build(records, baseline=base_dir)
     assert report.gate_failed and report.gate_lines[0].startswith("FAIL")
@@ -175,6 +184,50 @@ def test_gate_verdicts_colour_the_bars(tmp_path):
            if t == "rect" and "verdict-regression" in a.get("class", "")]
     assert red == [resnet]
     assert 'class="gate fail"' in page
+
+
+def test_a_custom_threshold_reaches_the_html_verdict(tmp_path, capsys):
+    """resnet50 3 % slower passes the default wall rule (5 %). A stricter threshold fails it in the page as in
+    `perfgate compare`: the model record's own (a fixture's speedup_threshold, which the plugin and compare
+    read from the record), or a stricter rule set handed to the report as to gate.gate_run."""
+    base_dir = quiet_baseline(tmp_path)
+    slower = {"speedup": 2.3 * 0.97}
+    plain = syn.run(7, noise=0.005, run_noise=0.002, overrides={RESNET: slower})
+    own = syn.write_run(tmp_path / "own.jsonl", syn.run(7, noise=0.005, run_noise=0.002, overrides={
+        RESNET: {**slower, "gate": {"speedup_threshold": 0.02}}}))
+    assert main(["compare", syn.write_run(tmp_path / "plain.jsonl", plain), "--baseline", str(base_dir)]) == 0
+    assert main(["compare", own, "--baseline", str(base_dir)]) == 1
+    capsys.readouterr()
+    assert not html_report.build(plain, baseline=base_dir).gate_failed
+    strict = gate.default_rules(speedup=0.02)
+    assert gate.gate_run(plain, base_dir, rules=strict).exit_code == 1
+    for report in (html_report.build(load_records([own]), baseline=base_dir),
+                   html_report.build(plain, baseline=base_dir, rules=strict)):
+        assert report.gate_failed and report.gate_lines[0].startswith(f"FAIL {syn.H100} (pr): 1 regression(s)")
+        verdicts = {row["cell"]: row["verdict"] for section in report.sections for row in section.table}
+        assert verdicts.pop(RESNET) == "regression" and set(verdicts.values()) == {"ok"}
+
+
+def test_unfit_records_get_no_verdict_as_compare_refuses_them(tmp_path):
+    records = [{**r, "unfit": "2 xdist workers shared 2 CPU cores"} for r in syn.run(7, noise=0.005)]
+    report = html_report.build(records, baseline=quiet_baseline(tmp_path))
+    assert report.gate_lines == [] and not report.gate_failed
+    assert any(f"no verdicts for {syn.H100} (pr): 10 record(s) are unfit for a timing gate" in n
+               for n in report.notes)
+
+
+def test_a_custom_rule_set_marks_the_trend_points(tmp_path):
+    base_dir, db = quiet_baseline(tmp_path), tmp_path / "h.sqlite"
+    history.append(db, syn.run(6, noise=0.005, run_noise=0.002), date="2026-11-01")
+    latest = syn.run(7, noise=0.005, run_noise=0.002, overrides={RESNET: {"speedup": 2.3 * 0.97}})
+    history.append(db, latest, date="2026-11-02")
+
+    def marked(**rules) -> list[str]:
+        report = html_report.build(latest, db_path=db, baseline=base_dir, rules=gate.default_rules(**rules))
+        return [text for section in report.sections for t in section.trends for text in t.marked]
+
+    assert marked() == []
+    assert len(marked(speedup=0.02)) == 1 and marked(speedup=0.02)[0].startswith(f"{RESNET} at 11-02")
 
 
 def test_verdicts_stay_with_their_environment(tmp_path):
@@ -191,6 +244,9 @@ def test_verdicts_stay_with_their_environment(tmp_path):
     assert all(row["verdict"] == "" for row in by_fp[syn.A100].table + by_fp["unknown"].table)
     assert any("1 record(s) without env.fingerprint" in n for n in report.notes)
     assert any(f"no verdicts for {syn.A100} (pr)" in n for n in report.notes)
+    # The BaselineError's message whole, with how to make the missing baseline.
+    assert any(f"no verdicts for {syn.A100} (pr): no baseline at" in n and "perfgate baseline update" in n
+               for n in report.notes)
 
 
 def test_cli_report_writes_both_files(tmp_path, capsys):

@@ -1,12 +1,19 @@
-"""Reading results files: whole lines are records, a torn tail is forgiven, anything else is named."""
+"""The record: reading results files (whole lines are records, a torn tail is forgiven, anything else is
+named), and the field table that validate, baselines, the history and the reports take their fields from."""
 
 from __future__ import annotations
 
 import json
+import sqlite3
 
 import pytest
 
-from perfgate.record import RecordFileError, load_records
+import synthetic as syn
+from perfgate import history, validate
+from perfgate.baseline import fold_cell
+from perfgate.record import (CLOCKS, FIELDS, Field, RecordFileError, append_record, iter_records, load_records,
+                             names)
+from perfgate.report import shown
 
 
 def _write(path, text):
@@ -32,3 +39,68 @@ def test_a_bad_last_line_that_was_finished_is_not_forgiven(tmp_path):
     path = _write(tmp_path / "r.jsonl", '{"cell": "a", "status": "skipped"}\n{"cell": \n')
     with pytest.raises(RecordFileError, match=r"r.jsonl:2"):
         load_records([path])
+
+
+# ---------------------------------------------------------------------------------------------- the field table
+
+def _ok_record() -> dict:
+    return syn.run(1, cell_list=syn.cells(models=["gpt2"], phases=["train"]))[0]
+
+
+def _bad_value(field: Field):
+    """A value that field's check refuses: a wrong kind (shape), or a figure that cannot be a measurement."""
+    return {"text": 5, "choice": "maybe", "object": [1], "> 0": 0.0, ">= 0": -1.0, "count": 0.5,
+            "rounds": [1.0, -2.0]}[field.check]
+
+
+@pytest.mark.parametrize("field", [f for f in FIELDS if f.check], ids=lambda f: f.name)
+def test_validate_checks_every_field_the_table_says_it_checks(field):
+    record = {**_ok_record(), field.name: _bad_value(field)}
+    shape, verdict = validate.shape_problems(record), None
+    if not shape:
+        verdict = validate.checked(record)
+        assert verdict["status"] == "failed" and field.name in verdict["reason"]
+    else:
+        assert any(p.startswith(f"{field.name}:") for p in shape)
+    if field.required and field.check not in ("choice", "text"):
+        missing = validate.checked({**_ok_record(), field.name: None})
+        assert missing["status"] == "failed" and f"{field.name} missing" in missing["reason"]
+
+
+def test_a_baseline_cell_holds_what_the_table_says_a_baseline_folds():
+    cell = fold_cell([_ok_record(), _ok_record()])
+    folded = {f.name for f in FIELDS if f.fold and f.fold != "clock"}
+    clocks = {f"{clock}{end}" for clock in CLOCKS for end in ("", "_runs", "_spread", "_lo", "_hi")}
+    assert set(cell) == folded | clocks | {"runs_ok"}
+    assert cell["compile_s"] == 40.0 and cell["status"] == "ok" and cell["numerics"] == "pass"
+
+
+def test_history_columns_are_the_tables_column_fields(tmp_path):
+    db = tmp_path / "h.sqlite"
+    history.append(db, [_ok_record()])
+    with sqlite3.connect(db) as conn:
+        types = {row[1]: row[2] for row in conn.execute("PRAGMA table_info(results)")}
+    assert {name: types[name] for name in names(column=True)} == dict(history.COLUMNS)
+    assert dict(history.COLUMNS)["speedup"] == "REAL" and dict(history.COLUMNS)["graph_breaks"] == "INTEGER"
+    assert set(history.METRICS) - {"mem_ratio"} <= set(names(column=True))
+
+
+def test_records_of_older_schemas_read_as_they_are(tmp_path):
+    """No migration: a schema-2 record (no device or host clock) and a schema-1 one read back unchanged, fold
+    into a baseline without those clocks, and enter the history."""
+    old = syn.before_clocks(_ok_record())
+    oldest = {**old, "schema": 1}
+    path = tmp_path / "old.jsonl"
+    for record in (old, {**oldest, "cell": "older"}):
+        append_record(path, record)
+    read = list(iter_records(path))
+    assert read == [old, {**oldest, "cell": "older"}]
+    cell = fold_cell([old, old])
+    assert cell["device_speedup"] is None and cell["host_speedup_runs"] == [] and cell["speedup"] > 1
+    assert history.append(tmp_path / "h.sqlite", read) == 2
+
+
+def test_a_report_names_only_fields_of_the_table():
+    with pytest.raises(KeyError):
+        shown(_ok_record(), "eager_msec")
+    assert shown(_ok_record(), "graph_breaks") == "0" and shown({}, "compile_s") == "–"
