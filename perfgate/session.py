@@ -188,8 +188,8 @@ class PerfSession:
     def gate(self, records: list[dict], baseline):
         """Gate this run. Cells whose speedup tripped are measured again in this process (a fresh compile)
         and stay regressions only if they trip twice. Reports go to the terminal and --perf-report."""
-        from perfgate.cli import write_reports
         from perfgate.gate import gate_run
+        from perfgate.report_files import write_reports
 
         report_dir = self.config.getoption("--perf-report")
         why_dir = str(Path(report_dir or ".perfgate") / "why")
