@@ -1,6 +1,6 @@
 """A pytest session's perf state: options turned into run options, the results file, each device's
 environment, the records written; one cell's run (in this process or isolated), the gate's confirm round,
-the pytest-benchmark sink and progress lines. torch is imported only when a cell runs.
+the feed to pytest-benchmark (perfgate.bench_sink) and progress lines. torch is imported only when a cell runs.
 """
 
 from __future__ import annotations
@@ -174,7 +174,9 @@ class PerfSession:
 
     def measure(self, spec, cell: Cell, benchmark=None) -> dict:
         """Run one cell, stream its record, feed pytest-benchmark, and fail the test if the cell failed."""
-        sink = _BenchmarkSink(benchmark, cell)
+        from perfgate.bench_sink import BenchmarkSink
+
+        sink = BenchmarkSink(benchmark, cell)
         record = self._run(spec, cell, sink.add)
         self.ran[cell.id] = (spec, cell)
         if self.progress is not None and self.worker is None:  # under xdist the controller counts
@@ -236,30 +238,3 @@ class PerfSession:
 def _flagged(outcome) -> set[str]:
     return {finding.cell for report in outcome.reports for finding in report.regressions}
 
-
-class _BenchmarkSink:
-    """Hands each compiled round's device-timed ms per step to pytest-benchmark, so its JSON, --benchmark-save
-    and --benchmark-compare hold the same numbers as perfgate's record (not a host-clock re-measurement)."""
-
-    def __init__(self, benchmark, cell: Cell):
-        self.benchmark = benchmark if benchmark is not None and not benchmark.disabled else None
-        self.stats = None
-        if self.benchmark is not None:
-            self.benchmark.group = f"{cell.model}-{cell.phase}"
-            # Claim the fixture as pedantic() would, so it neither warns "not used" nor can be used twice.
-            self.benchmark._mode = "perfgate device-timed rounds"  # noqa: SLF001
-
-    def add(self, ms_per_step: float) -> None:
-        if self.benchmark is None:
-            return
-        if self.stats is None:
-            self.stats = self.benchmark._make_stats(1)  # noqa: SLF001 - the fixture's own stats entry
-        self.stats.update(ms_per_step / 1e3)
-
-    def annotate(self, record: dict) -> None:
-        if self.benchmark is None:
-            return
-        keys = ("status", "reason", "eager_ms", "compiled_ms", "speedup", "speedup_lo", "speedup_hi",
-                "compile_s", "compile_warm_s", "compile_artifacts_s", "graph_breaks", "recompiles", "numerics",
-                "peak_mem_eager_mb", "peak_mem_compiled_mb", "steps_per_round")
-        self.benchmark.extra_info.update({key: record[key] for key in keys})
