@@ -198,6 +198,7 @@ def _child(job_dir: Path) -> None:
 
     import torch
 
+    from perfgate import zoo
     from perfgate.cell import RunOptions, run_cell
     from perfgate.env import environment
     from perfgate.faults import Fault
@@ -208,9 +209,8 @@ def _child(job_dir: Path) -> None:
     # Imported before the cell starts, as a long session has them by its second cell: the first compile
     # must not count importing the compiler stack (seconds) as compile time.
     importlib.import_module("torch._inductor.compile_fx")
-    module, _, attribute = job.registry.partition(":")
     cell = Cell(**job.cell)
-    spec = getattr(importlib.import_module(module), attribute)[cell.model]
+    spec = zoo.load(job.registry)[cell.model]
     fields = dict(job.options, plan=TimingPlan(**job.options["plan"]),
                   fault=Fault(**job.options["fault"]) if job.options["fault"] else None)
     options = RunOptions(**fields)

@@ -11,13 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from perfgate import matrix
+from perfgate import matrix, selection, zoo
 from perfgate.matrix import Cell, UnknownNameError, check_names, split_csv
 from perfgate.session import PerfSession
-
-# The zoo, as an import path (ini setting perf_registry): the engine never imports it, but a fresh process
-# (--perf-isolate, --perf-warm-compile artifacts) finds a cell's model there by name.
-ZOO_REGISTRY = "fixtures:REGISTRY"
 
 ISOLATE = ("gpu", "all", "off")  # --perf-isolate: which cells run in a child process of their own
 CELL_KEY = pytest.StashKey[Cell]()
@@ -25,8 +21,8 @@ SESSION_KEY = pytest.StashKey[PerfSession]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.addini("perf_registry", default=ZOO_REGISTRY,
-                  help=f"module:attribute of the model registry (name -> ModelSpec), default {ZOO_REGISTRY}")
+    parser.addini("perf_registry", default=zoo.DEFAULT,
+                  help=f"module:attribute of the model registry (name -> ModelSpec), default {zoo.DEFAULT}")
     group = parser.getgroup("perfgate", "perfgate: torch.compile performance cells")
     group.addoption("--perf-models", help="comma-separated models to run (default: all)")
     group.addoption("--perf-variants", help=f"compile variants: {', '.join(matrix.VARIANTS)}")
@@ -69,11 +65,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", selection.MARK_HELP)
     try:
-        selection = _selection(config)
+        chosen = _selection(config)
     except (UnknownNameError, ValueError) as err:
         raise pytest.UsageError(str(err)) from None
-    perf = config.stash[SESSION_KEY] = PerfSession(config, selection)
+    perf = config.stash[SESSION_KEY] = PerfSession(config, chosen)
     config.pluginmanager.register(_ShardHook(), "perfgate-shard")
     if perf.worker is None:  # prints the finished-cell lines xdist workers send (none without xdist)
         from perfgate.workers import ProgressRelay
@@ -89,7 +86,7 @@ def _selection(config: pytest.Config) -> dict:
     opt = config.getoption
     models = split_csv(opt("--perf-models"))
     if models is not None:  # the zoo is the face's to know, never the engine's
-        check_names("model", models, registry(config))
+        check_names("model", models, zoo.load(config.getini("perf_registry")))
     variants = split_csv(opt("--perf-variants"))
     precisions = split_csv(opt("--perf-precisions"))
     shard = parse_shard(opt("--perf-shard"))
@@ -108,14 +105,6 @@ def _selection(config: pytest.Config) -> dict:
         "precision": check_names("precision", precisions, matrix.PRECISIONS) if precisions else None,
         "shard": shard,
     }
-
-
-def registry(config: pytest.Config) -> dict:
-    """The model registry the ini setting perf_registry names."""
-    import importlib
-
-    module, _, attribute = config.getini("perf_registry").partition(":")
-    return getattr(importlib.import_module(module), attribute)
 
 
 def check_timing(min_rounds: int | None, max_rounds: int | None, round_ms: float | None) -> None:
@@ -143,30 +132,8 @@ def parse_shard(text: str | None) -> tuple[int, int] | None:
     return i, n
 
 
-def cells(registry, phase: str) -> list:
-    """pytest.param for every cell of `phase`: GPU cells over the whole matrix, CPU cells over each model's
-    cpu_variants in fp32, with markers and known-issue marks from the model's record."""
-    params = []
-    for spec in registry.values():
-        for variant in (v for v in matrix.VARIANTS.values() if spec.runs(v, phase)):
-            for precision in matrix.PRECISIONS:
-                params.append(_param(spec, Cell(spec.name, phase, variant.name, precision, "gpu",
-                                                matrix.tier_of(variant.name, precision))))
-        if phase in spec.cpu_phases:
-            for variant in spec.cpu_variants:
-                params.append(_param(spec, Cell(spec.name, phase, variant, "fp32", "cpu", "nightly")))
-    return params
-
-
-def _param(spec, cell: Cell):
-    marks = [getattr(pytest.mark, cell.device_kind)]
-    if cell.device_kind == "gpu":
-        marks.append(getattr(pytest.mark, cell.tier))
-    issue = spec.known_issue(cell)
-    if issue is not None:
-        marks.append(pytest.mark.skip(reason=issue.reason) if issue.action == "skip"
-                     else pytest.mark.xfail(reason=issue.reason, strict=False))
-    return pytest.param(cell, marks=marks, id=cell.param_id)
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    selection.parametrize(metafunc, metafunc.config.getini("perf_registry"))
 
 
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list) -> None:

@@ -44,6 +44,7 @@ class PerfSession:
             self.run_id = getattr(config.option, "testrunuid", None) or uuid.uuid4().hex
             if hasattr(config.option, "testrunuid"):  # xdist hands the controller's id to its workers
                 config.option.testrunuid = self.run_id
+        self.registry = config.getini("perf_registry")  # the zoo's import path, "module:attribute"
         self.records: list[dict] = []
         self.ran: dict[str, tuple] = {}  # cell id -> (spec, cell), for the gate's confirm round
         self._envs: dict[str, dict] = {}
@@ -154,7 +155,7 @@ class PerfSession:
             **{key: value for key, value in overrides.items() if value is not None})
         return RunOptions(device=str(device), plan=plan, warm_compile=opt("--perf-warm-compile"),
                           cache_dir=opt("--perf-cache-dir"), fault=faults.parse(opt("--perf-inject")),
-                          profile_dir=opt("--perf-profile"), registry=self.config.getini("perf_registry"))
+                          profile_dir=opt("--perf-profile"), registry=self.registry)
 
     def expected_costs(self, cells: list[Cell]) -> dict[str, float]:
         """Expected wall seconds per cell: the --perf-costs (else --perf-history) database's median where the
@@ -172,10 +173,13 @@ class PerfSession:
         self.expected = self.expected_costs(cells)
         self.progress = Progress(len(cells), sum(self.expected.values()))
 
-    def measure(self, spec, cell: Cell, benchmark=None) -> dict:
-        """Run one cell, stream its record, feed pytest-benchmark, and fail the test if the cell failed."""
+    def measure(self, cell: Cell, benchmark=None) -> dict:
+        """Run one cell of the perf_registry zoo, stream its record, feed pytest-benchmark, and fail the test
+        if the cell failed."""
+        from perfgate import zoo
         from perfgate.bench_sink import BenchmarkSink
 
+        spec = zoo.load(self.registry)[cell.model]
         sink = BenchmarkSink(benchmark, cell)
         record = self._run(spec, cell, sink.add)
         self.ran[cell.id] = (spec, cell)
