@@ -45,6 +45,8 @@ class PerfSession:
             if hasattr(config.option, "testrunuid"):  # xdist hands the controller's id to its workers
                 config.option.testrunuid = self.run_id
         self.registry = config.getini("perf_registry")  # the zoo's import path, "module:attribute"
+        # The fp32 policy of CUDA cells (TF32 tensor cores or full fp32), set as each cell starts.
+        self.tf32 = config.getoption("--perf-tf32") == "on"
         self.records: list[dict] = []
         self.ran: dict[str, tuple] = {}  # cell id -> (spec, cell), for the gate's confirm round
         self._envs: dict[str, dict] = {}
@@ -59,18 +61,18 @@ class PerfSession:
     def _run(self, spec, cell: Cell, record_compiled=None, profile_dir: str | None = None) -> dict:
         import dataclasses
 
+        from perfgate.devices import for_cell
         from perfgate.record import append_record
         from perfgate.validate import checked
         from perfgate.workers import finished_line
 
-        device = self.device(cell)
-        options = self.options(cell, device)
+        options = self.options(cell, for_cell(cell.device_kind, self.worker))
         if profile_dir:
             options = dataclasses.replace(options, profile_dir=profile_dir)
         if self.isolates(cell):
             record = self._run_isolated(spec, cell, options, record_compiled)
         else:
-            record = self._run_here(spec, cell, options, device, record_compiled)
+            record = self._run_here(spec, cell, options, record_compiled)
         # NaN, inf or missing figures on an ok record: the cell failed, whatever run_cell thought.
         record = checked({**record, "run_id": self.run_id, "unfit": self.unfit(cell)})
         self.finished[cell.id] = {"line": finished_line(record), "cell": cell.id, "wall_s": record["wall_s"],
@@ -80,13 +82,15 @@ class PerfSession:
         self.records.append(record)
         return record
 
-    def _run_here(self, spec, cell: Cell, options, device, record_compiled) -> dict:
+    def _run_here(self, spec, cell: Cell, options, record_compiled) -> dict:
         from perfgate.cell import run_cell
+        from perfgate.devices import start_cell
         from perfgate.record import append_record
 
         def checkpoint(partial: dict) -> None:  # superseded by the final record (a later one wins)
             append_record(self.results_path, {**partial, "run_id": self.run_id})
 
+        device = start_cell(options.device, self.tf32)
         return run_cell(spec, cell, options, self.environment(device), self._progress, record_compiled,
                         checkpoint)
 
@@ -113,37 +117,22 @@ class PerfSession:
     def _run_isolated(self, spec, cell: Cell, options, record_compiled) -> dict:
         from perfgate import isolate
 
-        tf32 = self.config.getoption("--perf-tf32") == "on"
-        job = isolate.job_for(cell, options, tf32, self.results_path, self.run_id)
+        job = isolate.job_for(cell, options, self.tf32, self.results_path, self.run_id)
         record = isolate.run_isolated(cell, job, self.time_limit_s(spec, cell), self._progress, record_compiled)
         if record.get("env"):  # what pytest-benchmark's machine_info shows, as an in-process cell leaves it
             self._envs.setdefault(options.device, record["env"])
         return record
 
-    def device(self, cell: Cell):
-        import torch
-
-        if cell.device_kind == "cpu":
-            return torch.device("cpu")
-        # One xdist worker per visible GPU: gw0 -> cuda:0, gw1 -> cuda:1, ...
-        return torch.device("cuda", int((self.worker or "gw0").lstrip("gw") or 0) % torch.cuda.device_count())
-
     def environment(self, device) -> dict:
+        """The environment of `device` (a torch.device), taken once per device and session."""
         from perfgate.env import environment
-        from perfgate.steps import set_tf32
 
-        tf32 = self.config.getoption("--perf-tf32") == "on"
-        if device.type == "cuda":
-            import torch
-
-            torch.cuda.set_device(device)
-            set_tf32(tf32)
         key = str(device)
         if key not in self._envs:
-            self._envs[key] = environment(device, tf32)
+            self._envs[key] = environment(device, self.tf32)
         return self._envs[key]
 
-    def options(self, cell: Cell, device):
+    def options(self, cell: Cell, device: str):
         from perfgate import faults
         from perfgate.cell import RunOptions
         from perfgate.timing import CPU_PLAN, GPU_PLAN
@@ -153,7 +142,7 @@ class PerfSession:
                      "target_round_ms": opt("--perf-round-ms")}
         plan = (GPU_PLAN if cell.device_kind == "gpu" else CPU_PLAN).replace(
             **{key: value for key, value in overrides.items() if value is not None})
-        return RunOptions(device=str(device), plan=plan, warm_compile=opt("--perf-warm-compile"),
+        return RunOptions(device=device, plan=plan, warm_compile=opt("--perf-warm-compile"),
                           cache_dir=opt("--perf-cache-dir"), fault=faults.parse(opt("--perf-inject")),
                           profile_dir=opt("--perf-profile"), registry=self.registry)
 
