@@ -1,6 +1,7 @@
-"""A pytest session's perf state: options turned into run options, the results file, each device's
-environment, the records written; one cell's run (in this process or isolated), the gate's confirm round,
-the feed to pytest-benchmark (perfgate.bench_sink) and progress lines. torch is imported only when a cell runs.
+"""A pytest session's perf state and each cell's run: the results file and run id, the run options read from
+the --perf-* options (the fp32 policy among them), each device's environment and the records written; a
+cell run in this process or in its own (perfgate.isolate), the gate's confirm round, and progress lines.
+torch is imported only when a cell runs.
 """
 
 from __future__ import annotations
@@ -15,12 +16,13 @@ import pytest
 
 from perfgate import matrix
 from perfgate.matrix import Cell
+from perfgate.selection import Selection
 
 
 class PerfSession:
     """Session state: options, the results file, each device's environment, the records written."""
 
-    def __init__(self, config: pytest.Config, selection: dict):
+    def __init__(self, config: pytest.Config, selection: Selection):
         self.config, self.selection = config, selection
         stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
         # The worker id from xdist's own config, not PYTEST_XDIST_WORKER: that variable leaks into any
@@ -54,9 +56,34 @@ class PerfSession:
         self.collected = 0  # cells collected, and those the --perf-* options kept: to say why none ran
         self.offered: list[Cell] = []
 
-    def selects(self, cell: Cell) -> bool:
-        return all(self.selection[key] is None or getattr(cell, key) in self.selection[key]
-                   for key in ("model", "variant", "precision"))
+    def start_relay(self, workers: int):
+        """On the xdist controller: the plugin that prints the finished-cell lines `workers` workers send."""
+        from perfgate.workers import ProgressRelay
+
+        self.relay = ProgressRelay(self._progress, workers)
+        return self.relay
+
+    def relayed(self, cell_id: str) -> tuple | None:
+        """On an xdist worker: the user property carrying a finished cell's line to the controller, once."""
+        if not self.worker or cell_id not in self.finished:
+            return None
+        from perfgate.workers import ProgressRelay
+
+        return ProgressRelay.KEY, self.finished.pop(cell_id)
+
+    def machine_info(self) -> dict | None:
+        """The first device's environment, for pytest-benchmark's machine_info; None before any cell ran."""
+        return next(iter(self._envs.values()), None)
+
+    def closing_lines(self) -> list[str]:
+        """The terminal summary's lines: where the records went, the cells' times, what the session end said."""
+        lines = []
+        if self.records:
+            lines.append(f"records: {self.results_path}")
+            progress = self.relay.progress if self.relay is not None and self.relay.progress else self.progress
+            if progress is not None and progress.done:
+                lines.append(progress.summary())
+        return lines + self.summary
 
     def _run(self, spec, cell: Cell, record_compiled=None, profile_dir: str | None = None) -> dict:
         import dataclasses
