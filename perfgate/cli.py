@@ -29,7 +29,8 @@ from perfgate import history
 from perfgate.baseline import BaselineError, save_baselines
 from perfgate.gate import gate_run
 from perfgate.record import RecordFileError, iter_records, load_records
-from perfgate.report import markdown, records_table, text_table, to_json
+from perfgate.report import records_table, text_table
+from perfgate.report_files import write_reports
 
 EXIT_CANNOT_COMPARE = 2
 EXIT_INTERNAL_ERROR = 3  # pytest's INTERNALERROR code too: the plugin's crashes exit with it
@@ -47,12 +48,6 @@ def _records(paths: Sequence[str]) -> list[dict]:
     return records
 
 
-def _write(path: str | None, text: str) -> None:
-    if path:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        Path(path).write_text(text, encoding="utf-8")
-
-
 def cmd_compare(args: argparse.Namespace) -> int:
     try:
         outcome = gate_run(_records(args.results), args.baseline)
@@ -63,16 +58,6 @@ def cmd_compare(args: argparse.Namespace) -> int:
     text = write_reports(outcome, args.markdown, args.json)
     sys.stdout.write(text)
     return outcome.exit_code
-
-
-def write_reports(outcome, markdown_path: str | None, json_path: str | None) -> str:
-    """The markdown (returned, and written where asked) and JSON reports of a gated run."""
-    text = "\n\n---\n\n".join(markdown(r) for r in outcome.reports)
-    _write(markdown_path, text)
-    _write(json_path, json.dumps({"exit_code": outcome.exit_code,
-                                  "reports": [to_json(r) for r in outcome.reports]},
-                                 indent=2, sort_keys=True) + "\n")
-    return text
 
 
 def _cannot_compare(messages: Sequence[str]) -> int:

@@ -196,28 +196,23 @@ def _child(job_dir: Path) -> None:
     sys.path[:] = job.sys_path
     import importlib
 
-    import torch
-
+    from perfgate import zoo
     from perfgate.cell import RunOptions, run_cell
+    from perfgate.devices import start_cell
     from perfgate.env import environment
     from perfgate.faults import Fault
     from perfgate.matrix import Cell
-    from perfgate.steps import set_tf32
     from perfgate.timing import TimingPlan
 
     # Imported before the cell starts, as a long session has them by its second cell: the first compile
     # must not count importing the compiler stack (seconds) as compile time.
     importlib.import_module("torch._inductor.compile_fx")
-    module, _, attribute = job.registry.partition(":")
     cell = Cell(**job.cell)
-    spec = getattr(importlib.import_module(module), attribute)[cell.model]
+    spec = zoo.load(job.registry)[cell.model]
     fields = dict(job.options, plan=TimingPlan(**job.options["plan"]),
                   fault=Fault(**job.options["fault"]) if job.options["fault"] else None)
     options = RunOptions(**fields)
-    device = torch.device(options.device)
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
-        set_tf32(job.tf32)
+    device = start_cell(options.device, job.tf32)
     events = (job_dir / "events.jsonl").open("a", encoding="utf-8")
 
     def emit(event: dict) -> None:

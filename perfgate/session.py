@@ -1,6 +1,7 @@
-"""A pytest session's perf state: options turned into run options, the results file, each device's
-environment, the records written; one cell's run (in this process or isolated), the gate's confirm round,
-the pytest-benchmark sink and progress lines. torch is imported only when a cell runs.
+"""A pytest session's perf state and each cell's run: the results file and run id, the run options read from
+the --perf-* options (the fp32 policy among them), each device's environment and the records written; a
+cell run in this process or in its own (perfgate.isolate), the gate's confirm round, and progress lines.
+torch is imported only when a cell runs.
 """
 
 from __future__ import annotations
@@ -15,12 +16,13 @@ import pytest
 
 from perfgate import matrix
 from perfgate.matrix import Cell
+from perfgate.selection import Selection
 
 
 class PerfSession:
     """Session state: options, the results file, each device's environment, the records written."""
 
-    def __init__(self, config: pytest.Config, selection: dict):
+    def __init__(self, config: pytest.Config, selection: Selection):
         self.config, self.selection = config, selection
         stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
         # The worker id from xdist's own config, not PYTEST_XDIST_WORKER: that variable leaks into any
@@ -44,6 +46,9 @@ class PerfSession:
             self.run_id = getattr(config.option, "testrunuid", None) or uuid.uuid4().hex
             if hasattr(config.option, "testrunuid"):  # xdist hands the controller's id to its workers
                 config.option.testrunuid = self.run_id
+        self.registry = config.getini("perf_registry")  # the zoo's import path, "module:attribute"
+        # The fp32 policy of CUDA cells (TF32 tensor cores or full fp32), set as each cell starts.
+        self.tf32 = config.getoption("--perf-tf32") == "on"
         self.records: list[dict] = []
         self.ran: dict[str, tuple] = {}  # cell id -> (spec, cell), for the gate's confirm round
         self._envs: dict[str, dict] = {}
@@ -51,25 +56,50 @@ class PerfSession:
         self.collected = 0  # cells collected, and those the --perf-* options kept: to say why none ran
         self.offered: list[Cell] = []
 
-    def selects(self, cell: Cell) -> bool:
-        return all(self.selection[key] is None or getattr(cell, key) in self.selection[key]
-                   for key in ("model", "variant", "precision"))
+    def start_relay(self, workers: int):
+        """On the xdist controller: the plugin that prints the finished-cell lines `workers` workers send."""
+        from perfgate.workers import ProgressRelay
+
+        self.relay = ProgressRelay(self._progress, workers)
+        return self.relay
+
+    def relayed(self, cell_id: str) -> tuple | None:
+        """On an xdist worker: the user property carrying a finished cell's line to the controller, once."""
+        if not self.worker or cell_id not in self.finished:
+            return None
+        from perfgate.workers import ProgressRelay
+
+        return ProgressRelay.KEY, self.finished.pop(cell_id)
+
+    def machine_info(self) -> dict | None:
+        """The first device's environment, for pytest-benchmark's machine_info; None before any cell ran."""
+        return next(iter(self._envs.values()), None)
+
+    def closing_lines(self) -> list[str]:
+        """The terminal summary's lines: where the records went, the cells' times, what the session end said."""
+        lines = []
+        if self.records:
+            lines.append(f"records: {self.results_path}")
+            progress = self.relay.progress if self.relay is not None and self.relay.progress else self.progress
+            if progress is not None and progress.done:
+                lines.append(progress.summary())
+        return lines + self.summary
 
     def _run(self, spec, cell: Cell, record_compiled=None, profile_dir: str | None = None) -> dict:
         import dataclasses
 
+        from perfgate.devices import for_cell
         from perfgate.record import append_record
         from perfgate.validate import checked
         from perfgate.workers import finished_line
 
-        device = self.device(cell)
-        options = self.options(cell, device)
+        options = self.options(cell, for_cell(cell.device_kind, self.worker))
         if profile_dir:
             options = dataclasses.replace(options, profile_dir=profile_dir)
         if self.isolates(cell):
             record = self._run_isolated(spec, cell, options, record_compiled)
         else:
-            record = self._run_here(spec, cell, options, device, record_compiled)
+            record = self._run_here(spec, cell, options, record_compiled)
         # NaN, inf or missing figures on an ok record: the cell failed, whatever run_cell thought.
         record = checked({**record, "run_id": self.run_id, "unfit": self.unfit(cell)})
         self.finished[cell.id] = {"line": finished_line(record), "cell": cell.id, "wall_s": record["wall_s"],
@@ -79,13 +109,15 @@ class PerfSession:
         self.records.append(record)
         return record
 
-    def _run_here(self, spec, cell: Cell, options, device, record_compiled) -> dict:
+    def _run_here(self, spec, cell: Cell, options, record_compiled) -> dict:
         from perfgate.cell import run_cell
+        from perfgate.devices import start_cell
         from perfgate.record import append_record
 
         def checkpoint(partial: dict) -> None:  # superseded by the final record (a later one wins)
             append_record(self.results_path, {**partial, "run_id": self.run_id})
 
+        device = start_cell(options.device, self.tf32)
         return run_cell(spec, cell, options, self.environment(device), self._progress, record_compiled,
                         checkpoint)
 
@@ -112,37 +144,22 @@ class PerfSession:
     def _run_isolated(self, spec, cell: Cell, options, record_compiled) -> dict:
         from perfgate import isolate
 
-        tf32 = self.config.getoption("--perf-tf32") == "on"
-        job = isolate.job_for(cell, options, tf32, self.results_path, self.run_id)
+        job = isolate.job_for(cell, options, self.tf32, self.results_path, self.run_id)
         record = isolate.run_isolated(cell, job, self.time_limit_s(spec, cell), self._progress, record_compiled)
         if record.get("env"):  # what pytest-benchmark's machine_info shows, as an in-process cell leaves it
             self._envs.setdefault(options.device, record["env"])
         return record
 
-    def device(self, cell: Cell):
-        import torch
-
-        if cell.device_kind == "cpu":
-            return torch.device("cpu")
-        # One xdist worker per visible GPU: gw0 -> cuda:0, gw1 -> cuda:1, ...
-        return torch.device("cuda", int((self.worker or "gw0").lstrip("gw") or 0) % torch.cuda.device_count())
-
     def environment(self, device) -> dict:
+        """The environment of `device` (a torch.device), taken once per device and session."""
         from perfgate.env import environment
-        from perfgate.steps import set_tf32
 
-        tf32 = self.config.getoption("--perf-tf32") == "on"
-        if device.type == "cuda":
-            import torch
-
-            torch.cuda.set_device(device)
-            set_tf32(tf32)
         key = str(device)
         if key not in self._envs:
-            self._envs[key] = environment(device, tf32)
+            self._envs[key] = environment(device, self.tf32)
         return self._envs[key]
 
-    def options(self, cell: Cell, device):
+    def options(self, cell: Cell, device: str):
         from perfgate import faults
         from perfgate.cell import RunOptions
         from perfgate.timing import CPU_PLAN, GPU_PLAN
@@ -152,9 +169,9 @@ class PerfSession:
                      "target_round_ms": opt("--perf-round-ms")}
         plan = (GPU_PLAN if cell.device_kind == "gpu" else CPU_PLAN).replace(
             **{key: value for key, value in overrides.items() if value is not None})
-        return RunOptions(device=str(device), plan=plan, warm_compile=opt("--perf-warm-compile"),
+        return RunOptions(device=device, plan=plan, warm_compile=opt("--perf-warm-compile"),
                           cache_dir=opt("--perf-cache-dir"), fault=faults.parse(opt("--perf-inject")),
-                          profile_dir=opt("--perf-profile"), registry=self.config.getini("perf_registry"))
+                          profile_dir=opt("--perf-profile"), registry=self.registry)
 
     def expected_costs(self, cells: list[Cell]) -> dict[str, float]:
         """Expected wall seconds per cell: the --perf-costs (else --perf-history) database's median where the
@@ -172,9 +189,14 @@ class PerfSession:
         self.expected = self.expected_costs(cells)
         self.progress = Progress(len(cells), sum(self.expected.values()))
 
-    def measure(self, spec, cell: Cell, benchmark=None) -> dict:
-        """Run one cell, stream its record, feed pytest-benchmark, and fail the test if the cell failed."""
-        sink = _BenchmarkSink(benchmark, cell)
+    def measure(self, cell: Cell, benchmark=None) -> dict:
+        """Run one cell of the perf_registry zoo, stream its record, feed pytest-benchmark, and fail the test
+        if the cell failed."""
+        from perfgate import zoo
+        from perfgate.bench_sink import BenchmarkSink
+
+        spec = zoo.load(self.registry)[cell.model]
+        sink = BenchmarkSink(benchmark, cell)
         record = self._run(spec, cell, sink.add)
         self.ran[cell.id] = (spec, cell)
         if self.progress is not None and self.worker is None:  # under xdist the controller counts
@@ -188,8 +210,8 @@ class PerfSession:
     def gate(self, records: list[dict], baseline):
         """Gate this run. Cells whose speedup tripped are measured again in this process (a fresh compile)
         and stay regressions only if they trip twice. Reports go to the terminal and --perf-report."""
-        from perfgate.cli import write_reports
         from perfgate.gate import gate_run
+        from perfgate.report_files import write_reports
 
         report_dir = self.config.getoption("--perf-report")
         why_dir = str(Path(report_dir or ".perfgate") / "why")
@@ -236,30 +258,3 @@ class PerfSession:
 def _flagged(outcome) -> set[str]:
     return {finding.cell for report in outcome.reports for finding in report.regressions}
 
-
-class _BenchmarkSink:
-    """Hands each compiled round's device-timed ms per step to pytest-benchmark, so its JSON, --benchmark-save
-    and --benchmark-compare hold the same numbers as perfgate's record (not a host-clock re-measurement)."""
-
-    def __init__(self, benchmark, cell: Cell):
-        self.benchmark = benchmark if benchmark is not None and not benchmark.disabled else None
-        self.stats = None
-        if self.benchmark is not None:
-            self.benchmark.group = f"{cell.model}-{cell.phase}"
-            # Claim the fixture as pedantic() would, so it neither warns "not used" nor can be used twice.
-            self.benchmark._mode = "perfgate device-timed rounds"  # noqa: SLF001
-
-    def add(self, ms_per_step: float) -> None:
-        if self.benchmark is None:
-            return
-        if self.stats is None:
-            self.stats = self.benchmark._make_stats(1)  # noqa: SLF001 - the fixture's own stats entry
-        self.stats.update(ms_per_step / 1e3)
-
-    def annotate(self, record: dict) -> None:
-        if self.benchmark is None:
-            return
-        keys = ("status", "reason", "eager_ms", "compiled_ms", "speedup", "speedup_lo", "speedup_hi",
-                "compile_s", "compile_warm_s", "compile_artifacts_s", "graph_breaks", "recompiles", "numerics",
-                "peak_mem_eager_mb", "peak_mem_compiled_mb", "steps_per_round")
-        self.benchmark.extra_info.update({key: record[key] for key in keys})

@@ -1,20 +1,18 @@
 """How much faster torch.compile makes each model's train and inference step, and is it still right.
 
-One test per (model, variant, precision) of each phase, straight from the zoo. `-m gpu` runs the real
-sizes on a GPU, `-m cpu` the tiny CPU tier; `-m "gpu and pr"` is the PR gate's slice.
+One test per (model, variant, precision) of each phase, straight from the zoo (the ini setting
+perf_registry names it; the plugin parametrizes `cell` for each test marked perf_cells). `-m gpu` runs the
+real sizes on a GPU, `-m cpu` the tiny CPU tier; `-m "gpu and pr"` is the PR gate's slice.
 """
 
 import pytest
 
-from fixtures import REGISTRY
-from perfgate.plugin import cells
 
-
-@pytest.mark.parametrize("cell", cells(REGISTRY, "train"))
+@pytest.mark.perf_cells("train")
 def test_train_step(cell, perf, benchmark):
-    perf.measure(REGISTRY[cell.model], cell, benchmark)
+    perf.measure(cell, benchmark)
 
 
-@pytest.mark.parametrize("cell", cells(REGISTRY, "infer"))
+@pytest.mark.perf_cells("infer")
 def test_infer_step(cell, perf, benchmark):
-    perf.measure(REGISTRY[cell.model], cell, benchmark)
+    perf.measure(cell, benchmark)

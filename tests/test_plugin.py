@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from perfgate.plugin import check_timing
+from perfgate.options import check_timing
 from perfgate.record import load_records
 from tiny_suite import FAST, fixture
 

@@ -23,7 +23,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from perfgate.plugin import cells
 from perfgate.spec import ModelSpec, Size
 
 
@@ -44,14 +43,14 @@ MLP = ModelSpec(
 REGISTRY = {"mlp": MLP}
 
 
-@pytest.mark.parametrize("cell", cells(REGISTRY, "train"))
+@pytest.mark.perf_cells("train")
 def test_train_step(cell, perf, benchmark):
-    perf.measure(REGISTRY[cell.model], cell, benchmark)
+    perf.measure(cell, benchmark)
 
 
-@pytest.mark.parametrize("cell", cells(REGISTRY, "infer"))
+@pytest.mark.perf_cells("infer")
 def test_infer_step(cell, perf, benchmark):
-    perf.measure(REGISTRY[cell.model], cell, benchmark)
+    perf.measure(cell, benchmark)
 '''
 
 FAST = ["-m", "cpu", "-p", "no:randomly", "--perf-warm-compile=off", "--perf-min-rounds=3",

@@ -1,0 +1,38 @@
+"""perfgate.devices: the device a cell runs on, and the fp32 policy (--perf-tf32) set as it starts."""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+from perfgate import devices  # noqa: E402 - needs torch
+
+
+@pytest.fixture
+def fp32_policy():
+    """Put the process-wide fp32 policy back after the test: other tests in this worker share it."""
+    saved = torch.get_float32_matmul_precision(), torch.backends.cudnn.allow_tf32
+    yield
+    torch.set_float32_matmul_precision(saved[0])
+    torch.backends.cudnn.allow_tf32 = saved[1]
+
+
+def test_a_cpu_cell_runs_on_the_cpu_and_leaves_the_fp32_policy_alone(fp32_policy):
+    before = torch.get_float32_matmul_precision(), torch.backends.cudnn.allow_tf32
+    assert devices.for_cell("cpu", "gw3") == "cpu"
+    for tf32 in (True, False):
+        assert devices.start_cell("cpu", tf32) == torch.device("cpu")
+        assert (torch.get_float32_matmul_precision(), torch.backends.cudnn.allow_tf32) == before
+
+
+def test_each_xdist_worker_gets_its_own_gpu(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    assert [devices.for_cell("gpu", w) for w in (None, "gw0", "gw1", "gw2")] == ["cuda:0", "cuda:0", "cuda:1",
+                                                                                "cuda:0"]
+
+
+@pytest.mark.parametrize("tf32, precision", [(True, "high"), (False, "highest")])
+def test_a_cuda_cell_makes_its_device_current_and_sets_the_tf32_option(monkeypatch, fp32_policy, tf32, precision):
+    current = []
+    monkeypatch.setattr(torch.cuda, "set_device", current.append)  # no GPU needed to see the call
+    assert devices.start_cell("cuda:1", tf32) == torch.device("cuda:1")
+    assert current == [torch.device("cuda:1")]
+    assert torch.get_float32_matmul_precision() == precision and torch.backends.cudnn.allow_tf32 is tf32
