@@ -23,7 +23,7 @@ from typing import Callable
 import torch
 
 from perfgate import artifacts, clocks, faults, introspect, why
-from perfgate.matrix import VARIANTS, WARM_COMPILE, Cell
+from perfgate.matrix import PRECISIONS, VARIANTS, WARM_COMPILE, Cell
 from perfgate.numerics import judge
 from perfgate.peaks import peak_tflops
 from perfgate.record import UNFINISHED, new_record
@@ -307,7 +307,7 @@ def _compile(side: Side, spec, cell, options) -> None:
 def _reference_steps(spec, cell, size, state, host_batches, device):
     """Two captured steps of a higher-precision copy: fp64 where it fits, else (AMP cells) strict fp32,
     else none (numerics then compares compiled with eager by the fallback tolerance)."""
-    choices = [("fp64", torch.float64)] + ([("fp32", torch.float32)] if cell.precision != "fp32" else [])
+    choices = [("fp64", torch.float64)] + ([("fp32", torch.float32)] if PRECISIONS[cell.precision].amp else [])
     notes = []
     for kind, dtype in choices:
         try:

@@ -63,9 +63,8 @@ class Tolerance:
 
 
 DEFAULT_TOLERANCES: Mapping[str, Tolerance] = {
-    "fp32": Tolerance(multiplier=2.0, floor=1e-4, fallback_rtol=1e-2),
-    "amp_fp16": Tolerance(multiplier=3.0, floor=1e-3, fallback_rtol=5e-2),
-    "amp_bf16": Tolerance(multiplier=3.0, floor=1e-3, fallback_rtol=5e-2),
+    p.name: Tolerance(multiplier=p.rmse_multiplier, floor=p.rms_floor, fallback_rtol=p.fallback_rtol)
+    for p in PRECISIONS.values()
 }
 
 

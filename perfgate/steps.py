@@ -7,7 +7,7 @@ import contextlib
 import torch
 from torch import nn
 
-AMP_DTYPES = {"amp_fp16": torch.float16, "amp_bf16": torch.bfloat16}
+from perfgate.matrix import PRECISIONS
 
 # GradScaler's default first scale (65536) overflows fp16 gradients in the first steps, so those steps are
 # skipped; the numerics check compares exactly those first two steps, so start lower and let it grow.
@@ -21,9 +21,10 @@ def set_tf32(enabled: bool) -> None:
 
 
 def autocast(precision: str, device: torch.device):
-    if precision == "fp32":
+    amp_dtype = PRECISIONS[precision].amp_dtype
+    if amp_dtype is None:
         return contextlib.nullcontext()
-    return torch.autocast(device.type, dtype=AMP_DTYPES[precision])
+    return torch.autocast(device.type, dtype=getattr(torch, amp_dtype))
 
 
 class Task(nn.Module):
@@ -50,9 +51,8 @@ class Side:
         if phase == "train":
             model.train()
             self.optimizer = torch.optim.AdamW(model.parameters(), lr=spec.lr)
-            use_scaler = precision == "amp_fp16"
             self.scaler = (torch.amp.GradScaler(device.type, init_scale=GRAD_SCALER_INIT_SCALE)
-                           if use_scaler else None)
+                           if PRECISIONS[precision].uses_scaler else None)
         else:
             model.eval()
             self.optimizer = self.scaler = None
@@ -77,9 +77,7 @@ class Side:
             self.optimizer.step = torch.compile(own_step, backend=variant.backend)
         # CUDA-graph trees must be told where a step starts, or a later step may overwrite outputs an
         # earlier one still holds (the optimizer reads gradients after backward).
-        mode = compile_kwargs.get("mode") or ""
-        self.cudagraph_steps = self.device.type == "cuda" and (
-            compile_kwargs.get("backend") == "cudagraphs" or mode in ("reduce-overhead", "max-autotune"))
+        self.cudagraph_steps = self.device.type == "cuda" and variant.cuda_graphs
 
     def step(self, batch: dict):
         if self.cudagraph_steps:
