@@ -254,14 +254,13 @@ def _shaped(spec, size, variant, batches: list) -> tuple[list, int]:
     recompiles after the first call the strategy may cost (buckets: one per further length)."""
     if spec.pad is None:
         return batches, 0
-    config = size.config
     lengths = [spec.seq_len(b) for b in batches]
     if variant.shapes is None:
-        targets = [config["max_seq"]] * len(batches)
+        targets = [size.max_seq] * len(batches)
     elif variant.shapes == "longest8":
         targets = [8 * math.ceil(n / 8) for n in lengths]
     else:
-        targets = [min(b for b in config["buckets"] if b >= n) for n in lengths]
+        targets = [min(b for b in size.buckets if b >= n) for n in lengths]
     allowed = len(set(targets)) - 1 if variant.shapes == "buckets" else 0
     return [spec.pad(b, n) for b, n in zip(batches, targets)], allowed
 

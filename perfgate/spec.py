@@ -17,11 +17,16 @@ class Size:
 
     `config` goes to ModelSpec.build and ModelSpec.make_batch unchanged (layers, widths, sequence length,
     image size); `batch` is samples per step; `units_per_sample` is tokens or images per sample.
+    A variable-length model also gives what the engine's padding strategies (matrix.Variant.shapes) pad to:
+    `max_seq`, the longest sequence (pad-to-max), and `buckets`, the fixed lengths of the bucketed strategy,
+    ascending and ending at max_seq; both in the model's sequence unit (tokens).
     """
 
     config: Mapping[str, Any]
     batch: int
     units_per_sample: int = 1
+    max_seq: int | None = None
+    buckets: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -102,7 +107,7 @@ class ModelSpec:
     pad(batch, length) -> the batch padded to `length` along its sequence axis
     seq_len(batch) -> its unpadded length; `dynamic_dims` the (key, dim) pairs that vary
     `stream` batches of different lengths make one round, so eager and compiled see the same mix.
-    The size's config holds "max_seq" and "buckets" (the fixed lengths of the bucketed strategy).
+    Each of its sizes gives max_seq and buckets (Size).
     """
 
     name: str
@@ -131,6 +136,10 @@ class ModelSpec:
         missing = [p for p in PRECISIONS if p not in self.tolerances]
         if missing:
             raise ValueError(f"model {self.name!r}: no tolerance for precision(s) {missing}")
+        unpadded = [kind for kind, size in self.sizes.items() if not (size.max_seq and size.buckets)]
+        if self.pad is not None and unpadded:
+            raise ValueError(f"model {self.name!r} pads its sequences but size(s) {unpadded} give no max_seq "
+                             "and buckets")
 
     def runs(self, variant, phase: str) -> bool:
         """Whether a variant means anything for this model and phase."""
