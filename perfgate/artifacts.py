@@ -33,8 +33,8 @@ from perfgate.matrix import Cell
 from perfgate.record import error_line
 from perfgate.steps import cell_batches, compiled_side, initial_state, sync
 
-# A cold GPU training compile took 25-70 s on an H100 (DESIGN.md); loading artifacts should cost less. Past
-# this many seconds the child (and its compile workers) is killed and the cell goes on without the number.
+# A cold GPU training compile took 25-70 s on an H100; loading artifacts should cost less. Past this many
+# seconds the child (and its compile workers) is killed and the cell goes on without the number.
 CHILD_TIMEOUT_S = 600.0
 
 # The directory perfgate is imported from: the child must run this copy, not another one installed.

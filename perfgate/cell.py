@@ -25,7 +25,7 @@ from perfgate import artifacts, clocks, faults, introspect, why
 from perfgate.matrix import PRECISIONS, VARIANTS, WARM_COMPILE, Cell
 from perfgate.numerics import judge
 from perfgate.peaks import peak_tflops
-from perfgate.record import UNFINISHED, new_record
+from perfgate.record import UNFINISHED, error_line, new_record
 from perfgate.steps import Side, build_model, cell_batches, compiled_side, initial_state, sync, to_device
 from perfgate.timing import TimingPlan, interleaved_rounds, steps_per_round, warm_up
 
@@ -78,9 +78,9 @@ def run_cell(spec, cell: Cell, options: RunOptions, env: dict,
     except CellFailure as failure:
         record["status"], record["reason"] = "failed", str(failure)
     except torch.OutOfMemoryError as err:
-        record["status"], record["reason"] = "failed", f"out of memory: {_first_line(err)}"
+        record["status"], record["reason"] = "failed", f"out of memory: {_message(err)}"
     except Exception as err:  # noqa: BLE001 - a failing cell must never take the session down
-        record["status"], record["reason"] = "failed", f"{type(err).__name__}: {_first_line(err)}"
+        record["status"], record["reason"] = "failed", error_line(err)
     finally:
         record["wall_s"] = round(time.perf_counter() - started, 2)
         _clean_up()
@@ -102,9 +102,9 @@ def _checkpointing(progress, checkpoint, record: dict, started: float):
     return stage
 
 
-def _first_line(err: BaseException) -> str:
-    text = str(err).strip()
-    return text.splitlines()[0][:500] if text else "(no message)"
+def _message(err: BaseException) -> str:
+    """error_line without the type name, where the words before it already say what failed."""
+    return error_line(err).partition(": ")[2]
 
 
 @contextlib.contextmanager
@@ -258,7 +258,7 @@ def _reference_steps(spec, cell, size, state, host_batches, device):
                 side = Side(spec, build_model(spec, size, state, device, dtype), cell.phase, "fp32", device)
                 return _captured_steps(side, [to_device(b, device, dtype) for b in host_batches]), kind
         except (torch.OutOfMemoryError, RuntimeError) as err:
-            notes.append(f"{kind}: {_first_line(err)[:120]}")
+            notes.append(f"{kind}: {_message(err)[:120]}")
         finally:
             side = None
             _clean_up()

@@ -6,20 +6,17 @@ A cell is (model, phase, variant, precision) on a device kind ("gpu" or "cpu"). 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Iterable, Mapping
 
-PHASES = ("train", "infer")
 # --perf-warm-compile: "on" times the compile again in this process with the on-disk caches warm;
 # "artifacts" also times it in a fresh process handed torch.compiler.save_cache_artifacts()'s bytes.
 WARM_COMPILE = ("off", "on", "artifacts")
-TIERS = ("pr", "nightly")
 # An isolated cell's time limit, seconds (--perf-isolate). A cold GPU training compile took 25-70 s on an
 # H100 and a whole cell a few minutes; max-autotune benchmarks every kernel's configurations (resnet50
 # inference, amp_bf16, was still compiling at ~300 s), so it gets more.
 DEFAULT_TIME_LIMIT_S = 900.0
 AUTOTUNE_TIME_LIMIT_S = 2400.0
-DEVICE_KINDS = ("gpu", "cpu")
 
 
 @dataclass(frozen=True)
@@ -149,7 +146,6 @@ class Cell:
     precision: str
     device_kind: str = "gpu"
     tier: str = "nightly"
-    marks: tuple = field(default=(), compare=False)
 
     @property
     def id(self) -> str:
