@@ -7,7 +7,7 @@ again; what it pays for the load and the first compiled call is what a new machi
 pays. Measured in this process the number would mean nothing: here the compile is as fast without them.
 
 The child finds the model by the registry's import path and the model's name (a spec holds lambdas and
-cannot be pickled), builds the side with cell.py's own code and writes one JSON result. A child that fails
+cannot be pickled), builds the side with the cell's own code (perfgate.steps) and writes one JSON result. A child that fails
 or hangs never fails the cell: the record's compile_artifacts_note says why its time is null.
 
 Run as `python -m perfgate.artifacts JOB_DIR` (by measure_in_child only).
@@ -28,10 +28,13 @@ from pathlib import Path
 
 import torch
 
+from perfgate.faults import Fault
+from perfgate.matrix import Cell
 from perfgate.record import error_line
+from perfgate.steps import cell_batches, compiled_side, initial_state, sync
 
-# A cold GPU training compile took 25-70 s on an H100 (DESIGN.md); loading artifacts should cost less. Past
-# this many seconds the child (and its compile workers) is killed and the cell goes on without the number.
+# A cold GPU training compile took 25-70 s on an H100; loading artifacts should cost less. Past this many
+# seconds the child (and its compile workers) is killed and the cell goes on without the number.
 CHILD_TIMEOUT_S = 600.0
 
 # The directory perfgate is imported from: the child must run this copy, not another one installed.
@@ -156,23 +159,16 @@ def _first_call(job: dict, data: bytes) -> dict:
 
     from torch._dynamo.utils import counters
 
-    # Imported here: cell.py imports this module (and a registry that does not import fails before it).
-    from perfgate.cell import RunOptions, cell_batches, compiled_side, initial_state, sync
-    from perfgate.faults import Fault
-    from perfgate.matrix import Cell
-
     cell = Cell(**job["cell"])
     device = torch.device(job["device"])
     if device.type == "cuda":
         torch.cuda.set_device(device)
     torch.set_float32_matmul_precision(job["matmul_precision"])
     torch.backends.cudnn.allow_tf32 = job["cudnn_tf32"]
-    options = RunOptions(device=job["device"], seed=job["seed"],
-                         fault=Fault(**job["fault"]) if job["fault"] else None)
     size = spec.sizes[cell.device_kind]
-    state = initial_state(spec, size, options.seed)
-    _, batches, _ = cell_batches(spec, cell, size, options.seed, device)
-    side = compiled_side(spec, cell, size, state, device, options)
+    state = initial_state(spec, size, job["seed"])
+    _, batches, _ = cell_batches(spec, cell, size, job["seed"], device)
+    side = compiled_side(spec, cell, size, state, device, Fault(**job["fault"]) if job["fault"] else None)
     sync(device)
     t0 = time.perf_counter()
     if torch.compiler.load_cache_artifacts(data) is None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import math
 import os
 import shutil
 import statistics
@@ -23,11 +22,11 @@ from typing import Callable
 import torch
 
 from perfgate import artifacts, clocks, faults, introspect, why
-from perfgate.matrix import VARIANTS, WARM_COMPILE, Cell
+from perfgate.matrix import PRECISIONS, VARIANTS, WARM_COMPILE, Cell
 from perfgate.numerics import judge
 from perfgate.peaks import peak_tflops
-from perfgate.record import UNFINISHED, new_record
-from perfgate.steps import Side, to_device
+from perfgate.record import UNFINISHED, error_line, new_record
+from perfgate.steps import Side, build_model, cell_batches, compiled_side, initial_state, sync, to_device
 from perfgate.timing import TimingPlan, interleaved_rounds, steps_per_round, warm_up
 
 MIB = 2**20
@@ -79,9 +78,9 @@ def run_cell(spec, cell: Cell, options: RunOptions, env: dict,
     except CellFailure as failure:
         record["status"], record["reason"] = "failed", str(failure)
     except torch.OutOfMemoryError as err:
-        record["status"], record["reason"] = "failed", f"out of memory: {_first_line(err)}"
+        record["status"], record["reason"] = "failed", f"out of memory: {_message(err)}"
     except Exception as err:  # noqa: BLE001 - a failing cell must never take the session down
-        record["status"], record["reason"] = "failed", f"{type(err).__name__}: {_first_line(err)}"
+        record["status"], record["reason"] = "failed", error_line(err)
     finally:
         record["wall_s"] = round(time.perf_counter() - started, 2)
         _clean_up()
@@ -103,9 +102,9 @@ def _checkpointing(progress, checkpoint, record: dict, started: float):
     return stage
 
 
-def _first_line(err: BaseException) -> str:
-    text = str(err).strip()
-    return text.splitlines()[0][:500] if text else "(no message)"
+def _message(err: BaseException) -> str:
+    """error_line without the type name, where the words before it already say what failed."""
+    return error_line(err).partition(": ")[2]
 
 
 @contextlib.contextmanager
@@ -155,7 +154,7 @@ def _measure(spec, cell: Cell, options: RunOptions, record: dict, progress, reco
 
     # Eager side, alone on the device: its memory is what it allocates beyond what was there before.
     memory = _Memory(device)
-    eager = Side(spec, _model(spec, size, state, device), cell.phase, cell.precision, device)
+    eager = Side(spec, build_model(spec, size, state, device), cell.phase, cell.precision, device)
     eager_captured = _captured_steps(eager, batches)
     eager_step = _cycling(eager, timed)
     memory.reset()
@@ -164,7 +163,7 @@ def _measure(spec, cell: Cell, options: RunOptions, record: dict, progress, reco
 
     # Rebase first: the compiled side's weights are its own, as the eager side's are counted in its peak.
     memory.rebase()
-    compiled = compiled_side(spec, cell, size, state, device, options)
+    compiled = compiled_side(spec, cell, size, state, device, options.fault)
     progress(f"{cell.id}: compiling ({cell.variant})")
     faults.at_compile(options.fault)  # test-only: a hung or crashing compile
     t0 = time.perf_counter()
@@ -217,27 +216,6 @@ def _measure(spec, cell: Cell, options: RunOptions, record: dict, progress, reco
     return saved
 
 
-def initial_state(spec, size, seed: int) -> dict:
-    """The weights both sides start from: the model's random init under `seed`."""
-    torch.manual_seed(seed)
-    return {k: v.detach().clone() for k, v in spec.build(size.config).state_dict().items()}
-
-
-def cell_batches(spec, cell: Cell, size, seed: int, device: torch.device) -> tuple[list, list, int]:
-    """The cell's batches, seeded: on the host, on the device (sequence dims marked dynamic where the
-    variant says), and the recompiles their shapes may cost."""
-    generator = torch.Generator().manual_seed(seed)
-    variant = VARIANTS[cell.variant]
-    raw = [spec.make_batch(size.config, size.batch, generator) for _ in range(max(2, spec.stream))]
-    host_batches, allowed = _shaped(spec, size, variant, raw)
-    batches = [to_device(b, device) for b in host_batches]
-    if variant.mark_dynamic:
-        for batch in batches:
-            for key, dim in spec.dynamic_dims:
-                torch._dynamo.mark_dynamic(batch[key], dim)
-    return host_batches, batches, allowed
-
-
 def _raise_if_wrong(record: dict) -> None:
     if record["numerics"] != "pass":
         detail = record["numerics_detail"]
@@ -247,23 +225,6 @@ def _raise_if_wrong(record: dict) -> None:
         first_reason = f" ({record['recompile_reasons'][0]})" if record["recompile_reasons"] else ""
         raise CellFailure(f"{record['recompiles']} recompile(s) after the first call; "
                           f"{record['variant']} allows {record['recompiles_allowed']}{first_reason}")
-
-
-def _shaped(spec, size, variant, batches: list) -> tuple[list, int]:
-    """Pad a variable-length model's batches as the variant's strategy says; returns them and how many
-    recompiles after the first call the strategy may cost (buckets: one per further length)."""
-    if spec.pad is None:
-        return batches, 0
-    config = size.config
-    lengths = [spec.seq_len(b) for b in batches]
-    if variant.shapes is None:
-        targets = [config["max_seq"]] * len(batches)
-    elif variant.shapes == "longest8":
-        targets = [8 * math.ceil(n / 8) for n in lengths]
-    else:
-        targets = [min(b for b in config["buckets"] if b >= n) for n in lengths]
-    allowed = len(set(targets)) - 1 if variant.shapes == "buckets" else 0
-    return [spec.pad(b, n) for b, n in zip(batches, targets)], allowed
 
 
 def _faulted(step, fault, device: torch.device, stream: int):
@@ -286,36 +247,18 @@ def _captured_steps(side: Side, batches: list) -> list[dict]:
     return [side.captured_step(batches[0], tensors=False), side.captured_step(batches[1])]
 
 
-def _model(spec, size, state: dict, device: torch.device, dtype: torch.dtype | None = None):
-    model = spec.build(size.config)
-    model.load_state_dict(state)
-    return model.to(device=device, dtype=dtype)
-
-
-def compiled_side(spec, cell, size, state, device, options) -> Side:
-    side = Side(spec, _model(spec, size, state, device), cell.phase, cell.precision, device)
-    _compile(side, spec, cell, options)
-    return side
-
-
-def _compile(side: Side, spec, cell, options) -> None:
-    """Plant the test-only fault (if any) in a fresh task and compile it as the cell's variant says."""
-    side.task = faults.wrap_task(side.eager_task(), spec, options.fault)
-    side.compile(VARIANTS[cell.variant])
-
-
 def _reference_steps(spec, cell, size, state, host_batches, device):
     """Two captured steps of a higher-precision copy: fp64 where it fits, else (AMP cells) strict fp32,
     else none (numerics then compares compiled with eager by the fallback tolerance)."""
-    choices = [("fp64", torch.float64)] + ([("fp32", torch.float32)] if cell.precision != "fp32" else [])
+    choices = [("fp64", torch.float64)] + ([("fp32", torch.float32)] if PRECISIONS[cell.precision].amp else [])
     notes = []
     for kind, dtype in choices:
         try:
             with _strict_fp32():
-                side = Side(spec, _model(spec, size, state, device, dtype), cell.phase, "fp32", device)
+                side = Side(spec, build_model(spec, size, state, device, dtype), cell.phase, "fp32", device)
                 return _captured_steps(side, [to_device(b, device, dtype) for b in host_batches]), kind
         except (torch.OutOfMemoryError, RuntimeError) as err:
-            notes.append(f"{kind}: {_first_line(err)[:120]}")
+            notes.append(f"{kind}: {_message(err)[:120]}")
         finally:
             side = None
             _clean_up()
@@ -354,11 +297,6 @@ class _Memory:
         return round((torch.cuda.max_memory_allocated() - self.base) / MIB, 1) if self.cuda else None
 
 
-def sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def _store_timing(record: dict, rounds) -> None:
     interval = rounds.speedup()
     record.update(
@@ -392,7 +330,7 @@ def _warm_compile_s(compiled: Side, spec, cell, batch, device, options) -> float
 
     introspect.reset_compiler()
     clear_caches()
-    _compile(compiled, spec, cell, options)
+    compiled.compile(VARIANTS[cell.variant], options.fault)
     t0 = time.perf_counter()
     compiled.step(batch)
     sync(device)

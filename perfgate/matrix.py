@@ -6,28 +6,60 @@ A cell is (model, phase, variant, precision) on a device kind ("gpu" or "cpu"). 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Iterable, Mapping
 
-PHASES = ("train", "infer")
-PRECISIONS = ("fp32", "amp_fp16", "amp_bf16")
 # --perf-warm-compile: "on" times the compile again in this process with the on-disk caches warm;
 # "artifacts" also times it in a fresh process handed torch.compiler.save_cache_artifacts()'s bytes.
 WARM_COMPILE = ("off", "on", "artifacts")
-TIERS = ("pr", "nightly")
 # An isolated cell's time limit, seconds (--perf-isolate). A cold GPU training compile took 25-70 s on an
 # H100 and a whole cell a few minutes; max-autotune benchmarks every kernel's configurations (resnet50
 # inference, amp_bf16, was still compiling at ~300 s), so it gets more.
 DEFAULT_TIME_LIMIT_S = 900.0
 AUTOTUNE_TIME_LIMIT_S = 2400.0
-DEVICE_KINDS = ("gpu", "cpu")
+
+
+@dataclass(frozen=True)
+class Precision:
+    """What a precision means to a cell. Dtypes are names ("bfloat16"): this module imports no torch.
+
+    `amp_dtype`: the dtype autocast runs the step in; None runs it in plain fp32 (under the fp32 policy).
+    `uses_scaler`: training scales the loss with a GradScaler: fp16's 5-bit exponent underflows gradients.
+    `peak_key`: the column of perfgate.peaks' table; "fp32" reads "tf32" where the fp32 policy allows TF32.
+    `rmse_multiplier`, `rms_floor`, `fallback_rtol`: the default numerics tolerance (perfgate.spec.Tolerance):
+        PyTorch's accuracy CI lets compiled's RMSE against fp64 be about 2x eager's for fp32, 3x for fp16/bf16.
+    """
+
+    name: str
+    amp_dtype: str | None
+    uses_scaler: bool
+    peak_key: str
+    rmse_multiplier: float
+    rms_floor: float
+    fallback_rtol: float
+
+    @property
+    def amp(self) -> bool:
+        return self.amp_dtype is not None
+
+
+PRECISIONS: Mapping[str, Precision] = {
+    p.name: p
+    for p in (
+        Precision("fp32", None, uses_scaler=False, peak_key="fp32",
+                  rmse_multiplier=2.0, rms_floor=1e-4, fallback_rtol=1e-2),
+        Precision("amp_fp16", "float16", uses_scaler=True, peak_key="fp16",
+                  rmse_multiplier=3.0, rms_floor=1e-3, fallback_rtol=5e-2),
+        Precision("amp_bf16", "bfloat16", uses_scaler=False, peak_key="bf16",
+                  rmse_multiplier=3.0, rms_floor=1e-3, fallback_rtol=5e-2),
+    )
+}
 
 
 @dataclass(frozen=True)
 class Variant:
     """One way of compiling: a torch.compile backend plus its options.
 
-    `needs_cuda`: CUDA graphs exist only on CUDA, so these variants are never generated for the CPU tier.
     `shapes`: how a variable-length model's batches are padded (None: to the maximum, one static shape):
         "longest8": to the batch's longest, a multiple of 8 (SDPA recompiles on other alignments);
         "buckets": to the nearest of the model's fixed lengths (a bounded number of static graphs).
@@ -41,7 +73,6 @@ class Variant:
     name: str
     backend: str
     mode: str | None = None
-    needs_cuda: bool = False
     fullgraph: bool = False
     dynamic: bool | None = None
     shapes: str | None = None
@@ -54,6 +85,12 @@ class Variant:
         if self.inductor_config and self.mode is not None:
             raise ValueError(f"variant {self.name!r}: inductor_config and mode={self.mode!r} exclude each "
                              "other in torch.compile; give one")
+
+    @property
+    def cuda_graphs(self) -> bool:
+        """Whether the compiled step replays CUDA graphs (on a CUDA device): the cudagraphs backend, or
+        inductor's reduce-overhead and max-autotune modes (max-autotune-no-cudagraphs does not)."""
+        return self.backend == "cudagraphs" or self.mode in ("reduce-overhead", "max-autotune")
 
     @property
     def time_limit_s(self) -> float:
@@ -75,11 +112,11 @@ VARIANTS: Mapping[str, Variant] = {
     v.name: v
     for v in (
         Variant("inductor_default", "inductor", "default"),
-        Variant("inductor_reduce_overhead", "inductor", "reduce-overhead", needs_cuda=True),
-        Variant("inductor_max_autotune", "inductor", "max-autotune", needs_cuda=True),
+        Variant("inductor_reduce_overhead", "inductor", "reduce-overhead"),
+        Variant("inductor_max_autotune", "inductor", "max-autotune"),
         Variant("inductor_max_autotune_no_cudagraphs", "inductor", "max-autotune-no-cudagraphs"),
         Variant("inductor_fullgraph", "inductor", "default", fullgraph=True),
-        Variant("cudagraphs", "cudagraphs", needs_cuda=True),
+        Variant("cudagraphs", "cudagraphs"),
         Variant("aot_eager", "aot_eager"),
         Variant("inductor_compiled_optimizer", "inductor", "default", compiled_optimizer=True),
         Variant("inductor_regional", "inductor", "default", regional=True),
@@ -109,7 +146,6 @@ class Cell:
     precision: str
     device_kind: str = "gpu"
     tier: str = "nightly"
-    marks: tuple = field(default=(), compare=False)
 
     @property
     def id(self) -> str:

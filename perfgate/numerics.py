@@ -3,7 +3,7 @@
 Each captured tensor (an output, the loss of each step, every gradient, every parameter after two optimizer
 steps) is judged alone, so one broken small tensor is not averaged away by a large healthy one. Its limit
 also carries a floor from its group (the gradients, or the parameter updates, of the same step), so a tensor
-that is rounding noise at the model's scale is not judged against its own noise (see Tolerance).
+that is rounding noise at the model's scale is not judged against its own noise (docs/numerics.md).
 """
 
 from __future__ import annotations

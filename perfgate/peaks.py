@@ -7,6 +7,8 @@ policy allows it.
 
 from __future__ import annotations
 
+from perfgate.matrix import PRECISIONS
+
 # Matched as substrings of the lower-cased device name, first match wins: specific parts before families.
 PEAK_TFLOPS = {
     "h100 pcie": {"bf16": 756.0, "fp16": 756.0, "tf32": 378.0, "fp32": 51.0},
@@ -15,8 +17,6 @@ PEAK_TFLOPS = {
     "a100": {"bf16": 312.0, "fp16": 312.0, "tf32": 156.0, "fp32": 19.5},
     "l4": {"bf16": 121.0, "fp16": 121.0, "tf32": 60.0, "fp32": 30.3},
 }
-
-PRECISION_UNIT = {"amp_bf16": "bf16", "amp_fp16": "fp16"}
 
 
 def peak_tflops(gpu_name: str | None, precision: str, tf32: bool | None) -> float | None:
@@ -27,5 +27,5 @@ def peak_tflops(gpu_name: str | None, precision: str, tf32: bool | None) -> floa
     table = next((peaks for key, peaks in PEAK_TFLOPS.items() if key in name), None)
     if table is None:
         return None
-    unit = PRECISION_UNIT.get(precision, "tf32" if tf32 else "fp32")
-    return table[unit]
+    key = PRECISIONS[precision].peak_key
+    return table["tf32" if key == "fp32" and tf32 else key]

@@ -1,59 +1,10 @@
 """The gate's rules: small frozen objects (metric, direction, threshold), each with a `check(base_cell,
 cur_record)` that returns a Finding or None. Imports no torch.
 
-Three clocks, three ratio rules (SpeedupRule, one per perfgate.record.CLOCKS metric):
-
-    wall    speedup          eager / compiled ms per step, host stalls included: what a user gets. 5 %
-    device  device_speedup   eager / compiled GPU-busy ms per step: the compiled kernels' own work. 2.5 %
-    host    host_speedup     eager / compiled host ms to issue a step (HostTimeRule): the threshold is a
-                             growth of compiled host time relative to eager's, +15 % (host_speedup down 13.0 %)
-
-Compiled training steps on H100 leases are host-bound (resnet50 train compiled 61 % GPU-busy): their wall
-speedup follows the lease's host CPU (2.19x, 1.82x, 1.54x on three leases one day), so the wall rule cannot
-see a 3-7 % loss there; the device rule can (device ratios move ~0.2 % between runs), and the host rule
-catches the compiled step getting costlier to issue.
-
-Each ratio rule works on log ratios, where a drop and a gain of the same ratio weigh alike and noise is
-relative (r is the rule's metric):
-
-    d      = log(baseline r) - log(current r)                          the drop (> 0 a loss)
-    sigma  = sqrt(s_rr^2 (1 + 1/n) + s_cur^2)                          the sd of d when nothing changed
-    s_rr   = the baseline's run-to-run sd of log r over its n runs (baseline cell `{r}_spread`: a robust
-             MAD-based sd, never below a run's own in-run sd; perfgate.baseline.run_to_run_sd): each run is
-             its own process and compile, so a new run differs from the baseline's by this much (s_rr^2)
-             plus the baseline median's own error (s_rr^2 / n)
-    s_cur  = the current run's in-run sd: its 95 % interval's half-width in log terms / 1.96. Counted on
-             top of s_rr (which holds the baseline runs' in-run noise already) so a run measured on a noisy
-             machine cannot trip on its own noise
-    regression  iff  d > z * sigma                       the drop is real (z = 2: one-sided ~2 % per round)
-              and    d > max(t - z * sigma, t / 2)        and large enough (t: the threshold as a log drop)
-
-The second line sits z sds below the threshold, so a true drop of exactly the threshold crosses it ~98 % of
-the time (when sigma is right); it never goes below half the threshold, so small true drops on quiet cells
-do not fail the gate (with one z for both lines, max(z sigma, t - z sigma) bottoms out at t / 2 anyway; the
-floor matters for other settings). A cell's effective threshold is the larger line: the smallest drop that
-trips it. Where noise pushes it past the threshold (z * sigma > t) the cell is noise-limited: the gate
-cannot promise to catch a drop of the threshold there, and the report says so. A baseline cell with fewer
-than 2 ok runs has no run-to-run evidence: sigma then falls back to the baseline's and the current run's
-interval widths, which are narrower than run-to-run noise, and the report says that too. An improvement is
-the mirror image (a gain past the same line in log terms).
-
-A clock the baseline cell has and the current ok record lacks is a regression ("device clock missing now"):
-a gate must not pass because a clock broke. A clock the baseline lacks (made before the clock existed, or a
-CPU baseline: no device clock) is not compared; the gate's notes say to remake an old baseline.
-
-Host CPU (foreign_cpu_advisory): a baseline records its runs' host CPUs (header `host_cpus`). When a record
-ran on a CPU that is not among them, the WALL rule's findings for a cell whose compiled step is host-bound
-(record `bound` "host") become ADVISORY: reported, never failing the gate, not re-measured, since that
-speedup moves with the CPU (above) and a gate would fail or pass on the lease it drew. Device-bound cells
-still gate on the wall clock (their wall time follows the GPU). The device rule gates as usual: GPU busy time
-does not depend on the host CPU. So does the host rule: it is a same-process ratio of compiled to eager host
-time, and a faster or slower CPU moves both sides.
-
-The plugin re-measures the cells that any ratio rule trips (gate.speedup_suspects, gate.confirm), so such a
-regression must trip twice on the same clock; docs/gate-power.md (made by tests/gate_power.py) has the rates
-this gives. The weak spot is s_rr: from 3 runs it has 2 degrees of freedom (fewer with the MAD), so
-baselines should hold 5 or more runs.
+One ratio rule per clock (perfgate.record.CLOCKS), on log ratios against the baseline's run-to-run noise:
+wall `speedup` 5 %, device `device_speedup` 2.5 %, host time (HostTimeRule) +15 %. Count, relative,
+numerics and status rules cover the rest. How the ratio rules decide, and why: docs/gate-power.md ("How the
+rules decide").
 """
 
 from __future__ import annotations
@@ -265,7 +216,7 @@ def host_ms_text(record: dict) -> str:
 
 def foreign_cpu_advisory(rule, finding: Finding, cur: dict, host_cpus) -> Finding:
     """The finding as the gate should count it: the wall rule's finding on a host-bound cell measured on a
-    host CPU the baseline never ran on becomes ADVISORY (see the module docstring); anything else as is."""
+    host CPU the baseline never ran on becomes ADVISORY (docs/gate-power.md says why); anything else as is."""
     cpu = (cur.get("env") or {}).get("cpu_model")
     if (not getattr(rule, "follows_host_cpu", False) or finding.kind not in (REGRESSION, IMPROVEMENT)
             or finding.current is None or not cpu or not host_cpus or cpu in host_cpus

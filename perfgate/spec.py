@@ -17,42 +17,28 @@ class Size:
 
     `config` goes to ModelSpec.build and ModelSpec.make_batch unchanged (layers, widths, sequence length,
     image size); `batch` is samples per step; `units_per_sample` is tokens or images per sample.
+    A variable-length model also gives what the engine's padding strategies (matrix.Variant.shapes) pad to:
+    `max_seq`, the longest sequence (pad-to-max), and `buckets`, the fixed lengths of the bucketed strategy,
+    ascending and ending at max_seq; both in the model's sequence unit (tokens).
     """
 
     config: Mapping[str, Any]
     batch: int
     units_per_sample: int = 1
+    max_seq: int | None = None
+    buckets: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
 class Tolerance:
-    """The RMSE-multiplier rule of PyTorch's accuracy CI.
+    """The RMSE-multiplier rule of PyTorch's accuracy CI, per captured tensor (perfgate.numerics judges).
 
     compiled passes if  rmse(compiled, ref) <= multiplier * rmse(eager, ref) + floor * rms(ref) + group floor
-    `floor` is relative to the reference's own RMS, so one number serves logits, losses and gradients of
-    any scale; it only matters where eager happens to be (almost) exact. `fallback_rtol` applies when no
-    higher-precision reference fits: rmse(compiled, eager) <= fallback_rtol * rms(eager) + group floor.
-
-    Parameters after the optimizer steps get `update_floor * rms(ref update)` on top: AdamW normalises
-    each element's step to about lr, so a gradient element near zero whose sign flips under bf16 rounding
-    moves by 2 lr. Seen on an H100: a few such flips put 3-9 % of the update's RMS on single bias tensors
-    of gpt2, vit_b16 and segformer_b2 while their gradients passed.
-
-    The group floor is the same idea at the scale of the tensor's group in that step: gradients get
-    `floor * rms(all gradients of the step)`, parameters `update_floor * rms(all parameter updates of the
-    step)` (pooled over elements, on the reference); outputs and losses get none (each is its own group).
-    Seen on an H100 (torch 2.11, amp_bf16): the captioner's ViT key biases have a gradient that is zero in
-    exact arithmetic (a bias on every key adds the same q.b to a query row's scores; softmax ignores the
-    shift), so every side's gradient is rounding noise and the per-tensor rule compared noise with noise:
-    layer 0's compiled rmse 2.28e-10 against eager's 5.25e-13, limit 2.05e-12 (ratio 111), layers 1-6 at
-    ratios 1.4-36. AdamW then turned that noise into parameter steps of rmse 1.7e-6 to 8.7e-6 against limits
-    of 3.9e-8 to 3.4e-7 (the biases' own reference updates are ~0), and a cross-attention c_attn.bias (half
-    of it key bias) stood at 2.4e-5 against 2.27e-5. The pad-to-max cell of the same model passed: which cell
-    tripped was luck. A gradient ~1e-6 of the step's gradient RMS is rounding, not a bug; and AdamW moves
-    every live parameter by ~lr a step (two steps at lr 1e-4: an update RMS of roughly 1-2e-4, so a group
-    floor of ~3e-5 at update_floor 0.2), so the noise steps above sit under it, while a gradient of normal
-    size off by 5 % or a parameter off by a typical update is still well over. Not covered: compiled noise
-    near AdamW's eps (1e-8) would step a dead bias by up to lr; the noise seen was ~40x below eps.
+    Without a higher-precision reference:  rmse(compiled, eager) <= fallback_rtol * rms(eager) + group floor
+    `floor` is relative to the reference's own RMS, so one number serves logits, losses and gradients.
+    Parameters after the optimizer steps also get `update_floor * rms(ref update)`. The group floor is
+    `floor * rms(all gradients of the step)` for a gradient, `update_floor * rms(all parameter updates of
+    the step)` for a parameter, none for outputs and losses. Why the floors: docs/numerics.md.
     """
 
     multiplier: float
@@ -63,9 +49,8 @@ class Tolerance:
 
 
 DEFAULT_TOLERANCES: Mapping[str, Tolerance] = {
-    "fp32": Tolerance(multiplier=2.0, floor=1e-4, fallback_rtol=1e-2),
-    "amp_fp16": Tolerance(multiplier=3.0, floor=1e-3, fallback_rtol=5e-2),
-    "amp_bf16": Tolerance(multiplier=3.0, floor=1e-3, fallback_rtol=5e-2),
+    p.name: Tolerance(multiplier=p.rmse_multiplier, floor=p.rms_floor, fallback_rtol=p.fallback_rtol)
+    for p in PRECISIONS.values()
 }
 
 
@@ -103,7 +88,7 @@ class ModelSpec:
     pad(batch, length) -> the batch padded to `length` along its sequence axis
     seq_len(batch) -> its unpadded length; `dynamic_dims` the (key, dim) pairs that vary
     `stream` batches of different lengths make one round, so eager and compiled see the same mix.
-    The size's config holds "max_seq" and "buckets" (the fixed lengths of the bucketed strategy).
+    Each of its sizes gives max_seq and buckets (Size).
     """
 
     name: str
@@ -132,6 +117,10 @@ class ModelSpec:
         missing = [p for p in PRECISIONS if p not in self.tolerances]
         if missing:
             raise ValueError(f"model {self.name!r}: no tolerance for precision(s) {missing}")
+        unpadded = [kind for kind, size in self.sizes.items() if not (size.max_seq and size.buckets)]
+        if self.pad is not None and unpadded:
+            raise ValueError(f"model {self.name!r} pads its sequences but size(s) {unpadded} give no max_seq "
+                             "and buckets")
 
     def runs(self, variant, phase: str) -> bool:
         """Whether a variant means anything for this model and phase."""

@@ -1,13 +1,17 @@
-"""One side of a cell (eager or compiled): the model, its optimizer and scaler, and one step of a phase."""
+"""One side of a cell (eager or compiled): its seeded weights and batches, the model, its optimizer and scaler,
+and one step of a phase. The cell builds both sides here, and so does the artifacts child for its compiled one.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import math
 
 import torch
 from torch import nn
 
-AMP_DTYPES = {"amp_fp16": torch.float16, "amp_bf16": torch.bfloat16}
+from perfgate import faults
+from perfgate.matrix import PRECISIONS, VARIANTS
 
 # GradScaler's default first scale (65536) overflows fp16 gradients in the first steps, so those steps are
 # skipped; the numerics check compares exactly those first two steps, so start lower and let it grow.
@@ -21,9 +25,10 @@ def set_tf32(enabled: bool) -> None:
 
 
 def autocast(precision: str, device: torch.device):
-    if precision == "fp32":
+    amp_dtype = PRECISIONS[precision].amp_dtype
+    if amp_dtype is None:
         return contextlib.nullcontext()
-    return torch.autocast(device.type, dtype=AMP_DTYPES[precision])
+    return torch.autocast(device.type, dtype=getattr(torch, amp_dtype))
 
 
 class Task(nn.Module):
@@ -50,9 +55,8 @@ class Side:
         if phase == "train":
             model.train()
             self.optimizer = torch.optim.AdamW(model.parameters(), lr=spec.lr)
-            use_scaler = precision == "amp_fp16"
             self.scaler = (torch.amp.GradScaler(device.type, init_scale=GRAD_SCALER_INIT_SCALE)
-                           if use_scaler else None)
+                           if PRECISIONS[precision].uses_scaler else None)
         else:
             model.eval()
             self.optimizer = self.scaler = None
@@ -61,9 +65,10 @@ class Side:
         """A new uncompiled task: the record's loss for training, its predict for inference."""
         return Task(self.model, self.spec.loss if self.phase == "train" else self.spec.predict)
 
-    def compile(self, variant) -> None:
-        """Compile as the variant says: the whole task, or (regional) each repeated block in place, and
-        (compiled_optimizer) optimizer.step too."""
+    def compile(self, variant, fault: faults.Fault | None = None) -> None:
+        """Compile a fresh task, with the test-only fault (if any) planted, as the variant says: the whole
+        task, or (regional) each repeated block in place, and (compiled_optimizer) optimizer.step too."""
+        self.task = faults.wrap_task(self.eager_task(), self.spec, fault)
         compile_kwargs = variant.compile_kwargs()
         if variant.regional:
             for block in self.spec.blocks(self.model):
@@ -77,9 +82,7 @@ class Side:
             self.optimizer.step = torch.compile(own_step, backend=variant.backend)
         # CUDA-graph trees must be told where a step starts, or a later step may overwrite outputs an
         # earlier one still holds (the optimizer reads gradients after backward).
-        mode = compile_kwargs.get("mode") or ""
-        self.cudagraph_steps = self.device.type == "cuda" and (
-            compile_kwargs.get("backend") == "cudagraphs" or mode in ("reduce-overhead", "max-autotune"))
+        self.cudagraph_steps = self.device.type == "cuda" and variant.cuda_graphs
 
     def step(self, batch: dict):
         if self.cudagraph_steps:
@@ -135,6 +138,60 @@ def _host(tensor: torch.Tensor) -> torch.Tensor:
     # .clone() first: a CUDA-graph output lives in the graph's pool and is overwritten by the next replay.
     # The dtype stays (bf16 logits are a quarter of fp64's host memory); numerics upcasts per tensor.
     return tensor.detach().clone().cpu()
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def initial_state(spec, size, seed: int) -> dict:
+    """The weights both sides start from: the model's random init under `seed`."""
+    torch.manual_seed(seed)
+    return {k: v.detach().clone() for k, v in spec.build(size.config).state_dict().items()}
+
+
+def build_model(spec, size, state: dict, device: torch.device, dtype: torch.dtype | None = None):
+    model = spec.build(size.config)
+    model.load_state_dict(state)
+    return model.to(device=device, dtype=dtype)
+
+
+def compiled_side(spec, cell, size, state: dict, device: torch.device, fault: faults.Fault | None) -> Side:
+    side = Side(spec, build_model(spec, size, state, device), cell.phase, cell.precision, device)
+    side.compile(VARIANTS[cell.variant], fault)
+    return side
+
+
+def cell_batches(spec, cell, size, seed: int, device: torch.device) -> tuple[list, list, int]:
+    """The cell's batches, seeded: on the host, on the device (sequence dims marked dynamic where the
+    variant says), and the recompiles their shapes may cost."""
+    generator = torch.Generator().manual_seed(seed)
+    variant = VARIANTS[cell.variant]
+    raw = [spec.make_batch(size.config, size.batch, generator) for _ in range(max(2, spec.stream))]
+    host_batches, allowed = shaped(spec, size, variant, raw)
+    batches = [to_device(b, device) for b in host_batches]
+    if variant.mark_dynamic:
+        for batch in batches:
+            for key, dim in spec.dynamic_dims:
+                torch._dynamo.mark_dynamic(batch[key], dim)
+    return host_batches, batches, allowed
+
+
+def shaped(spec, size, variant, batches: list) -> tuple[list, int]:
+    """Pad a variable-length model's batches as the variant's strategy says; returns them and how many
+    recompiles after the first call the strategy may cost (buckets: one per further length)."""
+    if spec.pad is None:
+        return batches, 0
+    lengths = [spec.seq_len(b) for b in batches]
+    if variant.shapes is None:
+        targets = [size.max_seq] * len(batches)
+    elif variant.shapes == "longest8":
+        targets = [8 * math.ceil(n / 8) for n in lengths]
+    else:
+        targets = [min(b for b in size.buckets if b >= n) for n in lengths]
+    allowed = len(set(targets)) - 1 if variant.shapes == "buckets" else 0
+    return [spec.pad(b, n) for b, n in zip(batches, targets)], allowed
 
 
 def to_device(batch: dict, device: torch.device, float_dtype: torch.dtype | None = None) -> dict:

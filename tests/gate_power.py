@@ -1,6 +1,6 @@
 """How often the wall and device speedup rules trip, on synthetic runs: writes the synthetic part of
-docs/gate-power.md (everything before its "## On the GPU" section, which it keeps). Not a test (pytest
-collects test_*.py only); run it from the repository root to reproduce the tables:
+docs/gate-power.md (everything before its "## On the GPU" section; it keeps that section and what follows).
+Not a test (pytest collects test_*.py only); run it from the repository root to reproduce the tables:
 
     python tests/gate_power.py [--cells 400] [--aa-cells 2000] [--out docs/gate-power.md]
 
@@ -35,7 +35,7 @@ BASELINE_RUNS = (3, 5, 8)
 ROUNDS = 15
 CELLS = syn.cells()               # 10 cells per seed
 KEY = (syn.H100, "pr")
-GPU_SECTION = "## On the GPU"     # docs/gate-power.md from this heading on is measured, not made here
+GPU_SECTION = "## On the GPU"     # docs/gate-power.md from this heading on is written by hand, kept
 
 
 @dataclass(frozen=True)
@@ -240,11 +240,11 @@ def table(n_cells: int, aa_cells: int) -> str:
         "# Speedup gate: detection and false alarms (synthetic)",
         "",
         f"Made by `python tests/gate_power.py --cells {n_cells} --aa-cells {aa_cells}` (seeded: the same "
-        f"numbers every time); the set-up is in that file's docstring. Rules: perfgate/rules.py, z = "
-        f"{rule.z:g}, line floor {rule.floor:g} x threshold, run-to-run spread from the MAD of the baseline's "
-        f"runs (never below a run's own in-run sd). Baselines of {runs} runs. The host rule (compiled host "
-        "time relative to eager's, +15 %) is not tabulated: at 3 % per-round noise its line sits far past "
-        "the noise.",
+        f"numbers every time); the set-up is in that file's docstring. Rules: perfgate/rules.py (how they "
+        f"decide: the last section), z = {rule.z:g}, line floor {rule.floor:g} x threshold, run-to-run spread "
+        f"from the MAD of the baseline's runs (never below a run's own in-run sd). Baselines of {runs} runs. "
+        "The host rule (compiled host time relative to eager's, +15 %) is not tabulated: at 3 % per-round "
+        "noise its line sits far past the noise.",
         "",
     ]
     lines += section(WALL, n_cells, aa_cells, seed_base=0)
