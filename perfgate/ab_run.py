@@ -1,5 +1,5 @@
 """`perfgate ab`: the selected cells under two environments, A and B, in separate pytest processes that
-alternate on one machine (A-1, B-1, A-2, B-2, ...), then B judged against A (perfgate.ab_verdict). Imports
+alternate on one machine (A-1, B-1, A-2, B-2, ...), then B judged against A (perfgate.judge.ab_verdict). Imports
 no torch: each side's own interpreter runs its pytest (perfgate.ab_env says what a side is).
 
 Everything lands in one directory as it happens, so a killed run keeps what it measured and
@@ -36,8 +36,8 @@ from typing import Callable, Sequence
 
 from perfgate import ab_env
 from perfgate.ab_env import ABError, Side
-from perfgate.ab_verdict import SIDES, ABReport, Process, judge
-from perfgate.record import RecordFileError, load_records
+from perfgate.judge.ab_verdict import SIDES, ABReport, Process, judge
+from perfgate.core.records_file import RecordFileError, load_records
 
 MANIFEST_SCHEMA = 1
 MIN_PROCESSES = 2      # a side's spread between processes needs 2 at least; 3 is the default

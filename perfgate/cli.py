@@ -1,4 +1,4 @@
-"""The `perfgate` command: a thin face over perfgate.baseline, gate, report, history and html_report.
+"""The `perfgate` command: a thin face over perfgate.judge.baseline, gate, report, history and html_report.
 
 Imports no torch, so it runs on a CPU box in a second. Exit codes: 0 the gate passes, 1 a regression,
 2 unusable input (a missing, corrupt or foreign baseline, an unreadable results file: the message names the
@@ -25,12 +25,12 @@ import traceback
 from pathlib import Path
 from typing import Sequence
 
-from perfgate import history
-from perfgate.baseline import BaselineError, save_baselines
-from perfgate.gate import gate_run
-from perfgate.record import RecordFileError, iter_records, load_records
-from perfgate.report import records_table, text_table
-from perfgate.report_files import write_reports
+from perfgate.judge import history
+from perfgate.judge.baseline import BaselineError, save_baselines
+from perfgate.judge.gate import gate_run
+from perfgate.core.records_file import RecordFileError, iter_records, load_records
+from perfgate.render.report import records_table, text_table
+from perfgate.render.report_files import write_reports
 
 EXIT_CANNOT_COMPARE = 2
 EXIT_INTERNAL_ERROR = 3  # pytest's INTERNALERROR code too: the plugin's crashes exit with it
@@ -122,7 +122,7 @@ def _metric_text(point: dict, metric: str) -> str:
 
 def _change_marks(points: Sequence[dict]) -> dict[int, str]:
     """{index into points: "<- change +x %"} for the change points of the ok speedups."""
-    from perfgate.changepoint import series_changes
+    from perfgate.judge.changepoint import series_changes
 
     ok, seg = series_changes(points)
     return {ok[cp.index]: f"<- change point {cp.shift:+.1%}" for cp in seg.change_points}
@@ -148,7 +148,7 @@ def cmd_history_show(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from perfgate import html_report
+    from perfgate.render import html_report
 
     if not (args.html or args.markdown or args.modes):
         print("perfgate: report: give --html OUT.html, --markdown OUT.md and/or --modes", file=sys.stderr)
@@ -156,7 +156,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     try:
         records = _records(args.results)
         if args.modes:
-            from perfgate import modes
+            from perfgate.render import modes
 
             sys.stdout.write(modes.render_markdown(records))
             if not (args.html or args.markdown):
@@ -209,7 +209,8 @@ def _add_report_parser(sub) -> None:
 
 
 def cmd_ab(args: argparse.Namespace) -> int:
-    from perfgate import ab_report, ab_run
+    from perfgate.render import ab_report
+    from perfgate import ab_run
     from perfgate.ab_env import ABError, side_from_options
 
     def progress(message: str) -> None:

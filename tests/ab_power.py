@@ -1,4 +1,4 @@
-"""How often the A/B verdict (perfgate.ab_verdict) fails a run when nothing changed, and how often it catches
+"""How often the A/B verdict (perfgate.judge.ab_verdict) fails a run when nothing changed, and how often it catches
 a planted loss, on synthetic processes: the rates in docs/ab.md. Not a test (pytest collects test_*.py only);
 tests/test_ab_verdict.py runs small seeded versions of it. From the repository root:
 
@@ -28,8 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np  # noqa: E402
 
 import synthetic as syn  # noqa: E402
-from perfgate.ab_verdict import ALPHA, Process, judge  # noqa: E402
-from perfgate.stats import t_quantile  # noqa: E402
+from perfgate.judge.ab_verdict import ALPHA, Process, judge  # noqa: E402
+from perfgate.core.stats import t_quantile  # noqa: E402
 
 IN_RUN_SD = 0.0089  # the in-run sd of a synthetic record's wall speedup (15 rounds of 2 % noise a side)
 CELLS = syn.cells()
@@ -100,7 +100,7 @@ def table(trials: int) -> str:
 
 def unequal_variances(n: int = 3, trials: int = 400_000, alpha: float = ALPHA) -> str:
     """How often Student's t with df = 2n - 2 trips at one-sided `alpha` on normal data with nothing changed
-    when B's variance is 1, 2, 4, 9 times A's: the level it keeps with equal n (perfgate.stats.two_sample)."""
+    when B's variance is 1, 2, 4, 9 times A's: the level it keeps with equal n (perfgate.core.stats.two_sample)."""
     rng = np.random.default_rng(0)
     line = t_quantile(1 - alpha, 2 * n - 2)
     rows = [f"| variance B / A | rate at nominal {alpha:g} |", "|---|---|"]

@@ -27,9 +27,10 @@ from unittest import mock
 import numpy as np
 
 import synthetic as syn
-from perfgate import baseline as baseline_module
-from perfgate import gate, stats
-from perfgate.baseline import build_baseline
+from perfgate.judge import baseline as baseline_module
+from perfgate.judge import gate
+from perfgate.core import stats
+from perfgate.judge.baseline import build_baseline
 
 BASELINE_RUNS = (3, 5, 8)
 ROUNDS = 15
@@ -139,7 +140,7 @@ def aa_row(noise: float, n_cells: int, seed: int, clock: Clock = WALL) -> str:
 READING = """\
 Reading it:
 
-- The run-to-run sd comes from the MAD of the baseline's runs (perfgate/stats.py), never below a run's own
+- The run-to-run sd comes from the MAD of the baseline's runs (perfgate/core/stats.py), never below a run's own
   in-run sd. From few runs the MAD scatters more than the sample sd did (its efficiency is ~37 %): with 3
   runs it is the smaller of the two outer gaps, scaled up. The low estimates make noisy cells cry wolf (the
   A/A row at 3 %), the high ones lift the line on quiet cells (the 5 % loss at 1 % noise is caught less
@@ -240,7 +241,7 @@ def table(n_cells: int, aa_cells: int) -> str:
         "# Speedup gate: detection and false alarms (synthetic)",
         "",
         f"Made by `python tests/gate_power.py --cells {n_cells} --aa-cells {aa_cells}` (seeded: the same "
-        f"numbers every time); the set-up is in that file's docstring. Rules: perfgate/rules.py (how they "
+        f"numbers every time); the set-up is in that file's docstring. Rules: perfgate/judge/rules.py (how they "
         f"decide: the last section), z = {rule.z:g}, line floor {rule.floor:g} x threshold, run-to-run spread "
         f"from the MAD of the baseline's runs (never below a run's own in-run sd). Baselines of {runs} runs. "
         "The host rule (compiled host time relative to eager's, +15 %) is not tabulated: at 3 % per-round "

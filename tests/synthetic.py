@@ -2,7 +2,7 @@
 
 Each record's rounds are drawn from a seeded numpy rng: eager and compiled ms per step with ~2 % noise per
 round, plus a per-run offset on the compiled side (a different compile per process moves the compiled step;
-eager stays put, as seen on an H100). Speedup, lo and hi come from perfgate.stats.bootstrap_median over the
+eager stays put, as seen on an H100). Speedup, lo and hi come from perfgate.core.stats.bootstrap_median over the
 per-round ratios, so the tests exercise the real statistics.
 
 The device and host clocks (record schema 3) are drawn the same way from a child rng (rng.spawn), so the
@@ -18,9 +18,10 @@ import statistics
 
 import numpy as np
 
-from perfgate.matrix import Cell
-from perfgate.record import append_record, bound_of, new_record
-from perfgate.stats import bootstrap_median
+from perfgate.core.matrix import Cell
+from perfgate.core.record import bound_of, new_record
+from perfgate.core.records_file import append_record
+from perfgate.core.stats import bootstrap_median
 
 H100 = "nvidia-h100-80gb-hbm3_torch2.11_cuda13"
 A100 = "nvidia-a100-sxm4-80gb_torch2.11_cuda12"

@@ -18,7 +18,7 @@ import synthetic as syn
 from perfgate.ab_env import Side
 from perfgate.ab_run import plan, save_manifest, verdict
 from perfgate.cli import main
-from perfgate.record import append_record
+from perfgate.core.records_file import append_record
 
 pytest.importorskip("torch")
 

@@ -10,10 +10,10 @@ import pytest
 
 import ab_power
 import synthetic as syn
-from perfgate import ab_report
-from perfgate.ab_verdict import ALPHA, Process, StepTimeRule, ab_rules, ab_words, judge
-from perfgate.rules import REGRESSION, SpeedupRule
-from perfgate.stats import t_quantile, t_sf, two_sample
+from perfgate.render import ab_report
+from perfgate.judge.ab_verdict import ALPHA, Process, StepTimeRule, ab_rules, ab_words, judge
+from perfgate.judge.rules import REGRESSION, SpeedupRule
+from perfgate.core.stats import t_quantile, t_sf, two_sample
 
 GPT2 = syn.cells(models=["gpt2"], phases=["train"])
 GPT2_ID = GPT2[0].id
@@ -212,7 +212,7 @@ def test_html_report_has_a_section_per_side_and_the_verdict_on_top(tmp_path):
 
 
 def test_records_are_checked_as_the_gate_checks_them():
-    """A NaN speedup on an ok record is a failed cell (perfgate.validate); xdist-unfit timings cannot be
+    """A NaN speedup on an ok record is a failed cell (perfgate.core.validate); xdist-unfit timings cannot be
     compared at all."""
     nan = judge(side("A") + side("B", per_process=lambda rep: {"speedup": float("nan")} if rep == 2 else {}))
     (finding,) = findings(nan)

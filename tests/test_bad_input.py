@@ -15,10 +15,11 @@ import time
 import pytest
 
 import synthetic as syn
-from perfgate import cli, validate
-from perfgate.baseline import build_baseline, write_baseline
+from perfgate import cli
+from perfgate.core import validate
+from perfgate.judge.baseline import build_baseline, write_baseline
 from perfgate.cli import main
-from perfgate.record import append_record
+from perfgate.core.records_file import append_record
 
 KEY = (syn.H100, "pr")
 CELL = "resnet50-train-inductor_default-amp_bf16"
@@ -222,7 +223,7 @@ def test_records_that_the_writer_produces_pass_the_check(tmp_path):
     path = tmp_path / "r.jsonl"
     for record in syn.run(7):
         append_record(path, record)
-    from perfgate.record import load_records
+    from perfgate.core.records_file import load_records
 
     assert all(r["status"] == "ok" for r in load_records([path]))
 

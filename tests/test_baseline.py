@@ -1,4 +1,4 @@
-"""perfgate.baseline: folding runs, the file format, atomic writes, and refusing unusable baselines."""
+"""perfgate.judge.baseline: folding runs, the file format, atomic writes, and refusing unusable baselines."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ import statistics
 import pytest
 
 import synthetic as syn
-from perfgate import baseline as bl
-from perfgate import gate
-from perfgate.record import CLOCKS, new_record
-from perfgate.stats import interval_sd, rel_spread
+from perfgate.judge import baseline as bl
+from perfgate.judge import gate
+from perfgate.core.record import CLOCKS, new_record
+from perfgate.core.stats import interval_sd, rel_spread
 
 KEY = (syn.H100, "pr")
 RESNET = "resnet50-train-inductor_default-amp_bf16"

@@ -1,14 +1,14 @@
-"""perfgate.bench_sink against the installed pytest-benchmark: it feeds the fixture through two private
+"""perfgate.plugin.bench_sink against the installed pytest-benchmark: it feeds the fixture through two private
 names, so a version that moves them must fail here, by name, rather than drop the data quietly."""
 
 import json
 from importlib.metadata import version
 
-from perfgate.bench_sink import PRIVATE
+from perfgate.plugin.bench_sink import PRIVATE
 
 INNER = '''
-from perfgate.bench_sink import EXTRA_INFO, PRIVATE, BenchmarkSink
-from perfgate.matrix import Cell
+from perfgate.plugin.bench_sink import EXTRA_INFO, PRIVATE, BenchmarkSink
+from perfgate.core.matrix import Cell
 
 
 def test_sink(benchmark):
@@ -29,7 +29,7 @@ def test_the_sink_fills_the_benchmark_fixture_through_its_private_names(pytester
     out = pytester.runpytest_inprocess("-p", "no:randomly", "--benchmark-json=b.json",
                                        "-W", "error::pytest_benchmark.logger.PytestBenchmarkWarning")
     assert out.ret == 0, (f"pytest-benchmark {version('pytest-benchmark')} no longer has BenchmarkFixture's "
-                          f"{', '.join(PRIVATE)} as perfgate/bench_sink.py uses them:\n{out.stdout.str()}")
+                          f"{', '.join(PRIVATE)} as perfgate/plugin/bench_sink.py uses them:\n{out.stdout.str()}")
     (bench,) = json.loads((pytester.path / "b.json").read_text())["benchmarks"]
     assert bench["stats"]["data"] == [0.002, 0.003, 0.004]  # ms per step in, seconds out
     assert bench["group"] == "mlp-train" and bench["extra_info"]["speedup"] == 1.5

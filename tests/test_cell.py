@@ -8,11 +8,11 @@ torch = pytest.importorskip("torch")
 import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 
-from perfgate import artifacts  # noqa: E402
-from perfgate.cell import RunOptions, run_cell  # noqa: E402
-from perfgate.matrix import VARIANTS, Cell, Variant  # noqa: E402
-from perfgate.spec import ModelSpec, Size  # noqa: E402
-from perfgate.timing import CPU_PLAN  # noqa: E402
+from perfgate.measure import artifacts  # noqa: E402
+from perfgate.measure.cell import RunOptions, run_cell  # noqa: E402
+from perfgate.core.matrix import VARIANTS, Cell, Variant  # noqa: E402
+from perfgate.core.spec import ModelSpec, Size  # noqa: E402
+from perfgate.measure.timing import CPU_PLAN  # noqa: E402
 
 OPTIONS = RunOptions(device="cpu", plan=CPU_PLAN.replace(min_rounds=3, max_rounds=3, target_round_ms=2.0),
                      warm_compile="off")
@@ -127,7 +127,7 @@ def test_inductor_config_reaches_torch_compile_as_options():
 
 
 def test_a_recompile_records_the_guard_that_failed():
-    from perfgate import introspect
+    from perfgate.measure import introspect
     introspect.reset_compiler()
     double = torch.compile(lambda x: x * 2, backend="eager", dynamic=False)
     double(torch.ones(2))

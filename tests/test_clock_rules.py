@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 import synthetic as syn
-from perfgate import gate
-from perfgate.baseline import build_baseline
-from perfgate.rules import ADVISORY, HostTimeRule, SpeedupRule
-from perfgate.stats import rel_spread
+from perfgate.judge import gate
+from perfgate.judge.baseline import build_baseline
+from perfgate.judge.rules import ADVISORY, HostTimeRule, SpeedupRule
+from perfgate.core.stats import rel_spread
 
 KEY = (syn.H100, "pr")
 CELLS = syn.cells()

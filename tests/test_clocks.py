@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from perfgate import clocks, faults
-from perfgate.clocks import busy_ms_by_range, union_ns
-from perfgate.record import bound_of, new_record
-from perfgate.matrix import Cell
-from perfgate.timing import Rounds
+from perfgate.measure import clocks, faults
+from perfgate.measure.clocks import busy_ms_by_range, union_ns
+from perfgate.core.record import bound_of, new_record
+from perfgate.core.matrix import Cell
+from perfgate.measure.timing import Rounds
 
 
 class Event:

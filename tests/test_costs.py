@@ -1,7 +1,7 @@
 """Cell costs: priors, the history's medians, shards of equal cost, and the ETA."""
 
-from perfgate import costs
-from perfgate.matrix import Cell
+from perfgate.judge import costs
+from perfgate.core.matrix import Cell
 
 import synthetic as syn
 
@@ -55,7 +55,7 @@ def test_progress_counts_and_scales_the_eta_by_how_fast_cells_really_ran():
 
 
 def test_the_history_feeds_the_costs(tmp_path):
-    from perfgate import history
+    from perfgate.judge import history
 
     db = tmp_path / "h.sqlite"
     history.append(db, syn.run(3))

@@ -1,9 +1,9 @@
-"""perfgate.devices: the device a cell runs on, and the fp32 policy (--perf-tf32) set as it starts."""
+"""perfgate.measure.devices: the device a cell runs on, and the fp32 policy (--perf-tf32) set as it starts."""
 
 import pytest
 
 torch = pytest.importorskip("torch")
-from perfgate import devices  # noqa: E402 - needs torch
+from perfgate.measure import devices  # noqa: E402 - needs torch
 
 
 @pytest.fixture

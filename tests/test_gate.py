@@ -1,4 +1,4 @@
-"""perfgate.gate: the rules on synthetic runs, A/A noise, planted regressions and the confirm round.
+"""perfgate.judge.gate: the rules on synthetic runs, A/A noise, planted regressions and the confirm round.
 
 Tests of the other rules use QUIET runs (0.3 % run-to-run noise) so that no speedup trip can mix into what
 they check; the speedup rule's rates under realistic noise are in test_speedup_rule.py (through gate_power.py)."""
@@ -11,9 +11,9 @@ import math
 import pytest
 
 import synthetic as syn
-from perfgate import gate
-from perfgate.baseline import BaselineError, build_baseline
-from perfgate.stats import geomean
+from perfgate.judge import gate
+from perfgate.judge.baseline import BaselineError, build_baseline
+from perfgate.core.stats import geomean
 
 KEY = (syn.H100, "pr")
 CELLS = syn.cells()

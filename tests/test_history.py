@@ -1,5 +1,5 @@
-"""perfgate.history (SQLite, idempotent per run and cell), shard/worker merging, `perfgate history`, and the
-change-point method of perfgate.changepoint."""
+"""perfgate.judge.history (SQLite, idempotent per run and cell), shard/worker merging, `perfgate history`, and the
+change-point method of perfgate.judge.changepoint."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 import synthetic as syn
-from perfgate import history
-from perfgate.changepoint import MIN_SHIFT, SIGMA_FLOOR, penalty, segment
+from perfgate.judge import history
+from perfgate.judge.changepoint import MIN_SHIFT, SIGMA_FLOOR, penalty, segment
 from perfgate.cli import main
-from perfgate.record import load_records
+from perfgate.core.records_file import load_records
 
 GPT2 = "gpt2-train-inductor_default-amp_bf16"
 
@@ -243,8 +243,9 @@ def test_power_for_a_sustained_5_percent_step(n, noise, found_min):
 def test_history_show_and_the_report_mark_the_same_change_points():
     """One path from a history to change points: a drop measured only on noisy machines (wide intervals)
     is no change point for `perfgate history show` either, as it is not for the report."""
-    from perfgate import cli, html_report
-    from perfgate.changepoint import segment
+    from perfgate import cli
+    from perfgate.render import html_report
+    from perfgate.judge.changepoint import segment
 
     values = [2.0, 2.01, 1.99, 2.0, 2.01, 1.88, 1.87, 1.89, 1.88]
     points = [{"status": "ok", "speedup": v, "speedup_lo": v * (0.999 if i < 5 else 0.6),

@@ -1,4 +1,4 @@
-"""perfgate.html_report and `perfgate report`: the page's content, the Markdown digest, and what a person sees
+"""perfgate.render.html_report and `perfgate report`: the page's content, the Markdown digest, and what a person sees
 when a real headless browser renders the page (skipped, with the reason, where no Chromium is installed)."""
 
 from __future__ import annotations
@@ -16,10 +16,11 @@ from pathlib import Path
 import pytest
 
 import synthetic as syn
-from perfgate import gate, history, html_report
-from perfgate.baseline import build_baseline, write_baseline, baseline_path
+from perfgate.judge import gate, history
+from perfgate.render import html_report
+from perfgate.judge.baseline import build_baseline, write_baseline, baseline_path
 from perfgate.cli import main
-from perfgate.record import iter_records, load_records
+from perfgate.core.records_file import iter_records, load_records
 
 REPO = Path(__file__).resolve().parents[1]
 # The H100 records these tests' expectations were worked out on (later runs in that folder add cells).
@@ -266,7 +267,7 @@ def test_cli_report_writes_both_files(tmp_path, capsys):
 def test_template_is_packaged():
     tomllib = pytest.importorskip("tomllib", reason="Python 3.11+ reads pyproject.toml")
     config = tomllib.loads((REPO / "pyproject.toml").read_text())
-    assert "templates/*.j2" in config["tool"]["setuptools"]["package-data"]["perfgate"]
+    assert "templates/*.j2" in config["tool"]["setuptools"]["package-data"]["perfgate.render"]
     assert any(dep.lower().startswith("jinja2") for dep in config["project"]["dependencies"])
 
 

@@ -2,9 +2,9 @@
 
 import numpy as np
 
-from perfgate import modes
+from perfgate.render import modes
 from perfgate.cli import main
-from perfgate.matrix import Cell
+from perfgate.core.matrix import Cell
 from synthetic import failed, record, write_run
 
 VARIANTS = ("inductor_max_autotune", "inductor_default", "inductor_reduce_overhead")

@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from perfgate.numerics import judge
-from perfgate.spec import DEFAULT_TOLERANCES
+from perfgate.measure.numerics import judge
+from perfgate.core.spec import DEFAULT_TOLERANCES
 
 TOL = DEFAULT_TOLERANCES["amp_bf16"]
 

@@ -5,8 +5,8 @@ import re
 
 import pytest
 
-from perfgate.options import check_timing
-from perfgate.record import load_records
+from perfgate.plugin.options import check_timing
+from perfgate.core.records_file import load_records
 from tiny_suite import FAST, fixture
 
 pytest.importorskip("torch")
@@ -131,7 +131,7 @@ def test_shards_split_the_matrix_without_overlap(suite):
 KILLED_MID_CELL = '''
 import os
 
-import perfgate.cell
+import perfgate.measure.cell
 
 pytest_plugins = ["perfgate.plugin"]
 
@@ -140,7 +140,7 @@ def _killed(*args, **kwargs):
     os._exit(9)  # as `timeout` kills a GPU run mid-cell: nothing buffered in stdout is flushed
 
 
-perfgate.cell.warm_up = _killed  # the first timing of the eager side, after "numerics reference"
+perfgate.measure.cell.warm_up = _killed  # the first timing of the eager side, after "numerics reference"
 '''
 
 

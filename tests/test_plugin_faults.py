@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from perfgate.record import load_records
+from perfgate.core.records_file import load_records
 from tiny_suite import FAST, fixture
 
 pytest.importorskip("torch")
@@ -21,27 +21,27 @@ suite = fixture()
 NAN_SPEEDUP = '''
 pytest_plugins = ["perfgate.plugin"]
 import math
-import perfgate.cell
+import perfgate.measure.cell
 
-_real = perfgate.cell.run_cell
+_real = perfgate.measure.cell.run_cell
 
 def run_cell(*args, **kwargs):
     record = _real(*args, **kwargs)
     record["speedup"] = math.nan
     return record
 
-perfgate.cell.run_cell = run_cell
+perfgate.measure.cell.run_cell = run_cell
 '''
 
 # A conftest whose gate crashes: a bug in perfgate at the session end.
 BROKEN_GATE = '''
 pytest_plugins = ["perfgate.plugin"]
-import perfgate.gate
+import perfgate.judge.gate
 
 def gate_run(*args, **kwargs):
     raise ZeroDivisionError("a bug in the gate")
 
-perfgate.gate.gate_run = gate_run
+perfgate.judge.gate.gate_run = gate_run
 '''
 
 
@@ -87,8 +87,8 @@ def test_an_isolated_cell_runs_in_its_own_process_and_feeds_the_benchmark(suite)
 
 
 def test_a_hung_compile_times_out_and_keeps_what_was_measured(suite):
-    suite.makeconftest('pytest_plugins = ["perfgate.plugin"]\nimport perfgate.isolate\n'
-                       'perfgate.isolate.HEARTBEAT_S = 4  # a long stage says so while it runs\n')
+    suite.makeconftest('pytest_plugins = ["perfgate.plugin"]\nimport perfgate.measure.isolate\n'
+                       'perfgate.measure.isolate.HEARTBEAT_S = 4  # a long stage says so while it runs\n')
     results = suite.path / "r.jsonl"
     out = suite.runpytest_subprocess(*FAST, "--perf-isolate=all", "--perf-cell-timeout=20", "--perf-inject=hang",
                                      "-k", "train", f"--perf-results={results}")
@@ -136,7 +136,7 @@ def test_a_killed_session_kills_the_cells_process_too(suite, signum):
         lines.append(line)
         if "compiling (aot_eager)" in line or time.monotonic() > deadline:
             break
-    cells = [pid for pid in _children(proc.pid) if "perfgate.isolate" in Path(f"/proc/{pid}/cmdline").read_text()]
+    cells = [pid for pid in _children(proc.pid) if "perfgate.measure.isolate" in Path(f"/proc/{pid}/cmdline").read_text()]
     assert cells, "".join(lines)
     proc.send_signal(signum)
     output = proc.communicate(timeout=60)[0]

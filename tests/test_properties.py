@@ -12,8 +12,8 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import synthetic as syn
-from perfgate import validate
-from perfgate.baseline import build_baseline, load_baseline
+from perfgate.core import validate
+from perfgate.judge.baseline import build_baseline, load_baseline
 from perfgate.cli import main
 
 KEY = (syn.H100, "pr")

@@ -9,11 +9,12 @@ import sqlite3
 import pytest
 
 import synthetic as syn
-from perfgate import history, validate
-from perfgate.baseline import fold_cell
-from perfgate.record import (CLOCKS, FIELDS, Field, RecordFileError, append_record, iter_records, load_records,
-                             names)
-from perfgate.report import shown
+from perfgate.judge import history
+from perfgate.core import validate
+from perfgate.judge.baseline import fold_cell
+from perfgate.core.record import CLOCKS, FIELDS, Field, names
+from perfgate.core.records_file import RecordFileError, append_record, iter_records, load_records
+from perfgate.render.report import shown
 
 
 def _write(path, text):

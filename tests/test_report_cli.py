@@ -1,4 +1,4 @@
-"""perfgate.report and the `perfgate` CLI: Markdown/JSON output, exit codes 0/1/2, and the no-torch rule."""
+"""perfgate.render.report and the `perfgate` CLI: Markdown/JSON output, exit codes 0/1/2, and the no-torch rule."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 import synthetic as syn
-from perfgate import gate, report
-from perfgate.baseline import baseline_path, build_baseline, write_baseline
+from perfgate.judge import gate
+from perfgate.render import report
+from perfgate.judge.baseline import baseline_path, build_baseline, write_baseline
 from perfgate.cli import ADVISED_RUNS, main
 
 KEY = (syn.H100, "pr")
@@ -233,11 +234,11 @@ def test_data_side_imports_no_torch():
             "        if name == 'torch' or name.startswith('torch.'):\n"
             "            raise ImportError('the data side imported torch')\n"
             "sys.meta_path.insert(0, Block())\n"
-            "import perfgate.cli, perfgate.gate, perfgate.rules, perfgate.baseline, perfgate.report\n"
-            "import perfgate.history, perfgate.changepoint, perfgate.charts, perfgate.html_report\n"
-            "import perfgate.validate, perfgate.session_end, perfgate.modes\n"
-            "import perfgate.ab_verdict, perfgate.ab_report, perfgate.ab_env, perfgate.ab_run\n"
-            "perfgate.html_report.render_html(perfgate.html_report.build([]))  # jinja2 too\n"
+            "import perfgate.cli, perfgate.judge.gate, perfgate.judge.rules, perfgate.judge.baseline, perfgate.render.report\n"
+            "import perfgate.judge.history, perfgate.judge.changepoint, perfgate.render.charts, perfgate.render.html_report\n"
+            "import perfgate.core.validate, perfgate.plugin.session_end, perfgate.render.modes\n"
+            "import perfgate.judge.ab_verdict, perfgate.render.ab_report, perfgate.ab_env, perfgate.ab_run\n"
+            "perfgate.render.html_report.render_html(perfgate.render.html_report.build([]))  # jinja2 too\n"
             "assert 'torch' not in sys.modules\n")
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr

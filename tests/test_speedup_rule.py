@@ -1,4 +1,4 @@
-"""perfgate.rules.SpeedupRule: the test on log speedups by hand, and its rates over hundreds of synthetic
+"""perfgate.judge.rules.SpeedupRule: the test on log speedups by hand, and its rates over hundreds of synthetic
 cells (through tests/gate_power.py, which also writes docs/gate-power.md). Noise below is the total
 run-to-run sd of the measured speedup; the per-round noise is 2 % over 15 rounds throughout."""
 
@@ -9,7 +9,7 @@ import math
 import pytest
 
 import gate_power
-from perfgate.rules import REGRESSION, IMPROVEMENT, HostTimeRule, SpeedupRule
+from perfgate.judge.rules import REGRESSION, IMPROVEMENT, HostTimeRule, SpeedupRule
 
 RULE = SpeedupRule()
 T = -math.log(0.95)  # the 5 % threshold as a log drop

@@ -6,7 +6,7 @@ import logging
 
 import torch
 
-from perfgate import why
+from perfgate.measure import why
 
 
 def test_compile_logs_reach_the_file_and_not_stderr(tmp_path, capfd):

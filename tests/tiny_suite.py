@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from perfgate.spec import ModelSpec, Size
+from perfgate.core.spec import ModelSpec, Size
 
 
 def build(config):

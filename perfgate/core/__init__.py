@@ -1,0 +1,1 @@
+"""The torch-free core: the vocabulary of cells (variants, precisions, model specs), the result record and its validation, statistics."""

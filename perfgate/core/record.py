@@ -1,0 +1,183 @@
+"""The result record of one cell: its fields, in one table (files of records: perfgate.core.records_file).
+
+A record is one flat JSON object (a plain dict in memory). FIELDS names every field once, with its type, its
+unit, what validate asks of it, how a baseline folds it and whether the history keeps it as a column;
+validate, baseline, history and the reports take their field lists from it. Absent or not-measured values
+are null. Imports no torch.
+
+Schemas (a record's `schema`): 3 added the device and host clocks; 2 made the compiled peaks count the
+compiled side's own weights; 1 (before 922663c) left them out, so its peak_mem_compiled_mb reads low by the
+weights. Older records read as they are: a field they lack reads as null (so a schema-2 record has no device
+or host clock, and the gate does not compare one), and neither a baseline nor the memory rule uses a
+compiled peak from before MEMORY_SCHEMA.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+
+RECORD_SCHEMA = 3
+# Records older than this measured the compiled side's memory without its weights (see the schemas above).
+MEMORY_SCHEMA = 2
+UNFINISHED = "did not finish"  # a new record's reason until the cell ends
+# A step whose GPU is busy this much of its wall time is device-bound: its wall time follows the GPU's work.
+# Below it the GPU waits on the host between kernels, and the wall time follows the host CPU (seen on H100
+# leases: resnet50 train compiled 61 % busy moved 2.19x / 1.82x / 1.54x across three machines; eager 97 %).
+DEVICE_BOUND_BUSY = 0.9
+STATUSES = ("ok", "failed", "skipped")
+NUMERICS = ("pass", "fail", "skipped")
+
+
+@dataclass(frozen=True)
+class Field:
+    """One field of a record.
+
+    check     what validate asks of a non-null value: "text", "choice" (one of `choices`), "object" (a JSON
+              object), "> 0" or ">= 0" (a finite number), "count" (a whole number >= 0), "rounds" (a list of
+              ms > 0), or "" (nothing)
+    required  never null: on every record for a choice, on an ok record for a figure (else a failed cell)
+    fold      how a baseline cell holds it over runs (perfgate.judge.baseline.fold_cell): "verbatim" (the last
+              run's), "median", "max", "clock" (a ratio: median, per-run values, run-to-run spread and the
+              envelope of the runs' intervals), "custom" (fold_cell says how), or "" (not kept)
+    column    the history keeps it as an SQLite column (of `type`), not only inside the stored JSON
+    """
+
+    name: str
+    type: type                      # str | int | float | list | dict: its JSON kind when not null
+    unit: str = ""                  # ms are per step; "x" is an eager / compiled ratio
+    check: str = ""
+    required: bool = False
+    fold: str = ""
+    column: bool = False
+    choices: tuple[str, ...] = ()
+    default: object = None          # its value in a new record, before the cell measures it
+    doc: str = ""
+
+
+def _ratio(clock: str, doc: str) -> tuple[Field, ...]:
+    """A clock's ratio field with its 95 % interval (fields `{clock}_lo`, `{clock}_hi`)."""
+    wall = clock == "speedup"
+    return (Field(clock, float, "x", "> 0", required=wall, fold="clock", column=wall, doc=doc),
+            Field(f"{clock}_lo", float, "x", "> 0", required=wall, column=wall, doc="its 95 % interval"),
+            Field(f"{clock}_hi", float, "x", "> 0", required=wall, column=wall))
+
+
+FIELDS: tuple[Field, ...] = (
+    Field("schema", int, doc="RECORD_SCHEMA when written"),
+    Field("cell", str, check="text", doc='the Cell.id, "gpt2-train-inductor_default-amp_bf16"'),
+    Field("run_id", str, doc="one id per pytest session, shared by its xdist workers (null: one results file "
+                             "is one run); baselines group records into runs by it"),
+    Field("model", str, check="text", fold="verbatim", column=True),
+    Field("phase", str, check="text", fold="verbatim", column=True),
+    Field("variant", str, check="text", fold="verbatim", column=True),
+    Field("precision", str, check="text", fold="verbatim", column=True),
+    Field("device_kind", str, doc='"gpu" | "cpu"'),
+    Field("tier", str, check="text", column=True, doc='"pr" | "nightly": picks the baseline file with the '
+                                                      "fingerprint"),
+    Field("status", str, check="choice", choices=STATUSES, required=True, fold="custom", column=True,
+          default="failed"),
+    Field("reason", str, check="text", fold="custom", column=True, default=UNFINISHED,
+          doc='why it failed or was skipped ("" when ok)'),
+    Field("env", dict, check="object", doc="{fingerprint, gpu, driver, cuda, torch, triton, transformers, timm, "
+                                           "python, host, tf32, cpu_model, cpu_cores}: perfgate.measure.env"),
+    Field("started_at", str, column=True, doc="ISO-8601 UTC time the cell started"),
+    Field("wall_s", float, "s", ">= 0", doc="the whole cell: build, compile, numerics, timing"),
+    Field("steps_per_round", int, "steps", "> 0"),
+    Field("rounds", int, "rounds", "> 0"),
+    Field("warmup_steps", int, "steps", ">= 0"),
+    # The wall clock: CUDA events around back-to-back steps, so host stalls count. Eager and compiled rounds
+    # are interleaved pairs; the speedup is the median of the per-round eager / compiled ratios.
+    Field("eager_round_ms", list, "ms", "rounds", required=True, default=[], doc="one per round"),
+    Field("compiled_round_ms", list, "ms", "rounds", required=True, default=[]),
+    Field("eager_ms", float, "ms", "> 0", required=True, fold="median", column=True, doc="median of the rounds"),
+    Field("compiled_ms", float, "ms", "> 0", required=True, fold="median", column=True),
+    *_ratio("speedup", "median of the per-round eager / compiled ratios"),
+    # The device clock (perfgate.measure.clocks): GPU-busy ms per step, the union of the step's kernel intervals
+    # (CUPTI, through torch.profiler), median over profiled rounds.
+    Field("eager_device_round_ms", list, "ms", "rounds", default=[]),
+    Field("compiled_device_round_ms", list, "ms", "rounds", default=[]),
+    Field("eager_device_ms", float, "ms", "> 0", fold="median"),
+    Field("compiled_device_ms", float, "ms", "> 0", fold="median"),
+    *_ratio("device_speedup", "median of the per-round device ratios"),
+    # The host clock: ms to issue one step, from a synchronized, idle device to the step call's return,
+    # median over rounds of single steps.
+    Field("eager_host_round_ms", list, "ms", "rounds", default=[]),
+    Field("compiled_host_round_ms", list, "ms", "rounds", default=[]),
+    Field("eager_host_ms", float, "ms", "> 0", fold="median"),
+    Field("compiled_host_ms", float, "ms", "> 0", fold="median"),
+    *_ratio("host_speedup", "eager host ms / compiled host ms, per round pair"),
+    Field("busy_eager", float, "fraction", ">= 0", fold="median", doc="device ms / wall ms: the GPU-busy share"),
+    Field("busy_compiled", float, "fraction", ">= 0", fold="median"),
+    Field("bound_eager", str, doc='"device" | "host": bound_of(busy_eager)'),
+    Field("bound", str, fold="custom", doc="the compiled side's, bound_of(busy_compiled)"),
+    Field("clocks_note", str, default="", doc="why a clock is null (no CUDA device, a profiler error)"),
+    Field("compile_s", float, "s", "> 0", required=True, fold="max", column=True,
+          doc="first compiled call (cold unless compile_cache says otherwise)"),
+    Field("compile_warm_s", float, "s", "> 0", fold="max", column=True,
+          doc="the same compile again with dynamo reset and inductor caches warm"),
+    Field("compile_artifacts_s", float, "s", "> 0", doc="load + first compiled call in a fresh process with "
+          "empty caches, handed this cell's torch.compiler.save_cache_artifacts() (--perf-warm-compile artifacts)"),
+    Field("compile_artifacts_bytes", int, "bytes", ">= 0"),
+    Field("compile_artifacts_hits", int, "count", ">= 0", doc="FX graph + AOTAutograd cache hits in that "
+                                                              "process (0: the load went unused)"),
+    Field("compile_artifacts_note", str, doc="why compile_artifacts_s is null (or the hits 0)"),
+    Field("compile_cache", str, fold="custom", column=True, doc='"fresh" (a new inductor cache dir for the '
+                                                                'cell) | "persistent" (a kept dir)'),
+    Field("graph_count", int, "count", ">= 0"),
+    Field("graph_breaks", int, "count", "count", required=True, fold="max", column=True),
+    Field("recompiles", int, "count", "count", required=True, fold="max", column=True),
+    Field("recompiles_allowed", int, "count", ">= 0", default=0,
+          doc="what the variant's shape strategy may cost (bucketed shapes: one per length)"),
+    Field("break_reasons", list, default=[], doc="[str], the first few"),
+    Field("recompile_reasons", list, default=[], doc="[str], the first few: the guard each recompile failed"),
+    Field("peak_mem_eager_mb", float, "MiB", ">= 0", fold="max", column=True,
+          doc="warm steps, CUDA-graph pools counted; null on CPU"),
+    Field("peak_mem_compiled_mb", float, "MiB", ">= 0", fold="max", column=True),
+    Field("peak_mem_compile_mb", float, "MiB", ">= 0", doc="peak while compiling (autotuning)"),
+    Field("flops_per_step", float, "FLOP", ">= 0"),
+    Field("tflops_eager", float, "TFLOP/s", ">= 0"),
+    Field("tflops_compiled", float, "TFLOP/s", ">= 0"),
+    Field("mfu_eager", float, "fraction", ">= 0"),
+    Field("mfu_compiled", float, "fraction", ">= 0"),
+    Field("throughput_unit", str, doc='"tokens" | "images"'),
+    Field("throughput_eager", float, "1/s", "> 0", doc="throughput_unit per second"),
+    Field("throughput_compiled", float, "1/s", "> 0"),
+    Field("numerics", str, check="choice", choices=NUMERICS, fold="custom", column=True, default="skipped"),
+    Field("numerics_detail", dict, check="object", default={},
+          doc="{reference, worst, checks: [{name, rmse_compiled, rmse_eager, limit, group_scale, ok}]}"),
+    Field("gate", dict, check="object", default={}, doc="{speedup_threshold: fraction}: the model's overrides"),
+    Field("why", dict, doc="{dir, compile_log, trace_eager, trace_compiled} paths when profiled"),
+    Field("unfit", str, check="text", default="", doc="why the timings cannot be trusted (xdist workers that "
+          "shared CPU cores or a GPU): such records never enter a baseline and the gate refuses them"),
+)
+FIELD = {f.name: f for f in FIELDS}
+# The clocks' ratio fields (the wall clock's fields keep their older names: eager_ms, speedup, ...).
+CLOCKS = tuple(f.name for f in FIELDS if f.fold == "clock")
+
+
+def names(**match) -> tuple[str, ...]:
+    """The names of the fields whose attributes equal `match`, in table order: names(fold="median")."""
+    return tuple(f.name for f in FIELDS if all(getattr(f, key) == value for key, value in match.items()))
+
+
+def bound_of(busy: float | None) -> str | None:
+    """"device" or "host" from a busy fraction (device ms / wall ms); None when unknown."""
+    if busy is None:
+        return None
+    return "device" if busy >= DEVICE_BOUND_BUSY else "host"
+
+
+def error_line(err: BaseException) -> str:
+    """An exception as a record's reason or note: its type and first line."""
+    text = str(err).strip()
+    return f"{type(err).__name__}: {text.splitlines()[0][:500] if text else '(no message)'}"
+
+
+def new_record(cell, env: dict, run_id: str | None = None) -> dict:
+    """An empty record for `cell` (a perfgate.core.matrix.Cell): every field at its default, measured ones null."""
+    record = {f.name: copy.deepcopy(f.default) for f in FIELDS}
+    record.update(schema=RECORD_SCHEMA, cell=cell.id, run_id=run_id, model=cell.model, phase=cell.phase,
+                  variant=cell.variant, precision=cell.precision, device_kind=cell.device_kind, tier=cell.tier,
+                  env=env)
+    return record

@@ -1,0 +1,133 @@
+"""The pytest face: the hooks, each handing its work to a module: the options to perfgate.plugin.options, the
+cells and their narrowing and sharding to perfgate.plugin.selection, each cell's run and the session's state to
+perfgate.plugin.session, the session's end to perfgate.plugin.session_end.
+
+torch is imported only when a cell runs (or a GPU cell is collected), so the data side's tests collect
+without it.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from perfgate.plugin import options, selection
+from perfgate.core.matrix import UnknownNameError
+from perfgate.plugin.session import PerfSession
+
+SESSION_KEY = pytest.StashKey[PerfSession]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    options.add(parser)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", selection.MARK_HELP)
+    try:
+        chosen = options.check(config)
+    except (UnknownNameError, ValueError) as err:
+        raise pytest.UsageError(str(err)) from None
+    perf = config.stash[SESSION_KEY] = PerfSession(config, chosen)
+    config.pluginmanager.register(_ShardHook(), "perfgate-shard")
+    if perf.worker is None:  # prints the finished-cell lines xdist workers send (none without xdist)
+        workers = getattr(config.option, "numprocesses", None)  # xdist has made -n auto a number by now
+        config.pluginmanager.register(perf.start_relay(workers if isinstance(workers, int) else 1),
+                                      "perfgate-progress-relay")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    selection.parametrize(metafunc, metafunc.config.getini("perf_registry"))
+
+
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list) -> None:
+    """Keep the cells the --perf-* options select, remembering what was there to say why none is left."""
+    perf = config.stash[SESSION_KEY]
+    keep, drop = selection.narrow(items, perf.selection)
+    perf.collected = len(selection.cells_of(items))
+    perf.offered = sorted(set(selection.cells_of(keep)), key=str)
+    _deselect(config, items, keep, drop)
+    selection.skip_gpu_cells_without_cuda(items)
+
+
+class _ShardHook:
+    """A second pytest_collection_modifyitems, run last: the selection above must see every cell (to say
+    why none is left), while shards must be dealt over what -m and -k left."""
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, session: pytest.Session, config: pytest.Config, items: list) -> None:
+        """--perf-shard I/N: shards of equal expected cost over the cells that will really run."""
+        perf = config.stash[SESSION_KEY]
+        if perf.selection.shard is not None:
+            costs = perf.expected_costs(selection.cells_of(items))
+            _deselect(config, items, *selection.shard(items, costs, *perf.selection.shard))
+
+
+def _deselect(config: pytest.Config, items: list, keep: list, drop: list) -> None:
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Plan the progress lines over the cells that will run; say why no cell is left when the --perf-*
+    options and -m/-k together select none (pytest alone says "313 deselected" and exits 5)."""
+    perf = session.config.stash.get(SESSION_KEY, None)
+    if perf is None:
+        return
+    planned = selection.cells_of(session.items)
+    if planned:
+        perf.plan(planned)
+        return
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None and perf.collected:
+        why = selection.why_none(perf.selection, perf.collected, perf.offered, session.config.option.markexpr,
+                                 session.config.option.keyword)
+        reporter.write_line(f"perfgate: no cell selected: {why}", yellow=True)
+
+
+@pytest.fixture(scope="session")
+def perf(pytestconfig: pytest.Config) -> PerfSession:
+    return pytestconfig.stash[SESSION_KEY]
+
+
+def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: dict) -> None:
+    perf = config.stash.get(SESSION_KEY, None)
+    environment = perf.machine_info() if perf is not None else None
+    if environment is not None:
+        machine_info["perfgate"] = environment
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call):
+    """On an xdist worker, send a cell's finished line to the controller with its report."""
+    report = yield
+    perf = item.config.stash.get(SESSION_KEY, None)
+    cell = item.stash.get(selection.CELL_KEY, None)
+    relayed = perf.relayed(cell.id) if perf is not None and cell is not None and call.when == "call" else None
+    if relayed is not None:
+        report.user_properties.append(relayed)
+    return report
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Save a baseline and/or gate the run, once, on the controller (xdist workers only stream records)."""
+    perf = session.config.stash.get(SESSION_KEY, None)
+    if perf is None or hasattr(session.config, "workerinput"):
+        return
+    from perfgate.plugin.session_end import finish
+
+    if session.config.pluginmanager.hasplugin("dsession"):  # xdist: the workers ran the cells
+        from perfgate.plugin.workers import merge_into
+
+        perf.records = merge_into(perf.results_path, perf.run_id)
+    finish(session, perf)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    perf = config.stash.get(SESSION_KEY, None)
+    if perf is None:
+        return
+    if perf.records:
+        terminalreporter.write_sep("-", "perfgate")
+    for line in perf.closing_lines():
+        terminalreporter.write_line(line)

@@ -1,0 +1,116 @@
+"""The plugin's options: the ini setting perf_registry and one --perf-* group, declared with their choices
+and help, and checked once at configure time so that a value that cannot mean what it says is a usage error
+naming the valid ones, before any cell runs.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from perfgate.core import matrix, zoo
+from perfgate.core.matrix import check_names, split_csv
+from perfgate.plugin.selection import Selection
+
+ISOLATE = ("gpu", "all", "off")  # --perf-isolate: which cells run in a child process of their own
+
+
+def add(parser: pytest.Parser) -> None:
+    """Declare the ini setting perf_registry and the --perf-* option group."""
+    parser.addini("perf_registry", default=zoo.DEFAULT,
+                  help=f"module:attribute of the model registry (name -> ModelSpec), default {zoo.DEFAULT}")
+    group = parser.getgroup("perfgate", "perfgate: torch.compile performance cells")
+    group.addoption("--perf-models", help="comma-separated models to run (default: all)")
+    group.addoption("--perf-variants", help=f"compile variants: {', '.join(matrix.VARIANTS)}")
+    group.addoption("--perf-precisions", help=f"precisions: {', '.join(matrix.PRECISIONS)}")
+    group.addoption("--perf-shard", help="run shard I of N (1-based), e.g. 2/4: a deterministic split")
+    group.addoption("--perf-results", help="JSON-lines file each cell's record is appended to as it "
+                    "finishes (default: .perfgate/results-<UTC time>.jsonl)")
+    group.addoption("--perf-cache-dir", help="keep the inductor cache here between runs (default: a "
+                    "fresh directory per cell, so compile times are cold)")
+    group.addoption("--perf-tf32", choices=("on", "off"), default="on",
+                    help="fp32 policy on CUDA: TF32 tensor cores for matmul and convolutions (default on)")
+    group.addoption("--perf-warm-compile", choices=matrix.WARM_COMPILE, default="on",
+                    help="on: also time the compile again in-process with the on-disk caches warm; artifacts: "
+                    "that, and a compile in a fresh process with empty caches handed this cell's "
+                    "torch.compiler.save_cache_artifacts() (default on)")
+    group.addoption("--perf-min-rounds", type=int, help="interleaved rounds at least (GPU default 15)")
+    group.addoption("--perf-max-rounds", type=int, help="interleaved rounds at most (GPU default 40)")
+    group.addoption("--perf-round-ms", type=float, help="target length of one round, ms (GPU default 50)")
+    group.addoption("--perf-inject", help="test-only planted fault: numerics[:EPS], graph_break, slow[:MS], "
+                    "device_slow[:PCT] (of the compiled step's GPU time), host_slow[:PCT] (of its host time)")
+    group.addoption("--perf-isolate", choices=ISOLATE, default="gpu",
+                    help="run each cell in its own child process under a time limit, so a hung compile, a "
+                    "crash or a poisoned CUDA context fails that cell only: gpu (GPU cells, the default), "
+                    "all, off")
+    group.addoption("--perf-cell-timeout", type=float, metavar="S",
+                    help="time limit of an isolated cell, seconds (default: the model's time_limit_s, else "
+                    f"{matrix.DEFAULT_TIME_LIMIT_S:g} s, {matrix.AUTOTUNE_TIME_LIMIT_S:g} s for max-autotune)")
+    group.addoption("--perf-baseline", help="gate this run against a baseline file or directory")
+    group.addoption("--perf-save-baseline", metavar="DIR",
+                    help="write this run's records as the baseline of its environment and tier into DIR")
+    group.addoption("--perf-report", metavar="DIR", help="write the gate's report.md and report.json here")
+    group.addoption("--perf-history", metavar="DB", help="append this run's records to a SQLite history "
+                    "(keyed by commit, date, environment and cell) for `perfgate history` and `perfgate report`")
+    group.addoption("--perf-costs", metavar="DB", help="a history database to estimate each cell's wall "
+                    "seconds from, for --perf-shard (shards of equal cost) and the ETA lines (default: "
+                    "--perf-history's database, else priors per variant)")
+    group.addoption("--perf-profile", metavar="DIR", help="write why-artifacts of every cell run here: "
+                    "chrome traces of eager and compiled steps and TORCH_LOGS graph_breaks,recompiles,"
+                    "perf_hints (the gate writes them for flagged cells on its own)")
+
+
+def check(config: pytest.Config) -> Selection:
+    """Refuse options that cannot mean what they say (ValueError, naming the valid values); return the cells
+    --perf-models, --perf-variants, --perf-precisions and --perf-shard select."""
+    from perfgate.measure import faults
+
+    opt = config.getoption
+    models = split_csv(opt("--perf-models"))
+    if models is not None:  # the zoo is the face's to know, never the engine's
+        check_names("model", models, zoo.load(config.getini("perf_registry")))
+    variants = split_csv(opt("--perf-variants"))
+    precisions = split_csv(opt("--perf-precisions"))
+    shard = parse_shard(opt("--perf-shard"))
+    faults.parse(opt("--perf-inject"))
+    check_timing(opt("--perf-min-rounds"), opt("--perf-max-rounds"), opt("--perf-round-ms"))
+    costs_db = opt("--perf-costs")
+    if costs_db is not None and not Path(costs_db).is_file():
+        raise ValueError(f"--perf-costs={costs_db}: no such history database (make one with "
+                         f"`perfgate history add` or --perf-history)")
+    limit = opt("--perf-cell-timeout")
+    if limit is not None and not (math.isfinite(limit) and limit > 0):
+        raise ValueError(f"--perf-cell-timeout={limit}: the time limit must be a finite number of seconds > 0")
+    return Selection(
+        model=tuple(models) if models is not None else None,
+        variant=tuple(check_names("variant", variants, matrix.VARIANTS)) if variants else None,
+        precision=tuple(check_names("precision", precisions, matrix.PRECISIONS)) if precisions else None,
+        shard=shard,
+    )
+
+
+def check_timing(min_rounds: int | None, max_rounds: int | None, round_ms: float | None) -> None:
+    """Refuse timing options that cannot mean what they say (0 or negative rounds would give a zero-width
+    interval that the gate reads as no noise; nan or inf ms cannot size a round)."""
+    for name, value in (("--perf-min-rounds", min_rounds), ("--perf-max-rounds", max_rounds)):
+        if value is not None and value < 1:
+            raise ValueError(f"{name}={value}: rounds must be 1 or more")
+    if min_rounds is not None and max_rounds is not None and min_rounds > max_rounds:
+        raise ValueError(f"--perf-min-rounds={min_rounds} is more than --perf-max-rounds={max_rounds}")
+    if round_ms is not None and not (math.isfinite(round_ms) and round_ms > 0):
+        raise ValueError(f"--perf-round-ms={round_ms}: the round length must be a finite number of ms > 0")
+
+
+def parse_shard(text: str | None) -> tuple[int, int] | None:
+    if not text:
+        return None
+    index, _, count = text.partition("/")
+    try:
+        i, n = int(index), int(count)
+    except ValueError:
+        i = n = 0
+    if not (n >= 1 and 1 <= i <= n):
+        raise ValueError(f"--perf-shard={text!r}: expected I/N with 1 <= I <= N, e.g. 1/4")
+    return i, n

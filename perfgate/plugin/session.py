@@ -1,0 +1,260 @@
+"""A pytest session's perf state and each cell's run: the results file and run id, the run options read from
+the --perf-* options (the fp32 policy among them), each device's environment and the records written; a
+cell run in this process or in its own (perfgate.measure.isolate), the gate's confirm round, and progress lines.
+torch is imported only when a cell runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import uuid
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+
+from perfgate.core import matrix
+from perfgate.core.matrix import Cell
+from perfgate.plugin.selection import Selection
+
+
+class PerfSession:
+    """Session state: options, the results file, each device's environment, the records written."""
+
+    def __init__(self, config: pytest.Config, selection: Selection):
+        self.config, self.selection = config, selection
+        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+        # The worker id from xdist's own config, not PYTEST_XDIST_WORKER: that variable leaks into any
+        # pytest a worker starts in a subprocess, which is no worker.
+        workerinput = getattr(config, "workerinput", None)
+        self.worker = workerinput["workerid"] if workerinput else None
+        self.workers = workerinput.get("workercount", 1) if workerinput else 1
+        self.finished: dict[str, dict] = {}  # cell id -> its finished line and costs, for the xdist controller
+        self.progress = None  # a perfgate.judge.costs.Progress over the planned cells (plan())
+        self.relay = None  # on an xdist controller: the perfgate.plugin.workers.ProgressRelay counting for it
+        self.expected: dict[str, float] = {}  # cell id -> expected wall seconds
+        default = Path(".perfgate") / f"results-{stamp}.jsonl"
+        self.results_path = Path(config.getoption("--perf-results") or default)
+        if self.worker:  # each xdist worker streams to its own file; the controller merges them
+            self.results_path = self.results_path.with_name(f"{self.results_path.stem}.{self.worker}.jsonl")
+        # One id per session, shared by its xdist workers (the controller's testrunuid), so a baseline
+        # counts a run once however many worker files it was streamed to.
+        if workerinput:
+            self.run_id = workerinput["testrunuid"]
+        else:
+            self.run_id = getattr(config.option, "testrunuid", None) or uuid.uuid4().hex
+            if hasattr(config.option, "testrunuid"):  # xdist hands the controller's id to its workers
+                config.option.testrunuid = self.run_id
+        self.registry = config.getini("perf_registry")  # the zoo's import path, "module:attribute"
+        # The fp32 policy of CUDA cells (TF32 tensor cores or full fp32), set as each cell starts.
+        self.tf32 = config.getoption("--perf-tf32") == "on"
+        self.records: list[dict] = []
+        self.ran: dict[str, tuple] = {}  # cell id -> (spec, cell), for the gate's confirm round
+        self._envs: dict[str, dict] = {}
+        self.summary: list[str] = []  # what the gate and baseline steps say at the end
+        self.collected = 0  # cells collected, and those the --perf-* options kept: to say why none ran
+        self.offered: list[Cell] = []
+
+    def start_relay(self, workers: int):
+        """On the xdist controller: the plugin that prints the finished-cell lines `workers` workers send."""
+        from perfgate.plugin.workers import ProgressRelay
+
+        self.relay = ProgressRelay(self._progress, workers)
+        return self.relay
+
+    def relayed(self, cell_id: str) -> tuple | None:
+        """On an xdist worker: the user property carrying a finished cell's line to the controller, once."""
+        if not self.worker or cell_id not in self.finished:
+            return None
+        from perfgate.plugin.workers import ProgressRelay
+
+        return ProgressRelay.KEY, self.finished.pop(cell_id)
+
+    def machine_info(self) -> dict | None:
+        """The first device's environment, for pytest-benchmark's machine_info; None before any cell ran."""
+        return next(iter(self._envs.values()), None)
+
+    def closing_lines(self) -> list[str]:
+        """The terminal summary's lines: where the records went, the cells' times, what the session end said."""
+        lines = []
+        if self.records:
+            lines.append(f"records: {self.results_path}")
+            progress = self.relay.progress if self.relay is not None and self.relay.progress else self.progress
+            if progress is not None and progress.done:
+                lines.append(progress.summary())
+        return lines + self.summary
+
+    def _run(self, spec, cell: Cell, record_compiled=None, profile_dir: str | None = None) -> dict:
+        import dataclasses
+
+        from perfgate.measure.devices import for_cell
+        from perfgate.core.records_file import append_record
+        from perfgate.core.validate import checked
+        from perfgate.plugin.workers import finished_line
+
+        options = self.options(cell, for_cell(cell.device_kind, self.worker))
+        if profile_dir:
+            options = dataclasses.replace(options, profile_dir=profile_dir)
+        if self.isolates(cell):
+            record = self._run_isolated(spec, cell, options, record_compiled)
+        else:
+            record = self._run_here(spec, cell, options, record_compiled)
+        # NaN, inf or missing figures on an ok record: the cell failed, whatever run_cell thought.
+        record = checked({**record, "run_id": self.run_id, "unfit": self.unfit(cell)})
+        self.finished[cell.id] = {"line": finished_line(record), "cell": cell.id, "wall_s": record["wall_s"],
+                                  "expected_s": self.expected.get(cell.id, 0.0), "planned": len(self.expected),
+                                  "planned_s": sum(self.expected.values())}
+        append_record(self.results_path, record)
+        self.records.append(record)
+        return record
+
+    def _run_here(self, spec, cell: Cell, options, record_compiled) -> dict:
+        from perfgate.measure.cell import run_cell
+        from perfgate.measure.devices import start_cell
+        from perfgate.core.records_file import append_record
+
+        def checkpoint(partial: dict) -> None:  # superseded by the final record (a later one wins)
+            append_record(self.results_path, {**partial, "run_id": self.run_id})
+
+        device = start_cell(options.device, self.tf32)
+        return run_cell(spec, cell, options, self.environment(device), self._progress, record_compiled,
+                        checkpoint)
+
+    def unfit(self, cell: Cell) -> str:
+        """Why this worker's timings cannot be trusted (xdist workers sharing the machine), or ""."""
+        if self.workers <= 1:
+            return ""
+        from perfgate.plugin.workers import unfit_reason
+
+        import torch
+
+        gpus = torch.cuda.device_count() if cell.device_kind == "gpu" else 0
+        return unfit_reason(cell.device_kind, self.workers, gpus)
+
+    def isolates(self, cell: Cell) -> bool:
+        choice = self.config.getoption("--perf-isolate")
+        return choice == "all" or (choice == "gpu" and cell.device_kind == "gpu")
+
+    def time_limit_s(self, spec, cell: Cell) -> float:
+        """--perf-cell-timeout, else the model's own limit, else the variant's default."""
+        return (self.config.getoption("--perf-cell-timeout") or spec.time_limit_s
+                or matrix.VARIANTS[cell.variant].time_limit_s)
+
+    def _run_isolated(self, spec, cell: Cell, options, record_compiled) -> dict:
+        from perfgate.measure import isolate
+
+        job = isolate.job_for(cell, options, self.tf32, self.results_path, self.run_id)
+        record = isolate.run_isolated(cell, job, self.time_limit_s(spec, cell), self._progress, record_compiled)
+        if record.get("env"):  # what pytest-benchmark's machine_info shows, as an in-process cell leaves it
+            self._envs.setdefault(options.device, record["env"])
+        return record
+
+    def environment(self, device) -> dict:
+        """The environment of `device` (a torch.device), taken once per device and session."""
+        from perfgate.measure.env import environment
+
+        key = str(device)
+        if key not in self._envs:
+            self._envs[key] = environment(device, self.tf32)
+        return self._envs[key]
+
+    def options(self, cell: Cell, device: str):
+        from perfgate.measure import faults
+        from perfgate.measure.cell import RunOptions
+        from perfgate.measure.timing import CPU_PLAN, GPU_PLAN
+
+        opt = self.config.getoption
+        overrides = {"min_rounds": opt("--perf-min-rounds"), "max_rounds": opt("--perf-max-rounds"),
+                     "target_round_ms": opt("--perf-round-ms")}
+        plan = (GPU_PLAN if cell.device_kind == "gpu" else CPU_PLAN).replace(
+            **{key: value for key, value in overrides.items() if value is not None})
+        return RunOptions(device=device, plan=plan, warm_compile=opt("--perf-warm-compile"),
+                          cache_dir=opt("--perf-cache-dir"), fault=faults.parse(opt("--perf-inject")),
+                          profile_dir=opt("--perf-profile"), registry=self.registry)
+
+    def expected_costs(self, cells: list[Cell]) -> dict[str, float]:
+        """Expected wall seconds per cell: the --perf-costs (else --perf-history) database's median where the
+        cell ran, else a prior per variant (perfgate.judge.costs). Every shard of a split run must read the same."""
+        from perfgate.judge import costs, history
+
+        db = self.config.getoption("--perf-costs") or self.config.getoption("--perf-history")
+        known = costs.known_costs(history.records(db)) if db and Path(db).is_file() else {}
+        return costs.expected_s(cells, known)
+
+    def plan(self, cells: list[Cell]) -> None:
+        """The cells this process will run, for k/N and the ETA on each finished cell."""
+        from perfgate.judge.costs import Progress
+
+        self.expected = self.expected_costs(cells)
+        self.progress = Progress(len(cells), sum(self.expected.values()))
+
+    def measure(self, cell: Cell, benchmark=None) -> dict:
+        """Run one cell of the perf_registry zoo, stream its record, feed pytest-benchmark, and fail the test
+        if the cell failed."""
+        from perfgate.core import zoo
+        from perfgate.plugin.bench_sink import BenchmarkSink
+
+        spec = zoo.load(self.registry)[cell.model]
+        sink = BenchmarkSink(benchmark, cell)
+        record = self._run(spec, cell, sink.add)
+        self.ran[cell.id] = (spec, cell)
+        if self.progress is not None and self.worker is None:  # under xdist the controller counts
+            done = self.progress.finish(cell.id, record["wall_s"], self.expected.get(cell.id, 0.0))
+            self._progress(f"{done}: {self.finished[cell.id]['line']}")
+        sink.annotate(record)
+        if record["status"] != "ok":
+            pytest.fail(f"{cell.id}: {record['reason']}", pytrace=False)
+        return record
+
+    def gate(self, records: list[dict], baseline):
+        """Gate this run. Cells whose speedup tripped are measured again in this process (a fresh compile)
+        and stay regressions only if they trip twice. Reports go to the terminal and --perf-report."""
+        from perfgate.judge.gate import gate_run
+        from perfgate.render.report_files import write_reports
+
+        report_dir = self.config.getoption("--perf-report")
+        why_dir = str(Path(report_dir or ".perfgate") / "why")
+        profiled: dict[str, dict] = {}
+
+        def remeasure(cell_ids: list[str]) -> list[dict]:
+            """The confirm round, profiled: a cell that trips twice comes with its why-artifacts."""
+            for cell_id in cell_ids:
+                if cell_id in self.ran:  # under xdist the controller ran nothing: no confirm round
+                    self._progress(f"{cell_id}: a speedup rule tripped; measuring again to confirm")
+                    profiled[cell_id] = self._run(*self.ran[cell_id], profile_dir=why_dir)
+            return list(profiled.values())
+
+        outcome = gate_run(records, baseline, remeasure)
+        for cell_id in _flagged(outcome) - set(profiled):
+            if cell_id in self.ran:  # flagged by another rule: profile it for the reader, gate unchanged
+                self._progress(f"{cell_id}: flagged; writing why-artifacts")
+                profiled[cell_id] = self._run(*self.ran[cell_id], profile_dir=why_dir)
+        self.summary += [f"why-artifacts for {cid}: {rec['why']['dir']}" for cid, rec in profiled.items()
+                         if rec.get("why")]
+        paths = (Path(report_dir) / "report.md", Path(report_dir) / "report.json") if report_dir else (None, None)
+        if outcome.errors:
+            self.summary += [f"perfgate: cannot compare (exit 2): {error}" for error in outcome.errors]
+        else:
+            self.summary += write_reports(outcome, *paths).splitlines()
+        return outcome
+
+    def _progress(self, message: str) -> None:
+        """One line as each phase of a cell starts, so a 40-minute run is never silent. Cells run inside a
+        test, where pytest captures fd 1 and 2 (the reporter's stdout included) and drops a passing test's
+        capture: no line ever showed, -q or not, unless capture is suspended while writing. Flushed at once,
+        so a run killed by `timeout` with stdout block-buffered to a file keeps the lines it printed."""
+        line = f"[perfgate] {message}"
+        manager = self.config.pluginmanager
+        reporter, capture = manager.get_plugin("terminalreporter"), manager.get_plugin("capturemanager")
+        with capture.global_and_fixture_disabled() if capture is not None else contextlib.nullcontext():
+            if reporter is not None:
+                reporter.write_line(line)
+                reporter.flush()
+            else:
+                print(line, file=sys.stderr, flush=True)
+
+
+def _flagged(outcome) -> set[str]:
+    return {finding.cell for report in outcome.reports for finding in report.regressions}
+

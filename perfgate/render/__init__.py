@@ -1,0 +1,1 @@
+"""Rendering: the Markdown report, the HTML page and its charts, the modes table, the A/B report. Imports no torch; imports perfgate.core and perfgate.judge."""

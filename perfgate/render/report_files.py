@@ -1,0 +1,28 @@
+"""A gated run's reports as files: the Markdown digest and the JSON report, written where asked.
+
+Shared by both faces (`perfgate compare` and the plugin's --perf-report), so neither imports the other.
+Imports no torch.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from perfgate.render.report import markdown, to_json
+
+
+def write_reports(outcome, markdown_path: str | None, json_path: str | None) -> str:
+    """The markdown (returned, and written where asked) and JSON reports of a gated run."""
+    text = "\n\n---\n\n".join(markdown(r) for r in outcome.reports)
+    _write(markdown_path, text)
+    _write(json_path, json.dumps({"exit_code": outcome.exit_code,
+                                  "reports": [to_json(r) for r in outcome.reports]},
+                                 indent=2, sort_keys=True) + "\n")
+    return text
+
+
+def _write(path: str | None, text: str) -> None:
+    if path:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(text, encoding="utf-8")

@@ -1,0 +1,81 @@
+"""The layers of perfgate import one way (docs/architecture.md): a test, so that an arrow back up fails CI."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PKG = Path(__file__).resolve().parents[1] / "perfgate"
+FACES = "faces"  # the modules at perfgate's top: the CLI, the A/B runner it drives
+# What each layer may import from perfgate (itself included).
+ALLOWED = {
+    "core": {"core"},
+    "measure": {"core", "measure"},
+    "judge": {"core", "judge"},
+    "render": {"core", "judge", "render"},
+    "plugin": {"core", "measure", "judge", "render", "plugin"},
+    FACES: {"core", "judge", "render", FACES},
+}
+
+
+def layer_of(module: str) -> str:
+    """perfgate.judge.gate -> judge; perfgate.cli -> faces; perfgate.plugin -> plugin."""
+    parts = module.split(".")
+    if len(parts) > 1 and parts[1] in ALLOWED:
+        return parts[1]
+    return "plugin" if parts[1:2] == ["plugin"] else FACES
+
+
+def module_name(path: Path) -> str:
+    rel = path.relative_to(PKG.parent).with_suffix("")
+    parts = list(rel.parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports(path: Path) -> set[str]:
+    """Every perfgate module a file imports, at its top or inside a function."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("perfgate"):
+            found |= {f"{node.module}.{a.name}" if node.module in PACKAGES else node.module for a in node.names}
+        elif isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.startswith("perfgate")}
+    return {m for m in found if m in MODULES or m in PACKAGES}
+
+
+FILES = sorted(PKG.rglob("*.py"))
+MODULES = {module_name(p) for p in FILES}
+PACKAGES = {module_name(p) for p in FILES if p.name == "__init__.py"}
+GRAPH = {module_name(p): imports(p) - {module_name(p)} for p in FILES}
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if m != "perfgate"))
+def test_imports_run_down_the_layers(module):
+    layer = layer_of(module)
+    wrong = sorted(m for m in GRAPH[module] if m != "perfgate" and layer_of(m) not in ALLOWED[layer])
+    assert not wrong, f"{module} ({layer}) imports {wrong}: {layer} may import only {sorted(ALLOWED[layer])}"
+
+
+def test_no_module_imports_itself_back():
+    """No cycle between modules, lazy (in-function) imports included."""
+    state: dict[str, int] = {}
+
+    def visit(m: str, path: list[str]) -> None:
+        state[m] = 1
+        for n in GRAPH.get(m, ()):
+            if state.get(n) == 1:
+                raise AssertionError("import cycle: " + " -> ".join(path[path.index(n):] + [n]))
+            if n not in state:
+                visit(n, path + [n])
+        state[m] = 2
+
+    for m in sorted(GRAPH):
+        if m not in state:
+            visit(m, [m])
+
+
+def test_every_module_has_a_layer():
+    top = {p.stem for p in PKG.glob("*.py")} - {"__init__"}
+    assert top == {"cli", "ab_run", "ab_env"}, f"modules at perfgate's top belong in a layer: {sorted(top)}"
