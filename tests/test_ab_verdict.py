@@ -157,6 +157,12 @@ def test_step_time_rule_is_lower_better():
     rule = StepTimeRule("eager_ms", threshold=0.05)
     assert rule.log_drop(10.0, 11.0) > 0 and rule.change(10.0, 11.0) == pytest.approx(0.1)
     assert rule.fraction(math.log(1.05)) == pytest.approx(0.05)
+    assert rule.fraction(math.log(1.05), loss=False) == pytest.approx(1 - 1 / 1.05)
+
+
+def test_a_line_from_absurd_round_times_does_not_overflow():
+    rule = StepTimeRule("eager_ms", threshold=0.05)
+    assert rule.fraction(1000.0) > 1e300 and rule.fraction(-1000.0, loss=False) < -1e300
 
 
 # ---------------------------------------------------------------------------------------------- reports

@@ -69,7 +69,10 @@ class StepTimeRule(SpeedupRule):
         return math.log(1 + self.threshold)
 
     def fraction(self, log_line: float, loss: bool = True) -> float:
-        return math.exp(log_line) - 1 if loss else 1 - math.exp(-log_line)
+        """The line as a fraction of ms per step. Capped where exp would overflow (a line past e**700 comes
+        only from absurd round times, and reads as ~1e304 rather than crashing the verdict)."""
+        log_line = min(log_line, 700.0) if loss else max(log_line, -700.0)
+        return math.expm1(log_line) if loss else -math.expm1(-log_line)
 
     def change(self, ref: float, now: float) -> float:
         """Change of ms per step; positive is a loss (+0.05: 5 % slower)."""
