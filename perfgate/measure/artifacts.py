@@ -16,7 +16,6 @@ Run as `python -m perfgate.measure.artifacts JOB_DIR` (by measure_in_child only)
 from __future__ import annotations
 
 import contextlib
-import importlib
 import json
 import os
 import signal
@@ -29,6 +28,7 @@ from pathlib import Path
 import torch
 
 from perfgate.measure.faults import Fault
+from perfgate.core import zoo
 from perfgate.core.matrix import Cell
 from perfgate.core.record import error_line
 from perfgate.measure.steps import cell_batches, compiled_side, initial_state, sync
@@ -151,8 +151,7 @@ def _run_child(job_dir: Path, data: bytes, job: dict, timeout_s: float) -> dict:
 def _first_call(job: dict, data: bytes) -> dict:
     """In the child: build the cell's compiled side as the cell does, then time load + first compiled call
     (device-synchronised). Interpreter start, imports and the model build are not counted."""
-    module, _, attribute = job["registry"].partition(":")
-    registry, name = getattr(importlib.import_module(module), attribute), job["cell"]["model"]
+    registry, name = zoo.load(job["registry"]), job["cell"]["model"]
     if name not in registry:
         raise LookupError(f"no model {name!r} in {job['registry']}")
     spec = registry[name]
