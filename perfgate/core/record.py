@@ -101,7 +101,7 @@ FIELDS: tuple[Field, ...] = (
     Field("compiled_device_ms", float, "ms", "> 0", fold="median"),
     *_ratio("device_speedup", "median of the per-round device ratios"),
     # The host clock: ms to issue one step, from a synchronized, idle device to the step call's return,
-    # median over rounds of single steps.
+    # each round the fastest of a few single steps (a stall only adds), median over rounds.
     Field("eager_host_round_ms", list, "ms", "rounds", default=[]),
     Field("compiled_host_round_ms", list, "ms", "rounds", default=[]),
     Field("eager_host_ms", float, "ms", "> 0", fold="median"),

@@ -31,7 +31,6 @@ from pathlib import Path
 from typing import Callable
 
 from perfgate.core.record import new_record
-
 from perfgate.core.records_file import append_record
 
 POLL_S = 0.5
