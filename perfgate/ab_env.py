@@ -162,7 +162,9 @@ def side_environ(side: Side, import_root: Path) -> dict[str, str]:
 
 def collect(side: Side, root: Path, import_root: Path, common: Sequence[str]) -> list[str]:
     """The test ids a side's pytest selects (--collect-only); ABError when it selects none or errs."""
-    command = [side.python, "-m", "pytest", "--collect-only", "-q", *common, *side.args]
+    # --verbosity last: a user's own -q or -v among the args would turn the id list into per-file counts
+    # (-qq) or a tree (-v), where no id can be read
+    command = [side.python, "-m", "pytest", "--collect-only", *common, *side.args, "--verbosity=-1"]
     try:
         proc = subprocess.run(command, cwd=root, capture_output=True, text=True, timeout=COLLECT_TIMEOUT_S,
                               env=side_environ(side, import_root))

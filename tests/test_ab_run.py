@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import synthetic as syn
-from perfgate.ab_env import Side
+from perfgate.ab_env import Side, collect
 from perfgate.ab_run import plan, save_manifest, verdict
 from perfgate.cli import main
 from perfgate.core.records_file import append_record
@@ -179,6 +179,14 @@ def test_a_revision_is_checked_out_into_the_run_and_collected_there(zoo_repo, tm
     assert "only in B: test_zoo.py::test_cell[3]" in err and "only in A" not in err
     worktrees = subprocess.run(["git", "worktree", "list"], cwd=zoo_repo, capture_output=True, text=True).stdout
     assert len(worktrees.splitlines()) == 1 and not (out / "worktrees" / "A").exists()  # refused: removed again
+
+
+@pytest.mark.parametrize("verbosity", ["-q", "-qq", "-v"])
+def test_a_users_own_verbosity_does_not_hide_the_test_ids(zoo_repo, verbosity):
+    """An H100 run with -q among the common args failed: collect-only -q -q prints per-file counts."""
+    side = Side("A", sys.executable)
+    ids = collect(side, zoo_repo, zoo_repo, ["test_zoo.py", verbosity])
+    assert ids == [f"test_zoo.py::test_cell[{n}]" for n in (1, 2, 3)]
 
 
 def test_the_plan_grows_on_resume_and_crashed_processes_count(tmp_path):
