@@ -14,6 +14,7 @@ file, line, cell and field), 3 an internal error (a bug in perfgate: never read 
     perfgate ab [--a-python PY] [--a-rev REV] [--a-env K=V ...] [--a-args ARGS]  (and --b-...)
                 [--processes N] [--out DIR] [--markdown FILE] [--json FILE] [--html FILE] -- PYTEST_ARGS...
     perfgate ab --resume DIR [--processes N] [--html FILE]                (docs/ab.md)
+    perfgate ab --judge DIR [--html FILE]
 """
 
 from __future__ import annotations
@@ -216,8 +217,16 @@ def cmd_ab(args: argparse.Namespace) -> int:
     def progress(message: str) -> None:
         print(f"[perfgate ab] {message}", flush=True)
 
-    out = Path(args.resume or args.out or ab_run.default_out())
+    out = Path(args.judge or args.resume or args.out or ab_run.default_out())
     try:
+        if args.judge:  # a run cut by a time limit, judged here: resuming on another machine would mix two
+            if args.resume or args.processes or args.pytest_args or any(
+                    getattr(args, f"{s}_{k}") for s in "ab" for k in ("python", "rev", "env", "args")):
+                raise ABError("--judge DIR judges the run in DIR as it stands: give no sides, --resume, "
+                              "--processes or pytest args")
+            report = ab_run.verdict(ab_run.load_manifest(out), out)
+            sys.stdout.write(ab_report.write(report, out, args.markdown, args.json, args.html))
+            return report.exit_code
         sides = [side_from_options(label, *(getattr(args, f"{label.lower()}_{k}") for k in ("python", "rev", "env",
                                                                                            "args")))
                  for label in ("A", "B")]
@@ -257,6 +266,8 @@ def _add_ab_parser(sub) -> None:
                     help="processes per side, at least 2 (default 3; with --resume: raise it to add pairs)")
     ab.add_argument("--out", metavar="DIR", help="the run's directory (default: .perfgate/ab-<UTC time>)")
     ab.add_argument("--resume", metavar="DIR", help="carry on the A/B run in DIR, then judge it")
+    ab.add_argument("--judge", metavar="DIR", help="judge the A/B run in DIR as it stands, running nothing (a run "
+                    "stopped by a time limit: its complete processes; a side needs 2 for the timed rules)")
     ab.add_argument("--markdown", metavar="FILE", help="also write the Markdown verdict here")
     ab.add_argument("--json", metavar="FILE", help="also write the verdict as JSON here")
     ab.add_argument("--html", metavar="OUT.html", help="also write an HTML report of the run: a section per side, "

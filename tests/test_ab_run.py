@@ -189,7 +189,7 @@ def test_a_users_own_verbosity_does_not_hide_the_test_ids(zoo_repo, verbosity):
     assert ids == [f"test_zoo.py::test_cell[{n}]" for n in (1, 2, 3)]
 
 
-def test_the_plan_grows_on_resume_and_crashed_processes_count(tmp_path):
+def test_the_plan_grows_on_resume_and_crashed_processes_count(tmp_path, capsys):
     """Without running anything: the order, --resume --processes N adding pairs, and how the verdict reads
     each process's state (a crashed one counts as it stands, an interrupted one waits for --resume)."""
     runs = plan(2)
@@ -208,3 +208,8 @@ def test_the_plan_grows_on_resume_and_crashed_processes_count(tmp_path):
         "B has 1 complete process(es); a verdict needs 2 or more a side (perfgate ab --resume DIR runs the rest)"]
     assert any(n.startswith("process B-1 crashed (exit -11)") for n in report.notes)
     assert any(n == f"process B-2 is interrupted: perfgate ab --resume {tmp_path} runs it" for n in report.notes)
+    # --judge: the same verdict from the command line, running nothing (B-2 stays interrupted)
+    assert main(["ab", "--judge", str(tmp_path)]) == 2
+    assert json.loads((tmp_path / "manifest.json").read_text())["runs"][3]["state"] == "interrupted" and (tmp_path / "report.md").is_file()
+    assert main(["ab", "--judge", str(tmp_path), "--processes", "3"]) == 2
+    assert "give no sides, --resume, --processes" in capsys.readouterr().err

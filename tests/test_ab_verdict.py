@@ -138,8 +138,13 @@ def test_different_cells_or_too_few_processes_cannot_compare():
     other = syn.cells(models=["vit_b16"], phases=["train"])
     report = judge(side("A") + side("B", cells=GPT2 + other))
     assert report.exit_code == 2 and report.only_in_b == [other[0].id] and other[0].id in report.errors[0]
-    short = judge(side("A") + side("B", n=1))
+    short = judge(side("A") + side("B", n=1, graph_breaks=2))
     assert short.exit_code == 2 and "B has 1 complete process" in short.errors[0]
+    # What a cut run measured is still shown: the counts judged, the timed figures side by side, not judged
+    assert [f.metric for f in short.regressions] == ["graph_breaks"]
+    wall = short.rows[0].comparison("speedup")
+    assert wall.a and wall.b and wall.change is None and wall.kind is None
+    assert wall.note == "3 + 1 processes: not compared (2 a side at least)"
 
 
 def test_the_models_own_wall_threshold_is_used():

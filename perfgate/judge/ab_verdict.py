@@ -215,7 +215,10 @@ def compare_timed(rule: SpeedupRule, cell_id: str, a_records: Sequence[dict], b_
     b = [r[m] for r in b_records if r.get(m) and r[m] > 0]
     empty = Comparison(m, rule.label, geomean(a), geomean(b), None, None, None, None, False, None, None,
                        len(a), len(b), None)
-    if len(a) < len(a_records) or len(a) < 2:
+    if min(len(a_records), len(b_records)) < 2:  # Student's t has no spread to go on
+        return _not_compared(empty, f"{len(a_records)} + {len(b_records)} processes: not compared (2 a side "
+                                    f"at least)")
+    if len(a) < len(a_records):
         return _not_compared(empty, "not measured in A" if not a else
                             f"measured in {len(a)} of {len(a_records)} A processes: not compared")
     if len(b) < len(b_records):
@@ -329,7 +332,9 @@ def judge(processes: Sequence[Process], rules: Sequence | None = None, alpha: fl
         errors.append(f"A and B ran different cells: only in A: {', '.join(only_a) or 'none'}; only in B: "
                       f"{', '.join(only_b) or 'none'}")
     rows, regressions, improvements = [], [], []
-    if len(by_side["A"]) >= 2 and len(by_side["B"]) >= 2:
+    # A run cut short (a side with 1 process) still shows what was measured: the counts, memory, numerics
+    # and status are judged as always, the timed figures are shown but not compared; the exit stays 2.
+    if by_side["A"] and by_side["B"]:
         for cell_id in sorted(cells["A"] & cells["B"]):
             row, findings = judge_cell(cell_id, by_side["A"], by_side["B"], rules, alpha)
             rows.append(row)
