@@ -16,3 +16,9 @@ def test_train_step(cell, perf, benchmark):
 @pytest.mark.perf_cells("infer")
 def test_infer_step(cell, perf, benchmark):
     perf.measure(cell, benchmark)
+
+
+@pytest.mark.perf_cells("ddp")
+def test_ddp_train_step(cell, perf, benchmark):
+    """The train step data-parallel on matrix.DDP_WORLD ranks (GPUs; gloo processes on the CPU tier)."""
+    perf.measure(cell, benchmark)

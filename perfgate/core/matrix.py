@@ -17,6 +17,9 @@ WARM_COMPILE = ("off", "on", "artifacts")
 # inference, amp_bf16, was still compiling at ~300 s), so it gets more.
 DEFAULT_TIME_LIMIT_S = 900.0
 AUTOTUNE_TIME_LIMIT_S = 2400.0
+# The data-parallel phase ("ddp"): a train step on this many ranks (one process each, one GPU each on CUDA).
+DDP_WORLD = 2
+PHASES = ("train", "infer", "ddp")
 
 
 @dataclass(frozen=True)
@@ -68,6 +71,10 @@ class Variant:
     `compiled_optimizer`: compile optimizer.step as well as the model (train only).
     `inductor_config`: inductor config patches, as torch.compile(options=...); torch.compile takes them
         only without a mode, so a variant has one or the other.
+    `ddp`: a data-parallel variant (the "ddp" phase only): torch._dynamo.config.optimize_ddp's mode,
+        "ddp_optimizer" (the graph split at DDP's bucket boundaries, so gradients' all-reduce overlaps the
+        backward), "no_optimization" (one graph, no overlap) or "python_reducer" (compiled autograd traces
+        the all-reduce; `compiled_autograd` turns it on).
     """
 
     name: str
@@ -80,6 +87,8 @@ class Variant:
     regional: bool = False
     compiled_optimizer: bool = False
     inductor_config: tuple[tuple[str, object], ...] = ()
+    ddp: str | None = None
+    compiled_autograd: bool = False
 
     def __post_init__(self) -> None:
         if self.inductor_config and self.mode is not None:
@@ -130,6 +139,13 @@ VARIANTS: Mapping[str, Variant] = {
                 inductor_config=(("shape_padding", False),)),
         Variant("inductor_dynamic", "inductor", "default", dynamic=True, shapes="longest8"),
         Variant("inductor_buckets", "inductor", "default", dynamic=False, shapes="buckets"),
+        # Data-parallel training (the "ddp" phase), eager DDP against compiled DDP.
+        Variant("inductor_ddp_optimizer", "inductor", "default", ddp="ddp_optimizer"),
+        Variant("inductor_ddp_no_split", "inductor", "default", ddp="no_optimization"),
+        Variant("inductor_ddp_compiled_autograd", "inductor", "default", ddp="python_reducer",
+                compiled_autograd=True),
+        # The CPU tier's: the same split on gloo, compiled by aot_eager (seconds, where inductor takes minutes).
+        Variant("aot_eager_ddp_optimizer", "aot_eager", ddp="ddp_optimizer"),
     )
 }
 

@@ -131,6 +131,25 @@ FIELDS: tuple[Field, ...] = (
           doc="what the variant's shape strategy may cost (bucketed shapes: one per length)"),
     Field("break_reasons", list, default=[], doc="[str], the first few"),
     Field("recompile_reasons", list, default=[], doc="[str], the first few: the guard each recompile failed"),
+    # Data-parallel cells (the "ddp" phase; null elsewhere). Their timed figures are the slowest rank's: each
+    # timed region's ms is the maximum over the ranks, so every rank takes the same warm-up and round decisions.
+    Field("world_size", int, "ranks", "> 0", doc="processes (GPUs) of a data-parallel cell"),
+    Field("ddp_buckets", int, "count", ">= 0", fold="max", doc="gradient buckets DDPOptimizer split the "
+          "compiled graphs at (null: it did not split: no_optimization, python_reducer)"),
+    Field("ddp_splits", int, "count", ">= 0", fold="max", doc="graphs added by those splits (buckets - graphs "
+          "split): kept apart from graph_breaks, which counts the model's own"),
+    Field("ddp_wrapper_breaks", int, "count", ">= 0", doc="graph breaks inside DDP's own forward wrapper "
+          "(the compiled DDP step's breaks less the model's alone)"),
+    Field("ranks_param_diff", float, "", ">= 0", doc="after the numerics steps: the largest |parameter - the "
+          "ranks' mean| over every element (0: every rank holds the same parameters)"),
+    Field("peak_mem_eager_mb_ranks", list, "MiB", default=[], doc="each rank's eager peak (peak_mem_eager_mb: "
+          "their maximum)"),
+    Field("peak_mem_compiled_mb_ranks", list, "MiB", default=[]),
+    Field("single_eager_ms", float, "ms", "> 0", doc="one device, no DDP, the same per-rank batch (rank 0)"),
+    Field("single_compiled_ms", float, "ms", "> 0"),
+    Field("scaling_eager", float, "x", "> 0", fold="median", doc="throughput on world_size ranks / on one "
+          "device: world_size * single_eager_ms / eager_ms (ideal: world_size)"),
+    Field("scaling_compiled", float, "x", "> 0", fold="median"),
     Field("peak_mem_eager_mb", float, "MiB", ">= 0", fold="max", column=True,
           doc="warm steps, CUDA-graph pools counted; null on CPU"),
     Field("peak_mem_compiled_mb", float, "MiB", ">= 0", fold="max", column=True),

@@ -108,6 +108,7 @@ class ModelSpec:
     cpu_variants: tuple[str, ...] = ("inductor_default",)
     cpu_phases: tuple[str, ...] = ("train", "infer")
     regional: bool = False  # repeated transformer blocks worth compiling alone
+    ddp: bool = False  # has data-parallel training cells (the "ddp" phase: matrix.DDP_WORLD ranks)
     pad: Callable | None = None
     seq_len: Callable | None = None
     dynamic_dims: tuple[tuple[str, int], ...] = ()
@@ -124,6 +125,8 @@ class ModelSpec:
 
     def runs(self, variant, phase: str) -> bool:
         """Whether a variant means anything for this model and phase."""
+        if (variant.ddp is not None) != (phase == "ddp") or (phase == "ddp" and not self.ddp):
+            return False
         if variant.shapes is not None and (self.pad is None or phase != "train"):
             return False
         if variant.regional and not self.regional:

@@ -16,7 +16,9 @@ import time
 from typing import Iterable, Mapping, Sequence
 
 # Seconds of an inductor_default cell, by device kind and phase.
-BASE_PRIOR_S = {("gpu", "train"): 120.0, ("gpu", "infer"): 50.0, ("cpu", "train"): 30.0, ("cpu", "infer"): 15.0}
+# A data-parallel cell compiles twice (DDP, then one device for its scaling figure) and starts its ranks.
+BASE_PRIOR_S = {("gpu", "train"): 120.0, ("gpu", "infer"): 50.0, ("gpu", "ddp"): 300.0,
+                ("cpu", "train"): 30.0, ("cpu", "infer"): 15.0, ("cpu", "ddp"): 60.0}
 # A variant's cost relative to inductor_default (max-autotune benchmarks every kernel's configurations).
 VARIANT_FACTOR = {"inductor_max_autotune": 6.0, "inductor_max_autotune_no_cudagraphs": 5.0,
                   "inductor_reduce_overhead": 1.4, "cudagraphs": 0.8, "aot_eager": 0.6, "inductor_regional": 0.4,

@@ -61,6 +61,9 @@ def run_cell(spec, cell: Cell, options: RunOptions, env: dict,
     """Measure one cell and return its record. `checkpoint`, if given, receives the record as it stands at
     each stage (status "failed", reason "did not finish ..."): a process killed mid-cell (a CI timeout, a
     hung compile) then leaves what it had measured, and the final record supersedes it."""
+    if cell.phase == "ddp":  # its ranks are processes of their own
+        from perfgate.measure import ddp
+        return ddp.run(spec, cell, options, env, progress, record_compiled, checkpoint)
     record = new_record(cell, env)
     record["started_at"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
     if spec.speedup_threshold is not None:

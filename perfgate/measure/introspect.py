@@ -21,8 +21,10 @@ def compile_counts() -> dict:
     breaks = counters.get("graph_break", {})
     return {
         "graph_count": int(counters.get("stats", {}).get("unique_graphs", 0)),
+        "ops": int(counters.get("stats", {}).get("calls_captured", 0)),  # calls traced into graphs
         "graph_breaks": int(sum(breaks.values())),
         "frames": int(counters.get("frames", {}).get("total", 0)),
+        "guard_failures": sum(len(failures) for failures in guard_failures.values()),
         "break_reasons": [reason.strip().splitlines()[0] for reason in list(breaks)[:MAX_REASONS]],
         "recompile_reasons": _recompile_reasons(),
     }

@@ -17,7 +17,6 @@ group), and the child asks Linux to kill it when the parent dies by any means (P
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import dataclasses
 import json
 import os
@@ -32,13 +31,8 @@ from typing import Callable
 
 from perfgate.core.record import new_record
 from perfgate.core.records_file import append_record
+from perfgate.measure.children import HEARTBEAT_S, POLL_S, death, die_with_parent, Events, stage_of, stderr_tail
 
-POLL_S = 0.5
-# A stage that runs this long says so again every this many seconds, so a slow max-autotune compile can be
-# told from a hang while it runs.
-HEARTBEAT_S = 60.0
-# The stderr lines of a dead child echoed to this process's stderr (pytest shows them with the failure).
-STDERR_TAIL_LINES = 40
 _PERFGATE_ROOT = str(Path(__file__).resolve().parents[2])  # the child must import this copy
 
 
@@ -64,52 +58,7 @@ def job_for(cell, options, tf32: bool, results_path, run_id: str | None) -> Job:
                sys_path=[os.path.abspath(p) if p else os.getcwd() for p in sys.path])
 
 
-class _Events:
-    """The child's event file, read as it grows: whole lines only (a line being written waits)."""
-
-    def __init__(self, path: Path):
-        self.path, self.offset = path, 0
-        self.last_stage, self.checkpoint, self.record = "starting the process", None, None
-
-    def read(self, progress: Callable[[str], None], record_compiled) -> None:
-        if not self.path.exists():
-            return
-        with self.path.open("rb") as fh:
-            fh.seek(self.offset)
-            data = fh.read()
-        whole = data[: data.rfind(b"\n") + 1]
-        self.offset += len(whole)
-        for line in whole.decode("utf-8", errors="replace").splitlines():
-            event = json.loads(line)
-            if "progress" in event:
-                self.last_stage = event["progress"]
-                progress(event["progress"])
-            elif "compiled_ms" in event and record_compiled is not None:
-                record_compiled(event["compiled_ms"])
-            elif "checkpoint" in event:
-                self.checkpoint = event["checkpoint"]
-            elif "record" in event:
-                self.record = event["record"]
-
-
-def _stage(message: str, cell_id: str) -> str:
-    """"compiling (inductor_default)" from the progress line "<cell id>: compiling (inductor_default)"."""
-    return message[len(cell_id) + 2:] if message.startswith(f"{cell_id}: ") else message
-
-
-def _death(returncode: int) -> str:
-    if returncode < 0:
-        with contextlib.suppress(ValueError):
-            return f"killed by {signal.Signals(-returncode).name}"
-    return f"exit status {returncode}"
-
-
-def _stderr_tail(path: Path) -> list[str]:
-    lines = [line for line in path.read_text(encoding="utf-8", errors="replace").splitlines() if line.strip()]
-    return lines[-STDERR_TAIL_LINES:]
-
-
-def _failed(job: Job, events: _Events, reason: str, cell) -> dict:
+def _failed(job: Job, events: Events, reason: str, cell) -> dict:
     record = dict(events.checkpoint) if events.checkpoint else new_record(cell, {}, job.run_id)
     record.update(status="failed", reason=reason, run_id=job.run_id)
     return record
@@ -144,7 +93,7 @@ def run_isolated(cell, job: Job, limit_s: float, progress: Callable[[str], None]
     with tempfile.TemporaryDirectory(prefix="perfgate-cell-") as tmp:
         job_dir = Path(tmp)
         (job_dir / "job.json").write_text(json.dumps(dataclasses.asdict(job)), encoding="utf-8")
-        events, stderr_path = _Events(job_dir / "events.jsonl"), job_dir / "stderr.txt"
+        events, stderr_path = Events(job_dir / "events.jsonl"), job_dir / "stderr.txt"
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [_PERFGATE_ROOT,
                                                                          os.environ.get("PYTHONPATH")])))
         started = time.monotonic()
@@ -161,7 +110,7 @@ def run_isolated(cell, job: Job, limit_s: float, progress: Callable[[str], None]
                         stage_seen, stage_since, told = events.last_stage, now, now
                     elif now - told >= HEARTBEAT_S:
                         told = now
-                        progress(f"{cell.id}: still {_stage(stage_seen, cell.id)} after {now - stage_since:.0f} s "
+                        progress(f"{cell.id}: still {stage_of(stage_seen, cell.id)} after {now - stage_since:.0f} s "
                                  f"(cell limit {limit_s:g} s, {now - started:.0f} s used)")
             finally:
                 timed_out = child.poll() is None
@@ -170,29 +119,21 @@ def run_isolated(cell, job: Job, limit_s: float, progress: Callable[[str], None]
                         os.killpg(child.pid, signal.SIGKILL)
                     child.wait()
         events.read(progress, record_compiled)
-        stage = _stage(events.last_stage, cell.id)
+        stage = stage_of(events.last_stage, cell.id)
         if timed_out:
             return _failed(job, events, f"timed out after {limit_s:g} s while {stage}", cell)
         if events.record is not None:
             return events.record
-        tail = _stderr_tail(stderr_path)
+        tail = stderr_tail(stderr_path)
         print("\n".join(tail), file=sys.stderr)  # the child's last words, beside the failed test
         last = f"; its last words: {tail[-1][:300]}" if tail else ""
-        return _failed(job, events, f"the cell's process died ({_death(child.returncode)}) while {stage}{last}",
+        return _failed(job, events, f"the cell's process died ({death(child.returncode)}) while {stage}{last}",
                        cell)
-
-
-def _die_with_parent() -> None:
-    """Linux: SIGKILL this process when its parent dies (even by SIGKILL, where no handler runs)."""
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
-    if os.getppid() == 1:  # the parent died before the line above: nobody waits for this cell
-        os._exit(1)
 
 
 def _child(job_dir: Path) -> None:
     """In the child: run the cell as PerfSession would in-process, reporting through the event file."""
-    _die_with_parent()
+    die_with_parent()
     job = Job(**json.loads((job_dir / "job.json").read_text(encoding="utf-8")))
     sys.path[:] = job.sys_path
     import importlib

@@ -68,13 +68,15 @@ def time_steps(step: Callable[[int], object], n: int, device: torch.device) -> f
 
 
 def warm_up(step: Callable[[int], object], device: torch.device, plan: TimingPlan,
-            stream: int = 1) -> tuple[float, int]:
+            stream: int = 1, clock: Callable = time_steps) -> tuple[float, int]:
     """Run steps until steady: CUDA-graph capture, autotuning, cuDNN heuristics and the caching allocator
     all settle in the first steps; a stream model's chunks are whole passes over its batches, so every
-    shape compiles here, not in a timed round. Returns (ms per step of the last chunk, steps run)."""
+    shape compiles here, not in a timed round. Returns (ms per step of the last chunk, steps run).
+    `clock(step, n, device)` times a chunk: a data-parallel cell's gives the slowest rank's ms, so every rank
+    stops after the same steps (their collectives must match)."""
     done, previous, chunk = 0, None, max(2, stream)
     while True:
-        ms = time_steps(step, chunk, device)
+        ms = clock(step, chunk, device)
         done += chunk
         steady = previous is not None and abs(ms - previous) <= plan.warmup_settle * previous
         if (done >= plan.warmup_min_steps and steady) or done >= plan.warmup_max_steps:
@@ -105,7 +107,8 @@ class Rounds:
 
 
 def interleaved_rounds(eager: Callable, compiled: Callable, steps: int, device: torch.device,
-                       plan: TimingPlan, record_compiled: Callable[[float], None] | None = None) -> Rounds:
+                       plan: TimingPlan, record_compiled: Callable[[float], None] | None = None,
+                       clock: Callable = time_steps) -> Rounds:
     """Alternate eager and compiled rounds of `steps` steps, swapping which goes first each round, so a
     drifting clock or a noisy neighbour moves both sides alike. `record_compiled` receives each compiled
     round's ms per step as it is measured (pytest-benchmark's stats)."""
@@ -113,7 +116,7 @@ def interleaved_rounds(eager: Callable, compiled: Callable, steps: int, device: 
     for index in range(plan.max_rounds):
         order = ((eager, rounds.eager_ms), (compiled, rounds.compiled_ms))
         for fn, sink in order if index % 2 == 0 else reversed(order):
-            sink.append(time_steps(fn, steps, device))
+            sink.append(clock(fn, steps, device))
         if record_compiled is not None:
             record_compiled(rounds.compiled_ms[-1])
         if index + 1 >= plan.min_rounds and rounds.speedup().rel_halfwidth <= plan.target_rel_halfwidth:

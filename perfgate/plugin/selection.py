@@ -53,7 +53,7 @@ def cells(registry: dict, phase: str) -> list:
                 params.append(_param(spec, Cell(spec.name, phase, variant.name, precision, "gpu",
                                                 matrix.tier_of(variant.name, precision))))
         if phase in spec.cpu_phases:
-            for variant in spec.cpu_variants:
+            for variant in (v for v in spec.cpu_variants if spec.runs(matrix.VARIANTS[v], phase)):
                 params.append(_param(spec, Cell(spec.name, phase, variant, "fp32", "cpu", "nightly")))
     return params
 
@@ -124,8 +124,14 @@ def skip_gpu_cells_without_cuda(items: list) -> None:
         return
     import torch
 
-    if torch.cuda.is_available():
+    if not torch.cuda.is_available():
+        reason = f"no CUDA device (torch {torch.__version__}, built for CUDA {torch.version.cuda})"
+        for item in gpu_items:
+            item.add_marker(pytest.mark.skip(reason=reason))
         return
-    reason = f"no CUDA device (torch {torch.__version__}, built for CUDA {torch.version.cuda})"
+    gpus = torch.cuda.device_count()
     for item in gpu_items:
-        item.add_marker(pytest.mark.skip(reason=reason))
+        cell = item.stash.get(CELL_KEY, None)
+        if cell is not None and cell.phase == "ddp" and gpus < matrix.DDP_WORLD:
+            item.add_marker(pytest.mark.skip(reason=f"{matrix.DDP_WORLD} GPUs needed for a data-parallel "
+                                                    f"cell, {gpus} visible"))

@@ -1,0 +1,74 @@
+"""What a parent needs to watch a child process that measures (an isolated cell, a data-parallel cell's ranks):
+the child's event file read as it grows, the stage it last announced, how it died and its last stderr lines;
+and, in the child, dying with the parent. Imports no torch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import os
+import signal
+from pathlib import Path
+from typing import Callable
+
+POLL_S = 0.5
+# A stage that runs this long says so again every this many seconds, so a slow max-autotune compile can be
+# told from a hang while it runs.
+HEARTBEAT_S = 60.0
+# The stderr lines of a dead child echoed to this process's stderr (pytest shows them with the failure).
+STDERR_TAIL_LINES = 40
+
+
+class Events:
+    """The child's event file, read as it grows: whole lines only (a line being written waits)."""
+
+    def __init__(self, path: Path):
+        self.path, self.offset = path, 0
+        self.last_stage, self.checkpoint, self.record = "starting the process", None, None
+
+    def read(self, progress: Callable[[str], None], record_compiled) -> None:
+        if not self.path.exists():
+            return
+        with self.path.open("rb") as fh:
+            fh.seek(self.offset)
+            data = fh.read()
+        whole = data[: data.rfind(b"\n") + 1]
+        self.offset += len(whole)
+        for line in whole.decode("utf-8", errors="replace").splitlines():
+            event = json.loads(line)
+            if "progress" in event:
+                self.last_stage = event["progress"]
+                progress(event["progress"])
+            elif "compiled_ms" in event and record_compiled is not None:
+                record_compiled(event["compiled_ms"])
+            elif "checkpoint" in event:
+                self.checkpoint = event["checkpoint"]
+            elif "record" in event:
+                self.record = event["record"]
+
+
+def stage_of(message: str, cell_id: str) -> str:
+    """"compiling (inductor_default)" from the progress line "<cell id>: compiling (inductor_default)"."""
+    return message[len(cell_id) + 2:] if message.startswith(f"{cell_id}: ") else message
+
+
+def death(returncode: int) -> str:
+    if returncode < 0:
+        with contextlib.suppress(ValueError):
+            return f"killed by {signal.Signals(-returncode).name}"
+    return f"exit status {returncode}"
+
+
+def stderr_tail(path: Path) -> list[str]:
+    lines = [line for line in path.read_text(encoding="utf-8", errors="replace").splitlines() if line.strip()]
+    return lines[-STDERR_TAIL_LINES:]
+
+
+def die_with_parent() -> None:
+    """Linux: SIGKILL this process when its parent dies (even by SIGKILL, where no handler runs)."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
+    if os.getppid() == 1:  # the parent died before the line above: nobody waits for this cell
+        os._exit(1)

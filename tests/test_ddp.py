@@ -1,0 +1,139 @@
+"""Data-parallel cells (the "ddp" phase) end to end on the CPU: two gloo ranks of a 4 MB MLP, compiled with
+aot_eager, in a pytester directory (about 15 s a cell); and what must happen when a rank dies or hangs."""
+
+import subprocess
+
+import pytest
+
+from perfgate.core import matrix
+from perfgate.core.matrix import Cell
+from perfgate.core.records_file import load_records
+from perfgate.plugin.selection import CELL_KEY, skip_gpu_cells_without_cuda
+from tiny_suite import FAST
+
+pytest.importorskip("torch")
+
+DDP_SUITE = '''
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from perfgate.core.spec import ModelSpec, Size
+
+
+class MLP(nn.Module):  # a module of its own: dynamo skips a bare nn.Sequential's forward under DDP
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleList(nn.Linear(512, 512) for _ in range(4))  # 4 MB: DDP buckets of 1 MB
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = torch.tanh(layer(x))
+        return x
+
+
+MLP_SPEC = ModelSpec(
+    name="mlp", description="a 4 MB MLP", build=lambda config: MLP(),
+    make_batch=lambda config, size, g: {"x": torch.randn(size, 512, generator=g),
+                                       "y": torch.randint(0, 512, (size,), generator=g)},
+    predict=lambda m, b: m(b["x"]), loss=lambda m, b: F.cross_entropy(m(b["x"]), b["y"]),
+    blocks=lambda m: list(m.layers), unit="samples", sizes={"cpu": Size({}, batch=8), "gpu": Size({}, batch=8)},
+    cpu_variants=("aot_eager_ddp_optimizer",), cpu_phases=("ddp",), ddp=True, time_limit_s=LIMIT,
+)
+REGISTRY = {"mlp": MLP_SPEC}
+
+
+@pytest.mark.perf_cells("ddp")
+def test_ddp_train_step(cell, perf, benchmark):
+    perf.measure(cell, benchmark)
+'''
+
+
+@pytest.fixture
+def ddp_suite(pytester, monkeypatch):
+    from tiny_suite import PERFGATE_ROOT
+    import os
+
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [PERFGATE_ROOT, os.environ.get("PYTHONPATH")])))
+    for name in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT"):
+        monkeypatch.delenv(name, raising=False)
+    pytester.makeconftest('pytest_plugins = ["perfgate.plugin"]')
+    pytester.makeini("[pytest]\nperf_registry = test_ddp_suite:REGISTRY\n"
+                     "markers =\n    gpu: g\n    cpu: c\n    pr: p\n    nightly: n\n")
+
+    def run(*args, limit_s: float = 300.0):
+        pytester.makepyfile(test_ddp_suite=DDP_SUITE.replace("LIMIT", repr(limit_s)))
+        results = pytester.path / "r.jsonl"
+        out = pytester.runpytest_subprocess(*FAST, f"--perf-results={results}", *args)
+        return out, load_records([results])
+    return run
+
+
+def _ranks_left() -> str:
+    return subprocess.run(["pgrep", "-af", "perfgate.measure.ddp_rank"], capture_output=True, text=True).stdout
+
+
+def test_two_ranks_time_the_slowest_judge_numerics_and_count_ddp_splits_apart(ddp_suite):
+    out, (record,) = ddp_suite()
+    out.assert_outcomes(passed=1)
+    assert record["cell"] == "cpu-mlp-ddp-aot_eager_ddp_optimizer-fp32" and record["world_size"] == 2
+    assert record["numerics"] == "pass" and "single-process DDP" in record["numerics_detail"]["reference"]
+    assert record["ranks_param_diff"] == 0.0  # every rank holds the same parameters
+    # 4 MB of weights in 1 MB buckets: DDPOptimizer split the graph; the model itself has no break
+    assert record["ddp_buckets"] >= 2 and record["ddp_splits"] == record["ddp_buckets"] - 1
+    assert record["graph_breaks"] == 0 and record["ddp_wrapper_breaks"] >= 1
+    assert record["recompiles"] == 0
+    for side in ("eager", "compiled"):
+        assert record[f"single_{side}_ms"] > 0
+        assert record[f"scaling_{side}"] == pytest.approx(2 * record[f"single_{side}_ms"] / record[f"{side}_ms"],
+                                                          rel=1e-3)
+    assert len(record["peak_mem_eager_mb_ranks"]) == 2 and "no device or host clock" in record["clocks_note"]
+    assert not _ranks_left()
+
+
+def test_a_rank_that_dies_fails_the_cell_and_leaves_no_process(ddp_suite):
+    out, records = ddp_suite("--perf-inject=crash")
+    out.assert_outcomes(failed=1)
+    assert records[-1]["reason"].startswith("rank 1 of 2 died (killed by SIGSEGV) while compiling DDP")
+    assert not _ranks_left()
+
+
+def test_a_hung_rank_times_out_and_leaves_no_process(ddp_suite):
+    out, records = ddp_suite("--perf-inject=hang", limit_s=20.0)
+    out.assert_outcomes(failed=1)
+    assert records[-1]["reason"].startswith("timed out after 20 s while compiling DDP")
+    assert not _ranks_left()
+
+
+def test_ddp_variants_belong_to_the_ddp_phase_of_models_that_have_it():
+    from fixtures import REGISTRY
+
+    ddp = matrix.VARIANTS["inductor_ddp_optimizer"]
+    assert REGISTRY["gpt2"].runs(ddp, "ddp") and not REGISTRY["gpt2"].runs(ddp, "train")
+    assert not REGISTRY["gpt2"].runs(matrix.VARIANTS["inductor_default"], "ddp")
+    assert not REGISTRY["vit_b16"].runs(ddp, "ddp")  # no ddp cells in its record
+
+
+def test_ddp_gpu_cells_skip_with_a_reason_on_one_gpu(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+
+    class Item:
+        def __init__(self, cell):
+            self.stash, self.marks = {CELL_KEY: cell}, []
+
+        def get_closest_marker(self, name):
+            return name == "gpu"
+
+        def add_marker(self, mark):
+            self.marks.append(mark)
+
+    ddp, train = Item(Cell("gpt2", "ddp", "inductor_ddp_optimizer", "amp_bf16")), \
+        Item(Cell("gpt2", "train", "inductor_default", "amp_bf16"))
+    skip_gpu_cells_without_cuda([ddp, train])
+    assert not train.marks
+    (mark,) = ddp.marks
+    assert mark.kwargs["reason"] == "2 GPUs needed for a data-parallel cell, 1 visible"
