@@ -137,3 +137,13 @@ def test_ddp_gpu_cells_skip_with_a_reason_on_one_gpu(monkeypatch):
     assert not train.marks
     (mark,) = ddp.marks
     assert mark.kwargs["reason"] == "2 GPUs needed for a data-parallel cell, 1 visible"
+
+
+def test_a_model_kept_out_of_the_pr_tier_has_only_nightly_cells():
+    from fixtures import REGISTRY
+    from perfgate.plugin.selection import cells
+
+    tiers = {p.values[0].model: set() for p in cells(REGISTRY, "train")}
+    for param in cells(REGISTRY, "train"):
+        tiers[param.values[0].model].add(param.values[0].tier)
+    assert tiers["gpt2_xl"] == {"nightly"} and tiers["gpt2"] == {"pr", "nightly"}

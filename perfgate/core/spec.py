@@ -109,6 +109,7 @@ class ModelSpec:
     cpu_phases: tuple[str, ...] = ("train", "infer")
     regional: bool = False  # repeated transformer blocks worth compiling alone
     ddp: bool = False  # has data-parallel training cells (the "ddp" phase: matrix.DDP_WORLD ranks)
+    pr: bool = True  # its inductor_default amp_bf16 cells are in the PR tier (False: every cell nightly)
     pad: Callable | None = None
     seq_len: Callable | None = None
     dynamic_dims: tuple[tuple[str, int], ...] = ()

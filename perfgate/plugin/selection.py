@@ -50,8 +50,8 @@ def cells(registry: dict, phase: str) -> list:
     for spec in registry.values():
         for variant in (v for v in matrix.VARIANTS.values() if spec.runs(v, phase)):
             for precision in matrix.PRECISIONS:
-                params.append(_param(spec, Cell(spec.name, phase, variant.name, precision, "gpu",
-                                                matrix.tier_of(variant.name, precision))))
+                tier = matrix.tier_of(variant.name, precision) if spec.pr else "nightly"
+                params.append(_param(spec, Cell(spec.name, phase, variant.name, precision, "gpu", tier)))
         if phase in spec.cpu_phases:
             for variant in (v for v in spec.cpu_variants if spec.runs(matrix.VARIANTS[v], phase)):
                 params.append(_param(spec, Cell(spec.name, phase, variant, "fp32", "cpu", "nightly")))
