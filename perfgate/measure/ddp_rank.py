@@ -147,7 +147,7 @@ def measure(spec, cell: Cell, options, record: dict, rank: int, world: int, devi
     introspect.reset_compiler()
     state = initial_state(spec, size, options.seed)
     # Each rank its own data: seed + rank. Rank 0 also makes every rank's host batches for the reference.
-    host, batches, _ = cell_batches(spec, cell, size, options.seed + rank, device)
+    _, batches, _ = cell_batches(spec, cell, size, options.seed + rank, device)
     timed = batches[:1]
     reference, reference_kind = None, "not judged on this rank"
     if rank == 0:

@@ -30,9 +30,10 @@ from perfgate.render.charts import Bar, TrendChange, TrendLevel, TrendPoint, bar
 from perfgate.judge.gate import GateReport, gate_run
 from perfgate.render.report import fmt, md_code, md_text, shown
 from perfgate.judge.rules import DEFAULT_RULES, REGRESSION, SpeedupRule
+from perfgate.core.matrix import PHASES
 from perfgate.core.stats import geomean
 
-PHASE_ORDER = ("train", "infer")
+PHASE_ORDER = PHASES  # train, infer, ddp: the table's order and one geomean line each
 SPARK = "▁▂▃▄▅▆▇█"
 
 
