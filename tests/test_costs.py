@@ -51,6 +51,12 @@ def test_progress_counts_and_scales_the_eta_by_how_fast_cells_really_ran():
     assert progress.finish("b", 3650.0, 100.0).startswith("[2/3] elapsed 1:01:40, about ")
     assert progress.finish("c", 10.0, 100.0) == "[3/3] elapsed 1:01:40"
     assert progress.summary() == "perfgate: 3 cell(s) in 1:01:40; slowest: b 3650 s, a 50 s, c 10 s"
+    # GPU-minutes: each cell's wall time times the GPUs it held (a data-parallel cell: its ranks)
+    progress.finish("d", 60.0, 100.0, gpus=2)
+    progress.finish("e", 30.0, 100.0, gpus=1)
+    assert "; 2.5 GPU-minutes; slowest:" in progress.summary()
+    assert [costs.gpus_held(r) for r in ({"device_kind": "gpu", "world_size": 2}, {"device_kind": "gpu"},
+                                         {"device_kind": "cpu"})] == [2, 1, 0]
     assert costs.eta_s(200.0, 100.0, 50.0, workers=2) == 50.0
 
 

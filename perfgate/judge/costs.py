@@ -65,10 +65,13 @@ class Progress:
         self.planned, self.planned_s, self.workers, self.clock = planned, planned_s, max(workers, 1), clock
         self.started = clock()
         self.done: dict[str, tuple[float, float]] = {}  # cell id -> (wall s, expected s)
+        self.gpu_s = 0.0  # GPU-seconds: each cell's wall time times the GPUs it held
 
-    def finish(self, cell_id: str, wall_s: float | None, expected: float) -> str:
-        """Count a finished cell; the "[k/N] elapsed m:ss, about m:ss left" text."""
+    def finish(self, cell_id: str, wall_s: float | None, expected: float, gpus: int = 0) -> str:
+        """Count a finished cell that held `gpus` GPUs (a data-parallel cell: its ranks; a CPU cell: none);
+        the "[k/N] elapsed m:ss, about m:ss left" text."""
         self.done[cell_id] = (wall_s or 0.0, expected)
+        self.gpu_s += (wall_s or 0.0) * gpus
         done_wall = sum(wall for wall, _ in self.done.values())
         done_expected = sum(exp for _, exp in self.done.values())
         text = f"[{len(self.done)}/{max(self.planned, len(self.done))}] elapsed {_clock(self.clock() - self.started)}"
@@ -82,8 +85,14 @@ class Progress:
         return ", ".join(f"{cell} {wall:.0f} s" for cell, (wall, _) in ranked)
 
     def summary(self) -> str:
-        return (f"perfgate: {len(self.done)} cell(s) in {_clock(self.clock() - self.started)}; slowest: "
+        gpu = f"; {self.gpu_s / 60:.1f} GPU-minutes" if self.gpu_s else ""
+        return (f"perfgate: {len(self.done)} cell(s) in {_clock(self.clock() - self.started)}{gpu}; slowest: "
                 f"{self.slowest()}")
+
+
+def gpus_held(record: dict) -> int:
+    """The GPUs a cell's record says it held: its ranks for a data-parallel cell, one for another GPU cell."""
+    return (record.get("world_size") or 1) if record.get("device_kind") == "gpu" else 0
 
 
 def eta_s(left_expected: float, done_expected: float, done_wall: float, workers: int = 1) -> float:

@@ -16,6 +16,7 @@ import pytest
 
 from perfgate.core import matrix
 from perfgate.core.matrix import Cell
+from perfgate.judge.costs import gpus_held
 from perfgate.plugin.selection import Selection
 
 
@@ -104,7 +105,7 @@ class PerfSession:
         record = checked({**record, "run_id": self.run_id, "unfit": self.unfit(cell)})
         self.finished[cell.id] = {"line": finished_line(record), "cell": cell.id, "wall_s": record["wall_s"],
                                   "expected_s": self.expected.get(cell.id, 0.0), "planned": len(self.expected),
-                                  "planned_s": sum(self.expected.values())}
+                                  "planned_s": sum(self.expected.values()), "gpus": gpus_held(record)}
         append_record(self.results_path, record)
         self.records.append(record)
         return record
@@ -200,7 +201,8 @@ class PerfSession:
         record = self._run(spec, cell, sink.add)
         self.ran[cell.id] = (spec, cell)
         if self.progress is not None and self.worker is None:  # under xdist the controller counts
-            done = self.progress.finish(cell.id, record["wall_s"], self.expected.get(cell.id, 0.0))
+            done = self.progress.finish(cell.id, record["wall_s"], self.expected.get(cell.id, 0.0),
+                                        gpus_held(record))
             self._progress(f"{done}: {self.finished[cell.id]['line']}")
         sink.annotate(record)
         if record["status"] != "ok":

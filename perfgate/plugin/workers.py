@@ -57,7 +57,7 @@ class ProgressRelay:
                 continue
             if self.progress is None:  # every worker collects the whole plan; its first line carries it
                 self.progress = Progress(done["planned"], done["planned_s"], self.workers)
-            count = self.progress.finish(done["cell"], done["wall_s"], done["expected_s"])
+            count = self.progress.finish(done["cell"], done["wall_s"], done["expected_s"], done.get("gpus", 0))
             self.write_line(f"{count}: {worker + ' ' if worker else ''}{done['line']}")
 
 def worker_files(results_path: Path) -> list[Path]:
