@@ -162,9 +162,11 @@ def test_nightly_shards_over_runners_and_gpus():
     measure = nightly["jobs"]["measure"]
     shards = measure["strategy"]["matrix"]["shard"]
     assert shards == list(range(1, len(shards) + 1)) and nightly["env"]["SHARDS"] == len(shards)
-    (args,) = pytest_runs(nightly)
-    assert args[:3] == ["perftests", "-m", "gpu"] and option(args, "-n") == "X"
-    assert option(args, "--perf-shard") == "X/X"
+    args, ddp = pytest_runs(nightly)
+    assert args[:5] == ["perftests", "-m", "gpu", "-k", "not test_ddp_train_step"] and option(args, "-n") == "X"
+    # data-parallel cells hold 2 GPUs each: their own run, no xdist worker beside them
+    assert ddp[:5] == ["perftests", "-m", "gpu", "-k", "test_ddp_train_step"] and "-n" not in ddp
+    assert option(args, "--perf-shard") == option(ddp, "--perf-shard") == "X/X"
     assert '--perf-shard "$SHARD/$SHARDS"' in scripts(nightly) and "SHARD: ${{ matrix.shard }}" in \
         (WORKFLOWS / "nightly.yml").read_text()
     assert "nvidia-smi --list-gpus | wc -l" in scripts(nightly)

@@ -126,6 +126,9 @@ class PerfSession:
         """Why this worker's timings cannot be trusted (xdist workers sharing the machine), or ""."""
         if self.workers <= 1:
             return ""
+        if cell.phase == "ddp":
+            return (f"a data-parallel cell's ranks take {matrix.DDP_WORLD} GPUs, shared with the other "
+                    f"{self.workers - 1} xdist worker(s)' cells: run ddp cells without -n")
         from perfgate.plugin.workers import unfit_reason
 
         import torch
