@@ -29,6 +29,7 @@ from perfgate.core.record import new_record
 from perfgate.measure.children import HEARTBEAT_S, POLL_S, death, Events, stage_of, stderr_tail
 
 _PERFGATE_ROOT = str(Path(__file__).resolve().parents[2])
+EXIT_GRACE_S = 30.0  # how long the other ranks may take to exit once rank 0 has reported its record
 
 
 def rank_device(device: str, rank: int) -> str:
@@ -80,7 +81,7 @@ def _start(job_dir: Path, world: int, device: str) -> list[subprocess.Popen]:
 def _wait(ranks, events: Events, job_dir: Path, cell, limit_s: float, started: float, progress,
           record_compiled, checkpoint) -> str | None:
     """Poll until every rank ends; the reason the cell failed, or None."""
-    stage_seen, stage_since, told, kept = events.last_stage, started, started, None
+    stage_seen, stage_since, told, kept, recorded_at = events.last_stage, started, started, None, None
     while True:
         time.sleep(POLL_S)
         events.read(progress, record_compiled)
@@ -98,6 +99,10 @@ def _wait(ranks, events: Events, job_dir: Path, cell, limit_s: float, started: f
             return f"rank {rank} of {len(ranks)} died ({death(code)}) while {stage}{last}"
         if all(p.poll() == 0 for p in ranks):
             return None
+        if events.record is not None and ranks[0].poll() == 0:  # the cell is measured; a rank slow to
+            recorded_at = recorded_at or now                    # leave its process group is killed after
+            if now - recorded_at >= EXIT_GRACE_S:               # a grace period, not the cell's whole limit
+                return None
         if now - started >= limit_s:
             return f"timed out after {limit_s:g} s while {stage} ({len(ranks)} ranks)"
         if events.last_stage != stage_seen:
