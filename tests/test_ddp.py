@@ -47,6 +47,13 @@ REGISTRY = {"mlp": MLP_SPEC}
 @pytest.mark.perf_cells("ddp")
 def test_ddp_train_step(cell, perf, benchmark):
     perf.measure(cell, benchmark)
+
+
+@pytest.mark.cpu
+def test_no_rank_is_left_while_the_session_goes_on():
+    import subprocess, tempfile
+    left = subprocess.run(["pgrep", "-af", "perfgate.measure.ddp_rank"], capture_output=True, text=True).stdout
+    assert tempfile.gettempdir() not in left
 '''
 
 
@@ -58,6 +65,10 @@ def ddp_suite(pytester, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [PERFGATE_ROOT, os.environ.get("PYTHONPATH")])))
     for name in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT"):
         monkeypatch.delenv(name, raising=False)
+    # The cell's rank job directory under this test's own temp dir: "no rank left" then means this test's
+    # ranks, not another xdist worker's running beside it.
+    (pytester.path / "tmp").mkdir()
+    monkeypatch.setenv("TMPDIR", str(pytester.path / "tmp"))
     pytester.makeconftest('pytest_plugins = ["perfgate.plugin"]')
     pytester.makeini("[pytest]\nperf_registry = test_ddp_suite:REGISTRY\n"
                      "markers =\n    gpu: g\n    cpu: c\n    pr: p\n    nightly: n\n")
@@ -66,17 +77,14 @@ def ddp_suite(pytester, monkeypatch):
         pytester.makepyfile(test_ddp_suite=DDP_SUITE.replace("LIMIT", repr(limit_s)))
         results = pytester.path / "r.jsonl"
         out = pytester.runpytest_subprocess(*FAST, f"--perf-results={results}", *args)
-        return out, load_records([results])
+        left = subprocess.run(["pgrep", "-af", "perfgate.measure.ddp_rank"], capture_output=True, text=True).stdout
+        return out, load_records([results]), [line for line in left.splitlines() if str(pytester.path) in line]
     return run
 
 
-def _ranks_left() -> str:
-    return subprocess.run(["pgrep", "-af", "perfgate.measure.ddp_rank"], capture_output=True, text=True).stdout
-
-
 def test_two_ranks_time_the_slowest_judge_numerics_and_count_ddp_splits_apart(ddp_suite):
-    out, (record,) = ddp_suite()
-    out.assert_outcomes(passed=1)
+    out, (record,), ranks_left = ddp_suite()
+    out.assert_outcomes(passed=2)
     assert record["cell"] == "cpu-mlp-ddp-aot_eager_ddp_optimizer-fp32" and record["world_size"] == 2
     assert record["numerics"] == "pass" and "single-process DDP" in record["numerics_detail"]["reference"]
     assert record["ranks_param_diff"] == 0.0  # every rank holds the same parameters
@@ -89,21 +97,21 @@ def test_two_ranks_time_the_slowest_judge_numerics_and_count_ddp_splits_apart(dd
         assert record[f"scaling_{side}"] == pytest.approx(2 * record[f"single_{side}_ms"] / record[f"{side}_ms"],
                                                           rel=1e-3)
     assert len(record["peak_mem_eager_mb_ranks"]) == 2 and "no device or host clock" in record["clocks_note"]
-    assert not _ranks_left()
+    assert not ranks_left
 
 
 def test_a_rank_that_dies_fails_the_cell_and_leaves_no_process(ddp_suite):
-    out, records = ddp_suite("--perf-inject=crash")
-    out.assert_outcomes(failed=1)
+    out, records, ranks_left = ddp_suite("--perf-inject=crash")
+    out.assert_outcomes(failed=1, passed=1)  # rank 0, left waiting for rank 1, was killed with the cell
     assert records[-1]["reason"].startswith("rank 1 of 2 died (killed by SIGSEGV) while compiling DDP")
-    assert not _ranks_left()
+    assert not ranks_left
 
 
 def test_a_hung_rank_times_out_and_leaves_no_process(ddp_suite):
-    out, records = ddp_suite("--perf-inject=hang", limit_s=20.0)
-    out.assert_outcomes(failed=1)
+    out, records, ranks_left = ddp_suite("--perf-inject=hang", limit_s=20.0)
+    out.assert_outcomes(failed=1, passed=1)  # no rank still hanging while the session went on
     assert records[-1]["reason"].startswith("timed out after 20 s while compiling DDP")
-    assert not _ranks_left()
+    assert not ranks_left
 
 
 def test_ddp_variants_belong_to_the_ddp_phase_of_models_that_have_it():

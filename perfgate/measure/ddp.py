@@ -104,7 +104,7 @@ def _wait(ranks, events: Events, job_dir: Path, cell, limit_s: float, started: f
             if now - recorded_at >= EXIT_GRACE_S:               # a grace period, not the cell's whole limit
                 return None
         if now - started >= limit_s:
-            return f"timed out after {limit_s:g} s while {stage} ({len(ranks)} ranks)"
+            return f"timed out after {limit_s:g} s while {stage}"
         if events.last_stage != stage_seen:
             stage_seen, stage_since, told = events.last_stage, now, now
         elif now - told >= HEARTBEAT_S:
