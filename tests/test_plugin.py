@@ -126,6 +126,10 @@ def test_shards_split_the_matrix_without_overlap(suite):
     assert ids[0] and ids[1] and not ids[0] & ids[1]
     everything = suite.runpytest_inprocess("--collect-only", "-q", "-m", "gpu")
     assert ids[0] | ids[1] == {line for line in everything.stdout.lines if "::" in line}
+    # what the run expects to cost, said before the first cell: no history here, so every cost is a prior
+    n = len(ids[0] | ids[1])
+    everything.stdout.fnmatch_lines([f"perfgate: {n} cell(s) planned ({n} on a GPU), about *:* expected in one "
+                                     f"process: 0 from the costs history, {n} from priors per variant*"])
 
 
 KILLED_MID_CELL = '''

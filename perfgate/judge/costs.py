@@ -74,10 +74,10 @@ class Progress:
         self.gpu_s += (wall_s or 0.0) * gpus
         done_wall = sum(wall for wall, _ in self.done.values())
         done_expected = sum(exp for _, exp in self.done.values())
-        text = f"[{len(self.done)}/{max(self.planned, len(self.done))}] elapsed {_clock(self.clock() - self.started)}"
+        text = f"[{len(self.done)}/{max(self.planned, len(self.done))}] elapsed {clock(self.clock() - self.started)}"
         if len(self.done) < self.planned:
             left = max(self.planned_s - done_expected, 0.0)
-            text += f", about {_clock(eta_s(left, done_expected, done_wall, self.workers))} left"
+            text += f", about {clock(eta_s(left, done_expected, done_wall, self.workers))} left"
         return text
 
     def slowest(self, count: int = 3) -> str:
@@ -86,7 +86,7 @@ class Progress:
 
     def summary(self) -> str:
         gpu = f"; {self.gpu_s / 60:.1f} GPU-minutes" if self.gpu_s else ""
-        return (f"perfgate: {len(self.done)} cell(s) in {_clock(self.clock() - self.started)}{gpu}; slowest: "
+        return (f"perfgate: {len(self.done)} cell(s) in {clock(self.clock() - self.started)}{gpu}; slowest: "
                 f"{self.slowest()}")
 
 
@@ -102,7 +102,8 @@ def eta_s(left_expected: float, done_expected: float, done_wall: float, workers:
     return left_expected * ratio / max(workers, 1)
 
 
-def _clock(seconds: float) -> str:
+def clock(seconds: float) -> str:
+    """m:ss, or h:mm:ss."""
     minutes, secs = divmod(int(round(seconds)), 60)
     hours, minutes = divmod(minutes, 60)
     return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"

@@ -75,10 +75,12 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     if perf is None:
         return
     planned = selection.cells_of(session.items)
-    if planned:
-        perf.plan(planned)
-        return
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if planned:
+        line = perf.plan(planned)
+        if reporter is not None and perf.worker is None:  # under xdist the controller has no plan to say
+            reporter.write_line(line)
+        return
     if reporter is not None and perf.collected:
         why = selection.why_none(perf.selection, perf.collected, perf.offered, session.config.option.markexpr,
                                  session.config.option.keyword)

@@ -33,6 +33,7 @@ class PerfSession:
         self.workers = workerinput.get("workercount", 1) if workerinput else 1
         self.finished: dict[str, dict] = {}  # cell id -> its finished line and costs, for the xdist controller
         self.progress = None  # a perfgate.judge.costs.Progress over the planned cells (plan())
+        self.costs_known = 0  # of the planned cells, how many the costs history knows
         self.relay = None  # on an xdist controller: the perfgate.plugin.workers.ProgressRelay counting for it
         self.expected: dict[str, float] = {}  # cell id -> expected wall seconds
         default = Path(".perfgate") / f"results-{stamp}.jsonl"
@@ -184,14 +185,20 @@ class PerfSession:
 
         db = self.config.getoption("--perf-costs") or self.config.getoption("--perf-history")
         known = costs.known_costs(history.records(db)) if db and Path(db).is_file() else {}
+        self.costs_known = sum(1 for cell in cells if known.get(cell.id))
         return costs.expected_s(cells, known)
 
-    def plan(self, cells: list[Cell]) -> None:
-        """The cells this process will run, for k/N and the ETA on each finished cell."""
-        from perfgate.judge.costs import Progress
+    def plan(self, cells: list[Cell]) -> str:
+        """The cells this process will run, for k/N and the ETA on each finished cell; returns the line that
+        says what they are expected to cost, before the first starts."""
+        from perfgate.judge.costs import Progress, clock
 
         self.expected = self.expected_costs(cells)
         self.progress = Progress(len(cells), sum(self.expected.values()))
+        gpus = sum(1 for cell in cells if cell.device_kind == "gpu")
+        return (f"perfgate: {len(cells)} cell(s) planned ({gpus} on a GPU), about "
+                f"{clock(sum(self.expected.values()))} expected in one process: {self.costs_known} from the "
+                f"costs history, {len(cells) - self.costs_known} from priors per variant (perfgate.judge.costs)")
 
     def measure(self, cell: Cell, benchmark=None) -> dict:
         """Run one cell of the perf_registry zoo, stream its record, feed pytest-benchmark, and fail the test
