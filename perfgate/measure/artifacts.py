@@ -27,6 +27,7 @@ from pathlib import Path
 
 import torch
 
+from perfgate.measure.children import child_environ
 from perfgate.measure.faults import Fault
 from perfgate.core import zoo
 from perfgate.core.matrix import Cell
@@ -36,9 +37,6 @@ from perfgate.measure.steps import cell_batches, compiled_side, initial_state, s
 # A cold GPU training compile took 25-70 s on an H100; loading artifacts should cost less. Past this many
 # seconds the child (and its compile workers) is killed and the cell goes on without the number.
 CHILD_TIMEOUT_S = 600.0
-
-# The directory perfgate is imported from: the child must run this copy, not another one installed.
-_PERFGATE_ROOT = str(Path(__file__).resolve().parents[2])
 
 
 @contextlib.contextmanager
@@ -124,8 +122,7 @@ def _run_child(job_dir: Path, data: bytes, job: dict, timeout_s: float) -> dict:
     (job_dir / "artifacts.bin").write_bytes(data)
     (job_dir / "job.json").write_text(json.dumps(job), encoding="utf-8")
     cache = job_dir / "inductor"  # brand-new and empty: nothing of this process's caches reaches the child
-    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(cache), TRITON_CACHE_DIR=str(cache / "triton"),
-               PYTHONPATH=os.pathsep.join([_PERFGATE_ROOT] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
+    env = child_environ(TORCHINDUCTOR_CACHE_DIR=str(cache), TRITON_CACHE_DIR=str(cache / "triton"))
     stderr_path = job_dir / "stderr.txt"
     with stderr_path.open("w", encoding="utf-8") as stderr:
         # Its own session: on a timeout the whole group goes, inductor's compile workers included.

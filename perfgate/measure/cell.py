@@ -45,6 +45,12 @@ class RunOptions:
     # the cell's spec there by name, as specs hold lambdas and cannot be pickled. Never imported here.
     registry: str | None = None
 
+    @classmethod
+    def from_json(cls, fields: dict) -> "RunOptions":
+        """The options a parent wrote with dataclasses.asdict (the plan and the fault as dicts)."""
+        fault = faults.Fault(**fields["fault"]) if fields["fault"] else None
+        return cls(**dict(fields, plan=TimingPlan(**fields["plan"]), fault=fault))
+
     def __post_init__(self):
         if self.warm_compile not in WARM_COMPILE:  # a bool from an older caller would silently mean "off"
             raise ValueError(f"warm_compile={self.warm_compile!r}; valid: {', '.join(WARM_COMPILE)}")

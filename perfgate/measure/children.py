@@ -19,6 +19,14 @@ POLL_S = 0.5
 HEARTBEAT_S = 60.0
 # The stderr lines of a dead child echoed to this process's stderr (pytest shows them with the failure).
 STDERR_TAIL_LINES = 40
+_PERFGATE_ROOT = str(Path(__file__).resolve().parents[2])  # a child must import this copy
+
+
+def child_environ(**extra: str) -> dict[str, str]:
+    """This process's environment for a child, with this checkout first on PYTHONPATH (an editable install
+    of another checkout must not win) and `extra` variables set."""
+    path = os.pathsep.join(filter(None, [_PERFGATE_ROOT, os.environ.get("PYTHONPATH")]))
+    return {**os.environ, **extra, "PYTHONPATH": path}
 
 
 class Events:

@@ -26,9 +26,8 @@ from typing import Callable
 
 from perfgate.core.matrix import DDP_WORLD, VARIANTS
 from perfgate.core.record import new_record
-from perfgate.measure.children import HEARTBEAT_S, POLL_S, death, Events, stage_of, stderr_tail
+from perfgate.measure.children import HEARTBEAT_S, POLL_S, Events, child_environ, death, stage_of, stderr_tail
 
-_PERFGATE_ROOT = str(Path(__file__).resolve().parents[2])
 EXIT_GRACE_S = 30.0  # how long the other ranks may take to exit once rank 0 has reported its record
 
 
@@ -65,7 +64,7 @@ def run(spec, cell, options, env: dict, progress: Callable[[str], None],
 
 
 def _start(job_dir: Path, world: int, device: str) -> list[subprocess.Popen]:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [_PERFGATE_ROOT, os.environ.get("PYTHONPATH")])))
+    env = child_environ()
     env.setdefault("NCCL_NVLS_ENABLE", "0")  # NVLink multicast stays off (it can take a shared host's GPUs down)
     if not device.startswith("cuda"):  # the ranks share the CPU: one thread pool each would fight for cores
         env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // world)))

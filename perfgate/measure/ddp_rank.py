@@ -36,7 +36,7 @@ from perfgate.measure.ddp import rank_device
 from perfgate.measure.children import die_with_parent
 from perfgate.measure.numerics import judge
 from perfgate.measure.steps import Side, Task, build_model, cell_batches, initial_state, sync, to_device
-from perfgate.measure.timing import TimingPlan, interleaved_rounds, steps_per_round, time_steps, warm_up
+from perfgate.measure.timing import interleaved_rounds, steps_per_round, time_steps, warm_up
 
 DDP_LOGGER = "torch._dynamo.backends.distributed"  # where DDPOptimizer says how many buckets it made
 # DDP's bucket cap on the CPU tier, MB: DDPOptimizer refuses a cap below DDP's first bucket (1 MB), and the
@@ -46,9 +46,7 @@ CPU_BUCKET_MB = 1.0
 
 def slowest(step, n: int, device: torch.device) -> float:
     """ms per step of `n` steps on this rank, reduced to the slowest rank's."""
-    ms = torch.tensor([time_steps(step, n, device)], dtype=torch.float64, device=device)
-    dist.all_reduce(ms, op=dist.ReduceOp.MAX)
-    return float(ms.item())
+    return _max_over_ranks(time_steps(step, n, device), device)
 
 
 def _max_over_ranks(value: float, device: torch.device) -> float:
@@ -274,9 +272,7 @@ def main(job_dir: Path, rank: int) -> None:
 
     importlib.import_module("torch._inductor.compile_fx")  # not counted as compile time (as isolate does)
     cell, world = Cell(**job["cell"]), job["world"]
-    fields = dict(job["options"], plan=TimingPlan(**job["options"]["plan"]),
-                  fault=faults.Fault(**job["options"]["fault"]) if job["options"]["fault"] else None)
-    options = RunOptions(**fields)
+    options = RunOptions.from_json(job["options"])
     spec = zoo.load(options.registry)[cell.model]
     device = start_cell(rank_device(options.device, rank), bool(job["env"].get("tf32")))
     dist.init_process_group("nccl" if device.type == "cuda" else "gloo", init_method=f"file://{job_dir}/store",

@@ -31,9 +31,9 @@ from typing import Callable
 
 from perfgate.core.record import new_record
 from perfgate.core.records_file import append_record
-from perfgate.measure.children import HEARTBEAT_S, POLL_S, death, die_with_parent, Events, stage_of, stderr_tail
+from perfgate.measure.children import (HEARTBEAT_S, POLL_S, Events, child_environ, death, die_with_parent,
+                                       stage_of, stderr_tail)
 
-_PERFGATE_ROOT = str(Path(__file__).resolve().parents[2])  # the child must import this copy
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,8 +94,7 @@ def run_isolated(cell, job: Job, limit_s: float, progress: Callable[[str], None]
         job_dir = Path(tmp)
         (job_dir / "job.json").write_text(json.dumps(dataclasses.asdict(job)), encoding="utf-8")
         events, stderr_path = Events(job_dir / "events.jsonl"), job_dir / "stderr.txt"
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [_PERFGATE_ROOT,
-                                                                         os.environ.get("PYTHONPATH")])))
+        env = child_environ()
         started = time.monotonic()
         with stderr_path.open("w", encoding="utf-8") as stderr, _sigterm_interrupts():
             child = subprocess.Popen([sys.executable, "-m", "perfgate.measure.isolate", str(job_dir)], env=env,
@@ -142,18 +141,14 @@ def _child(job_dir: Path) -> None:
     from perfgate.measure.cell import RunOptions, run_cell
     from perfgate.measure.devices import start_cell
     from perfgate.measure.env import environment
-    from perfgate.measure.faults import Fault
     from perfgate.core.matrix import Cell
-    from perfgate.measure.timing import TimingPlan
 
     # Imported before the cell starts, as a long session has them by its second cell: the first compile
     # must not count importing the compiler stack (seconds) as compile time.
     importlib.import_module("torch._inductor.compile_fx")
     cell = Cell(**job.cell)
     spec = zoo.load(job.registry)[cell.model]
-    fields = dict(job.options, plan=TimingPlan(**job.options["plan"]),
-                  fault=Fault(**job.options["fault"]) if job.options["fault"] else None)
-    options = RunOptions(**fields)
+    options = RunOptions.from_json(job.options)
     device = start_cell(options.device, job.tf32)
     events = (job_dir / "events.jsonl").open("a", encoding="utf-8")
 
