@@ -84,9 +84,17 @@ def test_cpu_clocks_fill_host_and_say_why_device_is_absent():
     fast = lambda _i: sum(range(2_000))   # noqa: E731
     clocks.measure_into(record, slow, fast, torch.device("cpu"))
     assert record["host_speedup"] > 2
-    assert len(record["eager_host_round_ms"]) == clocks.HOST_ROUNDS
+    assert len(record["eager_host_round_ms"]) == clocks.HOST_MIN_ROUNDS  # the CPU keeps the minimum
     assert record["device_speedup"] is None and record["busy_compiled"] is None and record["bound"] is None
     assert "no CUDA device" in record["clocks_note"]
+
+
+def test_host_rounds_stop_at_their_time_budget_but_never_below_the_minimum():
+    step = lambda _i: None  # noqa: E731 - a step with no work: a round takes microseconds
+    assert len(clocks.host_rounds(step, step, torch.device("cpu"), rounds=41).compiled_ms) == 41
+    assert len(clocks.host_rounds(step, step, torch.device("cpu"), rounds=41, seconds=0.0).compiled_ms) == \
+        clocks.HOST_MIN_ROUNDS
+    assert len(clocks.host_rounds(step, step, torch.device("cpu"), rounds=3, seconds=0.0).compiled_ms) == 3
 
 
 @pytest.mark.parametrize("text, kind, arg", [("device_slow", "device_slow", 3.0), ("host_slow:20", "host_slow", 20.0)])
