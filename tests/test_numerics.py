@@ -133,3 +133,21 @@ def test_group_floor_holds_without_a_reference_too():
     compiled[0]["grad.weight"] = eager[0]["grad.weight"] * 1.2
     verdict = judge(compiled, eager, None, TOL, "eager")
     assert verdict["verdict"] == "fail" and verdict["worst"] == "step0.grad.weight"
+
+
+def test_a_gpu_judge_that_runs_out_of_memory_judges_on_the_host(monkeypatch):
+    """A CUDA caller's tensors go to its GPU one at a time; a tensor that does not fit there (the two
+    sides' models fill it) is judged where it lies, to the same verdict."""
+    from perfgate.measure import numerics
+
+    def full(device, *tensors):
+        if device is not None:
+            raise torch.OutOfMemoryError("CUDA out of memory (planted)")
+        return tensors
+
+    monkeypatch.setattr(numerics, "_on", full)
+    for noise in (1.2e-2, 5e-2):
+        compiled, eager, ref = _sides(1e-2, noise)
+        on_gpu = judge(compiled, eager, ref, TOL, "fp64", device=torch.device("cuda"))
+        assert on_gpu == judge(compiled, eager, ref, TOL, "fp64")
+    assert on_gpu["verdict"] == "fail"

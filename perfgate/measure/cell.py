@@ -191,7 +191,7 @@ def _measure(spec, cell: Cell, options: RunOptions, record: dict, progress, reco
     if cell.phase == "train":
         compiled_captured.append(compiled.captured_step(batches[1]))
     verdict = judge(compiled_captured, eager_captured, reference, spec.tolerances[cell.precision],
-                    reference_kind, initial=state)
+                    reference_kind, initial=state, device=device)
     record["numerics"], record["numerics_detail"] = verdict.pop("verdict"), verdict
     del compiled_captured, eager_captured, reference
 

@@ -20,6 +20,16 @@ MAX_LISTED_CHECKS = 8
 GROUPED = ("grad", "param")
 
 
+def _on(device: torch.device | None, *tensors: torch.Tensor | None):
+    """The tensors moved to `device` for the arithmetic (None: where they are). A CUDA caller judges on its
+    GPU: the captured tensors wait on the host, and for GPT-2 XL (1.56 B parameters, two captured steps on
+    three sides) the float64 passes over them ran for minutes on an H100 lease's host CPU. One tensor goes
+    over at a time, so the GPU holds a few copies of the largest tensor at most."""
+    if device is None:
+        return tensors
+    return tuple(None if t is None else t.to(device, non_blocking=True) for t in tensors)
+
+
 def _rmse(a: torch.Tensor, b: torch.Tensor) -> float:
     return float(torch.sqrt(torch.mean((a.double() - b.double()) ** 2))) if a.numel() else 0.0
 
@@ -34,47 +44,58 @@ def kind(name: str) -> str:
     return prefix if prefix in GROUPED else "output"
 
 
-def group_scales(truth: dict, initial: dict) -> dict[str, float]:
+def group_scales(truth: dict, initial: dict, device: torch.device | None = None) -> dict[str, float]:
     """RMS over every element of a step's group, on the truth side (the reference, or eager without one):
     "grad" of all gradients, "param" of all parameter updates (after minus `initial`). Pooled over elements,
     so it is the model's gradient (update) scale, not an average of per-tensor scales."""
     sums = {k: [0.0, 0] for k in GROUPED}  # kind -> [sum of squares, elements]
     for name, value in truth.items():
         k = kind(name)
+        if k not in sums:
+            continue
         if k == "param":
             start = initial.get(name[len("param."):])
             if start is None or start.shape != value.shape:
                 continue
+            value, start = _on(device, value, start)
             value = value.double() - start.double()
-        if k in sums:
-            sums[k][0] += float(torch.sum(value.double() ** 2))
-            sums[k][1] += value.numel()
+        else:
+            (value,) = _on(device, value)
+        sums[k][0] += float(torch.sum(value.double() ** 2))
+        sums[k][1] += value.numel()
     return {k: math.sqrt(total / count) if count else 0.0 for k, (total, count) in sums.items()}
 
 
 def judge(compiled: list[dict], eager: list[dict], reference: list[dict] | None, tolerance,
-          reference_kind: str, initial: dict | None = None) -> dict:
+          reference_kind: str, initial: dict | None = None, device: torch.device | None = None) -> dict:
     """Compare captured steps. `reference` is None when no higher-precision copy fitted: then compiled is
     judged against eager with the tolerance's fallback_rtol. `initial` holds the parameters before the
     first step (state-dict names), so a parameter's floor can scale with how far the optimizer moved it.
-    Returns {verdict, reference, worst, checks}."""
+    `device`: where the arithmetic runs (a CUDA device: there, falling back to the host for a tensor that
+    does not fit). Returns {verdict, reference, worst, checks}."""
     initial = initial or {}
+    device = device if device is not None and device.type == "cuda" else None
     checks = []
     for step, (c_step, e_step) in enumerate(zip(compiled, eager)):
         r_step = reference[step] if reference is not None else None
-        scales = group_scales(e_step if r_step is None else r_step, initial)
+        try:
+            scales = group_scales(e_step if r_step is None else r_step, initial, device)
+        except torch.OutOfMemoryError:
+            scales = group_scales(e_step if r_step is None else r_step, initial)
         for name, c in c_step.items():
             label = f"step{step}.{name}"
             e = e_step[name]
             if c.shape != e.shape:
                 checks.append({"name": label, "ok": False, "why": f"shape {tuple(c.shape)} != {tuple(e.shape)}"})
                 continue
-            if not torch.isfinite(c).all():
-                checks.append({"name": label, "ok": False, "why": "non-finite values in compiled"})
-                continue
             start = initial.get(name[len("param."):]) if name.startswith("param.") else None
-            checks.append(_check(label, c, e, None if r_step is None else r_step[name], tolerance, start,
-                                 kind(name), scales.get(kind(name))))
+            r = None if r_step is None else r_step[name]
+            args = (label, tolerance, kind(name), scales.get(kind(name)))
+            try:
+                check = _finite_check(*_on(device, c, e, r, start), *args)
+            except torch.OutOfMemoryError:  # the GPU is full of the two sides' models: this tensor on the host
+                check = _finite_check(c, e, r, start, *args)
+            checks.append(check)
     failing = [c for c in checks if not c["ok"]]
     worst = max(checks, key=lambda c: c.get("ratio", math.inf if not c["ok"] else 0.0), default=None)
     listed = failing + sorted((c for c in checks if c["ok"]), key=lambda c: -c.get("ratio", 0.0))
@@ -86,6 +107,12 @@ def judge(compiled: list[dict], eager: list[dict], reference: list[dict] | None,
         "worst": worst["name"] if worst else None,
         "checks": listed[: max(MAX_LISTED_CHECKS, len(failing))],
     }
+
+
+def _finite_check(c, e, r, start, label: str, tolerance, tensor_kind: str, group_scale: float | None) -> dict:
+    if not torch.isfinite(c).all():
+        return {"name": label, "ok": False, "why": "non-finite values in compiled"}
+    return _check(label, c, e, r, tolerance, start, tensor_kind, group_scale)
 
 
 def _group_floor(tolerance, tensor_kind: str, group_scale: float | None) -> float:
