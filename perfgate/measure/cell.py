@@ -2,7 +2,8 @@
 
 The engine knows no model: everything model-specific comes from the ModelSpec. A cell never raises: any
 failure (compile error, OOM, NaN, a graph that never compiled) becomes status "failed" with a reason, and
-whatever was measured before it stays in the record.
+whatever was measured before it stays in the record. The public helpers below (sides' memory, captured
+steps, timing and throughput fields, clean-up) are shared with a data-parallel rank (ddp_rank.py).
 """
 
 from __future__ import annotations
@@ -80,20 +81,20 @@ def run_cell(spec, cell: Cell, options: RunOptions, env: dict,
     saved = None  # this cell's cache artifacts, when --perf-warm-compile=artifacts saved some
     try:
         why_dir = Path(options.profile_dir) / cell.id if options.profile_dir else None
-        with (_compile_cache(options.cache_dir, record), why.compile_logs(why_dir and why_dir / "compile.log"),
+        with (compile_cache(options.cache_dir, record), why.compile_logs(why_dir and why_dir / "compile.log"),
               artifacts.fresh_recording()):
             saved = _measure(spec, cell, options, record, progress, record_compiled, why_dir)
         record["status"], record["reason"] = "ok", ""
     except CellFailure as failure:
         record["status"], record["reason"] = "failed", str(failure)
     except torch.OutOfMemoryError as err:
-        record["status"], record["reason"] = "failed", f"out of memory: {_message(err)}"
+        record["status"], record["reason"] = "failed", f"out of memory: {error_message(err)}"
     except Exception as err:  # noqa: BLE001 - a failing cell must never take the session down
         record["status"], record["reason"] = "failed", error_line(err)
     finally:
         record["wall_s"] = round(time.perf_counter() - started, 2)
-        _clean_up()
-    if saved is not None:  # after _clean_up: this process's models are freed while the child builds its own
+        clean_up()
+    if saved is not None:  # after clean_up: this process's models are freed while the child builds its own
         progress(f"{cell.id}: compiling from {len(saved)} bytes of cache artifacts in a fresh process")
         artifacts.measure_in_child(saved, cell, options, record)  # never raises: a note says what failed
         record["wall_s"] = round(time.perf_counter() - started, 2)
@@ -111,13 +112,13 @@ def _checkpointing(progress, checkpoint, record: dict, started: float):
     return stage
 
 
-def _message(err: BaseException) -> str:
+def error_message(err: BaseException) -> str:
     """error_line without the type name, where the words before it already say what failed."""
     return error_line(err).partition(": ")[2]
 
 
 @contextlib.contextmanager
-def _compile_cache(cache_dir: str | None, record: dict):
+def compile_cache(cache_dir: str | None, record: dict):
     """Cold compiles by default: a fresh inductor cache directory (and in-memory caches cleared) per cell.
     A kept directory (`--perf-cache-dir`) lets CI reuse compiles between runs; the record says which."""
     from torch._inductor.utils import clear_caches
@@ -141,7 +142,7 @@ def _compile_cache(cache_dir: str | None, record: dict):
             shutil.rmtree(directory, ignore_errors=True)
 
 
-def _clean_up() -> None:
+def clean_up() -> None:
     introspect.reset_compiler()
     gc.collect()
     if torch.cuda.is_available():
@@ -162,10 +163,10 @@ def _measure(spec, cell: Cell, options: RunOptions, record: dict, progress, reco
     reference, reference_kind = _reference_steps(spec, cell, size, state, host_batches[:2], device)
 
     # Eager side, alone on the device: its memory is what it allocates beyond what was there before.
-    memory = _Memory(device)
+    memory = Memory(device)
     eager = Side(spec, build_model(spec, size, state, device), cell.phase, cell.precision, device)
-    eager_captured = _captured_steps(eager, batches)
-    eager_step = _cycling(eager, timed)
+    eager_captured = captured_steps(eager, batches)
+    eager_step = cycling(eager, timed)
     memory.reset()
     eager_ms, eager_warm = warm_up(eager_step, device, options.plan, len(timed))
     record["peak_mem_eager_mb"] = memory.peak_mb()
@@ -196,8 +197,8 @@ def _measure(spec, cell: Cell, options: RunOptions, record: dict, progress, reco
     del compiled_captured, eager_captured, reference
 
     progress(f"{cell.id}: warming up the compiled side on {len(timed)} batch(es)")
-    compiled_ms, compiled_warm = warm_up(_cycling(compiled, timed), device, options.plan, len(timed))
-    compiled_step = _faulted(_cycling(compiled, timed), options.fault, device, len(timed))
+    compiled_ms, compiled_warm = warm_up(cycling(compiled, timed), device, options.plan, len(timed))
+    compiled_step = faulted(cycling(compiled, timed), options.fault, device, len(timed))
     record["peak_mem_compiled_mb"] = memory.peak_mb()
     record["warmup_steps"] = max(eager_warm, compiled_warm)
     # Re-warm eager: it idled while the compiled side compiled, and clocks drop on an idle GPU.
@@ -206,12 +207,12 @@ def _measure(spec, cell: Cell, options: RunOptions, record: dict, progress, reco
     steps = steps_per_round(min(eager_ms, compiled_ms), options.plan, len(timed))
     progress(f"{cell.id}: timing, {steps} steps per round")
     rounds = interleaved_rounds(eager_step, compiled_step, steps, device, options.plan, record_compiled)
-    _store_timing(record, rounds)
+    store_timing(record, rounds)
     progress(f"{cell.id}: device and host clocks")
     clocks.measure_into(record, eager_step, compiled_step, device, len(timed))
     counts = introspect.compile_counts()
     record["recompiles"], record["recompile_reasons"] = counts["frames"] - first["frames"], counts["recompile_reasons"]
-    _store_throughput(spec, size, cell, record, lambda: eager_step(0), device)
+    store_throughput(spec, size, cell, record, lambda: eager_step(0), device)
     if why_dir is not None:
         record["why"] = {"dir": str(why_dir), "compile_log": str(why_dir / "compile.log"),
                          "trace_eager": str(why.trace(eager_step, why_dir / "trace-eager.json", device)),
@@ -221,11 +222,11 @@ def _measure(spec, cell: Cell, options: RunOptions, record: dict, progress, reco
     if options.warm_compile != "off":
         record["compile_warm_s"] = _warm_compile_s(compiled, spec, cell, batches[0], device, options)
     progress(f"{cell.id}: {clocks.summary(record)}, compile {record['compile_s']:.1f} s")
-    _raise_if_wrong(record)
+    raise_if_wrong(record)
     return saved
 
 
-def _raise_if_wrong(record: dict) -> None:
+def raise_if_wrong(record: dict) -> None:
     if record["numerics"] != "pass":
         detail = record["numerics_detail"]
         raise CellFailure(f"numerics: {detail['failing']} of {detail['tensors']} tensors off "
@@ -236,7 +237,7 @@ def _raise_if_wrong(record: dict) -> None:
                           f"{record['variant']} allows {record['recompiles_allowed']}{first_reason}")
 
 
-def _faulted(step, fault, device: torch.device, stream: int):
+def faulted(step, fault, device: torch.device, stream: int):
     """The compiled step with the test-only fault planted; percentage faults calibrate on the warm step."""
     def calibrate(clock: str) -> float:
         measure = clocks.device_ms if clock == "device" else clocks.host_ms
@@ -244,11 +245,11 @@ def _faulted(step, fault, device: torch.device, stream: int):
     return faults.slowed(step, fault, device, calibrate)
 
 
-def _cycling(side: Side, stream: list):
+def cycling(side: Side, stream: list):
     return lambda i: side.step(stream[i % len(stream)])
 
 
-def _captured_steps(side: Side, batches: list) -> list[dict]:
+def captured_steps(side: Side, batches: list) -> list[dict]:
     """What numerics compares. Training: the loss of two optimizer steps, gradients and parameters of the
     second. Inference: the outputs of one batch (no state changes between batches)."""
     if side.phase == "infer":
@@ -263,19 +264,19 @@ def _reference_steps(spec, cell, size, state, host_batches, device):
     notes = []
     for kind, dtype in choices:
         try:
-            with _strict_fp32():
+            with strict_fp32():
                 side = Side(spec, build_model(spec, size, state, device, dtype), cell.phase, "fp32", device)
-                return _captured_steps(side, [to_device(b, device, dtype) for b in host_batches]), kind
+                return captured_steps(side, [to_device(b, device, dtype) for b in host_batches]), kind
         except (torch.OutOfMemoryError, RuntimeError) as err:
-            notes.append(f"{kind}: {_message(err)[:120]}")
+            notes.append(f"{kind}: {error_message(err)[:120]}")
         finally:
             side = None
-            _clean_up()
+            clean_up()
     return None, "eager (" + "; ".join(notes) + ")"
 
 
 @contextlib.contextmanager
-def _strict_fp32():
+def strict_fp32():
     old = torch.get_float32_matmul_precision(), torch.backends.cudnn.allow_tf32
     torch.set_float32_matmul_precision("highest")
     torch.backends.cudnn.allow_tf32 = False
@@ -286,7 +287,7 @@ def _strict_fp32():
         torch.backends.cudnn.allow_tf32 = old[1]
 
 
-class _Memory:
+class Memory:
     """Peak device memory of one side: what it allocated beyond what was resident when it started. The
     absolute peak (not a delta around warm steps) counts a CUDA-graph pool, allocated at capture time."""
 
@@ -306,7 +307,7 @@ class _Memory:
         return round((torch.cuda.max_memory_allocated() - self.base) / MIB, 1) if self.cuda else None
 
 
-def _store_timing(record: dict, rounds) -> None:
+def store_timing(record: dict, rounds) -> None:
     interval = rounds.speedup()
     record.update(
         steps_per_round=rounds.steps, rounds=len(rounds.ratios),
@@ -318,7 +319,7 @@ def _store_timing(record: dict, rounds) -> None:
     )
 
 
-def _store_throughput(spec, size, cell, record: dict, eager_step, device) -> None:
+def store_throughput(spec, size, cell, record: dict, eager_step, device) -> None:
     units = size.batch * size.units_per_sample
     record["throughput_unit"] = spec.unit
     record["throughput_eager"] = round(units / (record["eager_ms"] / 1e3), 1)

@@ -98,7 +98,7 @@ def _reference(spec, cell, size, state, host_batches: list[list[dict]], device, 
     notes = []
     for kind, dtype in choices:
         try:
-            with single._strict_fp32():
+            with single.strict_fp32():
                 model = build_model(spec, size, state, device, dtype).train()
                 optimizer = torch.optim.AdamW(model.parameters(), lr=spec.lr)
                 task, captured = Task(model, spec.loss), []
@@ -122,7 +122,7 @@ def _reference(spec, cell, size, state, host_batches: list[list[dict]], device, 
             notes.append(f"{kind}: {error_line(err)[:120]}")
         finally:
             model = optimizer = task = None
-            single._clean_up()
+            single.clean_up()
     return None, "eager (" + "; ".join(notes) + ")"
 
 
@@ -153,10 +153,10 @@ def measure(spec, cell: Cell, options, record: dict, rank: int, world: int, devi
         all_host = [cell_batches(spec, cell, size, options.seed + r, torch.device("cpu"))[0] for r in range(world)]
         reference, reference_kind = _reference(spec, cell, size, state, all_host, device, world)
 
-    memory = single._Memory(device)
+    memory = single.Memory(device)
     eager = _ddp_side(spec, cell, size, state, device, bucket_mb)
-    eager_captured = [_unwrapped(c) for c in single._captured_steps(eager, batches)]
-    eager_step = single._cycling(eager, timed)
+    eager_captured = [_unwrapped(c) for c in single.captured_steps(eager, batches)]
+    eager_step = single.cycling(eager, timed)
     memory.reset()
     progress(f"{cell.id}: warming up eager DDP")
     warm_up(eager_step, device, options.plan, clock=slowest)
@@ -187,15 +187,15 @@ def measure(spec, cell: Cell, options, record: dict, rank: int, world: int, devi
         del compiled_captured, eager_captured, reference
 
         progress(f"{cell.id}: warming up compiled DDP")
-        compiled_ms, compiled_warm = warm_up(single._cycling(compiled, timed), device, options.plan, clock=slowest)
-        compiled_step = single._faulted(single._cycling(compiled, timed), options.fault, device, 1)
+        compiled_ms, compiled_warm = warm_up(single.cycling(compiled, timed), device, options.plan, clock=slowest)
+        compiled_step = single.faulted(single.cycling(compiled, timed), options.fault, device, 1)
         compiled_peak = memory.peak_mb()
         eager_ms, eager_warm = warm_up(eager_step, device, options.plan, clock=slowest)
         record["warmup_steps"] = max(eager_warm, compiled_warm)
         steps = steps_per_round(min(eager_ms, compiled_ms), options.plan)
         progress(f"{cell.id}: timing DDP, {steps} steps per round, the slowest of {world} ranks")
         rounds = interleaved_rounds(eager_step, compiled_step, steps, device, options.plan, clock=slowest)
-        single._store_timing(record, rounds)
+        single.store_timing(record, rounds)
         counts = introspect.compile_counts()
     # Recompiles are guards that failed: DDP's wrapper also compiles new frames on later steps (the code
     # after its breaks runs other branches once warm), each for the first time, which are no recompile.
@@ -207,7 +207,7 @@ def measure(spec, cell: Cell, options, record: dict, rank: int, world: int, devi
     peaks = [None] * world
     dist.all_gather_object(peaks, (eager_peak, compiled_peak))
     del eager, compiled, eager_step, compiled_step
-    single._clean_up()
+    single.clean_up()
 
     _one_device(spec, cell, size, state, batches, device, options, record, progress)
     record["ddp_wrapper_breaks"] = max(0, ddp_breaks - record["graph_breaks"])
@@ -241,7 +241,7 @@ def _one_device(spec, cell, size, state, batches, device, options, record: dict,
         counts = introspect.compile_counts()
         record.update(graph_breaks=counts["graph_breaks"], break_reasons=counts["break_reasons"],
                       one_device_ops=counts["ops"])
-        eager_step, compiled_step = single._cycling(eager, batches[:1]), single._cycling(compiled, batches[:1])
+        eager_step, compiled_step = single.cycling(eager, batches[:1]), single.cycling(compiled, batches[:1])
         short = dataclasses.replace(options.plan, min_rounds=min(5, options.plan.min_rounds),
                                     max_rounds=min(9, options.plan.max_rounds))
         e_ms, _ = warm_up(eager_step, device, short, clock=slowest)
@@ -253,11 +253,11 @@ def _one_device(spec, cell, size, state, batches, device, options, record: dict,
     for side in ("eager", "compiled"):
         record[f"scaling_{side}"] = round(world * record[f"single_{side}_ms"] / record[f"{side}_ms"], 4)
     # Throughput of all ranks together; FLOPs and MFU per rank (one GPU's share of the step).
-    single._store_throughput(spec, size, cell, record, lambda: eager_step(0), device)
+    single.store_throughput(spec, size, cell, record, lambda: eager_step(0), device)
     for side in ("eager", "compiled"):
         record[f"throughput_{side}"] = round(world * record[f"throughput_{side}"], 1)
     del eager, compiled
-    single._clean_up()
+    single.clean_up()
 
 
 def main(job_dir: Path, rank: int) -> None:
@@ -295,10 +295,10 @@ def main(job_dir: Path, rank: int) -> None:
         emit({"checkpoint": partial})
 
     try:
-        with single._compile_cache(options.cache_dir, record):
+        with single.compile_cache(options.cache_dir, record):
             measure(spec, cell, options, record, rank, world, device, progress)
         if rank == 0:  # the judged rank: the others' records are not the cell's
-            single._raise_if_wrong(record)
+            single.raise_if_wrong(record)
         if record["ranks_param_diff"] > 0:
             raise single.CellFailure(f"the ranks disagree after two steps: a parameter differs from the ranks' "
                                      f"mean by {record['ranks_param_diff']:.3g}")
@@ -306,7 +306,7 @@ def main(job_dir: Path, rank: int) -> None:
     except single.CellFailure as failure:
         record["status"], record["reason"] = "failed", str(failure)
     except torch.OutOfMemoryError as err:
-        record["status"], record["reason"] = "failed", f"out of memory: {single._message(err)}"
+        record["status"], record["reason"] = "failed", f"out of memory: {single.error_message(err)}"
     record["wall_s"] = round(time.perf_counter() - started, 2)
     emit({"record": record})
     dist.destroy_process_group()
