@@ -78,10 +78,11 @@ def judge(compiled: list[dict], eager: list[dict], reference: list[dict] | None,
     checks = []
     for step, (c_step, e_step) in enumerate(zip(compiled, eager)):
         r_step = reference[step] if reference is not None else None
+        truth = e_step if r_step is None else r_step
         try:
-            scales = group_scales(e_step if r_step is None else r_step, initial, device)
+            scales = group_scales(truth, initial, device)
         except torch.OutOfMemoryError:
-            scales = group_scales(e_step if r_step is None else r_step, initial)
+            scales = group_scales(truth, initial)
         for name, c in c_step.items():
             label = f"step{step}.{name}"
             e = e_step[name]
