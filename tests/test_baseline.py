@@ -123,6 +123,17 @@ def test_compiled_memory_of_old_records_is_not_folded():
     assert only_old["peak_mem_compiled_mb"] is None and only_old["peak_mem_eager_mb"] is not None
 
 
+def test_host_clock_folds_from_runs_with_the_newer_host_rounds():
+    """Schema-3 records took 11 host rounds (about twice the in-run error of today's 41): where two or more
+    newer runs measured the host clock, it folds from them alone; the other clocks keep every run."""
+    old = [syn.run(i, overrides={RESNET: dict(schema=3, host_speedup=h)}) for i, h in ((1, 1.2), (2, 1.6))]
+    new = [syn.run(i, overrides={RESNET: dict(host_speedup=h)}) for i, h in ((3, 1.40), (4, 1.42))]
+    cell = bl.build_baseline(old + new)[KEY]["cells"][RESNET]
+    assert cell["host_speedup_runs"] == [1.40, 1.42] and len(cell["device_speedup_runs"]) == 4
+    one_new = bl.build_baseline(old + new[:1])[KEY]["cells"][RESNET]
+    assert one_new["host_speedup_runs"] == [1.2, 1.6, 1.40]
+
+
 def test_max_over_runs_and_numerics_need_every_run():
     runs = [syn.run(1), syn.run(2, overrides={RESNET: dict(graph_breaks=2, peak_mem_compiled_mb=7500.0,
                                                               numerics="fail", compile_s=61.0)})]

@@ -5,7 +5,9 @@ unit, what validate asks of it, how a baseline folds it and whether the history 
 validate, baseline, history and the reports take their field lists from it. Absent or not-measured values
 are null. Imports no torch.
 
-Schemas (a record's `schema`): 3 added the device and host clocks; 2 made the compiled peaks count the
+Schemas (a record's `schema`): 4 gave a GPU cell's host clock up to 41 rounds (3: 11), which halves its in-run
+error, so a baseline folds the host clock from schema-4 runs where it has two or more; 3 added the device and
+host clocks; 2 made the compiled peaks count the
 compiled side's own weights; 1 (before 922663c) left them out, so its peak_mem_compiled_mb reads low by the
 weights. Older records read as they are: a field they lack reads as null (so a schema-2 record has no device
 or host clock, and the gate does not compare one), and neither a baseline nor the memory rule uses a
@@ -17,9 +19,11 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass
 
-RECORD_SCHEMA = 3
+RECORD_SCHEMA = 4
 # Records older than this measured the compiled side's memory without its weights (see the schemas above).
 MEMORY_SCHEMA = 2
+# Records older than this took 11 host rounds on a GPU: their host speedups spread about twice as wide.
+HOST_ROUNDS_SCHEMA = 4
 UNFINISHED = "did not finish"  # a new record's reason until the cell ends
 # A step whose GPU is busy this much of its wall time is device-bound: its wall time follows the GPU's work.
 # Below it the GPU waits on the host between kernels, and the wall time follows the host CPU (seen on H100

@@ -12,7 +12,8 @@ spread beside the median.
     cells   {cell id: {runs_ok, and each record field that perfgate.core.record.FIELDS gives a `fold`: identity
             as the last run had it, medians and maxima over the ok runs (a compiled peak only from records of
             MEMORY_SCHEMA or later), status, reason, numerics, compile_cache and bound as fold_cell makes
-            them, and for each clock m in record.CLOCKS: m, m_runs, m_spread, m_lo, m_hi}}
+            them, and for each clock m in record.CLOCKS: m, m_runs, m_spread, m_lo, m_hi (the host clock
+            from records of HOST_ROUNDS_SCHEMA or later where two or more runs have it)}}
 
 A clock that no run measured (a CPU baseline has no device clock; one made before schema-3 records has
 neither device nor host) is null with `m_runs` empty: the gate does not compare it. Baselines without the
@@ -30,7 +31,7 @@ import tempfile
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from perfgate.core.record import CLOCKS, MEMORY_SCHEMA, bound_of, names
+from perfgate.core.record import CLOCKS, HOST_ROUNDS_SCHEMA, MEMORY_SCHEMA, bound_of, names
 from perfgate.core.stats import interval_sd, rel_spread
 from perfgate.core.validate import baseline_cell_problems
 
@@ -117,10 +118,16 @@ def _single(records: Sequence[dict], name: str):
 
 def _measured_right(records: Sequence[dict], name: str) -> list[dict]:
     """The records whose `name` means what it means today: a compiled peak from a schema-1 record left the
-    compiled weights out (read low by their size), so it must not become the baseline's figure."""
-    if name != "peak_mem_compiled_mb":
-        return list(records)
-    return [r for r in records if (r.get("schema") or 1) >= MEMORY_SCHEMA]
+    compiled weights out (read low by their size), so it must not become the baseline's figure. A host
+    speedup from before HOST_ROUNDS_SCHEMA came from 11 rounds: the same quantity, but its spread between
+    runs (the rule's s_rr) reads about twice as wide, so it folds only from newer runs where two or more of
+    them measured it (one run gives no spread); else from all."""
+    if name == "peak_mem_compiled_mb":
+        return [r for r in records if (r.get("schema") or 1) >= MEMORY_SCHEMA]
+    if name == "host_speedup":
+        newer = [r for r in records if (r.get("schema") or 1) >= HOST_ROUNDS_SCHEMA and r.get(name)]
+        return newer if len(newer) >= 2 else list(records)
+    return list(records)
 
 
 def run_to_run_sd(runs: Sequence[dict], metric: str) -> float | None:
@@ -158,7 +165,7 @@ def fold_cell(records: Sequence[dict]) -> dict:
         return cell
     cell.update(status="ok", reason="", runs_ok=len(ok))
     for clock in CLOCKS:
-        cell.update(_fold_clock(ok, clock))
+        cell.update(_fold_clock(_measured_right(ok, clock), clock))
     cell.update(compile_cache=_single(ok, "compile_cache"), numerics=_numerics(ok))
     for name in MEDIAN_FIELDS:
         values = _values(ok, name)
