@@ -113,14 +113,17 @@ def test_a_baseline_from_before_the_clocks_still_loads_and_gates(tmp_path):
 
 
 def test_compiled_memory_of_old_records_is_not_folded():
-    """Schema-1 records measured the compiled peak without the compiled weights (low by their size): a
-    baseline mixing old and new runs keeps their speedups but takes the compiled peak from new ones only."""
+    """Schema-1 records measured the compiled peak without the compiled weights (low by their size), and
+    schema-4 ones with the numerics judge's GPU temporaries: a baseline mixing them with right runs keeps
+    their speedups but takes the compiled peak from the right ones only."""
     old = syn.run(1, overrides={RESNET: dict(schema=1, peak_mem_compiled_mb=5455.3)})
     new = syn.run(2, overrides={RESNET: dict(peak_mem_compiled_mb=5553.0)})
     cell = bl.build_baseline([old, new])[KEY]["cells"][RESNET]
     assert cell["peak_mem_compiled_mb"] == 5553.0 and cell["runs_ok"] == 2
     only_old = bl.build_baseline([old])[KEY]["cells"][RESNET]
     assert only_old["peak_mem_compiled_mb"] is None and only_old["peak_mem_eager_mb"] is not None
+    judged_in = syn.run(3, overrides={RESNET: dict(schema=4, peak_mem_compiled_mb=11474.2)})
+    assert bl.build_baseline([judged_in, new])[KEY]["cells"][RESNET]["peak_mem_compiled_mb"] == 5553.0
 
 
 def test_host_clock_folds_from_runs_with_the_newer_host_rounds():

@@ -49,6 +49,32 @@ def test_a_healthy_cell_passes():
     assert (record["status"], record["numerics"]) == ("ok", "pass")
 
 
+def test_the_compiled_peak_starts_after_the_numerics_judge(monkeypatch):
+    """The judge's fp64 temporaries on the GPU are not the compiled side's memory (schema 4 counted them:
+    gpt2 infer read 11474 MiB for 1348 on an H100): the peak read for the compiled side starts after it."""
+    from perfgate.measure import cell as cell_module
+    events = []
+
+    class Recording(cell_module.Memory):
+        def reset(self):
+            events.append("reset")
+
+        def peak_mb(self):
+            events.append("peak")
+            return 1.0
+
+    def judging(*args, **kwargs):
+        events.append("judge")
+        return judge(*args, **kwargs)
+
+    judge = cell_module.judge
+    monkeypatch.setattr(cell_module, "Memory", Recording)
+    monkeypatch.setattr(cell_module, "judge", judging)
+    assert _run(_spec())["status"] == "ok"
+    compiled_peak = events.index("peak", events.index("judge"))  # eager, compile, then compiled
+    assert "reset" in events[events.index("judge"):compiled_peak]
+
+
 def test_a_cell_that_compiled_nothing_fails_as_ran_eager():
     record = _run(_spec(predict=torch._dynamo.disable(lambda m, b: m(b["x"]))))
     assert record["status"] == "failed"

@@ -5,13 +5,14 @@ unit, what validate asks of it, how a baseline folds it and whether the history 
 validate, baseline, history and the reports take their field lists from it. Absent or not-measured values
 are null. Imports no torch.
 
-Schemas (a record's `schema`): 4 gave a GPU cell's host clock up to 41 rounds (3: 11), which halves its in-run
-error, so a baseline folds the host clock from schema-4 runs where it has two or more; 3 added the device and
-host clocks; 2 made the compiled peaks count the
+Schemas (a record's `schema`): 5 keeps the GPU numerics judge out of the compiled peak, which schema 4
+(commits 933ac49 to a208d78) counted (gpt2 infer on an H100 read 11474 MiB for 1348); 4 gave a GPU cell's
+host clock up to 41 rounds (3: 11), which halves its in-run error, so a baseline folds the host clock from
+runs of schema 4 or later where it has two or more; 3 added the device and host clocks; 2 made the compiled peaks count the
 compiled side's own weights; 1 (before 922663c) left them out, so its peak_mem_compiled_mb reads low by the
 weights. Older records read as they are: a field they lack reads as null (so a schema-2 record has no device
 or host clock, and the gate does not compare one), and neither a baseline nor the memory rule uses a
-compiled peak from before MEMORY_SCHEMA.
+compiled peak from a schema in COMPILED_PEAK_MISREAD.
 """
 
 from __future__ import annotations
@@ -19,9 +20,10 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass
 
-RECORD_SCHEMA = 4
-# Records older than this measured the compiled side's memory without its weights (see the schemas above).
-MEMORY_SCHEMA = 2
+RECORD_SCHEMA = 5
+# Schemas whose compiled peak measured something else (see above): 1 without the compiled weights, 4 with
+# the numerics judge's GPU temporaries.
+COMPILED_PEAK_MISREAD = frozenset({1, 4})
 # Records older than this took 11 host rounds on a GPU: their host speedups spread about twice as wide.
 HOST_ROUNDS_SCHEMA = 4
 UNFINISHED = "did not finish"  # a new record's reason until the cell ends
@@ -204,3 +206,8 @@ def new_record(cell, env: dict, run_id: str | None = None) -> dict:
                   variant=cell.variant, precision=cell.precision, device_kind=cell.device_kind, tier=cell.tier,
                   env=env)
     return record
+
+
+def compiled_peak_is_right(record: dict) -> bool:
+    """Whether the record's peak_mem_compiled_mb means what it means today (COMPILED_PEAK_MISREAD)."""
+    return (record.get("schema") or 1) not in COMPILED_PEAK_MISREAD

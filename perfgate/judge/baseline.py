@@ -10,8 +10,8 @@ spread beside the median.
     header  schema, fingerprint, tier, device (env.gpu), versions (env minus fingerprint), created (UTC
             date), runs, host_cpus (the runs' distinct env.cpu_model, sorted: the gate's host-CPU advisory)
     cells   {cell id: {runs_ok, and each record field that perfgate.core.record.FIELDS gives a `fold`: identity
-            as the last run had it, medians and maxima over the ok runs (a compiled peak only from records of
-            MEMORY_SCHEMA or later), status, reason, numerics, compile_cache and bound as fold_cell makes
+            as the last run had it, medians and maxima over the ok runs (a compiled peak only from records
+            whose schema measured it as today: record.compiled_peak_is_right), status, reason, numerics, compile_cache and bound as fold_cell makes
             them, and for each clock m in record.CLOCKS: m, m_runs, m_spread, m_lo, m_hi (the host clock
             from records of HOST_ROUNDS_SCHEMA or later where two or more runs have it)}}
 
@@ -31,7 +31,7 @@ import tempfile
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from perfgate.core.record import CLOCKS, HOST_ROUNDS_SCHEMA, MEMORY_SCHEMA, bound_of, names
+from perfgate.core.record import CLOCKS, HOST_ROUNDS_SCHEMA, bound_of, compiled_peak_is_right, names
 from perfgate.core.stats import interval_sd, rel_spread
 from perfgate.core.validate import baseline_cell_problems
 
@@ -118,12 +118,13 @@ def _single(records: Sequence[dict], name: str):
 
 def _measured_right(records: Sequence[dict], name: str) -> list[dict]:
     """The records whose `name` means what it means today: a compiled peak from a schema-1 record left the
-    compiled weights out (read low by their size), so it must not become the baseline's figure. A host
+    compiled weights out (read low by their size) and one from schema 4 counted the numerics judge's GPU
+    temporaries (gpt2 infer: 11474 MiB for 1348), so neither may become the baseline's figure. A host
     speedup from before HOST_ROUNDS_SCHEMA came from 11 rounds: the same quantity, but its spread between
     runs (the rule's s_rr) reads about twice as wide, so it folds only from newer runs where two or more of
     them measured it (one run gives no spread); else from all."""
     if name == "peak_mem_compiled_mb":
-        return [r for r in records if (r.get("schema") or 1) >= MEMORY_SCHEMA]
+        return [r for r in records if compiled_peak_is_right(r)]
     if name == "host_speedup":
         newer = [r for r in records if (r.get("schema") or 1) >= HOST_ROUNDS_SCHEMA and r.get(name)]
         return newer if len(newer) >= 2 else list(records)

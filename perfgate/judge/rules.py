@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from typing import Callable
 
-from perfgate.core.record import MEMORY_SCHEMA
+from perfgate.core.record import compiled_peak_is_right
 from perfgate.core.stats import interval_sd
 
 REGRESSION = "regression"
@@ -261,11 +262,14 @@ class RelativeRule:
     direction: str = "lower"
     requires_same: str | None = None  # compare only when this field agrees (e.g. compile_cache fresh/kept)
     requires_value: str | None = None  # ... and has this value in both (e.g. "fresh": cold compiles only)
-    min_schema: int = 1  # a current record older than this measured the metric another way: not compared
+    # False for a current record that measured the metric another way (an older schema): not compared.
+    measured_right: Callable[[dict], bool] | None = None
 
     def check(self, base: dict, cur: dict) -> Finding | None:
         ref, now = base.get(self.metric), cur.get(self.metric)
-        if not both_ok(base, cur) or not ref or now is None or (cur.get("schema") or 1) < self.min_schema:
+        if not both_ok(base, cur) or not ref or now is None:
+            return None
+        if self.measured_right is not None and not self.measured_right(cur):
             return None
         if self.requires_same and base.get(self.requires_same) != cur.get(self.requires_same):
             return None
@@ -335,7 +339,8 @@ def default_rules(*, speedup: float = 0.05, device: float = 0.025, host: float =
         CountRule("graph_breaks"),
         CountRule("recompiles"),
         # 32 MiB: below that a change is allocator rounding, not the model.
-        RelativeRule("peak_mem_compiled_mb", memory, min_delta=32.0, min_schema=MEMORY_SCHEMA),
+        RelativeRule("peak_mem_compiled_mb", memory, min_delta=32.0,
+                     measured_right=compiled_peak_is_right),
         RelativeRule("peak_mem_eager_mb", memory, min_delta=32.0),
         # 2 s: a tiny model's compile moves that much with machine load; cold and cached compiles differ.
         # A kept cache (--perf-cache-dir) makes compile time depend on what earlier runs left in it: seen on an
