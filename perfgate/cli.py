@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Sequence
 
 from perfgate.judge import history
-from perfgate.judge.baseline import BaselineError, save_baselines
+from perfgate.judge.baseline import BaselineError, disagreements, save_baselines
 from perfgate.judge.gate import gate_run
 from perfgate.core.records_file import RecordFileError, iter_records, load_records
 from perfgate.render.report import records_table, text_table
@@ -71,7 +71,8 @@ def cmd_baseline_update(args: argparse.Namespace) -> int:
     try:
         # Records group into runs by run_id (xdist workers share one), else one file is one run; within a
         # run a cell's later record (a confirm round) replaces the earlier.
-        written = save_baselines([list(iter_records(path)) for path in args.results], args.dir)
+        sources = [list(iter_records(path)) for path in args.results]
+        written = save_baselines(sources, args.dir)
     except (RecordFileError, BaselineError) as err:
         print(f"perfgate: cannot update the baseline: {err}", file=sys.stderr)
         return EXIT_CANNOT_COMPARE
@@ -86,6 +87,8 @@ def cmd_baseline_update(args: argparse.Namespace) -> int:
         if baseline["runs"] < ADVISED_RUNS:
             print(f"  note: fewer than {ADVISED_RUNS} runs: the gate cannot tell run-to-run noise from a "
                   f"regression well; give it {ADVISED_RUNS} or more runs, each its own pytest session")
+    for line in disagreements(sources):
+        print(f"  warning: {line}")
     return 0
 
 

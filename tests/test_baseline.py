@@ -137,6 +137,16 @@ def test_host_clock_folds_from_runs_with_the_newer_host_rounds():
     assert one_new["host_speedup_runs"] == [1.2, 1.6, 1.40]
 
 
+def test_runs_that_disagree_on_a_peak_or_a_graph_count_are_named():
+    """The fold keeps maxima: one odd run would set the baseline unseen, so the update names it."""
+    runs = [syn.run(i, overrides={RESNET: dict(peak_mem_compiled_mb=5553.0)}) for i in (1, 2)]
+    assert bl.disagreements(runs) == []
+    odd = syn.run(3, overrides={RESNET: dict(peak_mem_compiled_mb=11474.2, graph_breaks=3)})
+    lines = bl.disagreements(runs + [odd])
+    assert len(lines) == 2 and all(RESNET in line for line in lines)
+    assert "5553 (2 runs), 11474.2 (1 run)" in lines[0] and "graph_breaks" in lines[1]
+
+
 def test_max_over_runs_and_numerics_need_every_run():
     runs = [syn.run(1), syn.run(2, overrides={RESNET: dict(graph_breaks=2, peak_mem_compiled_mb=7500.0,
                                                               numerics="fail", compile_s=61.0)})]

@@ -164,6 +164,13 @@ def test_update_with_few_runs_warns(tmp_path, capsys):
     assert "fewer than" not in capsys.readouterr().out
 
 
+def test_update_warns_of_runs_that_disagree_on_a_peak(tmp_path, capsys):
+    runs = write_runs(tmp_path, ADVISED_RUNS)
+    odd = syn.write_run(tmp_path / "odd.jsonl", syn.run(99, overrides={RESNET: dict(peak_mem_compiled_mb=9e4)}))
+    assert main(["baseline", "update", *runs, odd, "--dir", str(tmp_path)]) == 0
+    assert f"warning: pr {RESNET}: runs disagree on peak_mem_compiled_mb" in capsys.readouterr().out
+
+
 def test_update_groups_runs_by_run_id(tmp_path, capsys):
     # Session a ran on two xdist workers (two files); sessions b and c were appended to one file; the last
     # file has no run ids and counts as one run on its own.

@@ -237,6 +237,37 @@ def build_baseline(sources: Sequence[Iterable[dict]]) -> dict[tuple[str, str], d
     return baselines
 
 
+# Fields that a cell's runs should agree on: its peaks (allocator-deterministic; past this much apart the
+# memory rule would flag it: 20 % and 32 MiB) and its graph counts. A run that disagrees is a different
+# program or a misreading; the fold keeps the maximum, so it would set the baseline unseen (schema-4
+# records read gpt2 infer's compiled peak 8.5x high, and a baseline holding one of them hid it).
+AGREE_FIELDS = {"peak_mem_eager_mb": (0.20, 32.0), "peak_mem_compiled_mb": (0.20, 32.0),
+                "graph_breaks": (0.0, 0.0), "recompiles": (0.0, 0.0)}
+
+
+def disagreements(sources: Sequence[Iterable[dict]]) -> list[str]:
+    """One line per baseline cell whose ok runs disagree on an AGREE_FIELDS field, naming the values and
+    how many runs read each: what `perfgate baseline update` warns of before anyone commits the max."""
+    by_cell: dict[tuple, list[dict]] = {}
+    for run in split_runs(sources):
+        for record in _last_per_cell(run).values():
+            if record.get("status") == "ok":
+                by_cell.setdefault((*key_of(record), record["cell"]), []).append(record)
+    lines = []
+    for (_, tier, cell), records in sorted(by_cell.items()):
+        for name, (fraction, delta) in AGREE_FIELDS.items():
+            values = _values(_measured_right(records, name), name)
+            if not values:
+                continue
+            lo, hi = min(values), max(values)
+            if hi - lo > delta and hi > lo * (1 + fraction):
+                counts = ", ".join(f"{v:g} ({values.count(v)} run{'s' * (values.count(v) > 1)})"
+                                   for v in sorted(set(values)))
+                lines.append(f"{tier} {cell}: runs disagree on {name}: {counts}; the baseline keeps the "
+                             f"maximum, so check the odd runs before committing it")
+    return lines
+
+
 # ---------------------------------------------------------------------------------------------- files
 
 # A temp file this old is a write that was killed (SIGKILL, power): a live write takes well under a second.
