@@ -109,7 +109,8 @@ def test_compiled_memory_of_an_old_schema_record_is_not_compared(base):
     assert kinds(gate.compare(now(42, overrides={RESNET: {"peak_mem_compiled_mb": low, "schema": 1}}), base)) == []
     # Schema 4 counted the numerics judge's GPU temporaries in it (+10 GB on gpt2 infer): no regression either.
     high = base["cells"][RESNET]["peak_mem_compiled_mb"] * 8
-    assert kinds(gate.compare(now(42, overrides={RESNET: {"peak_mem_compiled_mb": high, "schema": 4}}), base)) == []
+    judged_in = now(42, overrides={RESNET: {"peak_mem_compiled_mb": high, "schema": 4}})
+    assert kinds(gate.compare(judged_in, base)) == []
 
 
 def test_thresholds_are_configurable(base):

@@ -11,9 +11,10 @@ spread beside the median.
             date), runs, host_cpus (the runs' distinct env.cpu_model, sorted: the gate's host-CPU advisory)
     cells   {cell id: {runs_ok, and each record field that perfgate.core.record.FIELDS gives a `fold`: identity
             as the last run had it, medians and maxima over the ok runs (a compiled peak only from records
-            whose schema measured it as today: record.compiled_peak_is_right), status, reason, numerics, compile_cache and bound as fold_cell makes
-            them, and for each clock m in record.CLOCKS: m, m_runs, m_spread, m_lo, m_hi (the host clock
-            from records of HOST_ROUNDS_SCHEMA or later where two or more runs have it)}}
+            whose schema measured it as today: record.compiled_peak_is_right), status, reason, numerics,
+            compile_cache and bound as fold_cell makes them, and for each clock m in record.CLOCKS: m,
+            m_runs, m_spread, m_lo, m_hi (the host clock from records of HOST_ROUNDS_SCHEMA or later
+            where two or more runs have it)}}
 
 A clock that no run measured (a CPU baseline has no device clock; one made before schema-3 records has
 neither device nor host) is null with `m_runs` empty: the gate does not compare it. Baselines without the
@@ -215,21 +216,33 @@ def _refuse_unfit(runs: Sequence[list[dict]]) -> None:
                             f"worker per GPU")
 
 
-def build_baseline(sources: Sequence[Iterable[dict]]) -> dict[tuple[str, str], dict]:
-    """{(fingerprint, tier): baseline} from sources of records (results files), grouped by `split_runs`.
-    Records marked unfit (timed by xdist workers that shared the machine) are refused: BaselineError."""
+def _runs_by_key(sources: Sequence[Iterable[dict]]) -> dict[tuple[str, str], list[dict[str, dict]]]:
+    """{(fingerprint, tier): one {cell id: record} per run}, runs grouped by `split_runs`. Records marked
+    unfit (timed by xdist workers that shared the machine) are refused: BaselineError."""
     per_key: dict[tuple[str, str], list[dict[str, dict]]] = {}
     runs = split_runs(sources)
     _refuse_unfit(runs)
     for run in runs:
         for key, records in group_by_key(run).items():
             per_key.setdefault(key, []).append(_last_per_cell(records))
+    return per_key
+
+
+def _by_cell(run_maps: Sequence[dict[str, dict]]) -> dict[str, list[dict]]:
+    """{cell id: its record in each run that had it}."""
+    by_cell: dict[str, list[dict]] = {}
+    for run_map in run_maps:
+        for cell_id, record in run_map.items():
+            by_cell.setdefault(cell_id, []).append(record)
+    return by_cell
+
+
+def build_baseline(sources: Sequence[Iterable[dict]]) -> dict[tuple[str, str], dict]:
+    """{(fingerprint, tier): baseline} from sources of records (results files), grouped by `split_runs`.
+    Records marked unfit (timed by xdist workers that shared the machine) are refused: BaselineError."""
     baselines = {}
-    for (fingerprint, tier), run_maps in per_key.items():
-        by_cell: dict[str, list[dict]] = {}
-        for run_map in run_maps:
-            for cell_id, record in run_map.items():
-                by_cell.setdefault(cell_id, []).append(record)
+    for (fingerprint, tier), run_maps in _runs_by_key(sources).items():
+        by_cell = _by_cell(run_maps)
         env = next(iter(run_maps[0].values()))["env"]
         baseline = _header(fingerprint, tier, env, run_maps)
         baseline["cells"] = {cid: _round_cell(fold_cell(recs)) for cid, recs in sorted(by_cell.items())}
@@ -248,23 +261,25 @@ AGREE_FIELDS = {"peak_mem_eager_mb": (0.20, 32.0), "peak_mem_compiled_mb": (0.20
 def disagreements(sources: Sequence[Iterable[dict]]) -> list[str]:
     """One line per baseline cell whose ok runs disagree on an AGREE_FIELDS field, naming the values and
     how many runs read each: what `perfgate baseline update` warns of before anyone commits the max."""
-    by_cell: dict[tuple, list[dict]] = {}
-    for run in split_runs(sources):
-        for record in _last_per_cell(run).values():
-            if record.get("status") == "ok":
-                by_cell.setdefault((*key_of(record), record["cell"]), []).append(record)
     lines = []
-    for (_, tier, cell), records in sorted(by_cell.items()):
-        for name, (fraction, delta) in AGREE_FIELDS.items():
-            values = _values(_measured_right(records, name), name)
-            if not values:
-                continue
-            lo, hi = min(values), max(values)
-            if hi - lo > delta and hi > lo * (1 + fraction):
-                counts = ", ".join(f"{v:g} ({values.count(v)} run{'s' * (values.count(v) > 1)})"
-                                   for v in sorted(set(values)))
-                lines.append(f"{tier} {cell}: runs disagree on {name}: {counts}; the baseline keeps the "
-                             f"maximum, so check the odd runs before committing it")
+    for (_, tier), run_maps in sorted(_runs_by_key(sources).items()):
+        for cell, records in sorted(_by_cell(run_maps).items()):
+            lines += _disagreeing(tier, cell, [r for r in records if r.get("status") == "ok"])
+    return lines
+
+
+def _disagreeing(tier: str, cell: str, ok: Sequence[dict]) -> list[str]:
+    lines = []
+    for name, (fraction, delta) in AGREE_FIELDS.items():
+        values = _values(_measured_right(ok, name), name)
+        if not values:
+            continue
+        lo, hi = min(values), max(values)
+        if hi - lo > delta and hi > lo * (1 + fraction):
+            counts = ", ".join(f"{v:g} ({values.count(v)} run{'s' * (values.count(v) > 1)})"
+                               for v in sorted(set(values)))
+            lines.append(f"{tier} {cell}: runs disagree on {name}: {counts}; the baseline keeps the "
+                         f"maximum, so check the odd runs before committing it")
     return lines
 
 
