@@ -1,5 +1,6 @@
 """run_cell on a tiny CPU model: every way a cell can go wrong becomes a record with a reason."""
 
+import contextlib
 import dataclasses
 
 import pytest
@@ -49,19 +50,18 @@ def test_a_healthy_cell_passes():
     assert (record["status"], record["numerics"]) == ("ok", "pass")
 
 
-def test_the_compiled_peak_starts_after_the_numerics_judge(monkeypatch):
+def test_the_numerics_judge_is_set_aside_from_the_compiled_peak(monkeypatch):
     """The judge's fp64 temporaries on the GPU are not the compiled side's memory (schema 4 counted them:
-    gpt2 infer read 11474 MiB for 1348 on an H100): the peak read for the compiled side starts after it."""
+    gpt2 infer read 11474 MiB for 1348 on an H100): the cell judges inside Memory.set_aside."""
     from perfgate.measure import cell as cell_module
     events = []
 
     class Recording(cell_module.Memory):
-        def reset(self):
-            events.append("reset")
-
-        def peak_mb(self):
-            events.append("peak")
-            return 1.0
+        @contextlib.contextmanager
+        def set_aside(self):
+            events.append("aside")
+            yield
+            events.append("aside ends")
 
     def judging(*args, **kwargs):
         events.append("judge")
@@ -71,8 +71,33 @@ def test_the_compiled_peak_starts_after_the_numerics_judge(monkeypatch):
     monkeypatch.setattr(cell_module, "Memory", Recording)
     monkeypatch.setattr(cell_module, "judge", judging)
     assert _run(_spec())["status"] == "ok"
-    compiled_peak = events.index("peak", events.index("judge"))  # eager, compile, then compiled
-    assert "reset" in events[events.index("judge"):compiled_peak]
+    assert events == ["aside", "judge", "aside ends"]
+
+
+def test_a_set_aside_block_leaves_the_peak_before_it_and_after_it(monkeypatch):
+    """Memory's arithmetic on a fake CUDA allocator (MiB): 100 resident, a side peaks at 300, a set-aside
+    block at 900, the side again at 250; its peak is 300 - 100."""
+    from perfgate.measure.cell import MIB, Memory
+    state = {"now": 100 * MIB, "peak": 100 * MIB}
+
+    def allocate(mib):
+        state["now"] = mib * MIB
+        state["peak"] = max(state["peak"], state["now"])
+
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda *a: state["now"])
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda *a: state["peak"])
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda *a: state.update(peak=state["now"]))
+    memory = Memory(torch.device("cuda"))
+    allocate(300), allocate(120)
+    with memory.set_aside():
+        allocate(900), allocate(120)
+    allocate(250)
+    assert memory.peak_mb() == 200.0
+    allocate(500)
+    assert memory.peak_mb() == 400.0
+    memory.reset()  # what is resident at a reset (500) still counts
+    allocate(130)
+    assert memory.peak_mb() == 400.0
 
 
 def test_a_cell_that_compiled_nothing_fails_as_ran_eager():

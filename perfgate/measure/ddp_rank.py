@@ -181,8 +181,9 @@ def measure(spec, cell: Cell, options, record: dict, rank: int, world: int, devi
         compiled_captured.append(_unwrapped(compiled.captured_step(batches[1])))
         record["ranks_param_diff"] = _param_spread(compiled, device, world)
         if rank == 0:
-            verdict = judge(compiled_captured, eager_captured, reference, spec.tolerances[cell.precision],
-                            reference_kind, initial=state, device=device)
+            with memory.set_aside():
+                verdict = judge(compiled_captured, eager_captured, reference, spec.tolerances[cell.precision],
+                                reference_kind, initial=state, device=device)
             record["numerics"], record["numerics_detail"] = verdict.pop("verdict"), verdict
         del compiled_captured, eager_captured, reference
 
