@@ -163,7 +163,7 @@ def device_ms(step: Callable[[int], object], device: torch.device, stream: int =
 
 
 def host_ms(step: Callable[[int], object], device: torch.device, stream: int = 1) -> float:
-    """Host ms to issue one step of one side, median of a few single steps."""
+    """Host ms to issue one step of one side: the median of two host rounds, each its fastest single step."""
     return statistics.median(host_rounds(step, step, device, stream, rounds=2, min_rounds=2).compiled_ms)
 
 
