@@ -13,6 +13,7 @@ from perfgate.measure import artifacts  # noqa: E402
 from perfgate.measure.cell import RunOptions, run_cell  # noqa: E402
 from perfgate.core.matrix import VARIANTS, Cell, Variant  # noqa: E402
 from perfgate.core.spec import ModelSpec, Size  # noqa: E402
+from perfgate.core.record import first_call_cache  # noqa: E402
 from perfgate.measure.timing import CPU_PLAN  # noqa: E402
 
 OPTIONS = RunOptions(device="cpu", plan=CPU_PLAN.replace(min_rounds=3, max_rounds=3, target_round_ms=2.0),
@@ -145,6 +146,9 @@ def test_a_fresh_process_compiles_from_the_cells_cache_artifacts():
     assert record["compile_artifacts_s"] > 0
     assert record["compile_artifacts_hits"] > 0  # 0 would mean the child compiled cold: the load went unused
     assert record["compile_warm_s"] > 0  # "artifacts" is "on" plus the fresh process
+    # The cell's own first call, in its fresh cache: every lookup missed, and the record says it was cold.
+    assert record["compile_cache_hits"] == 0 and record["compile_cache_misses"] > 0
+    assert first_call_cache(record) == "cold"
 
 
 def test_a_broken_fresh_process_leaves_the_cell_ok_with_a_note():

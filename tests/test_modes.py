@@ -52,3 +52,14 @@ def test_cli_without_an_output_says_which_to_give(tmp_path, capsys):
     path = write_run(tmp_path / "r.jsonl", _records())
     assert main(["report", str(path)]) == 2
     assert "--modes" in capsys.readouterr().err
+
+
+def test_a_first_call_that_found_its_compile_in_a_kept_cache_says_so():
+    """A warm compile is no first-call time a user meets on a new machine: the table marks it."""
+    records = _records()
+    default_train = next(r for r in records if r["variant"] == "inductor_default" and r["phase"] == "train"
+                         and r["precision"] == "amp_bf16")
+    default_train.update(compile_cache="persistent", compile_cache_hits=2, compile_cache_misses=0)
+    out = modes.render_markdown(records)
+    assert "| `inductor_default` | 50.0 (warm) |" in out
+    assert "| `inductor_reduce_overhead` | 50.0 |" in out  # a fresh cache: cold, unmarked

@@ -12,7 +12,7 @@ import synthetic as syn
 from perfgate.judge import history
 from perfgate.core import validate
 from perfgate.judge.baseline import fold_cell
-from perfgate.core.record import CLOCKS, FIELDS, Field, names
+from perfgate.core.record import CLOCKS, FIELDS, Field, first_call_cache, names
 from perfgate.core.records_file import RecordFileError, append_record, iter_records, load_records
 from perfgate.render.report import shown
 
@@ -105,3 +105,15 @@ def test_a_report_names_only_fields_of_the_table():
     with pytest.raises(KeyError):
         shown(_ok_record(), "eager_msec")
     assert shown(_ok_record(), "graph_breaks") == "0" and shown({}, "compile_s") == "–"
+
+
+@pytest.mark.parametrize("fields, expected", [
+    ({"compile_cache": "fresh"}, "cold"),  # before schema 6: a fresh dir is cold
+    ({"compile_cache": "persistent"}, "kept cache"),  # before schema 6: it may have been warm
+    ({"compile_cache": "persistent", "compile_cache_hits": 0, "compile_cache_misses": 3}, "cold"),
+    ({"compile_cache": "persistent", "compile_cache_hits": 3, "compile_cache_misses": 0}, "warm"),
+    ({"compile_cache": "persistent", "compile_cache_hits": 1, "compile_cache_misses": 2}, "partly warm"),
+    ({"compile_cache": "persistent", "compile_cache_hits": 0, "compile_cache_misses": 0}, "no cache"),  # aot_eager
+])
+def test_first_call_cache_reads_what_the_first_compiled_call_found(fields, expected):
+    assert first_call_cache(fields) == expected

@@ -5,7 +5,8 @@ unit, what validate asks of it, how a baseline folds it and whether the history 
 validate, baseline, history and the reports take their field lists from it. Absent or not-measured values
 are null. Imports no torch.
 
-Schemas (a record's `schema`): 5 keeps the GPU numerics judge out of the compiled peak, which schema 4
+Schemas (a record's `schema`): 6 records the compile-cache hits and misses of the first compiled
+call (compile_cache_hits/_misses), so a kept cache's compile says whether it was cold; 5 keeps the GPU numerics judge out of the compiled peak, which schema 4
 (commits 933ac49 to a208d78) counted (gpt2 infer on an H100 read 11474 MiB for 1348); 4 gave a GPU cell's
 host clock up to 41 rounds (3: 11), which halves its in-run error, so a baseline folds the host clock from
 runs of schema 4 or later where it has two or more; 3 added the device and host clocks; 2 made the
@@ -20,7 +21,7 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass
 
-RECORD_SCHEMA = 5
+RECORD_SCHEMA = 6
 # Schemas whose compiled peak measured something else (see above): 1 without the compiled weights, 4 with
 # the numerics judge's GPU temporaries.
 COMPILED_PEAK_MISREAD = frozenset({1, 4})
@@ -130,6 +131,9 @@ FIELDS: tuple[Field, ...] = (
     Field("compile_artifacts_note", str, doc="why compile_artifacts_s is null (or the hits 0)"),
     Field("compile_cache", str, fold="custom", column=True, doc='"fresh" (a new inductor cache dir for the '
                                                                 'cell) | "persistent" (a kept dir)'),
+    Field("compile_cache_hits", int, "count", ">= 0", doc="FX graph + AOTAutograd cache hits during the "
+          "first compiled call (schema 6 on): with misses, whether a kept cache made it warm"),
+    Field("compile_cache_misses", int, "count", ">= 0"),
     Field("graph_count", int, "count", ">= 0"),
     Field("graph_breaks", int, "count", "count", required=True, fold="max", column=True),
     Field("recompiles", int, "count", "count", required=True, fold="max", column=True),
@@ -206,6 +210,18 @@ def new_record(cell, env: dict, run_id: str | None = None) -> dict:
                   variant=cell.variant, precision=cell.precision, device_kind=cell.device_kind, tier=cell.tier,
                   env=env)
     return record
+
+
+def first_call_cache(record: dict) -> str:
+    """What the first compiled call found in the inductor cache: "cold" (a fresh cache, or a kept one it
+    missed in), "warm" (every lookup hit), "partly warm", "kept cache" (a kept cache of a record older than
+    schema 6: it may have been warm) or "no cache" (a backend that looks nothing up)."""
+    hits, misses = record.get("compile_cache_hits"), record.get("compile_cache_misses")
+    if hits is None or misses is None:
+        return "cold" if record.get("compile_cache") == "fresh" else "kept cache"
+    if hits == 0:
+        return "cold" if misses or record.get("compile_cache") == "fresh" else "no cache"
+    return "warm" if misses == 0 else "partly warm"
 
 
 def compiled_peak_is_right(record: dict) -> bool:

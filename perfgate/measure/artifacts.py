@@ -27,6 +27,7 @@ from pathlib import Path
 
 import torch
 
+from perfgate.measure import introspect
 from perfgate.measure.children import child_environ
 from perfgate.measure.faults import Fault
 from perfgate.core import zoo
@@ -153,8 +154,6 @@ def _first_call(job: dict, data: bytes) -> dict:
         raise LookupError(f"no model {name!r} in {job['registry']}")
     spec = registry[name]
 
-    from torch._dynamo.utils import counters
-
     cell = Cell(**job["cell"])
     device = torch.device(job["device"])
     if device.type == "cuda":
@@ -172,11 +171,9 @@ def _first_call(job: dict, data: bytes) -> dict:
     side.step(batches[0])
     sync(device)
     seconds = time.perf_counter() - t0
-    # An AOTAutograd hit loads its inductor graphs through the FX graph cache: both count. Zero hits means
-    # the load went unused (a key that differs between the processes) however fast the compile was.
-    hits = counters["inductor"]["fxgraph_cache_hit"] + counters["aot_autograd"]["autograd_cache_hit"]
-    misses = counters["inductor"]["fxgraph_cache_miss"] + counters["aot_autograd"]["autograd_cache_miss"]
-    return {"seconds": round(seconds, 3), "hits": int(hits), "misses": int(misses)}
+    # Zero hits means the load went unused (a key that differs between the processes) however fast the
+    # compile was.
+    return {"seconds": round(seconds, 3), **introspect.cache_counts()}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -184,6 +184,8 @@ def _measure(spec, cell: Cell, options: RunOptions, record: dict, progress, reco
     first = introspect.compile_counts()
     record.update(graph_count=first["graph_count"], graph_breaks=first["graph_breaks"],
                   break_reasons=first["break_reasons"])
+    cache = introspect.cache_counts()  # a kept cache may be warm: say what the first call found there
+    record.update(compile_cache_hits=cache["hits"], compile_cache_misses=cache["misses"])
     if first["graph_count"] == 0:
         raise CellFailure(f"ran eager: {cell.variant} compiled no graph at all")
     memory.reset()

@@ -175,6 +175,8 @@ def measure(spec, cell: Cell, options, record: dict, rank: int, world: int, devi
         sync(device)
         record["compile_s"] = round(_max_over_ranks(time.perf_counter() - t0, device), 3)
         first = introspect.compile_counts()
+        cache = introspect.cache_counts()  # this rank's: each rank compiles its own graphs
+        record.update(compile_cache_hits=cache["hits"], compile_cache_misses=cache["misses"])
         if first["graph_count"] == 0:
             raise single.CellFailure(f"ran eager: {cell.variant} compiled no graph at all")
         progress(f"{cell.id}: compiled in {record['compile_s']:.1f} s; checking numerics")

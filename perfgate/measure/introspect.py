@@ -30,6 +30,15 @@ def compile_counts() -> dict:
     }
 
 
+def cache_counts() -> dict:
+    """Compile-cache lookups since the last reset: FX graph and AOTAutograd hits and misses. An AOTAutograd
+    hit loads its inductor graphs through the FX graph cache, so both count. Backends without inductor
+    (aot_eager, cudagraphs) look nothing up: 0 and 0."""
+    hits = counters["inductor"]["fxgraph_cache_hit"] + counters["aot_autograd"]["autograd_cache_hit"]
+    misses = counters["inductor"]["fxgraph_cache_miss"] + counters["aot_autograd"]["autograd_cache_miss"]
+    return {"hits": int(hits), "misses": int(misses)}
+
+
 def _recompile_reasons() -> list[str]:
     """Why dynamo compiled a frame again, first line each ("1/0: tensor 'x' size mismatch at index 1..."):
     the guard that failed, which tells a shape strategy's leak from a cold start."""

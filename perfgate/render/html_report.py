@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
+from perfgate.core.record import first_call_cache
 from perfgate.judge import history
 from perfgate.judge.baseline import group_by_key
 from perfgate.judge.changepoint import series_changes
@@ -137,14 +138,15 @@ def _compile_text(record: dict) -> str:
     again = [f"{label} {record[key]:.1f} s" for key, label in _COMPILED_AGAIN if record.get(key) is not None]
     if again:
         text += f" ({', '.join(again)})"
-    return text + (" · kept cache" if record.get("compile_cache") == "persistent" else "")
+    state = first_call_cache(record)
+    return text + (f" · {state}" if state not in ("cold", "no cache") else "")
 
 
 def compile_chart(records: Sequence[dict]) -> list[Chart]:
     rows = sorted(_ok(records, "compile_s"), key=_order)
     bars = [Bar(f"{_label(r)} · {r.get('phase')}", r["compile_s"], _compile_text(r), r["cell"],
                 secondary=r.get("compile_warm_s"), group=r.get("model"),
-                tooltip=f"{r['cell']}: first compiled call {r['compile_s']:.1f} s, cache {r.get('compile_cache')}")
+                tooltip=f"{r['cell']}: first compiled call {r['compile_s']:.1f} s, {first_call_cache(r)}")
             for r in rows]
     note = ("Bar: the first compiled call, cold with a fresh inductor cache; inner bar: the same compile again "
             "with the caches warm. \"from artifacts\": the same compile in a fresh process with empty caches, "

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from perfgate.core.matrix import PRECISIONS, VARIANTS
+from perfgate.core.record import first_call_cache
 from perfgate.render.report import fmt, md_code, md_text
 
 COLUMNS = ("mode", "first call s", "first call MiB", "train ms", "train speedup (device)", "infer ms",
@@ -23,6 +24,7 @@ class ModeRow:
     mode: str
     first_call_s: float | None       # the compile: first call of the compiled step, seconds (eager: none)
     first_call_mb: float | None      # peak MiB during that call (eager: its own step's peak)
+    first_call_cache: str | None     # what that call found in the inductor cache (record.first_call_cache)
     train_ms: float | None
     train_speedup: float | None
     train_device_speedup: float | None
@@ -46,7 +48,7 @@ def _eager_row(records: Sequence[dict]) -> ModeRow:
     by_phase = {phase: [r for r in records if r["phase"] == phase and _ok(r)] for phase in ("train", "infer")}
     peak = _median(r.get("peak_mem_eager_mb") for rs in by_phase.values() for r in rs)
     measured = any(by_phase.values())
-    return ModeRow("eager", None, peak, _median(r.get("eager_ms") for r in by_phase["train"]), None, None,
+    return ModeRow("eager", None, peak, None, _median(r.get("eager_ms") for r in by_phase["train"]), None, None,
                    _median(r.get("eager_ms") for r in by_phase["infer"]), None, None,
                    "ok" if measured else "no cell finished")
 
@@ -59,6 +61,7 @@ def _variant_row(variant: str, train: dict | None, infer: dict | None) -> ModeRo
     def get(record, name):
         return record.get(name) if _ok(record) else None
     return ModeRow(variant, get(first, "compile_s"), get(first, "peak_mem_compile_mb"),
+                   first_call_cache(first) if first else None,
                    get(train, "compiled_ms"), get(train, "speedup"), get(train, "device_speedup"),
                    get(infer, "compiled_ms"), get(infer, "speedup"), get(infer, "device_speedup"),
                    "; ".join(problems) or "ok")
@@ -86,6 +89,14 @@ def modes_tables(records: Sequence[dict]) -> dict[tuple[str, str], list[ModeRow]
     return tables
 
 
+def _first_call(row: ModeRow) -> str:
+    """Seconds, with what the call found in the cache where that was not nothing (a warm compile is no
+    first-call time a user meets on a new machine)."""
+    text = fmt(row.first_call_s, ".1f")
+    return text if row.first_call_cache in (None, "cold", "no cache") or row.first_call_s is None \
+        else f"{text} ({row.first_call_cache})"
+
+
 def _speedup(wall: float | None, device: float | None) -> str:
     if wall is None:
         return "–"
@@ -103,13 +114,14 @@ def render_markdown(records: Sequence[dict]) -> str:
         lines += [f"### {md_text(model)}, {md_text(precision)}", "",
                   "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
         for row in rows:
-            cells = (md_code(row.mode), fmt(row.first_call_s, ".1f"), fmt(row.first_call_mb, ".0f"),
+            cells = (md_code(row.mode), _first_call(row), fmt(row.first_call_mb, ".0f"),
                      fmt(row.train_ms, ".2f"), _speedup(row.train_speedup, row.train_device_speedup),
                      fmt(row.infer_ms, ".2f"), _speedup(row.infer_speedup, row.infer_device_speedup),
                      md_text(row.status))
             lines.append("| " + " | ".join(cells) + " |")
         lines.append("")
     lines.append("First call: the compiled step's first call (the compile), seconds, and the peak memory during "
-                 "it. Eager's step times are the median over every cell's own eager side. – where not "
+                 "it; cold unless marked (\"kept cache\": a kept inductor cache, in a record too old to say "
+                 "whether it was warm). Eager's step times are the median over every cell's own eager side. – where not "
                  "measured.")
     return "\n".join(lines) + "\n"
