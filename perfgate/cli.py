@@ -10,7 +10,7 @@ file, line, cell and field), 3 an internal error (a bug in perfgate: never read 
     perfgate history add RESULTS [RESULTS ...] [--db PATH] [--commit SHA] [--date ISO]
     perfgate history show CELL [--db PATH] [--fingerprint F] [--metric speedup]
     perfgate report RESULTS [RESULTS ...] [--db PATH] [--baseline PATH_OR_DIR] [--caption TEXT]
-                    [--html OUT.html] [--markdown OUT.md] [--modes]
+                    [--html OUT.html] [--markdown OUT.md] [--modes] [--cells]
     perfgate ab [--a-python PY] [--a-rev REV] [--a-env K=V ...] [--a-args ARGS]  (and --b-...)
                 [--processes N] [--out DIR] [--markdown FILE] [--json FILE] [--html FILE] -- PYTEST_ARGS...
     perfgate ab --resume DIR [--processes N] [--html FILE]                (docs/ab.md)
@@ -154,8 +154,8 @@ def cmd_history_show(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     from perfgate.render import html_report
 
-    if not (args.html or args.markdown or args.modes):
-        print("perfgate: report: give --html OUT.html, --markdown OUT.md and/or --modes", file=sys.stderr)
+    if not (args.html or args.markdown or args.modes or args.cells):
+        print("perfgate: report: give --html OUT.html, --markdown OUT.md, --modes and/or --cells", file=sys.stderr)
         return EXIT_CANNOT_COMPARE
     try:
         records = _records(args.results)
@@ -163,8 +163,12 @@ def cmd_report(args: argparse.Namespace) -> int:
             from perfgate.render import modes
 
             sys.stdout.write(modes.render_markdown(records))
-            if not (args.html or args.markdown):
-                return 0
+        if args.cells:
+            from perfgate.render import cells
+
+            sys.stdout.write(cells.render_markdown(records))
+        if not (args.html or args.markdown):
+            return 0
         report = html_report.build(records, db_path=args.db, baseline=args.baseline,
                                    caption=args.caption or "", sources=[Path(p).name for p in args.results],
                                    title=args.title)
@@ -209,6 +213,9 @@ def _add_report_parser(sub) -> None:
     rep.add_argument("--modes", action="store_true", help="print per model and precision a Markdown table of "
                      "eager and each compile mode: first call (compile) s and MiB, train and inference ms and "
                      "speedups")
+    rep.add_argument("--cells", action="store_true", help="print a Markdown table with one row per cell: both "
+                     "speedups, step times, first call and warm compile s, both peaks, graph breaks, recompiles, "
+                     "numerics, status, wall cost and reason")
     rep.set_defaults(func=cmd_report)
 
 

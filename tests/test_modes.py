@@ -63,3 +63,21 @@ def test_a_first_call_that_found_its_compile_in_a_kept_cache_says_so():
     out = modes.render_markdown(records)
     assert "| `inductor_default` | 50.0 (warm) |" in out
     assert "| `inductor_reduce_overhead` | 50.0 |" in out  # a fresh cache: cold, unmarked
+
+
+def test_the_cells_view_has_a_row_per_cell_in_the_matrix_order_with_what_it_cost(tmp_path, capsys):
+    records = _records()
+    warm = next(r for r in records if r["variant"] == "inductor_reduce_overhead" and r["phase"] == "infer")
+    warm.update(compile_cache="persistent", compile_cache_hits=1, compile_cache_misses=0, wall_s=33.0)
+    path = write_run(tmp_path / "r.jsonl", records)
+    assert main(["report", str(path), "--cells"]) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| `gpt2-")]
+    assert [line.split(" | ")[0] for line in lines] == [
+        "| `gpt2-infer-inductor_default-amp_bf16`", "| `gpt2-infer-inductor_reduce_overhead-amp_bf16`",
+        "| `gpt2-infer-inductor_max_autotune-amp_bf16`", "| `gpt2-train-inductor_default-fp32`",
+        "| `gpt2-train-inductor_default-amp_bf16`", "| `gpt2-train-inductor_reduce_overhead-amp_bf16`",
+        "| `gpt2-train-inductor_max_autotune-amp_bf16`"]  # model, phase, precision, variant
+    ro = lines[1].split(" | ")
+    assert ro[6] == "20.0 (warm)" and ro[12] == "33"  # first call marked warm; the cell's wall cost
+    autotune = lines[2].split(" | ")
+    assert autotune[1] == "failed" and "timed out after 2400 s" in autotune[-1]

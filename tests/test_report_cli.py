@@ -243,7 +243,7 @@ def test_data_side_imports_no_torch():
             "sys.meta_path.insert(0, Block())\n"
             "import perfgate.cli, perfgate.judge.gate, perfgate.judge.rules, perfgate.judge.baseline, perfgate.render.report\n"
             "import perfgate.judge.history, perfgate.judge.changepoint, perfgate.render.charts, perfgate.render.html_report\n"
-            "import perfgate.core.validate, perfgate.plugin.session_end, perfgate.render.modes\n"
+            "import perfgate.core.validate, perfgate.plugin.session_end, perfgate.render.modes, perfgate.render.cells\n"
             "import perfgate.judge.ab_verdict, perfgate.render.ab_report, perfgate.ab_env, perfgate.ab_run\n"
             "perfgate.render.html_report.render_html(perfgate.render.html_report.build([]))  # jinja2 too\n"
             "assert 'torch' not in sys.modules\n")

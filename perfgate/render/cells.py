@@ -1,0 +1,66 @@
+"""The per-cell view of a results file (`perfgate report --cells`): one Markdown row per cell with what a
+matrix run measured of it: both speedups, step times, the compile cold and warm, both peaks, graph counts,
+numerics, status and reason, and what the cell cost in wall time. Imports no torch.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from perfgate.core.matrix import PRECISIONS, VARIANTS
+from perfgate.core.record import compiled_peak_is_right, first_call_cache
+from perfgate.render.report import fmt, md_code, md_text
+
+COLUMNS = ("cell", "status", "wall speedup [95 % CI]", "device speedup", "eager ms", "compiled ms",
+           "first call s", "warm s", "peak MiB eager → compiled", "graph breaks", "recompiles", "numerics",
+           "cost s", "reason")
+
+
+def _order(record: dict) -> tuple:
+    variants, precisions = list(VARIANTS), list(PRECISIONS)
+    return (record.get("model") or "", record.get("phase") or "",
+            precisions.index(record["precision"]) if record.get("precision") in precisions else len(precisions),
+            variants.index(record["variant"]) if record.get("variant") in variants else len(variants))
+
+
+def _speedup(record: dict) -> str:
+    if record.get("speedup") is None:
+        return "–"
+    interval = ""
+    if record.get("speedup_lo") is not None and record.get("speedup_hi") is not None:
+        interval = f" [{record['speedup_lo']:.3f}, {record['speedup_hi']:.3f}]"
+    return f"{record['speedup']:.3f}×{interval}"
+
+
+def _first_call(record: dict) -> str:
+    state = first_call_cache(record)
+    text = fmt(record.get("compile_s"), ".1f")
+    return text if record.get("compile_s") is None or state in ("cold", "no cache") else f"{text} ({state})"
+
+
+def _peaks(record: dict) -> str:
+    compiled = record.get("peak_mem_compiled_mb") if compiled_peak_is_right(record) else None
+    return f"{fmt(record.get('peak_mem_eager_mb'), '.0f')} → {fmt(compiled, '.0f')}"
+
+
+def row(record: dict) -> tuple[str, ...]:
+    device = record.get("device_speedup")
+    return (md_code(record["cell"]), md_text(record.get("status") or "?"), _speedup(record),
+            "–" if device is None else f"{device:.3f}×", fmt(record.get("eager_ms"), ".2f"),
+            fmt(record.get("compiled_ms"), ".2f"), _first_call(record), fmt(record.get("compile_warm_s"), ".1f"),
+            _peaks(record), fmt(record.get("graph_breaks"), "d"), fmt(record.get("recompiles"), "d"),
+            md_text(record.get("numerics") or "–"), fmt(record.get("wall_s"), ".0f"),
+            md_text(record.get("reason") or ""))
+
+
+def render_markdown(records: Sequence[dict]) -> str:
+    """One table, cells ordered by model, phase, precision and the matrix's variant order."""
+    if not records:
+        return "No records.\n"
+    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    lines += ["| " + " | ".join(row(r)) + " |" for r in sorted(records, key=_order)]
+    lines.append("")
+    lines.append("First call: the compiled step's first call (the compile), cold unless marked; warm: the same "
+                 "compile again with the caches warm. Cost: the cell's wall seconds in its process (an isolated "
+                 "cell adds its process start). – where not measured.")
+    return "\n".join(lines) + "\n"
