@@ -113,6 +113,9 @@ def _job(cell, options) -> dict:
         "fault": None if fault is None else {"kind": fault.kind, "arg": fault.arg},
         "matmul_precision": torch.get_float32_matmul_precision(),
         "cudnn_tf32": torch.backends.cudnn.allow_tf32,
+        # torch's own matmul setting, where it has one: part of inductor's cache key, and "none" (never set)
+        # is not what set_float32_matmul_precision("highest") leaves ("ieee").
+        "matmul_fp32_precision": getattr(torch.backends.cuda.matmul, "fp32_precision", None),
         # As multiprocessing's spawn does: the child imports from where this process imports (a test's
         # registry module sits in a directory pytest put on sys.path).
         "sys_path": [os.path.abspath(p) if p else os.getcwd() for p in sys.path],
@@ -160,6 +163,8 @@ def _first_call(job: dict, data: bytes) -> dict:
         torch.cuda.set_device(device)
     torch.set_float32_matmul_precision(job["matmul_precision"])
     torch.backends.cudnn.allow_tf32 = job["cudnn_tf32"]
+    if job.get("matmul_fp32_precision") is not None:
+        torch.backends.cuda.matmul.fp32_precision = job["matmul_fp32_precision"]
     size = spec.sizes[cell.device_kind]
     state = initial_state(spec, size, job["seed"])
     _, batches, _ = cell_batches(spec, cell, size, job["seed"], device)

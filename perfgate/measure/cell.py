@@ -280,7 +280,13 @@ def _reference_steps(spec, cell, size, state, host_batches, device):
 
 @contextlib.contextmanager
 def strict_fp32():
-    old = torch.get_float32_matmul_precision(), torch.backends.cudnn.allow_tf32
+    """Full fp32 for the numerics reference, then the exact state before. torch's matmul setting
+    (torch.backends.cuda.matmul.fp32_precision, where torch has it) is restored as it was: going back
+    through set_float32_matmul_precision would turn its "none" into "ieee", which is part of inductor's
+    cache key, so a cell would miss a compile that a process without the reference (--perf-precompile)
+    had cached."""
+    matmul = torch.backends.cuda.matmul
+    old = torch.get_float32_matmul_precision(), torch.backends.cudnn.allow_tf32, getattr(matmul, "fp32_precision", None)
     torch.set_float32_matmul_precision("highest")
     torch.backends.cudnn.allow_tf32 = False
     try:
@@ -288,6 +294,8 @@ def strict_fp32():
     finally:
         torch.set_float32_matmul_precision(old[0])
         torch.backends.cudnn.allow_tf32 = old[1]
+        if old[2] is not None:
+            matmul.fp32_precision = old[2]
 
 
 class Memory:
