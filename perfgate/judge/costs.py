@@ -3,10 +3,13 @@ per device kind, phase and variant. Used to deal shards of equal cost and to pri
 
 Priors, whole-cell seconds with a cold compile, from the H100 records in baselines/runs/ (2026-11-22/23,
 amp_bf16): inductor_default train 41-192 s (median ~60), inference 15-66 s (median ~25); captioner train
-160-340 s; max-autotune vit_b16 inference 157 s and resnet50 inference unfinished at ~300 s; regional
-17-27 s; reduce-overhead 24-95 s. An isolated cell (the GPU default) adds its process's start, ~25 s on
-an H100 lease: cold isolated train cells took 83-158 s there (2026-11-23: vit_b16 83, resnet50 108, gpt2
-128, segformer_b2 158). The CPU tier's tiny cells take 5-60 s on the 2-core CI box.
+160-340 s; max-autotune vit_b16 inference 157 s and resnet50 inference unfinished at ~300 s; regional 17-27 s;
+reduce-overhead 24-95 s. 2026-11-24 (docs/matrix.md), cold, in-process: reduce-overhead train 80-113 s,
+inference 31-50 s; cudagraphs and aot_eager 45-94 s and 18-50 s; gpt2 train max-autotune 461 s (a 376 s
+compile), and max-autotune compiles of 41-418 s measured compile-only. An isolated cell (the GPU default) adds
+its process's start, ~25 s on an H100 lease: cold isolated train cells took 83-158 s there (2026-11-23:
+vit_b16 83, resnet50 108, gpt2 128, segformer_b2 158). The CPU tier's tiny cells take 5-60 s on the 2-core CI
+box.
 """
 
 from __future__ import annotations
