@@ -2,6 +2,7 @@
 
 import contextlib
 import dataclasses
+import json
 
 import pytest
 
@@ -9,7 +10,7 @@ torch = pytest.importorskip("torch")
 import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 
-from perfgate.measure import artifacts  # noqa: E402
+from perfgate.measure import artifacts, precompile  # noqa: E402
 from perfgate.measure.cell import RunOptions, run_cell  # noqa: E402
 from perfgate.core.matrix import VARIANTS, Cell, Variant  # noqa: E402
 from perfgate.core.spec import ModelSpec, Size  # noqa: E402
@@ -201,3 +202,33 @@ def test_more_recompiles_than_the_strategy_allows_fail_the_cell_and_name_the_gua
     record = run_cell(spec, Cell("mlp", "infer", "aot_eager", "fp32", "cpu"), OPTIONS, ENV)
     assert record["status"] == "failed" and record["recompiles"] == 1 and record["recompiles_allowed"] == 0
     assert "size mismatch at index 0. expected 4, actual 6" in record["reason"]
+
+
+def test_a_precompiled_cell_finds_its_compile_in_the_kept_cache(tmp_path):
+    """--perf-precompile's children fill the cache; the cell's own first call then hits it, and says so."""
+    cell = Cell("mlp", "infer", "inductor_default", "fp32", "cpu")
+    cache = str(tmp_path / "cache")
+    lines = precompile.run([[cell], [Cell("mlp", "infer", "aot_eager", "fp32", "cpu")]], cache_dir=cache,
+                           registry=f"{__name__}:REGISTRY", devices=[], tf32=False,
+                           out=tmp_path / "pre.json", limit_s=120)
+    assert [(line["cell"], line["status"]) for line in lines] == [
+        (cell.id, "ok"), ("cpu-mlp-infer-aot_eager-fp32", "ok")]
+    assert lines[0]["misses"] > 0 and lines[0]["first_call_s"] > 0  # it compiled, cold
+    assert json.loads((tmp_path / "pre.json").read_text()) == lines
+    record = run_cell(REGISTRY["mlp"], cell, dataclasses.replace(OPTIONS, cache_dir=cache), ENV)
+    assert record["status"] == "ok" and record["compile_cache_hits"] > 0 and record["compile_cache_misses"] == 0
+    assert first_call_cache(record) == "warm"
+
+
+def test_a_precompile_child_that_cannot_start_fails_its_cells_with_the_reason(tmp_path):
+    cell = Cell("mlp", "infer", "inductor_default", "fp32", "cpu")
+    (line,) = precompile.run([[cell]], cache_dir=str(tmp_path), registry="no_such_zoo:REGISTRY", devices=[],
+                             tf32=False, out=tmp_path / "pre.json", limit_s=120)
+    assert line["status"] == "failed" and "No module named 'no_such_zoo'" in line["reason"]
+
+
+def test_a_precompile_child_past_its_time_is_killed_and_its_cells_say_so(tmp_path):
+    cell = Cell("mlp", "infer", "inductor_default", "fp32", "cpu")
+    (line,) = precompile.run([[cell]], cache_dir=str(tmp_path), registry=f"{__name__}:REGISTRY", devices=[],
+                             tf32=False, out=tmp_path / "pre.json", limit_s=0.2)  # still importing torch
+    assert line == {"cell": cell.id, "status": "failed", "reason": "not compiled: timed out after 0.2 s"}

@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from perfgate.plugin.options import check_timing
+from perfgate.plugin.options import check_precompile, check_timing
 from perfgate.core.records_file import load_records
 from tiny_suite import FAST, fixture
 
@@ -51,6 +51,8 @@ def test_a_planted_numerics_fault_fails_the_cell(suite):
     ("--perf-inject=explode", "numerics"),
     ("--perf-inject=host_slow:nan", "finite number"),
     ("--perf-min-rounds=0", "rounds must be 1 or more"),
+    ("--perf-precompile=0", "--perf-precompile=0: the number of processes must be 1 or more"),
+    ("--perf-precompile=4", "--perf-precompile=4 needs --perf-cache-dir DIR"),
 ])
 def test_bad_options_name_the_value_and_the_valid_ones(suite, option, valid):
     out = suite.runpytest_inprocess(option)
@@ -157,3 +159,31 @@ def test_progress_reaches_a_redirected_stdout_before_a_kill(suite, monkeypatch, 
     out = suite.runpytest_subprocess(*FAST, *verbosity, "-k", "train")
     assert out.ret == 9
     out.stdout.fnmatch_lines(["[[]perfgate] cpu-mlp-train-aot_eager-fp32: numerics reference"])
+
+
+def test_precompile_refuses_xdist_workers_that_would_each_fill_the_cache():
+    with pytest.raises(ValueError, match=re.escape("--perf-precompile=4 does not run under -n 2: precompile in a "
+                                                   "step of its own (add --collect-only)")):
+        check_precompile(4, "cache", 2)
+    check_precompile(4, "cache", None)  # in range: no error
+
+
+def test_precompile_says_when_no_selected_cell_compiles_with_inductor(suite, tmp_path):
+    out = suite.runpytest_inprocess(*FAST, "--collect-only", "--perf-precompile=2", f"--perf-cache-dir={tmp_path}")
+    out.stdout.fnmatch_lines(["*--perf-precompile: no selected cell compiles with inductor; nothing to do*"])
+
+
+def test_precompiled_cells_find_their_compiles_and_their_records_say_so(suite, tmp_path):
+    """End to end on an inductor CPU cell: the line that says what was compiled, its .precompile.json,
+    and the cell's first call warm from the kept cache."""
+    from tiny_suite import TINY_SUITE
+    suite.makepyfile(test_tiny=TINY_SUITE.replace('cpu_variants=("aot_eager",)', 'cpu_variants=("inductor_default",)'))
+    results = tmp_path / "r.jsonl"
+    out = suite.runpytest_subprocess(*FAST, "-k", "infer", "--perf-precompile=2", f"--perf-cache-dir={tmp_path / 'c'}",
+                                     f"--perf-results={results}")
+    out.assert_outcomes(passed=1)
+    out.stdout.fnmatch_lines(["*perfgate: precompiled 1 of 1 cell(s) in *:* with 1 process(es)*"])
+    (line,) = json.loads((tmp_path / "r.precompile.json").read_text())
+    assert line["cell"] == "cpu-mlp-infer-inductor_default-fp32" and line["status"] == "ok"
+    (record,) = _records(results)
+    assert record["compile_cache_hits"] > 0 and record["compile_cache_misses"] == 0

@@ -162,7 +162,11 @@ def test_nightly_shards_over_runners_and_gpus():
     measure = nightly["jobs"]["measure"]
     shards = measure["strategy"]["matrix"]["shard"]
     assert shards == list(range(1, len(shards) + 1)) and nightly["env"]["SHARDS"] == len(shards)
-    args, ddp = pytest_runs(nightly)
+    precompile, args, ddp = pytest_runs(nightly)
+    # the compiles first, in parallel, into the kept cache the timed runs read; never under xdist
+    assert "--collect-only" in precompile and "-n" not in precompile and option(precompile, "--perf-precompile") == "X"
+    assert option(precompile, "--perf-cache-dir") == option(args, "--perf-cache-dir") == option(ddp, "--perf-cache-dir")
+    assert option(precompile, "--perf-shard") == "X/X"
     assert args[:5] == ["perftests", "-m", "gpu", "-k", "not test_ddp_train_step"] and option(args, "-n") == "X"
     # data-parallel cells hold 2 GPUs each: their own run, no xdist worker beside them
     assert ddp[:5] == ["perftests", "-m", "gpu", "-k", "test_ddp_train_step"] and "-n" not in ddp

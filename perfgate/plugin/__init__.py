@@ -80,6 +80,10 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         line = perf.plan(planned)
         if reporter is not None and perf.worker is None:  # under xdist the controller has no plan to say
             reporter.write_line(line)
+        if session.config.getoption("--perf-precompile") and perf.worker is None:
+            line = perf.precompile(planned)  # also under --collect-only: a step that fills the cache alone
+            if reporter is not None:
+                reporter.write_line(line)
         return
     if reporter is not None and perf.collected:
         why = selection.why_none(perf.selection, perf.collected, perf.offered, session.config.option.markexpr,

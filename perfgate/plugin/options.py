@@ -48,6 +48,10 @@ def add(parser: pytest.Parser) -> None:
     group.addoption("--perf-cell-timeout", type=float, metavar="S",
                     help="time limit of an isolated cell, seconds (default: the model's time_limit_s, else "
                     f"{matrix.DEFAULT_TIME_LIMIT_S:g} s, {matrix.AUTOTUNE_TIME_LIMIT_S:g} s for max-autotune)")
+    group.addoption("--perf-precompile", type=int, metavar="N",
+                    help="before timing, compile the selected inductor cells into --perf-cache-dir in N "
+                         "processes at once (compiling can share the machine, timing cannot); not under -n: "
+                         "run it as its own step, e.g. with --collect-only")
     group.addoption("--perf-baseline", help="gate this run against a baseline file or directory")
     group.addoption("--perf-save-baseline", metavar="DIR",
                     help="write this run's records as the baseline of its environment and tier into DIR")
@@ -83,6 +87,7 @@ def check(config: pytest.Config) -> Selection:
     limit = opt("--perf-cell-timeout")
     if limit is not None and not (math.isfinite(limit) and limit > 0):
         raise ValueError(f"--perf-cell-timeout={limit}: the time limit must be a finite number of seconds > 0")
+    check_precompile(opt("--perf-precompile"), opt("--perf-cache-dir"), getattr(config.option, "numprocesses", None))
     return Selection(
         model=tuple(models) if models is not None else None,
         variant=tuple(check_names("variant", variants, matrix.VARIANTS)) if variants else None,
@@ -101,6 +106,21 @@ def check_timing(min_rounds: int | None, max_rounds: int | None, round_ms: float
         raise ValueError(f"--perf-min-rounds={min_rounds} is more than --perf-max-rounds={max_rounds}")
     if round_ms is not None and not (math.isfinite(round_ms) and round_ms > 0):
         raise ValueError(f"--perf-round-ms={round_ms}: the round length must be a finite number of ms > 0")
+
+
+def check_precompile(workers: int | None, cache_dir: str | None, xdist_workers) -> None:
+    """Refuse a precompile whose compiles would be lost or raced: it fills a kept cache (a fresh one per cell
+    would throw them away), once, from the process that collected (xdist workers would each fill it)."""
+    if workers is None:
+        return
+    if workers < 1:
+        raise ValueError(f"--perf-precompile={workers}: the number of processes must be 1 or more")
+    if not cache_dir:
+        raise ValueError(f"--perf-precompile={workers} needs --perf-cache-dir DIR: the compiles must outlive "
+                         "their processes for the cells to find them")
+    if xdist_workers:
+        raise ValueError(f"--perf-precompile={workers} does not run under -n {xdist_workers}: precompile in a "
+                         "step of its own (add --collect-only), then run the cells under -n")
 
 
 def parse_shard(text: str | None) -> tuple[int, int] | None:

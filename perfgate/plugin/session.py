@@ -200,6 +200,34 @@ class PerfSession:
                 f"{clock(sum(self.expected.values()))} expected in one process: {self.costs_known} from the "
                 f"costs history, {len(cells) - self.costs_known} from priors per variant (perfgate.judge.costs)")
 
+    def precompile(self, cells: list[Cell]) -> str:
+        """--perf-precompile N: fill --perf-cache-dir with the planned cells' compiles in N processes at once,
+        dealt by expected cost, before the first cell is timed (plan() first); returns the line that says how
+        it went. Each line (a cell's first-call seconds, or why it did not compile) goes to
+        <results>.precompile.json."""
+        import time
+
+        from perfgate.core import zoo
+        from perfgate.judge.costs import clock, deal
+        from perfgate.measure import precompile
+
+        workers = self.config.getoption("--perf-precompile")
+        devices = precompile.cuda_devices()
+        todo = {cell.id: cell for cell in cells if precompile.wanted(cell, bool(devices))}
+        if not todo:
+            return "perfgate: --perf-precompile: no selected cell compiles with inductor; nothing to do"
+        shares = [[todo[i] for i in share] for share in deal({i: self.expected[i] for i in todo}, workers)]
+        registry = zoo.load(self.registry)
+        limit = max(sum(self.time_limit_s(registry[c.model], c) for c in share) for share in shares if share)
+        started = time.monotonic()
+        results = precompile.run(shares, cache_dir=self.config.getoption("--perf-cache-dir"), registry=self.registry,
+                                 devices=devices, tf32=self.tf32, limit_s=limit,
+                                 out=self.results_path.with_name(f"{self.results_path.stem}.precompile.json"))
+        failed = [r["cell"] for r in results if r["status"] != "ok"]
+        return (f"perfgate: precompiled {len(results) - len(failed)} of {len(results)} cell(s) in "
+                f"{clock(time.monotonic() - started)} with {len([s for s in shares if s])} process(es)"
+                + (f"; not compiled: {', '.join(failed)}" if failed else ""))
+
     def measure(self, cell: Cell, benchmark=None) -> dict:
         """Run one cell of the perf_registry zoo, stream its record, feed pytest-benchmark, and fail the test
         if the cell failed."""

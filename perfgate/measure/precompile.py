@@ -1,0 +1,147 @@
+"""Fill a kept inductor cache with the selected cells' compiles, several processes at once, before the run
+times them (--perf-precompile N with --perf-cache-dir). Timing needs the GPU alone; compiling does not:
+on an H100 lease, 15-16 max-autotune and reduce-overhead compiles in 5-6 processes finished 3.4-3.8x
+faster than one after another would have (docs/matrix.md, 2026-11-24). Each child builds a cell's compiled
+side as the cell does (its model, batches, precision, TF32 policy, cache directory) and takes the steps
+that compile it. The cells then find their compiles in the cache: their records say so
+(compile_cache_hits), so a warm first call is never read as a cold one.
+
+    python -m perfgate.measure.precompile --registry fixtures:REGISTRY --cache DIR --device cuda:0 \
+        --tf32 on --out FILE CELL_JSON...      (what the plugin runs in each child; CPU cells compile on "cpu")
+
+The children take the visible GPUs in turn: a runner's GPUs all compile, as they all time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+from perfgate.core.matrix import VARIANTS, Cell
+from perfgate.core.record import error_line
+from perfgate.measure.children import child_environ
+
+
+def wanted(cell: Cell, has_cuda: bool) -> bool:
+    """Cells whose compile a cache can hold: inductor's (aot_eager and cudagraphs compile in seconds and
+    cache nothing); not a data-parallel cell, whose ranks compile under DDP in processes of their own; not a
+    GPU cell without a GPU (it skips)."""
+    return (VARIANTS[cell.variant].backend == "inductor" and cell.phase != "ddp"
+            and (has_cuda or cell.device_kind != "gpu"))
+
+
+def cuda_devices() -> list[str]:
+    """Where GPU cells can compile: every visible CUDA device (the children take them in turn)."""
+    import torch
+
+    return [f"cuda:{index}" for index in range(torch.cuda.device_count())] if torch.cuda.is_available() else []
+
+
+def run(shares: list[list[Cell]], *, cache_dir: str, registry: str, devices: list[str], tf32: bool, out: Path,
+        limit_s: float) -> list[dict]:
+    """Compile each share of cells in a child process of its own, all at once, child k's GPU cells on
+    devices[k % len(devices)]; every child stops at `limit_s`. Returns one line per cell (status ok, or
+    failed with its reason), also written to `out` (a JSON list)."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    # As multiprocessing's spawn does: the children import from where this process imports (a test's
+    # registry module sits in a directory pytest put on sys.path).
+    path = os.pathsep.join(os.path.abspath(p) if p else os.getcwd() for p in sys.path)
+    started, children, results = time.monotonic(), [], []
+    with tempfile.TemporaryDirectory(prefix="perfgate-precompile-") as scratch:
+        for index, share in enumerate(s for s in shares if s):
+            lines, stderr = Path(scratch) / f"{index}.jsonl", Path(scratch) / f"{index}.stderr"
+            argv = [sys.executable, "-m", "perfgate.measure.precompile", "--registry", registry,
+                    "--cache", cache_dir, "--device", devices[index % len(devices)] if devices else "cpu",
+                    "--tf32", "on" if tf32 else "off", "--out", str(lines), "--sys-path", path,
+                    *[json.dumps(asdict(cell)) for cell in share]]
+            with stderr.open("w") as sink:  # a file, not a pipe: a chatty child must never block on it
+                # Its own session: at the time limit the whole group goes, inductor's compile workers too.
+                child = subprocess.Popen(argv, env=child_environ(), stdin=subprocess.DEVNULL,
+                                         stdout=subprocess.DEVNULL, stderr=sink, start_new_session=True)
+            children.append((share, lines, stderr, child))
+        for share, lines, stderr, child in children:
+            try:
+                child.wait(timeout=max(limit_s - (time.monotonic() - started), 1.0))
+                why = (stderr.read_text(errors="replace").strip().splitlines()[-1:] or
+                       [f"exit code {child.returncode}"])[0]
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(child.pid, signal.SIGKILL)
+                child.wait()
+                why = f"timed out after {limit_s:g} s"
+            done = [json.loads(line) for line in lines.read_text().splitlines()] if lines.exists() else []
+            seen = {line["cell"] for line in done}
+            results += done + [{"cell": c.id, "status": "failed", "reason": f"not compiled: {why[:300]}"}
+                               for c in share if c.id not in seen]
+    # One JSON list, not JSON lines: a results folder's *.jsonl are cell records, which these are not.
+    out.write_text(json.dumps(results, indent=1) + "\n")
+    return results
+
+
+def compile_cell(spec, cell: Cell, cache_dir: str, device: str, tf32: bool, seed: int = 0) -> dict:
+    """The cell's compiled side, built and stepped as perfgate.measure.cell does, into `cache_dir`."""
+    from perfgate.measure import introspect
+    from perfgate.measure.cell import clean_up, compile_cache
+    from perfgate.measure.devices import start_cell
+    from perfgate.measure.steps import cell_batches, compiled_side, initial_state, sync
+
+    line = {"cell": cell.id}
+    started = time.perf_counter()
+    try:
+        dev = start_cell(device, tf32)
+        size = spec.sizes[cell.device_kind]
+        with compile_cache(cache_dir, {}):
+            introspect.reset_compiler()
+            state = initial_state(spec, size, seed)
+            _, batches, _ = cell_batches(spec, cell, size, seed, dev)
+            side = compiled_side(spec, cell, size, state, dev, None)
+            first = time.perf_counter()
+            side.captured_step(batches[0], tensors=False)
+            sync(dev)
+            line["first_call_s"] = round(time.perf_counter() - first, 3)
+            for batch in batches[1:] + batches[:1]:  # every length of a stream; a train step's second call
+                side.captured_step(batch, tensors=False)
+            sync(dev)
+            line.update(introspect.cache_counts(), status="ok")
+    except Exception as err:  # noqa: BLE001 - one cell's failure is its line, the next cell still compiles
+        line.update(status="failed", reason=error_line(err))
+    finally:
+        clean_up()
+    line["wall_s"] = round(time.perf_counter() - started, 3)
+    return line
+
+
+def main(argv: list[str] | None = None) -> int:
+    from perfgate.core import zoo
+
+    parser = argparse.ArgumentParser(prog="python -m perfgate.measure.precompile")
+    parser.add_argument("--registry", required=True)
+    parser.add_argument("--cache", required=True)
+    parser.add_argument("--device", required=True)
+    parser.add_argument("--tf32", choices=("on", "off"), required=True)
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--sys-path", default="", help="the parent's sys.path, os.pathsep-joined")
+    parser.add_argument("cells", nargs="+", metavar="CELL_JSON")
+    args = parser.parse_args(argv)
+    sys.path[:0] = [p for p in args.sys_path.split(os.pathsep) if p and p not in sys.path]
+    registry = zoo.load(args.registry)
+    for text in args.cells:
+        cell = Cell(**json.loads(text))
+        device = "cpu" if cell.device_kind == "cpu" else args.device  # --device: where GPU cells compile
+        line = compile_cell(registry[cell.model], cell, args.cache, device, args.tf32 == "on")
+        with open(args.out, "a") as sink:  # line by line: a child killed at its limit keeps what it did
+            sink.write(json.dumps(line) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
