@@ -78,6 +78,6 @@ def test_the_cells_view_has_a_row_per_cell_in_the_matrix_order_with_what_it_cost
         "| `gpt2-train-inductor_default-amp_bf16`", "| `gpt2-train-inductor_reduce_overhead-amp_bf16`",
         "| `gpt2-train-inductor_max_autotune-amp_bf16`"]  # model, phase, precision, variant
     ro = lines[1].split(" | ")
-    assert ro[6] == "20.0 (warm)" and ro[12] == "33"  # first call marked warm; the cell's wall cost
+    assert ro[6] == "20.0 (warm)" and ro[12] == "33.0"  # first call marked warm; the cell's wall cost
     autotune = lines[2].split(" | ")
     assert autotune[1] == "failed" and "timed out after 2400 s" in autotune[-1]

@@ -28,7 +28,7 @@ from pathlib import Path
 import torch
 
 from perfgate.measure import introspect
-from perfgate.measure.children import child_environ
+from perfgate.measure.children import child_environ, import_path
 from perfgate.measure.faults import Fault
 from perfgate.core import zoo
 from perfgate.core.matrix import Cell
@@ -116,9 +116,7 @@ def _job(cell, options) -> dict:
         # torch's own matmul setting, where it has one: part of inductor's cache key, and "none" (never set)
         # is not what set_float32_matmul_precision("highest") leaves ("ieee").
         "matmul_fp32_precision": getattr(torch.backends.cuda.matmul, "fp32_precision", None),
-        # As multiprocessing's spawn does: the child imports from where this process imports (a test's
-        # registry module sits in a directory pytest put on sys.path).
-        "sys_path": [os.path.abspath(p) if p else os.getcwd() for p in sys.path],
+        "sys_path": import_path(),
     }
 
 

@@ -10,6 +10,7 @@ import ctypes
 import json
 import os
 import signal
+import sys
 from pathlib import Path
 from typing import Callable
 
@@ -20,6 +21,12 @@ HEARTBEAT_S = 60.0
 # The stderr lines of a dead child echoed to this process's stderr (pytest shows them with the failure).
 STDERR_TAIL_LINES = 40
 _PERFGATE_ROOT = str(Path(__file__).resolve().parents[2])  # a child must import this copy
+
+
+def import_path() -> list[str]:
+    """This process's sys.path, absolute, for a child to import from where this process imports, as
+    multiprocessing's spawn does (a test's registry module sits in a directory pytest put on sys.path)."""
+    return [os.path.abspath(p) if p else os.getcwd() for p in sys.path]
 
 
 def child_environ(**extra: str) -> dict[str, str]:

@@ -26,7 +26,8 @@ from typing import Callable
 
 from perfgate.core.matrix import DDP_WORLD, VARIANTS
 from perfgate.core.record import new_record
-from perfgate.measure.children import HEARTBEAT_S, POLL_S, Events, child_environ, death, stage_of, stderr_tail
+from perfgate.measure.children import (HEARTBEAT_S, POLL_S, Events, child_environ, death, import_path, stage_of,
+                                       stderr_tail)
 
 EXIT_GRACE_S = 30.0  # how long the other ranks may take to exit once rank 0 has reported its record
 
@@ -45,8 +46,7 @@ def run(spec, cell, options, env: dict, progress: Callable[[str], None],
     with tempfile.TemporaryDirectory(prefix="perfgate-ddp-") as tmp:
         job_dir = Path(tmp)
         job = {"cell": dataclasses.asdict(cell), "options": dataclasses.asdict(options), "env": env,
-               "world": world, "limit_s": limit_s, "sys_path": [os.path.abspath(p) if p else os.getcwd()
-                                                                for p in sys.path]}
+               "world": world, "limit_s": limit_s, "sys_path": import_path()}
         (job_dir / "job.json").write_text(json.dumps(job), encoding="utf-8")
         ranks = _start(job_dir, world, options.device)
         events = Events(job_dir / "events.jsonl")

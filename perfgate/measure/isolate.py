@@ -32,7 +32,7 @@ from typing import Callable
 from perfgate.core.record import new_record
 from perfgate.core.records_file import append_record
 from perfgate.measure.children import (HEARTBEAT_S, POLL_S, Events, child_environ, death, die_with_parent,
-                                       stage_of, stderr_tail)
+                                       import_path, stage_of, stderr_tail)
 
 
 
@@ -53,9 +53,7 @@ def job_for(cell, options, tf32: bool, results_path, run_id: str | None) -> Job:
     fields = dataclasses.asdict(options)  # the plan and the fault become dicts
     return Job(cell=dataclasses.asdict(cell), registry=options.registry, options=fields, tf32=tf32,
                results_path=str(results_path), run_id=run_id,
-               # As multiprocessing's spawn does: the child imports from where this process imports (a
-               # test's registry module sits in a directory pytest put on sys.path).
-               sys_path=[os.path.abspath(p) if p else os.getcwd() for p in sys.path])
+               sys_path=import_path())
 
 
 def _failed(job: Job, events: Events, reason: str, cell) -> dict:

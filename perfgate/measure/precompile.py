@@ -28,7 +28,7 @@ from pathlib import Path
 
 from perfgate.core.matrix import VARIANTS, Cell
 from perfgate.core.record import error_line
-from perfgate.measure.children import child_environ
+from perfgate.measure.children import child_environ, import_path
 
 
 def wanted(cell: Cell, has_cuda: bool) -> bool:
@@ -52,9 +52,7 @@ def run(shares: list[list[Cell]], *, cache_dir: str, registry: str, devices: lis
     devices[k % len(devices)]; every child stops at `limit_s`. Returns one line per cell (status ok, or
     failed with its reason), also written to `out` (a JSON list)."""
     out.parent.mkdir(parents=True, exist_ok=True)
-    # As multiprocessing's spawn does: the children import from where this process imports (a test's
-    # registry module sits in a directory pytest put on sys.path).
-    path = os.pathsep.join(os.path.abspath(p) if p else os.getcwd() for p in sys.path)
+    path = os.pathsep.join(import_path())
     started, children, results = time.monotonic(), [], []
     with tempfile.TemporaryDirectory(prefix="perfgate-precompile-") as scratch:
         for index, share in enumerate(s for s in shares if s):
@@ -129,10 +127,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", required=True)
     parser.add_argument("--tf32", choices=("on", "off"), required=True)
     parser.add_argument("--out", required=True)
-    parser.add_argument("--sys-path", default="", help="the parent's sys.path, os.pathsep-joined")
+    parser.add_argument("--sys-path", required=True, help="the parent's sys.path, os.pathsep-joined")
     parser.add_argument("cells", nargs="+", metavar="CELL_JSON")
     args = parser.parse_args(argv)
-    sys.path[:0] = [p for p in args.sys_path.split(os.pathsep) if p and p not in sys.path]
+    sys.path[:] = args.sys_path.split(os.pathsep)  # the parent's (children.import_path)
     registry = zoo.load(args.registry)
     for text in args.cells:
         cell = Cell(**json.loads(text))

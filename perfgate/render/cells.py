@@ -9,7 +9,7 @@ from typing import Sequence
 
 from perfgate.core.matrix import PRECISIONS, VARIANTS
 from perfgate.core.record import compiled_peak_is_right, first_call_cache
-from perfgate.render.report import fmt, md_code, md_text
+from perfgate.render.report import first_call, fmt, md_code, md_text, shown
 
 COLUMNS = ("cell", "status", "wall speedup [95 % CI]", "device speedup", "eager ms", "compiled ms",
            "first call s", "warm s", "peak MiB eager → compiled", "graph breaks", "recompiles", "numerics",
@@ -32,12 +32,6 @@ def _speedup(record: dict) -> str:
     return f"{record['speedup']:.3f}×{interval}"
 
 
-def _first_call(record: dict) -> str:
-    state = first_call_cache(record)
-    text = fmt(record.get("compile_s"), ".1f")
-    return text if record.get("compile_s") is None or state in ("cold", "no cache") else f"{text} ({state})"
-
-
 def _peaks(record: dict) -> str:
     compiled = record.get("peak_mem_compiled_mb") if compiled_peak_is_right(record) else None
     return f"{fmt(record.get('peak_mem_eager_mb'), '.0f')} → {fmt(compiled, '.0f')}"
@@ -46,11 +40,10 @@ def _peaks(record: dict) -> str:
 def row(record: dict) -> tuple[str, ...]:
     device = record.get("device_speedup")
     return (md_code(record["cell"]), md_text(record.get("status") or "?"), _speedup(record),
-            "–" if device is None else f"{device:.3f}×", fmt(record.get("eager_ms"), ".2f"),
-            fmt(record.get("compiled_ms"), ".2f"), _first_call(record), fmt(record.get("compile_warm_s"), ".1f"),
-            _peaks(record), fmt(record.get("graph_breaks"), "d"), fmt(record.get("recompiles"), "d"),
-            md_text(record.get("numerics") or "–"), fmt(record.get("wall_s"), ".0f"),
-            md_text(record.get("reason") or ""))
+            "–" if device is None else f"{device:.3f}×", shown(record, "eager_ms"), shown(record, "compiled_ms"),
+            first_call(record.get("compile_s"), first_call_cache(record)), shown(record, "compile_warm_s"),
+            _peaks(record), shown(record, "graph_breaks"), shown(record, "recompiles"),
+            md_text(record.get("numerics") or "–"), shown(record, "wall_s"), md_text(record.get("reason") or ""))
 
 
 def render_markdown(records: Sequence[dict]) -> str:

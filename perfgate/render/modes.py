@@ -11,7 +11,7 @@ from typing import Sequence
 
 from perfgate.core.matrix import PRECISIONS, VARIANTS
 from perfgate.core.record import first_call_cache
-from perfgate.render.report import fmt, md_code, md_text
+from perfgate.render.report import first_call, fmt, md_code, md_text
 
 COLUMNS = ("mode", "first call s", "first call MiB", "train ms", "train speedup (device)", "infer ms",
            "infer speedup (device)", "status")
@@ -89,14 +89,6 @@ def modes_tables(records: Sequence[dict]) -> dict[tuple[str, str], list[ModeRow]
     return tables
 
 
-def _first_call(row: ModeRow) -> str:
-    """Seconds, with what the call found in the cache where that was not nothing (a warm compile is no
-    first-call time a user meets on a new machine)."""
-    text = fmt(row.first_call_s, ".1f")
-    return text if row.first_call_cache in (None, "cold", "no cache") or row.first_call_s is None \
-        else f"{text} ({row.first_call_cache})"
-
-
 def _speedup(wall: float | None, device: float | None) -> str:
     if wall is None:
         return "–"
@@ -114,7 +106,7 @@ def render_markdown(records: Sequence[dict]) -> str:
         lines += [f"### {md_text(model)}, {md_text(precision)}", "",
                   "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
         for row in rows:
-            cells = (md_code(row.mode), _first_call(row), fmt(row.first_call_mb, ".0f"),
+            cells = (md_code(row.mode), first_call(row.first_call_s, row.first_call_cache), fmt(row.first_call_mb, ".0f"),
                      fmt(row.train_ms, ".2f"), _speedup(row.train_speedup, row.train_device_speedup),
                      fmt(row.infer_ms, ".2f"), _speedup(row.infer_speedup, row.infer_device_speedup),
                      md_text(row.status))

@@ -57,6 +57,13 @@ def fmt(value, spec: str) -> str:
     return "–" if value is None else format(value, spec)
 
 
+def first_call(seconds: float | None, cache: str | None) -> str:
+    """A first compiled call's seconds, with what it found in the inductor cache (record.first_call_cache)
+    unless that was nothing: a warm compile is no first-call time a user meets on a new machine."""
+    text = fmt(seconds, ".1f")
+    return text if seconds is None or cache in (None, "cold", "no cache") else f"{text} ({cache})"
+
+
 def _value(source, name: str):
     """Field `name` of a record (a dict) or of a gate row (its attribute of that name)."""
     return source.get(name) if isinstance(source, dict) else getattr(source, name)
