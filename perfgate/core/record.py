@@ -5,15 +5,15 @@ unit, what validate asks of it, how a baseline folds it and whether the history 
 validate, baseline, history and the reports take their field lists from it. Absent or not-measured values
 are null. Imports no torch.
 
-Schemas (a record's `schema`): 6 records the compile-cache hits and misses of the first compiled
-call (compile_cache_hits/_misses), so a kept cache's compile says whether it was cold; 5 keeps the GPU numerics judge out of the compiled peak, which schema 4
-(commits 933ac49 to a208d78) counted (gpt2 infer on an H100 read 11474 MiB for 1348); 4 gave a GPU cell's
-host clock up to 41 rounds (3: 11), which halves its in-run error, so a baseline folds the host clock from
-runs of schema 4 or later where it has two or more; 3 added the device and host clocks; 2 made the
-compiled peaks count the compiled side's own weights; 1 (before 922663c) left them out, so its
-peak_mem_compiled_mb reads low by the weights. Older records read as they are: a field they lack reads
-as null (so a schema-2 record has no device or host clock, and the gate does not compare one), and neither
-a baseline nor the memory rule uses a compiled peak from a schema in COMPILED_PEAK_MISREAD.
+Schemas (a record's `schema`): 6 records the compile-cache hits and misses of the first compiled call
+(compile_cache_hits/_misses), so a kept cache's compile says whether it was cold; 5 keeps the GPU numerics
+judge out of the compiled peak, which schema 4 (commits 933ac49 to a208d78) counted (gpt2 infer on an H100
+read 11474 MiB for 1348); 4 gave a GPU cell's host clock up to 41 rounds (3: 11), which halves its in-run
+error, so a baseline folds the host clock from runs of schema 4 or later where it has two or more; 3 added the
+device and host clocks; 2 made the compiled peaks count the compiled side's own weights; 1 (before 922663c)
+left them out, so its peak_mem_compiled_mb reads low by the weights. Older records read as they are: a field
+they lack reads as null (so a schema-2 record has no device or host clock, and the gate does not compare one),
+and neither a baseline nor the memory rule uses a compiled peak from a schema in COMPILED_PEAK_MISREAD.
 """
 
 from __future__ import annotations

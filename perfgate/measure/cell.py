@@ -286,7 +286,8 @@ def strict_fp32():
     cache key, so a cell would miss a compile that a process without the reference (--perf-precompile)
     had cached."""
     matmul = torch.backends.cuda.matmul
-    old = torch.get_float32_matmul_precision(), torch.backends.cudnn.allow_tf32, getattr(matmul, "fp32_precision", None)
+    old = (torch.get_float32_matmul_precision(), torch.backends.cudnn.allow_tf32,
+           getattr(matmul, "fp32_precision", None))
     torch.set_float32_matmul_precision("highest")
     torch.backends.cudnn.allow_tf32 = False
     try:

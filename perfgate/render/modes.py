@@ -106,7 +106,8 @@ def render_markdown(records: Sequence[dict]) -> str:
         lines += [f"### {md_text(model)}, {md_text(precision)}", "",
                   "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
         for row in rows:
-            cells = (md_code(row.mode), first_call(row.first_call_s, row.first_call_cache), fmt(row.first_call_mb, ".0f"),
+            cells = (md_code(row.mode), first_call(row.first_call_s, row.first_call_cache),
+                     fmt(row.first_call_mb, ".0f"),
                      fmt(row.train_ms, ".2f"), _speedup(row.train_speedup, row.train_device_speedup),
                      fmt(row.infer_ms, ".2f"), _speedup(row.infer_speedup, row.infer_device_speedup),
                      md_text(row.status))
@@ -114,6 +115,6 @@ def render_markdown(records: Sequence[dict]) -> str:
         lines.append("")
     lines.append("First call: the compiled step's first call (the compile), seconds, and the peak memory during "
                  "it; cold unless marked (\"kept cache\": a kept inductor cache, in a record too old to say "
-                 "whether it was warm). Eager's step times are the median over every cell's own eager side. – where not "
-                 "measured.")
+                 "whether it was warm). Eager's step times are the median over every cell's own eager side. "
+                 "– where not measured.")
     return "\n".join(lines) + "\n"
