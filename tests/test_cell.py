@@ -3,6 +3,8 @@
 import contextlib
 import dataclasses
 import json
+import signal
+import subprocess
 
 import pytest
 
@@ -232,3 +234,29 @@ def test_a_precompile_child_past_its_time_is_killed_and_its_cells_say_so(tmp_pat
     (line,) = precompile.run([[cell]], cache_dir=str(tmp_path), registry=f"{__name__}:REGISTRY", devices=[],
                              tf32=False, out=tmp_path / "pre.json", limit_s=0.2)  # still importing torch
     assert line == {"cell": cell.id, "status": "failed", "reason": "not compiled: timed out after 0.2 s"}
+
+
+def test_an_interrupted_precompile_kills_its_children_and_keeps_its_lines(tmp_path, monkeypatch):
+    """Ctrl-C (or a CI step's timeout) while the children compile: none is left running in its own session,
+    and the cells they did not reach say why in the .precompile.json."""
+    cell, children = Cell("mlp", "infer", "inductor_default", "fp32", "cpu"), []
+    real_wait, real_init = subprocess.Popen.wait, subprocess.Popen.__init__
+
+    def keep(self, *args, **kwargs):
+        real_init(self, *args, **kwargs)
+        children.append(self)
+
+    def interrupted(self, timeout=None):
+        if timeout is not None:
+            raise KeyboardInterrupt
+        return real_wait(self)
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", keep)
+    monkeypatch.setattr(subprocess.Popen, "wait", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        precompile.run([[cell]], cache_dir=str(tmp_path), registry=f"{__name__}:REGISTRY", devices=[],
+                       tf32=False, out=tmp_path / "pre.json", limit_s=120)
+    (child,) = children
+    assert child.returncode == -signal.SIGKILL
+    assert json.loads((tmp_path / "pre.json").read_text()) == [
+        {"cell": cell.id, "status": "failed", "reason": "not compiled: interrupted"}]

@@ -66,23 +66,47 @@ def run(shares: list[list[Cell]], *, cache_dir: str, registry: str, devices: lis
                 child = subprocess.Popen(argv, env=child_environ(), stdin=subprocess.DEVNULL,
                                          stdout=subprocess.DEVNULL, stderr=sink, start_new_session=True)
             children.append((share, lines, stderr, child))
-        for share, lines, stderr, child in children:
-            try:
-                child.wait(timeout=max(limit_s - (time.monotonic() - started), 1.0))
-                why = (stderr.read_text(errors="replace").strip().splitlines()[-1:] or
-                       [f"exit code {child.returncode}"])[0]
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(child.pid, signal.SIGKILL)
-                child.wait()
-                why = f"timed out after {limit_s:g} s"
-            done = [json.loads(line) for line in lines.read_text().splitlines()] if lines.exists() else []
-            seen = {line["cell"] for line in done}
-            results += done + [{"cell": c.id, "status": "failed", "reason": f"not compiled: {why[:300]}"}
-                               for c in share if c.id not in seen]
+        collected = 0
+        try:
+            for share, lines, stderr, child in children:
+                try:
+                    child.wait(timeout=max(limit_s - (time.monotonic() - started), 1.0))
+                    why = (stderr.read_text(errors="replace").strip().splitlines()[-1:] or
+                           [f"exit code {child.returncode}"])[0]
+                except subprocess.TimeoutExpired:
+                    why = f"timed out after {limit_s:g} s"
+                    _kill(child)
+                results += _lines(share, lines, why)
+                collected += 1
+        except BaseException:  # Ctrl-C, a CI step's timeout: no child outlives the run; what it did is kept
+            for share, lines, _, child in children[collected:]:
+                _kill(child)
+                results += _lines(share, lines, "interrupted")
+            _write(out, results)
+            raise
+    _write(out, results)
+    return results
+
+
+def _kill(child: subprocess.Popen) -> None:
+    """The child's whole group (inductor's compile workers too), if it still runs."""
+    if child.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(child.pid, signal.SIGKILL)
+    child.wait()
+
+
+def _lines(share: list[Cell], lines: Path, why: str) -> list[dict]:
+    """What a child wrote for its share, and a failed line with `why` for each cell it did not reach."""
+    done = [json.loads(line) for line in lines.read_text().splitlines()] if lines.exists() else []
+    seen = {line["cell"] for line in done}
+    return done + [{"cell": c.id, "status": "failed", "reason": f"not compiled: {why[:300]}"}
+                   for c in share if c.id not in seen]
+
+
+def _write(out: Path, results: list[dict]) -> None:
     # One JSON list, not JSON lines: a results folder's *.jsonl are cell records, which these are not.
     out.write_text(json.dumps(results, indent=1) + "\n")
-    return results
 
 
 def compile_cell(spec, cell: Cell, cache_dir: str, device: str, tf32: bool, seed: int = 0) -> dict:
