@@ -81,7 +81,7 @@ def run_cell(spec, cell: Cell, options: RunOptions, env: dict,
     saved = None  # this cell's cache artifacts, when --perf-warm-compile=artifacts saved some
     try:
         why_dir = Path(options.profile_dir) / cell.id if options.profile_dir else None
-        with (compile_cache(options.cache_dir, record), why.compile_logs(why_dir and why_dir / "compile.log"),
+        with (compile_cache(options.cache_dir, record, cell.precision), why.compile_logs(why_dir and why_dir / "compile.log"),
               artifacts.fresh_recording()):
             saved = _measure(spec, cell, options, record, progress, record_compiled, why_dir)
         record["status"], record["reason"] = "ok", ""
@@ -118,15 +118,18 @@ def error_message(err: BaseException) -> str:
 
 
 @contextlib.contextmanager
-def compile_cache(cache_dir: str | None, record: dict):
+def compile_cache(cache_dir: str | None, record: dict, precision: str):
     """Cold compiles by default: a fresh inductor cache directory (and in-memory caches cleared) per cell.
-    A kept directory (`--perf-cache-dir`) lets CI reuse compiles between runs; the record says which."""
+    A kept directory (`--perf-cache-dir`) lets CI reuse compiles between runs; the record says which.
+    A kept directory holds one inductor cache per precision (its Triton kernels are shared: keyed by their
+    source): torch 2.11's AOTAutograd cache keys whether autocast is on, not its dtype, so an amp_bf16 cell
+    was served amp_fp16's compiled graph (H100, 2026-11-24: its numerics failed, 214 of 298 tensors off)."""
     from torch._inductor.utils import clear_caches
 
     record["compile_cache"] = "fresh" if cache_dir is None else "persistent"
     directory = tempfile.mkdtemp(prefix="perfgate-inductor-") if cache_dir is None else cache_dir
     saved = {key: os.environ.get(key) for key in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")}
-    os.environ["TORCHINDUCTOR_CACHE_DIR"] = directory
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(directory, precision)
     os.environ["TRITON_CACHE_DIR"] = os.path.join(directory, "triton")
     clear_caches()
     try:

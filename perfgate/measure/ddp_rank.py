@@ -298,7 +298,7 @@ def main(job_dir: Path, rank: int) -> None:
         emit({"checkpoint": partial})
 
     try:
-        with single.compile_cache(options.cache_dir, record):
+        with single.compile_cache(options.cache_dir, record, cell.precision):
             measure(spec, cell, options, record, rank, world, device, progress)
         if rank == 0:  # the judged rank: the others' records are not the cell's
             single.raise_if_wrong(record)

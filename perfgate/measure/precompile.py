@@ -134,7 +134,7 @@ def compile_cell(spec, cell: Cell, cache_dir: str, device: str, tf32: bool, seed
     try:
         dev = start_cell(device, tf32)
         size = spec.sizes[cell.device_kind]
-        with compile_cache(cache_dir, {}):
+        with compile_cache(cache_dir, {}, cell.precision):
             introspect.reset_compiler()
             state = initial_state(spec, size, seed)
             _, batches, _ = cell_batches(spec, cell, size, seed, dev)
