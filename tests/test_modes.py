@@ -40,6 +40,20 @@ def test_one_table_per_model_and_precision_eager_first_then_the_matrix_order():
     assert autotune.status == "infer failed: timed out after 2400 s while compiling (inductor_max_autotune)"
 
 
+def test_a_phase_never_run_is_named_and_eager_memory_is_the_train_steps():
+    """A row with one phase only says which is missing (no silent gap), and eager's peak stays the train
+    step's however many inference cells join the table."""
+    rng = np.random.default_rng(3)
+    train = record(Cell("vit_b16", "train", "inductor_default", "amp_bf16", "gpu", "nightly"), rng=rng,
+                   peak_mem_eager_mb=5000.0)
+    infers = [record(Cell("vit_b16", "infer", v, "amp_bf16", "gpu", "nightly"), rng=rng, peak_mem_eager_mb=800.0)
+              for v in VARIANTS]
+    rows = modes.modes_tables([train] + infers)[("vit_b16", "amp_bf16")]
+    assert rows[0].first_call_mb == 5000.0
+    assert {r.mode: r.status for r in rows[1:]} == {"inductor_default": "ok", "inductor_reduce_overhead": "train not run",
+                                                    "inductor_max_autotune": "train not run"}
+
+
 def test_cli_prints_the_tables_alone(tmp_path, capsys):
     path = write_run(tmp_path / "r.jsonl", _records())
     assert main(["report", str(path), "--modes"]) == 0

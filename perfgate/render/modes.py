@@ -44,9 +44,11 @@ def _median(values) -> float | None:
 
 
 def _eager_row(records: Sequence[dict]) -> ModeRow:
-    """Eager's step times: the median over every ok cell's eager side (each cell measured eager anew)."""
+    """Eager's step times: the median over every ok cell's eager side (each cell measured eager anew). Its
+    peak is the train step's where one ran, as the variants' first call is (a train step holds gradients and
+    optimizer state: medians over both phases would flip between them as cells are added)."""
     by_phase = {phase: [r for r in records if r["phase"] == phase and _ok(r)] for phase in ("train", "infer")}
-    peak = _median(r.get("peak_mem_eager_mb") for rs in by_phase.values() for r in rs)
+    peak = _median(r.get("peak_mem_eager_mb") for r in by_phase["train"] or by_phase["infer"])
     measured = any(by_phase.values())
     return ModeRow("eager", None, peak, None, _median(r.get("eager_ms") for r in by_phase["train"]), None, None,
                    _median(r.get("eager_ms") for r in by_phase["infer"]), None, None,
@@ -57,6 +59,7 @@ def _variant_row(variant: str, train: dict | None, infer: dict | None) -> ModeRo
     first = train if _ok(train) else infer if _ok(infer) else None
     problems = [f"{r['phase']} {r.get('status')}: {r.get('reason') or 'no reason given'}"
                 for r in (train, infer) if r and not _ok(r)]
+    problems += [f"{phase} not run" for phase, r in (("train", train), ("infer", infer)) if r is None]
 
     def get(record, name):
         return record.get(name) if _ok(record) else None
@@ -114,7 +117,7 @@ def render_markdown(records: Sequence[dict]) -> str:
             lines.append("| " + " | ".join(cells) + " |")
         lines.append("")
     lines.append("First call: the compiled step's first call (the compile), seconds, and the peak memory during "
-                 "it; cold unless marked (\"kept cache\": a kept inductor cache, in a record too old to say "
+                 "it (the train step's where it ran; eager: its own step's peak); cold unless marked (\"kept cache\": a kept inductor cache, in a record too old to say "
                  "whether it was warm). Eager's step times are the median over every cell's own eager side. "
                  "– where not measured.")
     return "\n".join(lines) + "\n"
