@@ -260,3 +260,18 @@ def test_an_interrupted_precompile_kills_its_children_and_keeps_its_lines(tmp_pa
     assert child.returncode == -signal.SIGKILL
     assert json.loads((tmp_path / "pre.json").read_text()) == [
         {"cell": cell.id, "status": "failed", "reason": "not compiled: interrupted"}]
+
+
+def test_a_kept_cache_holds_one_inductor_cache_per_precision(tmp_path):
+    """torch 2.11's AOTAutograd cache keys autocast on/off, not its dtype: amp_bf16 and amp_fp16 must never
+    share one, or a cell runs the other precision's graph. Triton kernels (keyed by source) stay shared."""
+    import os
+
+    from perfgate.measure.cell import compile_cache
+
+    seen = {}
+    for precision in ("amp_bf16", "amp_fp16"):
+        with compile_cache(str(tmp_path), {}, precision):
+            seen[precision] = (os.environ["TORCHINDUCTOR_CACHE_DIR"], os.environ["TRITON_CACHE_DIR"])
+    assert seen["amp_bf16"][0] == str(tmp_path / "amp_bf16") != seen["amp_fp16"][0]
+    assert seen["amp_bf16"][1] == seen["amp_fp16"][1] == str(tmp_path / "triton")
