@@ -50,8 +50,8 @@ def test_a_phase_never_run_is_named_and_eager_memory_is_the_train_steps():
               for v in VARIANTS]
     rows = modes.modes_tables([train] + infers)[("vit_b16", "amp_bf16")]
     assert rows[0].first_call_mb == 5000.0
-    assert {r.mode: r.status for r in rows[1:]} == {"inductor_default": "ok", "inductor_reduce_overhead": "train not run",
-                                                    "inductor_max_autotune": "train not run"}
+    assert {r.mode: r.status for r in rows[1:]} == {
+        "inductor_default": "ok", "inductor_reduce_overhead": "train not run", "inductor_max_autotune": "train not run"}
 
 
 def test_cli_prints_the_tables_alone(tmp_path, capsys):

@@ -81,8 +81,8 @@ def run_cell(spec, cell: Cell, options: RunOptions, env: dict,
     saved = None  # this cell's cache artifacts, when --perf-warm-compile=artifacts saved some
     try:
         why_dir = Path(options.profile_dir) / cell.id if options.profile_dir else None
-        with (compile_cache(options.cache_dir, record, cell.precision), why.compile_logs(why_dir and why_dir / "compile.log"),
-              artifacts.fresh_recording()):
+        with (compile_cache(options.cache_dir, record, cell.precision),
+              why.compile_logs(why_dir and why_dir / "compile.log"), artifacts.fresh_recording()):
             saved = _measure(spec, cell, options, record, progress, record_compiled, why_dir)
         record["status"], record["reason"] = "ok", ""
     except CellFailure as failure:

@@ -117,7 +117,8 @@ def render_markdown(records: Sequence[dict]) -> str:
             lines.append("| " + " | ".join(cells) + " |")
         lines.append("")
     lines.append("First call: the compiled step's first call (the compile), seconds, and the peak memory during "
-                 "it (the train step's where it ran; eager: its own step's peak); cold unless marked (\"kept cache\": a kept inductor cache, in a record too old to say "
-                 "whether it was warm). Eager's step times are the median over every cell's own eager side. "
-                 "– where not measured.")
+                 "it (the train step's where it ran; eager: its own step's peak); cold unless marked (\"warm\": "
+                 "the compile came from a kept cache; \"kept cache\": a kept inductor cache, in a record too old "
+                 "to say whether it was warm). Eager's step times are the median over every cell's own eager "
+                 "side. – where not measured.")
     return "\n".join(lines) + "\n"
