@@ -72,15 +72,13 @@ def test_the_history_feeds_the_costs(tmp_path):
 def test_precompile_keeps_a_models_variants_in_one_share_dearest_first():
     """max-autotune-no-cudagraphs compiles max-autotune's kernels again: in the same child, after it, it finds
     them in the cache; in another child at the same time it would autotune them all a second time."""
-    from perfgate.measure.precompile import shares
-
     cells = [_cell(model, phase, variant) for model in ("gpt2", "vit_b16") for phase in ("train", "infer")
              for variant in ("inductor_max_autotune_no_cudagraphs", "inductor_max_autotune")]
     expected = {cell.id: (400.0 if cell.variant == "inductor_max_autotune" else 100.0) *
                 (2 if cell.phase == "train" else 1) for cell in cells}
-    dealt = shares(cells, expected, 4)
+    dealt = costs.precompile_shares(cells, expected, 4)
     assert sorted(len(share) for share in dealt) == [2, 2, 2, 2]
     for share in dealt:
         assert len({(c.model, c.phase) for c in share}) == 1
         assert [c.variant for c in share] == ["inductor_max_autotune", "inductor_max_autotune_no_cudagraphs"]
-    assert shares(cells, expected, 4) == dealt  # deterministic
+    assert costs.precompile_shares(cells, expected, 4) == dealt  # deterministic

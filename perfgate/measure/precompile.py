@@ -39,19 +39,6 @@ def wanted(cell: Cell, has_cuda: bool) -> bool:
             and (has_cuda or cell.device_kind != "gpu"))
 
 
-def shares(cells: list[Cell], expected: dict[str, float], workers: int) -> list[list[Cell]]:
-    """The cells dealt into `workers` shares of near-equal expected cost, each model x phase x precision whole
-    and its dearest variant first: its variants compile many of the same kernels, which the later ones find
-    in the cache (on an H100, max-autotune-no-cudagraphs took 41-110 s after max-autotune's 317-418 s)."""
-    from perfgate.judge.costs import deal
-
-    groups: dict[str, list[Cell]] = {}
-    for cell in sorted(cells, key=lambda c: (-expected[c.id], c.id)):
-        groups.setdefault(f"{cell.device_kind}-{cell.model}-{cell.phase}-{cell.precision}", []).append(cell)
-    dealt = deal({key: sum(expected[c.id] for c in group) for key, group in groups.items()}, workers)
-    return [[cell for key in share for cell in groups[key]] for share in dealt]
-
-
 def cuda_devices() -> list[str]:
     """Where GPU cells can compile: every visible CUDA device (the children take them in turn)."""
     import torch

@@ -208,7 +208,7 @@ class PerfSession:
         import time
 
         from perfgate.core import zoo
-        from perfgate.judge.costs import clock
+        from perfgate.judge.costs import clock, precompile_shares
         from perfgate.measure import precompile
 
         workers = self.config.getoption("--perf-precompile")
@@ -216,7 +216,7 @@ class PerfSession:
         todo = {cell.id: cell for cell in cells if precompile.wanted(cell, bool(devices))}
         if not todo:
             return "perfgate: --perf-precompile: no selected cell compiles with inductor; nothing to do"
-        shares = precompile.shares(list(todo.values()), self.expected, workers)
+        shares = precompile_shares(list(todo.values()), self.expected, workers)
         registry = zoo.load(self.registry)
         limit = max(sum(self.time_limit_s(registry[c.model], c) for c in share) for share in shares if share)
         started = time.monotonic()
