@@ -150,6 +150,34 @@ def test_a_killed_session_kills_the_cells_process_too(suite, signum):
     assert record["status"] == "failed" and record["started_at"]
 
 
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads processes from Linux /proc")
+def test_a_killed_precompile_kills_its_compiling_children_too(suite, tmp_path):
+    """Seen on an H100 lease: a precompile killed by the device call's limit left its seven children
+    compiling and autotuning on the GPU beside the next calls' timed cells. Each child runs in its own session
+    (so a timeout can kill its compile workers with it), which no signal to the parent reaches."""
+    from tiny_suite import TINY_SUITE
+    slow = TINY_SUITE.replace('cpu_variants=("aot_eager",)', 'cpu_variants=("inductor_default",)').replace(
+        "def build(config):\n", "def build(config):\n    import time\n    time.sleep(120)\n")
+    suite.makepyfile(test_tiny=slow)
+    proc = subprocess.Popen([sys.executable, "-m", "pytest", *FAST, "--collect-only", "--perf-precompile=1",
+                             f"--perf-cache-dir={tmp_path}"], cwd=suite.path, env=os.environ.copy(),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    children, deadline = [], time.monotonic() + 60
+    while not children and time.monotonic() < deadline:
+        children = [pid for pid in _children(proc.pid)
+                    if "perfgate.measure.precompile" in Path(f"/proc/{pid}/cmdline").read_text(errors="replace")]
+        time.sleep(0.2)
+    assert children, "no precompile child started"
+    time.sleep(2)  # past its first lines (PR_SET_PDEATHSIG), still in the 120 s build
+    proc.kill()
+    proc.wait(timeout=30)
+    for _ in range(50):
+        if not any(_alive(pid) for pid in children):
+            break
+        time.sleep(0.1)
+    assert not any(_alive(pid) for pid in children)
+
+
 def test_a_crashing_cell_fails_alone_and_the_session_goes_on(suite):
     results = suite.path / "r.jsonl"
     out = suite.runpytest_subprocess(*FAST, "--perf-isolate=all", "--perf-inject=crash",

@@ -28,7 +28,7 @@ from pathlib import Path
 import torch
 
 from perfgate.measure import introspect
-from perfgate.measure.children import child_environ, import_path
+from perfgate.measure.children import child_environ, die_with_parent, import_path
 from perfgate.measure.faults import Fault
 from perfgate.core import zoo
 from perfgate.core.matrix import Cell
@@ -180,6 +180,7 @@ def _first_call(job: dict, data: bytes) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
+    die_with_parent()  # its own session: a parent killed hard must not leave it compiling
     job_dir = Path((sys.argv[1:] if argv is None else argv)[0])
     job = json.loads((job_dir / "job.json").read_text(encoding="utf-8"))
     sys.path[:] = job["sys_path"]

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from perfgate.core.matrix import VARIANTS, Cell
 from perfgate.core.record import error_line
-from perfgate.measure.children import child_environ, import_path
+from perfgate.measure.children import child_environ, die_with_parent, import_path
 
 
 def wanted(cell: Cell, has_cuda: bool) -> bool:
@@ -145,6 +145,10 @@ def compile_cell(spec, cell: Cell, cache_dir: str, device: str, tf32: bool, seed
 def main(argv: list[str] | None = None) -> int:
     from perfgate.core import zoo
 
+    # Its own session keeps it from a terminal's Ctrl-C, so without this a parent killed hard (a CI step's
+    # or a device call's limit) would leave it compiling: seen on an H100 lease (2026-11-24), where seven
+    # orphaned max-autotune compiles autotuned on the GPU beside the next calls' timed cells.
+    die_with_parent()
     parser = argparse.ArgumentParser(prog="python -m perfgate.measure.precompile")
     parser.add_argument("--registry", required=True)
     parser.add_argument("--cache", required=True)
