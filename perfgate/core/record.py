@@ -28,6 +28,8 @@ COMPILED_PEAK_MISREAD = frozenset({1, 4})
 # Records older than this took 11 host rounds on a GPU: their host speedups spread about twice as wide.
 HOST_ROUNDS_SCHEMA = 4
 UNFINISHED = "did not finish"  # a new record's reason until the cell ends
+# What an unfit record (the `unfit` field) needs to be timed again: every refusal of one says it.
+TIME_ALONE = "without xdist (or one worker per GPU) and with no other process on the GPU"
 # A step whose GPU is busy this much of its wall time is device-bound: its wall time follows the GPU's work.
 # Below it the GPU waits on the host between kernels, and the wall time follows the host CPU (seen on H100
 # leases: resnet50 train compiled 61 % busy moved 2.19x / 1.82x / 1.54x across three machines; eager 97 %).
@@ -177,8 +179,11 @@ FIELDS: tuple[Field, ...] = (
           doc="{reference, worst, checks: [{name, rmse_compiled, rmse_eager, limit, group_scale, ok}]}"),
     Field("gate", dict, check="object", default={}, doc="{speedup_threshold: fraction}: the model's overrides"),
     Field("why", dict, doc="{dir, compile_log, trace_eager, trace_compiled} paths when profiled"),
+    Field("gpu_neighbours", list, default=None, doc="[{pid, mib}]: processes outside this run on the cell's GPU "
+          "as its timing began or after its clocks ([]: none; null: not looked or nobody could tell)"),
     Field("unfit", str, check="text", default="", doc="why the timings cannot be trusted (xdist workers that "
-          "shared CPU cores or a GPU): such records never enter a baseline and the gate refuses them"),
+          "shared CPU cores or a GPU, other processes on the GPU): such records never enter a baseline and the "
+          "gate refuses them"),
 )
 FIELD = {f.name: f for f in FIELDS}
 # The clocks' ratio fields (the wall clock's fields keep their older names: eager_ms, speedup, ...).

@@ -30,6 +30,7 @@ from typing import Sequence
 
 from perfgate.judge.baseline import fold_cell
 from perfgate.judge.rules import IMPROVEMENT, REFRESH, REGRESSION, Finding, SpeedupRule, default_rules
+from perfgate.core.record import TIME_ALONE
 from perfgate.core.stats import geomean, interval_sd, rel_spread, t_quantile, two_sample
 from perfgate.core.validate import checked
 
@@ -326,7 +327,7 @@ def judge(processes: Sequence[Process], rules: Sequence | None = None, alpha: fl
     if unfit:
         name, record = unfit[0]
         errors.append(f"{len(unfit)} record(s) are unfit for a timing verdict ({name} {record['cell']}: "
-                      f"{record['unfit']}); run the sides without xdist, or with one worker per GPU")
+                      f"{record['unfit']}); run the sides alone: {TIME_ALONE}")
     only_a, only_b = sorted(cells["A"] - cells["B"]), sorted(cells["B"] - cells["A"])
     if only_a or only_b:
         errors.append(f"A and B ran different cells: only in A: {', '.join(only_a) or 'none'}; only in B: "

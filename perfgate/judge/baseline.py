@@ -32,7 +32,7 @@ import tempfile
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from perfgate.core.record import CLOCKS, HOST_ROUNDS_SCHEMA, bound_of, compiled_peak_is_right, names
+from perfgate.core.record import CLOCKS, HOST_ROUNDS_SCHEMA, TIME_ALONE, bound_of, compiled_peak_is_right, names
 from perfgate.core.stats import interval_sd, rel_spread
 from perfgate.core.validate import baseline_cell_problems
 
@@ -212,8 +212,7 @@ def _refuse_unfit(runs: Sequence[list[dict]]) -> None:
     unfit = [r for run in runs for r in run if r.get("unfit")]
     if unfit:
         raise BaselineError(f"{len(unfit)} record(s) are unfit for a baseline ({unfit[0]['cell']}: "
-                            f"{unfit[0]['unfit']}); make the baseline from runs without xdist, or with one "
-                            f"worker per GPU")
+                            f"{unfit[0]['unfit']}); make the baseline from runs timed alone: {TIME_ALONE}")
 
 
 def _runs_by_key(sources: Sequence[Iterable[dict]]) -> dict[tuple[str, str], list[dict[str, dict]]]:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, fields
 from typing import Iterable, Sequence
 
 from perfgate.judge.baseline import BaselineError, group_by_key, key_of, resolve_baseline
-from perfgate.core.record import FIELD
+from perfgate.core.record import FIELD, TIME_ALONE
 from perfgate.judge.rules import (ADVISORY, CLOCK_NAMES, DEFAULT_RULES, IMPROVEMENT, REFRESH, REGRESSION, CountRule,
                             Finding, HostTimeRule, NumericsRule, RelativeRule, SpeedupRule, StatusRule,
                             both_ok, default_rules, foreign_cpu_advisory)
@@ -340,8 +340,7 @@ def gate_run(records: Sequence[dict], baseline_location, remeasure=None,
     unfit = [r for r in records if r.get("unfit")]
     if unfit:
         return GateOutcome([], [f"{len(unfit)} record(s) are unfit for a timing gate ({unfit[0]['cell']}: "
-                                f"{unfit[0]['unfit']}); run the timed cells without xdist, or with one worker "
-                                f"per GPU"])
+                                f"{unfit[0]['unfit']}); time the cells again alone: {TIME_ALONE}"])
     groups = group_by_key(records)
     baselines, errors = {}, []
     for key in sorted(groups):

@@ -22,7 +22,7 @@ from typing import Callable
 
 import torch
 
-from perfgate.measure import artifacts, clocks, faults, introspect, why
+from perfgate.measure import artifacts, clocks, faults, introspect, neighbours, why
 from perfgate.core.matrix import PRECISIONS, VARIANTS, WARM_COMPILE, Cell
 from perfgate.measure.numerics import judge
 from perfgate.measure.peaks import peak_tflops
@@ -211,11 +211,17 @@ def _measure(spec, cell: Cell, options: RunOptions, record: dict, progress, reco
     warm_up(eager_step, device, options.plan, len(timed))
 
     steps = steps_per_round(min(eager_ms, compiled_ms), options.plan, len(timed))
+    watch = neighbours.Watch() if device.type == "cuda" else None  # other processes on the GPU, around the clocks
+    if watch:
+        watch.sample()
     progress(f"{cell.id}: timing, {steps} steps per round")
     rounds = interleaved_rounds(eager_step, compiled_step, steps, device, options.plan, record_compiled)
     store_timing(record, rounds)
     progress(f"{cell.id}: device and host clocks")
     clocks.measure_into(record, eager_step, compiled_step, device, len(timed))
+    if watch:
+        watch.sample()
+        record["gpu_neighbours"], record["unfit"] = watch.found, neighbours.unfit_reason(watch.found)
     counts = introspect.compile_counts()
     record["recompiles"], record["recompile_reasons"] = counts["frames"] - first["frames"], counts["recompile_reasons"]
     store_throughput(spec, size, cell, record, lambda: eager_step(0), device)
