@@ -8,7 +8,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
-from perfgate.core.matrix import PRECISIONS
+from perfgate.core.matrix import PHASES, PRECISIONS, VARIANTS
+
+DEVICE_KINDS = ("gpu", "cpu")
+ISSUE_ACTIONS = ("xfail", "skip")
 
 
 @dataclass(frozen=True)
@@ -67,6 +70,18 @@ class KnownIssue:
     precision: str = "*"
     device_kind: str = "*"
     action: str = "xfail"  # or "skip"
+
+    def __post_init__(self):
+        # A misspelt pattern would match no cell: the issue would silently stop marking anything.
+        for field_name, valid in (("phase", PHASES), ("variant", tuple(VARIANTS)), ("precision", tuple(PRECISIONS)),
+                                  ("device_kind", DEVICE_KINDS)):
+            value = getattr(self, field_name)
+            if value != "*" and value not in valid:
+                raise ValueError(f"known issue {self.reason[:60]!r}: {field_name}={value!r} is not one of "
+                                 f"{', '.join(('*',) + valid)}")
+        if self.action not in ISSUE_ACTIONS:
+            raise ValueError(f"known issue {self.reason[:60]!r}: action={self.action!r} is not one of "
+                             f"{', '.join(ISSUE_ACTIONS)}")
 
     def matches(self, cell) -> bool:
         pairs = ((self.phase, cell.phase), (self.variant, cell.variant),
