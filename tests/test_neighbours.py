@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -61,6 +62,38 @@ def test_own_processes_are_the_ancestors_and_descendants_not_the_siblings():
         for child in (a, b):
             child.kill()
             child.wait()
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads processes from Linux /proc")
+def test_a_rank_rooted_at_its_launcher_counts_the_other_ranks_and_their_workers_as_its_own():
+    """DDP ranks are siblings under the process that started them: one rank's stray context on another's
+    GPU is the cell's own, not a neighbour. A rank's own compile workers stay its own."""
+    sleeper = ("import subprocess, sys, time; "
+               "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)']); time.sleep(30)")
+    a, b = (subprocess.Popen([sys.executable, "-c", sleeper]) for _ in range(2))
+    workers: set[int] = set()
+    try:
+        for _ in range(100):  # until each has started its worker
+            workers = {pid for pid, up in nb.parents().items() if up in (a.pid, b.pid)}
+            if len(workers) == 2:
+                break
+            time.sleep(0.05)
+        assert len(workers) == 2
+        assert {a.pid, b.pid, ME} | workers <= nb.own_processes(a.pid, root=ME)
+        assert b.pid not in nb.own_processes(a.pid)
+    finally:
+        for pid in workers:
+            os.kill(pid, 9)
+        for child in (a, b):
+            child.kill()
+            child.wait()
+
+
+def test_every_ranks_neighbours_merge_into_one_list_and_none_only_if_no_rank_could_tell():
+    rank0, rank1 = [{"pid": 595, "mib": 1000.0}], [{"pid": 595, "mib": 17000.0}, {"pid": 601, "mib": None}]
+    assert nb.merged([rank0, rank1]) == [{"pid": 595, "mib": 17000.0}, {"pid": 601, "mib": None}]
+    assert nb.merged([None, []]) == [] and nb.merged([None, rank0]) == rank0
+    assert nb.merged([None, None]) is None
 
 
 def test_a_watch_keeps_every_neighbour_it_saw_and_the_reason_names_them():

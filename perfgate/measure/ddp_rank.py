@@ -20,6 +20,7 @@ import dataclasses
 import datetime as _dt
 import json
 import logging
+import os
 import sys
 import time
 from pathlib import Path
@@ -31,7 +32,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from perfgate.core.matrix import PRECISIONS, VARIANTS, Cell
 from perfgate.core.record import UNFINISHED, error_line, new_record
 from perfgate.measure import cell as single
-from perfgate.measure import faults, introspect
+from perfgate.measure import faults, introspect, neighbours
 from perfgate.measure.ddp import rank_device
 from perfgate.measure.children import die_with_parent
 from perfgate.measure.numerics import judge
@@ -196,9 +197,15 @@ def measure(spec, cell: Cell, options, record: dict, rank: int, world: int, devi
         eager_ms, eager_warm = warm_up(eager_step, device, options.plan, clock=slowest)
         record["warmup_steps"] = max(eager_warm, compiled_warm)
         steps = steps_per_round(min(eager_ms, compiled_ms), options.plan)
+        # Each rank watches its own GPU; the launcher's process tree (the other ranks) is this cell's own.
+        watch = neighbours.Watch(root=os.getppid()) if device.type == "cuda" else None
+        if watch:
+            watch.sample()
         progress(f"{cell.id}: timing DDP, {steps} steps per round, the slowest of {world} ranks")
         rounds = interleaved_rounds(eager_step, compiled_step, steps, device, options.plan, clock=slowest)
         single.store_timing(record, rounds)
+        if watch:
+            watch.sample()
         counts = introspect.compile_counts()
     # Recompiles are guards that failed: DDP's wrapper also compiles new frames on later steps (the code
     # after its breaks runs other branches once warm), each for the first time, which are no recompile.
@@ -213,6 +220,9 @@ def measure(spec, cell: Cell, options, record: dict, rank: int, world: int, devi
     single.clean_up()
 
     _one_device(spec, cell, size, state, batches, device, options, record, progress)
+    if watch:
+        watch.sample()
+        _store_neighbours(record, watch.found, world)
     record["ddp_wrapper_breaks"] = max(0, ddp_breaks - record["graph_breaks"])
     # DDP's forward is not traced (dynamo skips its wrapper): the model inside is compiled only where dynamo
     # can start a frame there. A model whose forward it skips as well (a bare nn.Sequential) would run eager
@@ -228,6 +238,15 @@ def measure(spec, cell: Cell, options, record: dict, rank: int, world: int, devi
     known = [p for p in peaks if p[0] is not None]
     record["peak_mem_eager_mb"] = max(p[0] for p in known) if known else None
     record["peak_mem_compiled_mb"] = max(p[1] for p in known) if known else None
+
+
+def _store_neighbours(record: dict, found: list[dict] | None, world: int) -> None:
+    """Every rank's neighbours in the record (a collective: every rank calls it); the cell is unfit if any
+    rank's GPU had one."""
+    founds: list = [None] * world
+    dist.all_gather_object(founds, found)
+    record["gpu_neighbours"] = neighbours.merged(founds)
+    record["unfit"] = neighbours.unfit_reason(record["gpu_neighbours"])
 
 
 def _one_device(spec, cell, size, state, batches, device, options, record: dict, progress) -> None:

@@ -40,23 +40,30 @@ def compute_processes(run=subprocess.run) -> list[tuple[str, int, float | None]]
     return rows
 
 
-def own_processes(me: int, proc: Path = Path("/proc")) -> set[int]:
-    """`me`, its ancestors and its descendants (Linux /proc): the processes of this run."""
+def parents(proc: Path = Path("/proc")) -> dict[int, int]:
+    """pid -> parent pid of every process /proc lists (one that ends while it is read is left out)."""
     parent = {}
     for stat in proc.glob("[0-9]*/stat"):
-        try:
+        try:  # the name field may hold spaces and parentheses: the fields after its last ")" are fixed
             parent[int(stat.parent.name)] = int(stat.read_text().rsplit(")", 1)[1].split()[1])
         except (OSError, IndexError, ValueError):
             continue
+    return parent
+
+
+def own_processes(me: int, proc: Path = Path("/proc"), root: int | None = None) -> set[int]:
+    """`me`, its ancestors and the descendants of `root` (`me` unless given; Linux /proc): the processes of
+    this run. A data-parallel rank gives its launcher as root, so that the other ranks are its own too."""
+    parent = parents(proc)
     own, pid = {me}, me
     while parent.get(pid, 0) > 1:
         pid = parent[pid]
         own.add(pid)
-    frontier = {me}
+    frontier = seen = {me if root is None else root}
     while frontier:
-        frontier = {child for child, up in parent.items() if up in frontier and child not in own}
-        own |= frontier
-    return own
+        frontier = {child for child, up in parent.items() if up in frontier and child not in seen}
+        seen = seen | frontier
+    return own | seen
 
 
 def neighbours(rows: list[tuple[str, int, float | None]], me: int, own: set[int]) -> list[dict] | None:
@@ -72,20 +79,28 @@ class Watch:
     """The neighbours seen over a cell's samples: `found` is None until a sample could tell, then a list
     (one entry a pid, its largest MiB)."""
 
-    def __init__(self, list_processes=compute_processes):
-        self.list_processes, self.found = list_processes, None
+    def __init__(self, list_processes=compute_processes, root: int | None = None):
+        self.list_processes, self.root, self.found = list_processes, root, None
 
     def sample(self) -> None:
         rows = self.list_processes()
-        seen = None if rows is None else neighbours(rows, os.getpid(), own_processes(os.getpid()))
-        if seen is None:
-            return
-        merged = {n["pid"]: n for n in self.found or []}
-        for n in seen:
-            old = merged.get(n["pid"])
-            if old is None or (n["mib"] or 0) > (old["mib"] or 0):
-                merged[n["pid"]] = n
-        self.found = sorted(merged.values(), key=lambda n: n["pid"])
+        me = os.getpid()
+        seen = None if rows is None else neighbours(rows, me, own_processes(me, root=self.root))
+        if seen is not None:
+            self.found = merged([self.found or [], seen])
+
+
+def merged(founds: list[list[dict] | None]) -> list[dict] | None:
+    """One list of the neighbours in `founds` (several samples, or every rank's), each pid once with its
+    largest MiB; None when none of them could tell."""
+    if all(found is None for found in founds):
+        return None
+    by_pid: dict[int, dict] = {}
+    for n in (n for found in founds for n in found or []):
+        old = by_pid.get(n["pid"])
+        if old is None or (n["mib"] or 0) > (old["mib"] or 0):
+            by_pid[n["pid"]] = n
+    return sorted(by_pid.values(), key=lambda n: n["pid"])
 
 
 def unfit_reason(found: list[dict] | None) -> str:
