@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from perfgate.render import modes
+from perfgate.render import cells, modes
 from perfgate.cli import main
 from perfgate.core.matrix import Cell
 from synthetic import failed, record, write_run
@@ -38,6 +38,14 @@ def test_one_table_per_model_and_precision_eager_first_then_the_matrix_order():
     autotune = rows[-1]
     assert autotune.infer_ms is None and autotune.train_ms is not None
     assert autotune.status == "infer failed: timed out after 2400 s while compiling (inductor_max_autotune)"
+
+
+def test_a_failure_the_zoo_knows_is_marked_as_a_known_issue():
+    cell = Cell("segformer_b2", "train", "inductor_max_autotune", "amp_bf16", "gpu", "nightly")
+    known = {**failed(cell, reason="timed out after 2400 s while compiling"), "known_issue": "compile > 18 min"}
+    row = modes.modes_tables([known])[("segformer_b2", "amp_bf16")][1]
+    assert row.status.startswith("train failed (known issue): timed out after 2400 s") and "infer not run" in row.status
+    assert cells.row(known)[1] == "failed (known issue)"  # the per-cell table says it too
 
 
 def test_a_phase_never_run_is_named_and_eager_memory_is_the_train_steps():

@@ -88,6 +88,8 @@ FIELDS: tuple[Field, ...] = (
           default="failed"),
     Field("reason", str, check="text", fold="custom", column=True, default=UNFINISHED,
           doc='why it failed or was skipped ("" when ok)'),
+    Field("known_issue", str, check="text", default="", doc="the zoo's known issue that marks this cell (its "
+          "reason; pytest xfails or skips it), or \"\": so a report can tell a known failure from a new one"),
     Field("env", dict, check="object", doc="{fingerprint, gpu, driver, cuda, torch, triton, transformers, timm, "
                                            "python, host, tf32, cpu_model, cpu_cores}: perfgate.measure.env"),
     Field("started_at", str, column=True, doc="ISO-8601 UTC time the cell started"),

@@ -104,7 +104,9 @@ class PerfSession:
             record = self._run_here(spec, cell, options, record_compiled)
         # NaN, inf or missing figures on an ok record: the cell failed, whatever run_cell thought.
         unfit = "; ".join(filter(None, (self.unfit(cell), record.get("unfit"))))  # the cell's own: neighbours
-        record = checked({**record, "run_id": self.run_id, "unfit": unfit})
+        issue = spec.known_issue(cell)
+        record = checked({**record, "run_id": self.run_id, "unfit": unfit,
+                          "known_issue": issue.reason if issue else ""})
         self.finished[cell.id] = {"line": finished_line(record), "cell": cell.id, "wall_s": record["wall_s"],
                                   "expected_s": self.expected.get(cell.id, 0.0), "planned": len(self.expected),
                                   "planned_s": sum(self.expected.values()), "gpus": gpus_held(record)}

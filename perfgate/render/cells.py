@@ -39,7 +39,8 @@ def _peaks(record: dict) -> str:
 
 def row(record: dict) -> tuple[str, ...]:
     device = record.get("device_speedup")
-    return (md_code(record["cell"]), md_text(record.get("status") or "?"), _speedup(record),
+    status = (record.get("status") or "?") + (" (known issue)" if record.get("known_issue") else "")
+    return (md_code(record["cell"]), md_text(status), _speedup(record),
             "–" if device is None else f"{device:.3f}×", shown(record, "eager_ms"), shown(record, "compiled_ms"),
             first_call(record.get("compile_s"), first_call_cache(record)), shown(record, "compile_warm_s"),
             _peaks(record), shown(record, "graph_breaks"), shown(record, "recompiles"),

@@ -57,8 +57,8 @@ def _eager_row(records: Sequence[dict]) -> ModeRow:
 
 def _variant_row(variant: str, train: dict | None, infer: dict | None) -> ModeRow:
     first = train if _ok(train) else infer if _ok(infer) else None
-    problems = [f"{r['phase']} {r.get('status')}: {r.get('reason') or 'no reason given'}"
-                for r in (train, infer) if r and not _ok(r)]
+    problems = [f"{r['phase']} {r.get('status')}" + (" (known issue)" if r.get("known_issue") else "")
+                + f": {r.get('reason') or 'no reason given'}" for r in (train, infer) if r and not _ok(r)]
     problems += [f"{phase} not run" for phase, r in (("train", train), ("infer", infer)) if r is None]
 
     def get(record, name):
