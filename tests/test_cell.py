@@ -262,6 +262,25 @@ def test_an_interrupted_precompile_kills_its_children_and_keeps_its_lines(tmp_pa
         {"cell": cell.id, "status": "failed", "reason": "not compiled: interrupted"}]
 
 
+def test_an_interrupt_kills_every_child_before_waiting_for_any(monkeypatch):
+    """A killed GPU process may take seconds to end: waiting on each before killing the next adds them up."""
+    events = []
+
+    class Child:
+        def __init__(self, pid):
+            self.pid = pid
+
+        def poll(self):
+            return None
+
+        def wait(self):
+            events.append(("wait", self.pid))
+
+    monkeypatch.setattr(precompile.os, "killpg", lambda pid, sig: events.append(("kill", pid)))
+    precompile._kill(Child(1), Child(2), Child(3))
+    assert events == [("kill", 1), ("kill", 2), ("kill", 3), ("wait", 1), ("wait", 2), ("wait", 3)]
+
+
 def test_a_kept_cache_holds_one_inductor_cache_per_precision(tmp_path):
     """torch 2.11's AOTAutograd cache keys autocast on/off, not its dtype: amp_bf16 and amp_fp16 must never
     share one, or a cell runs the other precision's graph. Triton kernels (keyed by source) stay shared."""
