@@ -236,6 +236,23 @@ def test_a_precompile_child_past_its_time_is_killed_and_its_cells_say_so(tmp_pat
     assert line == {"cell": cell.id, "status": "failed", "reason": "not compiled: timed out after 0.2 s"}
 
 
+def test_at_the_limit_every_child_left_is_killed_at_once_and_says_so(tmp_path, monkeypatch):
+    """Not a second's grace per child after the first: the children share one limit."""
+    cells = [Cell("mlp", phase, "inductor_default", "fp32", "cpu") for phase in ("infer", "train")]
+    timed_waits, real_wait = [], subprocess.Popen.wait
+
+    def wait(self, timeout=None):
+        if timeout is not None:
+            timed_waits.append(timeout)
+        return real_wait(self, timeout)
+
+    monkeypatch.setattr(subprocess.Popen, "wait", wait)
+    lines = precompile.run([[c] for c in cells], cache_dir=str(tmp_path), registry=f"{__name__}:REGISTRY",
+                           devices=[], tf32=False, out=tmp_path / "pre.json", limit_s=0.2)
+    assert [line["reason"] for line in lines] == ["not compiled: timed out after 0.2 s"] * 2
+    assert len(timed_waits) == 1
+
+
 def test_an_interrupted_precompile_kills_its_children_and_keeps_its_lines(tmp_path, monkeypatch):
     """Ctrl-C (or a CI step's timeout) while the children compile: none is left running in its own session,
     and the cells they did not reach say why in the .precompile.json."""

@@ -66,16 +66,18 @@ def run(shares: list[list[Cell]], *, cache_dir: str, registry: str, devices: lis
                 child = subprocess.Popen(argv, env=child_environ(), stdin=subprocess.DEVNULL,
                                          stdout=subprocess.DEVNULL, stderr=sink, start_new_session=True)
             children.append((share, lines, stderr, child))
-        collected = 0
+        collected, timed_out = 0, False
         try:
             for share, lines, stderr, child in children:
                 try:
-                    child.wait(timeout=max(limit_s - (time.monotonic() - started), 1.0))
-                    why = (stderr.read_text(errors="replace").strip().splitlines()[-1:] or
-                           [f"exit code {child.returncode}"])[0]
+                    if not timed_out:  # else it was killed with the first child past the limit
+                        child.wait(timeout=max(limit_s - (time.monotonic() - started), 1.0))
                 except subprocess.TimeoutExpired:
-                    why = f"timed out after {limit_s:g} s"
-                    _kill(child)
+                    timed_out = True
+                    _kill(*(c for *_, c in children[collected:]))  # one limit: every child left is past it
+                why = f"timed out after {limit_s:g} s" if timed_out else (
+                    stderr.read_text(errors="replace").strip().splitlines()[-1:] or
+                    [f"exit code {child.returncode}"])[0]
                 results += _lines(share, lines, why)
                 collected += 1
         except BaseException:  # Ctrl-C, a CI step's timeout: no child outlives the run; what it did is kept
