@@ -12,7 +12,7 @@ torch = pytest.importorskip("torch")
 import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 
-from perfgate.measure import artifacts, precompile  # noqa: E402
+from perfgate.measure import artifacts, children, precompile  # noqa: E402
 from perfgate.measure.cell import RunOptions, run_cell  # noqa: E402
 from perfgate.core.matrix import VARIANTS, Cell, Variant  # noqa: E402
 from perfgate.core.spec import ModelSpec, Size  # noqa: E402
@@ -293,8 +293,8 @@ def test_an_interrupt_kills_every_child_before_waiting_for_any(monkeypatch):
         def wait(self):
             events.append(("wait", self.pid))
 
-    monkeypatch.setattr(precompile.os, "killpg", lambda pid, sig: events.append(("kill", pid)))
-    precompile._kill(Child(1), Child(2), Child(3))
+    monkeypatch.setattr(children.os, "killpg", lambda pid, sig: events.append(("kill", pid)))
+    children.kill_groups(Child(1), Child(2), Child(3))
     assert events == [("kill", 1), ("kill", 2), ("kill", 3), ("wait", 1), ("wait", 2), ("wait", 3)]
 
 

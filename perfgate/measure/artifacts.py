@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -28,7 +26,7 @@ from pathlib import Path
 import torch
 
 from perfgate.measure import introspect
-from perfgate.measure.children import child_environ, die_with_parent, import_path
+from perfgate.measure.children import child_environ, die_with_parent, import_path, kill_groups
 from perfgate.measure.faults import Fault
 from perfgate.core import zoo
 from perfgate.core.matrix import Cell
@@ -136,10 +134,7 @@ def _run_child(job_dir: Path, data: bytes, job: dict, timeout_s: float) -> dict:
         except subprocess.TimeoutExpired:
             return {"error": f"timed out after {timeout_s:g} s"}
         finally:
-            if child.poll() is None:  # timed out, or interrupted while waiting: leave no orphan compiling
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(child.pid, signal.SIGKILL)
-                child.wait()
+            kill_groups(child)  # timed out, or interrupted while waiting: leave no orphan compiling
     result = job_dir / "result.json"
     if result.exists():
         return json.loads(result.read_text(encoding="utf-8"))

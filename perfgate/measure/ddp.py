@@ -12,11 +12,9 @@ Linux to kill it if this process dies.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -26,8 +24,8 @@ from typing import Callable
 
 from perfgate.core.matrix import DDP_WORLD, VARIANTS
 from perfgate.core.record import new_record
-from perfgate.measure.children import (HEARTBEAT_S, POLL_S, Events, child_environ, death, import_path, stage_of,
-                                       stderr_tail)
+from perfgate.measure.children import (HEARTBEAT_S, POLL_S, Events, child_environ, death, import_path,
+                                       kill_groups, stage_of, stderr_tail)
 
 EXIT_GRACE_S = 30.0  # how long the other ranks may take to exit once rank 0 has reported its record
 
@@ -53,7 +51,7 @@ def run(spec, cell, options, env: dict, progress: Callable[[str], None],
         try:
             failure = _wait(ranks, events, job_dir, cell, limit_s, started, progress, record_compiled, checkpoint)
         finally:
-            _kill(ranks)
+            kill_groups(*ranks)
         events.read(progress, record_compiled)
         if failure is None and events.record is not None:
             return events.record
@@ -109,12 +107,3 @@ def _wait(ranks, events: Events, job_dir: Path, cell, limit_s: float, started: f
         elif now - told >= HEARTBEAT_S:
             told = now
             progress(f"{cell.id}: still {stage} after {now - stage_since:.0f} s (cell limit {limit_s:g} s)")
-
-
-def _kill(ranks: list[subprocess.Popen]) -> None:
-    for p in ranks:
-        if p.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(p.pid, signal.SIGKILL)
-    for p in ranks:
-        p.wait()

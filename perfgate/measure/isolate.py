@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -32,7 +31,7 @@ from typing import Callable
 from perfgate.core.record import new_record
 from perfgate.core.records_file import append_record
 from perfgate.measure.children import (HEARTBEAT_S, POLL_S, Events, child_environ, death, die_with_parent,
-                                       import_path, stage_of, stderr_tail)
+                                       import_path, kill_groups, stage_of, stderr_tail)
 
 
 
@@ -111,10 +110,7 @@ def run_isolated(cell, job: Job, limit_s: float, progress: Callable[[str], None]
                                  f"(cell limit {limit_s:g} s, {now - started:.0f} s used)")
             finally:
                 timed_out = child.poll() is None
-                if timed_out:  # past the limit, or interrupted (Ctrl-C): leave no orphan compiling
-                    with contextlib.suppress(ProcessLookupError):
-                        os.killpg(child.pid, signal.SIGKILL)
-                    child.wait()
+                kill_groups(child)  # past the limit, or interrupted (Ctrl-C): leave no orphan compiling
         events.read(progress, record_compiled)
         stage = stage_of(events.last_stage, cell.id)
         if timed_out:

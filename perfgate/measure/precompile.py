@@ -15,10 +15,8 @@ The children take the visible GPUs in turn: a runner's GPUs all compile, as they
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -28,7 +26,7 @@ from pathlib import Path
 
 from perfgate.core.matrix import VARIANTS, Cell
 from perfgate.core.record import error_line
-from perfgate.measure.children import child_environ, die_with_parent, import_path
+from perfgate.measure.children import child_environ, die_with_parent, import_path, kill_groups
 
 
 def wanted(cell: Cell, has_cuda: bool) -> bool:
@@ -74,34 +72,20 @@ def run(shares: list[list[Cell]], *, cache_dir: str, registry: str, devices: lis
                         child.wait(timeout=max(limit_s - (time.monotonic() - started), 1.0))
                 except subprocess.TimeoutExpired:
                     timed_out = True
-                    _kill(*(c for *_, c in children[collected:]))  # one limit: every child left is past it
+                    kill_groups(*(c for *_, c in children[collected:]))  # one limit: every child left is past it
                 why = f"timed out after {limit_s:g} s" if timed_out else (
                     stderr.read_text(errors="replace").strip().splitlines()[-1:] or
                     [f"exit code {child.returncode}"])[0]
                 results += _lines(share, lines, why)
                 collected += 1
         except BaseException:  # Ctrl-C, a CI step's timeout: no child outlives the run; what it did is kept
-            _kill(*(child for *_, child in children[collected:]))
+            kill_groups(*(child for *_, child in children[collected:]))
             for share, lines, _, child in children[collected:]:
                 results += _lines(share, lines, "interrupted")
             _write(out, results)
             raise
     _write(out, results)
     return results
-
-
-def _kill(*children: subprocess.Popen) -> None:
-    """Each child's whole group (inductor's compile workers too), if it still runs; every group is killed
-    before any is waited for. An interrupted precompile of 3 GPU children took ~21 s to end on an H100
-    (2026-11-24), ~2 s on a CPU box, not yet explained; a likely part: a killed process that held a GPU
-    context ends only once the driver has freed it, and killing each child after the last one ended would
-    add those waits up."""
-    for child in children:
-        if child.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(child.pid, signal.SIGKILL)
-    for child in children:
-        child.wait()
 
 
 def _lines(share: list[Cell], lines: Path, why: str) -> list[dict]:
