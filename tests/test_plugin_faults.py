@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from perfgate.core.records_file import load_records
+from perfgate.measure.neighbours import parents
 from tiny_suite import FAST, fixture
 
 pytest.importorskip("torch")
@@ -102,15 +103,7 @@ def test_a_hung_compile_times_out_and_keeps_what_was_measured(suite):
 
 def _children(pid: int) -> list[int]:
     """Pids whose parent is `pid` (Linux /proc)."""
-    found = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == pid:
-            found.append(int(stat.parent.name))
-    return found
+    return [child for child, parent in parents().items() if parent == pid]
 
 
 def _alive(pid: int) -> bool:
