@@ -42,6 +42,21 @@ def test_a_bad_last_line_that_was_finished_is_not_forgiven(tmp_path):
         load_records([path])
 
 
+def test_a_cut_off_rerun_never_hides_another_runs_finished_record(tmp_path):
+    def line(run, status, reason=""):
+        return json.dumps({"cell": "a", "run_id": run, "status": status, "reason": reason})
+
+    cut = "did not finish: the process ended during 'a: timing'"
+    finished = _write(tmp_path / "1.jsonl", line("r1", "ok") + "\n")
+    rerun_cut = _write(tmp_path / "2.jsonl", line("r2", "failed", cut) + "\n")
+    rerun_failed = _write(tmp_path / "3.jsonl", line("r3", "failed", "out of memory") + "\n")
+    checkpoints = _write(tmp_path / "4.jsonl", line("r4", "failed", cut) + "\n" + line("r4", "ok") + "\n")
+    assert [r["run_id"] for r in load_records([finished, rerun_cut])] == ["r1"]
+    assert [r["run_id"] for r in load_records([rerun_cut, finished])] == ["r1"]
+    assert [r["run_id"] for r in load_records([finished, rerun_failed])] == ["r3"]  # a failure is a result
+    assert [r["run_id"] for r in load_records([rerun_cut, checkpoints])] == ["r4"]  # its run's final record
+
+
 # ---------------------------------------------------------------------------------------------- the field table
 
 def _ok_record() -> dict:

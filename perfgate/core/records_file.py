@@ -9,6 +9,7 @@ import warnings
 from pathlib import Path
 from typing import Iterable, Iterator
 
+from perfgate.core.record import UNFINISHED
 from perfgate.core.validate import checked, shape_problems
 
 
@@ -57,9 +58,18 @@ def iter_records(path: str | os.PathLike) -> Iterator[dict]:
 
 def load_records(paths: Iterable[str | os.PathLike]) -> list[dict]:
     """Records of several files (xdist workers, shards), one per cell: a later record of a cell replaces
-    an earlier one (a re-run or a gate's confirm round), so merged files carry no duplicates."""
+    an earlier one (a re-run or a gate's confirm round), so merged files carry no duplicates. Except: the
+    checkpoint of another run's cell that was cut off ("did not finish": a call's limit, a kill) is no result
+    and never hides a finished record, whatever the order of the files."""
     by_cell: dict[str, dict] = {}
     for path in paths:
         for record in iter_records(path):
-            by_cell[record["cell"]] = record
+            old = by_cell.get(record["cell"])
+            if old is None or old.get("run_id") == record.get("run_id") or unfinished(old) or not unfinished(record):
+                by_cell[record["cell"]] = record
     return list(by_cell.values())
+
+
+def unfinished(record: dict) -> bool:
+    """A checkpoint whose cell never ended: what its process reached when it was stopped (cell.py)."""
+    return record.get("status") == "failed" and str(record.get("reason", "")).startswith(UNFINISHED)

@@ -18,6 +18,8 @@ import statistics
 import time
 from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
 
+from perfgate.core.records_file import unfinished
+
 if TYPE_CHECKING:
     from perfgate.core.matrix import Cell
 
@@ -41,8 +43,7 @@ def known_costs(records: Iterable[dict]) -> dict[str, float]:
     """{cell id: median wall_s} over finished records (a record's checkpoints are not costs)."""
     seen: dict[str, list[float]] = {}
     for record in records:
-        if record.get("wall_s") and record.get("status") in ("ok", "failed") \
-                and not str(record.get("reason", "")).startswith("did not finish"):
+        if record.get("wall_s") and record.get("status") in ("ok", "failed") and not unfinished(record):
             seen.setdefault(record["cell"], []).append(float(record["wall_s"]))
     return {cell: statistics.median(values) for cell, values in seen.items()}
 
