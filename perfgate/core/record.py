@@ -38,6 +38,11 @@ STATUSES = ("ok", "failed", "skipped")
 NUMERICS = ("pass", "fail", "skipped")
 
 
+def unfinished(record: dict) -> bool:
+    """A checkpoint whose cell never ended: what its process reached when it was stopped (cell.py)."""
+    return record.get("status") == "failed" and str(record.get("reason", "")).startswith(UNFINISHED)
+
+
 @dataclass(frozen=True)
 class Field:
     """One field of a record.

@@ -9,7 +9,7 @@ import warnings
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from perfgate.core.record import UNFINISHED
+from perfgate.core.record import unfinished
 from perfgate.core.validate import checked, shape_problems
 
 
@@ -69,7 +69,3 @@ def load_records(paths: Iterable[str | os.PathLike]) -> list[dict]:
                 by_cell[record["cell"]] = record
     return list(by_cell.values())
 
-
-def unfinished(record: dict) -> bool:
-    """A checkpoint whose cell never ended: what its process reached when it was stopped (cell.py)."""
-    return record.get("status") == "failed" and str(record.get("reason", "")).startswith(UNFINISHED)

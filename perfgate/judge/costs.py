@@ -18,7 +18,7 @@ import statistics
 import time
 from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
 
-from perfgate.core.records_file import unfinished
+from perfgate.core.record import unfinished
 
 if TYPE_CHECKING:
     from perfgate.core.matrix import Cell
