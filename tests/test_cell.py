@@ -5,6 +5,7 @@ import dataclasses
 import json
 import signal
 import subprocess
+import time
 
 import pytest
 
@@ -233,7 +234,7 @@ def test_a_precompile_child_past_its_time_is_killed_and_its_cells_say_so(tmp_pat
     cell = Cell("mlp", "infer", "inductor_default", "fp32", "cpu")
     (line,) = precompile.run([[cell]], cache_dir=str(tmp_path), registry=f"{__name__}:REGISTRY", devices=[],
                              tf32=False, out=tmp_path / "pre.json", limit_s=0.2)  # still importing torch
-    assert line == {"cell": cell.id, "status": "failed", "reason": "not compiled: timed out after 0.2 s"}
+    assert line == {"cell": cell.id, "status": "failed", "reason": "not compiled: timed out after 0.2 s (not started)"}
 
 
 def test_at_the_limit_every_child_left_is_killed_at_once_and_says_so(tmp_path, monkeypatch):
@@ -249,7 +250,7 @@ def test_at_the_limit_every_child_left_is_killed_at_once_and_says_so(tmp_path, m
     monkeypatch.setattr(subprocess.Popen, "wait", wait)
     lines = precompile.run([[c] for c in cells], cache_dir=str(tmp_path), registry=f"{__name__}:REGISTRY",
                            devices=[], tf32=False, out=tmp_path / "pre.json", limit_s=0.2)
-    assert [line["reason"] for line in lines] == ["not compiled: timed out after 0.2 s"] * 2
+    assert [line["reason"] for line in lines] == ["not compiled: timed out after 0.2 s (not started)"] * 2
     assert len(timed_waits) == 1
 
 
@@ -276,7 +277,22 @@ def test_an_interrupted_precompile_kills_its_children_and_keeps_its_lines(tmp_pa
     (child,) = children
     assert child.returncode == -signal.SIGKILL
     assert json.loads((tmp_path / "pre.json").read_text()) == [
-        {"cell": cell.id, "status": "failed", "reason": "not compiled: interrupted"}]
+        {"cell": cell.id, "status": "failed", "reason": "not compiled: interrupted (not started)"}]
+
+
+def test_a_stopped_precompile_says_how_long_the_cell_in_hand_had_compiled(tmp_path):
+    """A compile cut at the limit is a measurement too: at least that long (the known issue's figure)."""
+    done, cut, later = (Cell("mlp", phase, "inductor_default", "fp32", "cpu") for phase in ("infer", "train", "ddp"))
+    now = time.time()
+    lines = tmp_path / "0.jsonl"
+    lines.write_text("".join(json.dumps(line) + "\n" for line in (
+        {"cell": done.id, "started_at": now - 20.0}, {"cell": done.id, "status": "ok", "wall_s": 8.0},
+        {"cell": cut.id, "started_at": now - 12.0})))
+    assert precompile._lines([done, cut, later], lines, "timed out after 20 s") == [
+        {"cell": done.id, "status": "ok", "wall_s": 8.0},
+        {"cell": cut.id, "status": "failed", "reason": "not compiled: timed out after 20 s",
+         "stopped_after_s": pytest.approx(12.0, abs=1.0)},
+        {"cell": later.id, "status": "failed", "reason": "not compiled: timed out after 20 s (not started)"}]
 
 
 def test_an_interrupt_kills_every_child_before_waiting_for_any(monkeypatch):

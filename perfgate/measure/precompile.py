@@ -89,11 +89,22 @@ def run(shares: list[list[Cell]], *, cache_dir: str, registry: str, devices: lis
 
 
 def _lines(share: list[Cell], lines: Path, why: str) -> list[dict]:
-    """What a child wrote for its share, and a failed line with `why` for each cell it did not reach."""
-    done = [json.loads(line) for line in lines.read_text().splitlines()] if lines.exists() else []
+    """What a child wrote for its share, and a failed line with `why` for each cell it did not finish. The
+    cell it was compiling when it ended says for how long (`stopped_after_s`): a lower bound on its compile,
+    the figure a known issue needs ("max-autotune compile > 505 s"); the cells after it say "not started"."""
+    written = [json.loads(line) for line in lines.read_text().splitlines()] if lines.exists() else []
+    done = [line for line in written if "status" in line]
+    started = {line["cell"]: line["started_at"] for line in written if "started_at" in line}
     seen = {line["cell"] for line in done}
-    return done + [{"cell": c.id, "status": "failed", "reason": f"not compiled: {why[:300]}"}
-                   for c in share if c.id not in seen]
+    unfinished = []
+    for cell in (c for c in share if c.id not in seen):
+        line = {"cell": cell.id, "status": "failed", "reason": f"not compiled: {why[:300]}"}
+        if cell.id in started:
+            line["stopped_after_s"] = round(time.time() - started[cell.id], 1)
+        else:
+            line["reason"] += " (not started)"
+        unfinished.append(line)
+    return done + unfinished
 
 
 def _write(out: Path, results: list[dict]) -> None:
@@ -155,8 +166,10 @@ def main(argv: list[str] | None = None) -> int:
     for text in args.cells:
         cell = Cell(**json.loads(text))
         device = "cpu" if cell.device_kind == "cpu" else args.device  # --device: where GPU cells compile
-        line = compile_cell(registry[cell.model], cell, args.cache, device, args.tf32 == "on")
         with open(args.out, "a") as sink:  # line by line: a child killed at its limit keeps what it did
+            sink.write(json.dumps({"cell": cell.id, "started_at": time.time()}) + "\n")  # Unix s, for _lines
+        line = compile_cell(registry[cell.model], cell, args.cache, device, args.tf32 == "on")
+        with open(args.out, "a") as sink:
             sink.write(json.dumps(line) + "\n")
     return 0
 

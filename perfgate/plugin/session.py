@@ -226,7 +226,8 @@ class PerfSession:
         results = precompile.run(shares, cache_dir=self.config.getoption("--perf-cache-dir"), registry=self.registry,
                                  devices=devices, tf32=self.tf32, limit_s=limit,
                                  out=self.results_path.with_name(f"{self.results_path.stem}.precompile.json"))
-        failed = [r["cell"] for r in results if r["status"] != "ok"]
+        failed = [r["cell"] + (f" (stopped after {clock(r['stopped_after_s'])})" if "stopped_after_s" in r else "")
+                  for r in results if r["status"] != "ok"]
         return (f"perfgate: precompiled {len(results) - len(failed)} of {len(results)} cell(s) in "
                 f"{clock(time.monotonic() - started)} with {len([s for s in shares if s])} process(es)"
                 + (f"; not compiled: {', '.join(failed)}" if failed else ""))
