@@ -288,7 +288,7 @@ def test_a_stopped_precompile_says_how_long_the_cell_in_hand_had_compiled(tmp_pa
     lines.write_text("".join(json.dumps(line) + "\n" for line in (
         {"cell": done.id, "started_at": now - 20.0}, {"cell": done.id, "status": "ok", "wall_s": 8.0},
         {"cell": cut.id, "started_at": now - 12.0})))
-    assert precompile._lines([done, cut, later], lines, "timed out after 20 s") == [
+    assert precompile._lines([done, cut, later], lines, "timed out after 20 s", stopped=True) == [
         {"cell": done.id, "status": "ok", "wall_s": 8.0},
         {"cell": cut.id, "status": "failed", "reason": "not compiled: timed out after 20 s",
          "stopped_after_s": pytest.approx(12.0, abs=1.0)},

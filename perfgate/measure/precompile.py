@@ -76,22 +76,23 @@ def run(shares: list[list[Cell]], *, cache_dir: str, registry: str, devices: lis
                 why = f"timed out after {limit_s:g} s" if timed_out else (
                     stderr.read_text(errors="replace").strip().splitlines()[-1:] or
                     [f"exit code {child.returncode}"])[0]
-                results += _lines(share, lines, why)
+                results += _lines(share, lines, why, stopped=timed_out)
                 collected += 1
         except BaseException:  # Ctrl-C, a CI step's timeout: no child outlives the run; what it did is kept
             kill_groups(*(child for *_, child in children[collected:]))
             for share, lines, _, child in children[collected:]:
-                results += _lines(share, lines, "interrupted")
+                results += _lines(share, lines, "interrupted", stopped=True)
             _write(out, results)
             raise
     _write(out, results)
     return results
 
 
-def _lines(share: list[Cell], lines: Path, why: str) -> list[dict]:
-    """What a child wrote for its share, and a failed line with `why` for each cell it did not finish. The
-    cell it was compiling when it ended says for how long (`stopped_after_s`): a lower bound on its compile,
-    the figure a known issue needs ("max-autotune compile > 505 s"); the cells after it say "not started"."""
+def _lines(share: list[Cell], lines: Path, why: str, stopped: bool = False) -> list[dict]:
+    """What a child wrote for its share, and a failed line with `why` for each cell it did not finish. Where
+    the child was `stopped` (killed now: the limit, an interrupt), the cell it was compiling says for how long
+    (`stopped_after_s`): a lower bound on its compile, the figure a known issue needs ("max-autotune compile
+    > 505 s"); the cells after it say "not started"."""
     written = [json.loads(line) for line in lines.read_text().splitlines()] if lines.exists() else []
     done = [line for line in written if "status" in line]
     started = {line["cell"]: line["started_at"] for line in written if "started_at" in line}
@@ -100,7 +101,8 @@ def _lines(share: list[Cell], lines: Path, why: str) -> list[dict]:
     for cell in (c for c in share if c.id not in seen):
         line = {"cell": cell.id, "status": "failed", "reason": f"not compiled: {why[:300]}"}
         if cell.id in started:
-            line["stopped_after_s"] = round(time.time() - started[cell.id], 1)
+            if stopped:
+                line["stopped_after_s"] = round(time.time() - started[cell.id], 1)
         else:
             line["reason"] += " (not started)"
         unfinished.append(line)
