@@ -97,16 +97,15 @@ def _lines(share: list[Cell], lines: Path, why: str, stopped: bool = False) -> l
     done = [line for line in written if "status" in line]
     started = {line["cell"]: line["started_at"] for line in written if "started_at" in line}
     seen = {line["cell"] for line in done}
-    unfinished = []
+    missing = []
     for cell in (c for c in share if c.id not in seen):
         line = {"cell": cell.id, "status": "failed", "reason": f"not compiled: {why[:300]}"}
-        if cell.id in started:
-            if stopped:
-                line["stopped_after_s"] = round(time.time() - started[cell.id], 1)
-        else:
+        if cell.id not in started:
             line["reason"] += " (not started)"
-        unfinished.append(line)
-    return done + unfinished
+        elif stopped:
+            line["stopped_after_s"] = round(time.time() - started[cell.id], 1)
+        missing.append(line)
+    return done + missing
 
 
 def _write(out: Path, results: list[dict]) -> None:

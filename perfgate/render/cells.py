@@ -9,7 +9,7 @@ from typing import Sequence
 
 from perfgate.core.matrix import PRECISIONS, VARIANTS
 from perfgate.core.record import compiled_peak_is_right, first_call_cache
-from perfgate.render.report import first_call, fmt, md_code, md_text, shown
+from perfgate.render.report import first_call, fmt, md_code, md_text, shown, status_text
 
 COLUMNS = ("cell", "status", "wall speedup [95 % CI]", "device speedup", "eager ms", "compiled ms",
            "first call s", "warm s", "peak MiB eager → compiled", "graph breaks", "recompiles", "numerics",
@@ -39,8 +39,7 @@ def _peaks(record: dict) -> str:
 
 def row(record: dict) -> tuple[str, ...]:
     device = record.get("device_speedup")
-    status = (record.get("status") or "?") + (" (known issue)" if record.get("known_issue") else "")
-    return (md_code(record["cell"]), md_text(status), _speedup(record),
+    return (md_code(record["cell"]), md_text(status_text(record)), _speedup(record),
             "–" if device is None else f"{device:.3f}×", shown(record, "eager_ms"), shown(record, "compiled_ms"),
             first_call(record.get("compile_s"), first_call_cache(record)), shown(record, "compile_warm_s"),
             _peaks(record), shown(record, "graph_breaks"), shown(record, "recompiles"),

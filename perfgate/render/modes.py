@@ -11,7 +11,7 @@ from typing import Sequence
 
 from perfgate.core.matrix import PRECISIONS, VARIANTS
 from perfgate.core.record import first_call_cache
-from perfgate.render.report import first_call, fmt, md_code, md_text
+from perfgate.render.report import first_call, fmt, md_code, md_text, status_text
 
 COLUMNS = ("mode", "first call s", "first call MiB", "train ms", "train speedup (device)", "infer ms",
            "infer speedup (device)", "status")
@@ -57,8 +57,8 @@ def _eager_row(records: Sequence[dict]) -> ModeRow:
 
 def _variant_row(variant: str, train: dict | None, infer: dict | None) -> ModeRow:
     first = train if _ok(train) else infer if _ok(infer) else None
-    problems = [f"{r['phase']} {r.get('status')}" + (" (known issue)" if r.get("known_issue") else "")
-                + f": {r.get('reason') or 'no reason given'}" for r in (train, infer) if r and not _ok(r)]
+    problems = [f"{r['phase']} {status_text(r)}: {r.get('reason') or 'no reason given'}"
+                for r in (train, infer) if r and not _ok(r)]
     problems += [f"{phase} not run" for phase, r in (("train", train), ("infer", infer)) if r is None]
 
     def get(record, name):

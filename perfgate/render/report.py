@@ -64,6 +64,11 @@ def first_call(seconds: float | None, cache: str | None) -> str:
     return text if seconds is None or cache in (None, "cold", "no cache") else f"{text} ({cache})"
 
 
+def status_text(record: dict) -> str:
+    """A record's status, marked where a zoo known issue expects it (so a known failure is not read as new)."""
+    return (record.get("status") or "?") + (" (known issue)" if record.get("known_issue") else "")
+
+
 def _value(source, name: str):
     """Field `name` of a record (a dict) or of a gate row (its attribute of that name)."""
     return source.get(name) if isinstance(source, dict) else getattr(source, name)
