@@ -8,6 +8,8 @@ without it.
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
 from perfgate.plugin import options, selection
@@ -15,6 +17,7 @@ from perfgate.core.matrix import UnknownNameError
 from perfgate.plugin.session import PerfSession
 
 SESSION_KEY = pytest.StashKey[PerfSession]()
+TORCH_TRACE_LOGGER = "torch.__trace"  # torch's structured trace (TORCH_TRACE, tlparse): always at DEBUG
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -101,6 +104,19 @@ def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: di
     environment = perf.machine_info() if perf is not None else None
     if environment is not None:
         machine_info["perfgate"] = environment
+
+
+@pytest.hookimpl(wrapper=True, trylast=True)
+def pytest_runtest_call(item: pytest.Item):
+    """Keep pytest's log capture off torch's structured-trace logger. pytest 9 hangs its capture handlers on
+    every logger that does not propagate; that one never does and is always at DEBUG, so each compile wrote
+    thousands of empty `DEBUG torch.__trace` lines into a cell's captured log (11,045 in an H100 run's -rA
+    report of 3 cells) and buried a failed cell's traceback. trylast: inside pytest's own wrapper, after it
+    has hung them. torch's handler stays, so TORCH_TRACE still writes its files."""
+    trace_log = logging.getLogger(TORCH_TRACE_LOGGER)
+    for handler in [h for h in trace_log.handlers if type(h).__module__ == "_pytest.logging"]:
+        trace_log.removeHandler(handler)
+    return (yield)
 
 
 @pytest.hookimpl(wrapper=True)
