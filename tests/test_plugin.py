@@ -49,6 +49,7 @@ def test_a_planted_numerics_fault_fails_the_cell(suite):
     ("--perf-variants=inductor_fast", "inductor_default"),
     ("--perf-precisions=fp8", "amp_bf16"),
     ("--perf-shard=3/2", "1 <= I <= N"),
+    ("--perf-rotate=0/9", "--perf-rotate='0/9': expected I/N"),
     ("--perf-inject=explode", "numerics"),
     ("--perf-inject=host_slow:nan", "finite number"),
     ("--perf-min-rounds=0", "rounds must be 1 or more"),
@@ -133,6 +134,20 @@ def test_shards_split_the_matrix_without_overlap(suite):
     n = len(ids[0] | ids[1])
     everything.stdout.fnmatch_lines([f"perfgate: {n} cell(s) planned ({n} on a GPU), about *:* expected in one "
                                      f"process: 0 from the costs history, {n} from priors per variant*"])
+
+
+def _collected(suite, *options) -> set[str]:
+    out = suite.runpytest_inprocess("--collect-only", "-q", "-m", "gpu", *options)
+    return {line for line in out.stdout.lines if "::" in line}
+
+
+def test_rotation_slices_cover_the_matrix_once_and_shards_split_a_slice(suite):
+    """The nightly's two levels: --perf-rotate K/3 over three nights, --perf-shard I/2 over two runners."""
+    slices = [_collected(suite, f"--perf-rotate={k}/3") for k in (1, 2, 3)]
+    assert all(slices) and sum(map(len, slices)) == len(set().union(*slices))  # disjoint, none empty
+    assert set().union(*slices) == _collected(suite)
+    halves = [_collected(suite, "--perf-rotate=2/3", f"--perf-shard={i}/2") for i in (1, 2)]
+    assert halves[0] and halves[1] and not halves[0] & halves[1] and halves[0] | halves[1] == slices[1]
 
 
 KILLED_MID_CELL = '''

@@ -58,8 +58,11 @@ class _ShardHook:
 
     @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(self, session: pytest.Session, config: pytest.Config, items: list) -> None:
-        """--perf-shard I/N: shards of equal expected cost over the cells that will really run."""
+        """--perf-rotate K/N, then --perf-shard I/N: slices and shards of equal expected cost over the cells
+        that will really run."""
         perf = config.stash[SESSION_KEY]
+        if perf.selection.rotate is not None:
+            _deselect(config, items, *selection.rotate(items, *perf.selection.rotate))
         if perf.selection.shard is not None:
             costs = perf.expected_costs(selection.cells_of(items))
             _deselect(config, items, *selection.shard(items, costs, *perf.selection.shard))

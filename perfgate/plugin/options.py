@@ -26,6 +26,9 @@ def add(parser: pytest.Parser) -> None:
     group.addoption("--perf-variants", help=f"compile variants: {', '.join(matrix.VARIANTS)}")
     group.addoption("--perf-precisions", help=f"precisions: {', '.join(matrix.PRECISIONS)}")
     group.addoption("--perf-shard", help="run shard I of N (1-based), e.g. 2/4: a deterministic split")
+    group.addoption("--perf-rotate", help="run slice K of N (1-based), dealt by the priors per variant alone, "
+                    "so the slices stay put night after night: N runs with K = 1..N run every cell once; "
+                    "--perf-shard then splits the slice")
     group.addoption("--perf-results", help="JSON-lines file each cell's record is appended to as it "
                     "finishes (default: .perfgate/results-<UTC time>.jsonl)")
     group.addoption("--perf-cache-dir", help="keep the inductor cache here between runs (default: a "
@@ -68,7 +71,7 @@ def add(parser: pytest.Parser) -> None:
 
 def check(config: pytest.Config) -> Selection:
     """Refuse options that cannot mean what they say (ValueError, naming the valid values); return the cells
-    --perf-models, --perf-variants, --perf-precisions and --perf-shard select."""
+    --perf-models, --perf-variants, --perf-precisions, --perf-rotate and --perf-shard select."""
     from perfgate.measure import faults
 
     opt = config.getoption
@@ -77,7 +80,8 @@ def check(config: pytest.Config) -> Selection:
         check_names("model", models, zoo.load(config.getini("perf_registry")))
     variants = split_csv(opt("--perf-variants"))
     precisions = split_csv(opt("--perf-precisions"))
-    shard = parse_shard(opt("--perf-shard"))
+    shard = parse_fraction("--perf-shard", opt("--perf-shard"))
+    rotate = parse_fraction("--perf-rotate", opt("--perf-rotate"))
     faults.parse(opt("--perf-inject"))
     check_timing(opt("--perf-min-rounds"), opt("--perf-max-rounds"), opt("--perf-round-ms"))
     costs_db = opt("--perf-costs")
@@ -93,6 +97,7 @@ def check(config: pytest.Config) -> Selection:
         variant=tuple(check_names("variant", variants, matrix.VARIANTS)) if variants else None,
         precision=tuple(check_names("precision", precisions, matrix.PRECISIONS)) if precisions else None,
         shard=shard,
+        rotate=rotate,
     )
 
 
@@ -123,7 +128,8 @@ def check_precompile(workers: int | None, cache_dir: str | None, xdist_workers) 
                          "step of its own (add --collect-only), then run the cells under -n")
 
 
-def parse_shard(text: str | None) -> tuple[int, int] | None:
+def parse_fraction(option: str, text: str | None) -> tuple[int, int] | None:
+    """--perf-shard's and --perf-rotate's I/N."""
     if not text:
         return None
     index, _, count = text.partition("/")
@@ -132,5 +138,5 @@ def parse_shard(text: str | None) -> tuple[int, int] | None:
     except ValueError:
         i = n = 0
     if not (n >= 1 and 1 <= i <= n):
-        raise ValueError(f"--perf-shard={text!r}: expected I/N with 1 <= I <= N, e.g. 1/4")
+        raise ValueError(f"{option}={text!r}: expected I/N with 1 <= I <= N, e.g. 1/4")
     return i, n

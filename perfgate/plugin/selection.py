@@ -1,6 +1,7 @@
 """Which cells a run holds: the matrix as pytest params (generated, for each test marked perf_cells(phase),
 from the zoo the ini setting perf_registry names), the --perf-models/variants/precisions narrowing at
-collection, --perf-shard's deal of cells of equal expected cost, and why no cell is left when none is.
+collection, --perf-rotate's and --perf-shard's deals of cells of equal expected cost, and why no cell is left
+when none is.
 """
 
 from __future__ import annotations
@@ -19,12 +20,14 @@ CELL_KEY = pytest.StashKey[Cell]()  # each cell item's Cell, stashed at collecti
 
 @dataclass(frozen=True)
 class Selection:
-    """What --perf-models, --perf-variants, --perf-precisions (None: all) and --perf-shard (I, N) keep."""
+    """What --perf-models, --perf-variants, --perf-precisions (None: all), --perf-rotate and --perf-shard (I, N)
+    keep."""
 
     model: tuple[str, ...] | None = None
     variant: tuple[str, ...] | None = None
     precision: tuple[str, ...] | None = None
     shard: tuple[int, int] | None = None
+    rotate: tuple[int, int] | None = None
 
     def selects(self, cell: Cell) -> bool:
         return all(getattr(self, key) is None or getattr(cell, key) in getattr(self, key)
@@ -103,6 +106,15 @@ def shard(items: list, costs: dict[str, float], index: int, count: int) -> tuple
         ours = cell.id in mine if cell is not None else index == 1
         (keep if ours else drop).append(item)
     return keep, drop
+
+
+def rotate(items: list, index: int, count: int) -> tuple[list, list]:
+    """Slice `index` of `count`, dealt like a shard but by the priors per variant alone: the history's costs
+    change with every night, and a deal that followed them would move cells between slices mid-rotation, so
+    that some ran twice in a pass and some never."""
+    from perfgate.judge.costs import expected_s
+
+    return shard(items, expected_s(cells_of(items), {}), index, count)
 
 
 def why_none(chosen: Selection, collected: int, offered: list[Cell], markexpr: str, keyword: str) -> str:
