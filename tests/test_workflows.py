@@ -166,11 +166,13 @@ def test_nightly_shards_over_runners_and_gpus():
     # the compiles first, in parallel, into the kept cache the timed runs read; never under xdist
     assert "--collect-only" in precompile and "-n" not in precompile and option(precompile, "--perf-precompile") == "X"
     assert option(precompile, "--perf-cache-dir") == option(args, "--perf-cache-dir") == option(ddp, "--perf-cache-dir")
-    assert option(precompile, "--perf-shard") == "X/X"
+    assert option(precompile, "--perf-shard") == "X/X" and option(precompile, "--perf-rotate") == "X"
     assert args[:5] == ["perftests", "-m", "gpu", "-k", "not test_ddp_train_step"] and option(args, "-n") == "X"
     # data-parallel cells hold 2 GPUs each: their own run, no xdist worker beside them
     assert ddp[:5] == ["perftests", "-m", "gpu", "-k", "test_ddp_train_step"] and "-n" not in ddp
     assert option(args, "--perf-shard") == option(ddp, "--perf-shard") == "X/X"
+    assert option(args, "--perf-rotate") == option(ddp, "--perf-rotate") == "X"  # tonight's slice
+    assert scripts(nightly).count('--perf-rotate "$PERF_ROTATE" --perf-shard "$SHARD/$SHARDS"') == 2
     assert '--perf-shard "$SHARD/$SHARDS"' in scripts(nightly) and "SHARD: ${{ matrix.shard }}" in \
         (WORKFLOWS / "nightly.yml").read_text()
     assert "nvidia-smi --list-gpus | wc -l" in scripts(nightly)
@@ -178,6 +180,31 @@ def test_nightly_shards_over_runners_and_gpus():
     assert merge["needs"] == "measure" and "gpu-h100" not in str(merge["runs-on"])
     propose = nightly["jobs"]["propose-baseline"]
     assert "github.event_name == 'workflow_dispatch' && inputs.propose_baseline" in propose["if"]
+
+
+def _slice(rotation_input: str, run_number: int, tmp_path: Path) -> subprocess.CompletedProcess:
+    """The nightly's slice step, run by bash as the runner would, with its env and the workflow's."""
+    nightly = load("nightly.yml")
+    (step,) = [s for s in nightly["jobs"]["measure"]["steps"] if s.get("name") == "Tonight's slice of the matrix"]
+    env = {"PATH": os.environ["PATH"], "GITHUB_ENV": str(tmp_path / "env"), "RUN_NUMBER": str(run_number),
+           "ROTATION_INPUT": rotation_input, **{k: str(v) for k, v in nightly["env"].items()}}
+    return subprocess.run(["bash", "-e", "-c", step["run"]], env=env, capture_output=True, text=True)
+
+
+@pytest.mark.parametrize("rotation_input", ["", "3"], ids=["schedule", "manual-3"])
+def test_nightly_rotation_takes_every_slice_once_per_pass(rotation_input, tmp_path):
+    """(That the slices partition the matrix: tests/test_plugin.py, --perf-rotate.)"""
+    rotation = int(rotation_input or load("nightly.yml")["env"]["ROTATION"])
+    for run_number in range(100, 100 + rotation):  # any `rotation` consecutive runs
+        assert _slice(rotation_input, run_number, tmp_path).returncode == 0
+    lines = (tmp_path / "env").read_text().splitlines()
+    assert sorted(lines) == sorted(f"PERF_ROTATE={k}/{rotation}" for k in range(1, rotation + 1))
+
+
+@pytest.mark.parametrize("bad", ["0", "2.5", "nine"])
+def test_nightly_rotation_refuses_a_bad_value_by_name(bad, tmp_path):
+    out = _slice(bad, 7, tmp_path)
+    assert out.returncode == 1 and f"rotation={bad}: expected a whole number" in out.stderr
 
 
 @pytest.mark.parametrize("name", NAMES)
