@@ -122,11 +122,13 @@ def test_a_planted_graph_break_is_counted_and_profiled(suite):
     assert record["why"]["dir"] == str(why)
 
 
+def _collected(suite, *options) -> set[str]:
+    out = suite.runpytest_inprocess("--collect-only", "-q", "-m", "gpu", *options)
+    return {line for line in out.stdout.lines if "::" in line}
+
+
 def test_shards_split_the_matrix_without_overlap(suite):
-    ids = []
-    for shard in ("1/2", "2/2"):
-        out = suite.runpytest_inprocess("--collect-only", "-q", "-m", "gpu", f"--perf-shard={shard}")
-        ids.append({line for line in out.stdout.lines if "::" in line})
+    ids = [_collected(suite, f"--perf-shard={shard}") for shard in ("1/2", "2/2")]
     assert ids[0] and ids[1] and not ids[0] & ids[1]
     everything = suite.runpytest_inprocess("--collect-only", "-q", "-m", "gpu")
     assert ids[0] | ids[1] == {line for line in everything.stdout.lines if "::" in line}
@@ -134,11 +136,6 @@ def test_shards_split_the_matrix_without_overlap(suite):
     n = len(ids[0] | ids[1])
     everything.stdout.fnmatch_lines([f"perfgate: {n} cell(s) planned ({n} on a GPU), about *:* expected in one "
                                      f"process: 0 from the costs history, {n} from priors per variant*"])
-
-
-def _collected(suite, *options) -> set[str]:
-    out = suite.runpytest_inprocess("--collect-only", "-q", "-m", "gpu", *options)
-    return {line for line in out.stdout.lines if "::" in line}
 
 
 def test_rotation_slices_cover_the_matrix_once_and_shards_split_a_slice(suite):
