@@ -55,6 +55,29 @@ def test_a_healthy_cell_passes():
     assert (record["status"], record["numerics"]) == ("ok", "pass")
 
 
+def test_a_record_says_its_batch():
+    assert _run(_spec(), phase="train")["batch"] == 4
+
+
+@pytest.mark.parametrize("phase, variant, device_kind, batch", [
+    ("train", "inductor_reduce_overhead", "gpu", 2),
+    ("train", "inductor_max_autotune", "gpu", 2),
+    ("train", "cudagraphs", "gpu", 2),
+    ("train", "inductor_max_autotune_no_cudagraphs", "gpu", 8),
+    ("infer", "inductor_reduce_overhead", "gpu", 8),
+    ("train", "inductor_reduce_overhead", "cpu", 4),
+])
+def test_only_a_train_step_under_cuda_graphs_takes_the_cuda_graph_batch(phase, variant, device_kind, batch):
+    spec = _spec(sizes={"cpu": Size({}, batch=4), "gpu": Size({}, batch=8, cuda_graph_train_batch=2)})
+    assert spec.size(Cell("mlp", phase, variant, "amp_bf16", device_kind)).batch == batch
+
+
+@pytest.mark.parametrize("field, value", [("batch", 0), ("cuda_graph_train_batch", 2.5)])
+def test_a_batch_that_is_no_whole_number_of_samples_is_refused_by_name(field, value):
+    with pytest.raises(ValueError, match=f"{field}={value!r}"):
+        Size({}, **dict({"batch": 4}, **{field: value}))
+
+
 def test_the_numerics_judge_is_set_aside_from_the_compiled_peak(monkeypatch):
     """The judge's fp64 temporaries on the GPU are not the compiled side's memory (schema 4 counted them:
     gpt2 infer read 11474 MiB for 1348 on an H100): the cell judges inside Memory.set_aside."""

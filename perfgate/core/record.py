@@ -178,6 +178,8 @@ FIELDS: tuple[Field, ...] = (
     Field("tflops_compiled", float, "TFLOP/s", ">= 0"),
     Field("mfu_eager", float, "fraction", ">= 0"),
     Field("mfu_compiled", float, "fraction", ">= 0"),
+    Field("batch", int, "samples", "> 0", fold="verbatim", doc="samples per step (per rank in a data-parallel "
+          "cell): the zoo size's batch, or its cuda_graph_train_batch (perfgate.core.spec.Size)"),
     Field("throughput_unit", str, doc='"tokens" | "images"'),
     Field("throughput_eager", float, "1/s", "> 0", doc="throughput_unit per second"),
     Field("throughput_compiled", float, "1/s", "> 0"),

@@ -5,7 +5,7 @@ The engine never imports the zoo; a model reaches it as a ModelSpec. Imports no 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping
 
 from perfgate.core.matrix import PHASES, PRECISIONS, VARIANTS
@@ -23,6 +23,9 @@ class Size:
     A variable-length model also gives what the engine's padding strategies (matrix.Variant.shapes) pad to:
     `max_seq`, the longest sequence (pad-to-max), and `buckets`, the fixed lengths of the bucketed strategy,
     ascending and ending at max_seq; both in the model's sequence unit (tokens).
+    `cuda_graph_train_batch`: samples per step for a train cell whose compiled step replays CUDA graphs
+    (matrix.Variant.cuda_graphs), where `batch` does not fit: the graphs' private pools hold the compiled
+    step's activations for good, beside both sides' weights and optimizer state. None: `batch`.
     """
 
     config: Mapping[str, Any]
@@ -30,6 +33,13 @@ class Size:
     units_per_sample: int = 1
     max_seq: int | None = None
     buckets: tuple[int, ...] = ()
+    cuda_graph_train_batch: int | None = None
+
+    def __post_init__(self):
+        for name in ("batch", "cuda_graph_train_batch"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or value < 1):
+                raise ValueError(f"size {name}={value!r}: give a whole number of samples >= 1")
 
 
 @dataclass(frozen=True)
@@ -138,6 +148,14 @@ class ModelSpec:
         if self.pad is not None and unpadded:
             raise ValueError(f"model {self.name!r} pads its sequences but size(s) {unpadded} give no max_seq "
                              "and buckets")
+
+    def size(self, cell) -> Size:
+        """The size a cell runs: its device kind's, at the CUDA-graph train batch where that applies."""
+        size = self.sizes[cell.device_kind]
+        graphs = cell.device_kind == "gpu" and VARIANTS[cell.variant].cuda_graphs
+        if cell.phase == "train" and graphs and size.cuda_graph_train_batch is not None:
+            return replace(size, batch=size.cuda_graph_train_batch)
+        return size
 
     def runs(self, variant, phase: str) -> bool:
         """Whether a variant means anything for this model and phase."""

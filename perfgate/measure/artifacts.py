@@ -158,7 +158,7 @@ def _first_call(job: dict, data: bytes) -> dict:
     torch.backends.cudnn.allow_tf32 = job["cudnn_tf32"]
     if job.get("matmul_fp32_precision") is not None:
         torch.backends.cuda.matmul.fp32_precision = job["matmul_fp32_precision"]
-    size = spec.sizes[cell.device_kind]
+    size = spec.size(cell)
     state = initial_state(spec, size, job["seed"])
     _, batches, _ = cell_batches(spec, cell, size, job["seed"], device)
     side = compiled_side(spec, cell, size, state, device, Fault(**job["fault"]) if job["fault"] else None)

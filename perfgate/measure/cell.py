@@ -156,7 +156,8 @@ def _measure(spec, cell: Cell, options: RunOptions, record: dict, progress, reco
              why_dir: Path | None) -> bytes | None:
     """Measure the cell into `record`; returns its saved cache artifacts when options ask for them."""
     device = torch.device(options.device)
-    size = spec.sizes[cell.device_kind]
+    size = spec.size(cell)
+    record["batch"] = size.batch
     introspect.reset_compiler()
     state = initial_state(spec, size, options.seed)
     host_batches, batches, record["recompiles_allowed"] = cell_batches(spec, cell, size, options.seed, device)

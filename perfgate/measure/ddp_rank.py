@@ -141,7 +141,8 @@ def measure(spec, cell: Cell, options, record: dict, rank: int, world: int, devi
             progress) -> None:
     """Measure this rank's share into `record` (rank 0's is the cell's)."""
     variant = VARIANTS[cell.variant]
-    size = spec.sizes[cell.device_kind]
+    size = spec.size(cell)
+    record["batch"] = size.batch
     bucket_mb = 25.0 if device.type == "cuda" else CPU_BUCKET_MB
     introspect.reset_compiler()
     state = initial_state(spec, size, options.seed)

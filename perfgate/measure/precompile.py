@@ -124,7 +124,7 @@ def compile_cell(spec, cell: Cell, cache_dir: str, device: str, tf32: bool, seed
     started = time.perf_counter()
     try:
         dev = start_cell(device, tf32)
-        size = spec.sizes[cell.device_kind]
+        size = spec.size(cell)
         with compile_cache(cache_dir, {}, cell.precision):
             introspect.reset_compiler()
             state = initial_state(spec, size, seed)
