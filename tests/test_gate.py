@@ -113,6 +113,21 @@ def test_compiled_memory_of_an_old_schema_record_is_not_compared(base):
     assert kinds(gate.compare(judged_in, base)) == []
 
 
+def test_a_cell_whose_batch_changed_gates_only_what_the_batch_does_not_move():
+    """The zoo gave the cell another batch (gpt2_xl's CUDA-graph train step went from 4 to 2): its speedup and
+    memory are another cell's, so their findings are advisories; a new graph break is still a regression."""
+    base = baseline_of(overrides={RESNET: {"batch": 4}})
+    moved = {"batch": 2, "peak_mem_compiled_mb": base["cells"][RESNET]["peak_mem_compiled_mb"] * 0.5,
+             "graph_breaks": base["cells"][RESNET]["graph_breaks"] + 1}
+    report = gate.compare(now(42, overrides={RESNET: {**slower([RESNET], 0.8)[RESNET], **moved}}), base)
+    assert kinds(report) == [(RESNET, "graph_breaks", "regression")]
+    advised = {f.metric: f.message for f in report.advisories if f.cell == RESNET}
+    assert {"speedup", "peak_mem_compiled_mb"} <= set(advised)
+    assert "batch 4 in the baseline, 2 now" in advised["speedup"]
+    same = gate.compare(now(42, overrides={RESNET: {**slower([RESNET], 0.8)[RESNET], "batch": 4}}), base)
+    assert kinds(same) == [(RESNET, "speedup", "regression")]
+
+
 def test_thresholds_are_configurable(base):
     run = now(42, overrides={RESNET: {"peak_mem_compiled_mb": 7000 * 1.25}})
     assert not gate.compare(run, base).passed

@@ -91,6 +91,14 @@ def test_a_baseline_cell_holds_what_the_table_says_a_baseline_folds():
     assert cell["compile_s"] == 40.0 and cell["status"] == "ok" and cell["numerics"] == "pass"
 
 
+def test_a_baseline_cell_folds_only_the_runs_at_the_last_runs_batch():
+    at_4 = {**_ok_record(), "batch": 4, "speedup": 3.0}
+    at_2 = {**_ok_record(), "batch": 2, "speedup": 2.0}
+    cell = fold_cell([at_4, at_4, at_2])
+    assert (cell["batch"], cell["runs_ok"], cell["speedup"]) == (2, 1, 2.0)
+    assert fold_cell([_ok_record(), at_2])["runs_ok"] == 2  # a record without the field predates it
+
+
 def test_history_columns_are_the_tables_column_fields(tmp_path):
     db = tmp_path / "h.sqlite"
     history.append(db, [_ok_record()])

@@ -157,7 +157,10 @@ def _fold_clock(ok: Sequence[dict], metric: str) -> dict:
 def fold_cell(records: Sequence[dict]) -> dict:
     """One baseline cell from this cell's record in each run (at most one per run). Beside the medians and
     maxima: numerics is "pass" only if every ok run passed, compile_cache the runs' one value (else "mixed"),
-    bound that of the median busy_compiled."""
+    bound that of the median busy_compiled. Runs at another batch than the last run's are left out: the zoo
+    changed the cell between them (a record without `batch` predates the field and is kept)."""
+    batch = records[-1].get("batch")
+    records = [r for r in records if batch is None or r.get("batch") in (None, batch)]
     ok = [r for r in records if r.get("status") == "ok"]
     cell = {name: records[-1].get(name) for name in IDENTITY_FIELDS}
     if not ok:

@@ -18,7 +18,8 @@ from perfgate.judge.baseline import BaselineError, group_by_key, key_of, resolve
 from perfgate.core.record import FIELD, TIME_ALONE
 from perfgate.judge.rules import (ADVISORY, CLOCK_NAMES, DEFAULT_RULES, IMPROVEMENT, REFRESH, REGRESSION, CountRule,
                             Finding, HostTimeRule, NumericsRule, RelativeRule, SpeedupRule, StatusRule,
-                            both_ok, default_rules, foreign_cpu_advisory)
+                            both_ok, changed_batch_advisory, default_rules,
+                            foreign_cpu_advisory)
 from perfgate.core.stats import geomean
 from perfgate.core.validate import checked
 
@@ -171,10 +172,11 @@ def _verdict(findings: Sequence[Finding], base: dict | None, cur: dict | None) -
 
 def _evaluate(current: dict[str, dict], baseline: dict, rules: Sequence) -> dict[str, list[Finding]]:
     """Findings per cell present in both the run and the baseline; the wall rule's on a host-bound cell
-    measured on a host CPU foreign to the baseline are advisories (perfgate.judge.rules.foreign_cpu_advisory)."""
+    measured on a host CPU foreign to the baseline, and those that scale with the batch of a cell whose batch
+    changed, are advisories (perfgate.judge.rules.foreign_cpu_advisory, changed_batch_advisory)."""
     cells, cpus = baseline["cells"], baseline.get("host_cpus") or []
-    return {cid: [foreign_cpu_advisory(rule, f, cur, cpus) for rule in rules
-                  if (f := rule.check(cells[cid], cur)) is not None]
+    return {cid: [changed_batch_advisory(rule, foreign_cpu_advisory(rule, f, cur, cpus), cells[cid], cur)
+                  for rule in rules if (f := rule.check(cells[cid], cur)) is not None]
             for cid, cur in current.items() if cid in cells}
 
 

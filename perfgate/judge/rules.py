@@ -230,6 +230,19 @@ def foreign_cpu_advisory(rule, finding: Finding, cur: dict, host_cpus) -> Findin
                            f"{cpu}, while the baseline ran on {', '.join(host_cpus)}")
 
 
+def changed_batch_advisory(rule, finding: Finding, base: dict, cur: dict) -> Finding:
+    """The finding as the gate should count it: a figure that scales with the batch (a speedup, host time,
+    memory, compile time) of a cell whose batch differs from the baseline's is ADVISORY, since the zoo
+    changed the cell rather than the code changing its speed. Counts, numerics and status judge as usual.
+    Either batch unknown (records before the field): as is."""
+    was, now = base.get("batch"), cur.get("batch")
+    if (isinstance(rule, (CountRule, NumericsRule, StatusRule)) or finding.kind not in (REGRESSION, IMPROVEMENT)
+            or was is None or now is None or was == now):
+        return finding
+    return replace(finding, kind=ADVISORY, message=f"{finding.message}; advisory only: batch {was} in the "
+                                                   f"baseline, {now} now; {REFRESH}")
+
+
 @dataclass(frozen=True)
 class CountRule:
     """Exact counts (graph breaks, recompiles): any increase is a regression, any decrease an improvement
