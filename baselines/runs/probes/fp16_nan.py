@@ -1,9 +1,11 @@
 """Probe (device kit, not product): does a train step under CUDA graphs in amp_fp16 with GradScaler go
 non-finite, at which call, and through the engine's numerics path or its plain step as well?
-usage: python baselines/runs/probes/fp16_nan.py MODEL VARIANT PRECISION step|captured   (PROBE_KIND=cpu: tiny)
+usage: python baselines/runs/probes/fp16_nan.py MODEL VARIANT PRECISION step|captured   (PROBE_KIND=cpu: tiny;
+PROBE_BATCH=N: N samples per step instead of the cell's batch)
 Builds the compiled side as perfgate.measure.cell does (seed 0, TF32 on), runs 5 steps on the cell's two
 batches in turn ("captured": the first two through Side.captured_step, as the numerics check does) and prints
 one JSON line: per step the loss, whether the captured gradients and the parameters are finite, the scale."""
+import dataclasses
 import json
 import os
 import sys
@@ -20,6 +22,8 @@ spec = REGISTRY[model_name]
 kind = os.environ.get("PROBE_KIND", "gpu")
 cell = Cell(model_name, "train", variant, precision, kind)
 size = spec.size(cell)
+if os.environ.get("PROBE_BATCH"):
+    size = dataclasses.replace(size, batch=int(os.environ["PROBE_BATCH"]))
 dev = torch.device("cuda" if kind == "gpu" else "cpu")
 set_tf32(True)
 state = initial_state(spec, size, 0)
