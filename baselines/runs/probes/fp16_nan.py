@@ -1,7 +1,7 @@
 """Probe (device kit, not product): does a train step under CUDA graphs in amp_fp16 with GradScaler go
 non-finite, at which call, and through the engine's numerics path or its plain step as well?
 usage: python baselines/runs/probes/fp16_nan.py MODEL VARIANT PRECISION step|captured   (PROBE_KIND=cpu: tiny;
-PROBE_BATCH=N: N samples per step instead of the cell's batch)
+PROBE_BATCH=N: N samples per step instead of the cell's batch; PROBE_EAGER=1: the same steps, not compiled)
 Builds the compiled side as perfgate.measure.cell does (seed 0, TF32 on), runs 5 steps on the cell's two
 batches in turn ("captured": the first two through Side.captured_step, as the numerics check does) and prints
 one JSON line: per step the loss, whether the captured gradients and the parameters are finite, the scale."""
@@ -30,7 +30,8 @@ state = initial_state(spec, size, 0)
 _, batches, _ = cell_batches(spec, cell, size, 0, dev)
 introspect.reset_compiler()
 side = Side(spec, build_model(spec, size, state, dev), "train", precision, dev)
-side.compile(VARIANTS[variant])
+if not os.environ.get("PROBE_EAGER"):
+    side.compile(VARIANTS[variant])
 out = []
 for i in range(5):
     b = batches[i % 2]
@@ -47,4 +48,4 @@ for i in range(5):
     out.append({"step": i, "loss": float(loss), "grads_finite": grads_finite, "params_finite": params_finite,
                 "scale": scale})
 print(json.dumps({"model": model_name, "variant": variant, "precision": precision, "how": how,
-                  "batch": size.batch, "steps": out}))
+                  "eager": bool(os.environ.get("PROBE_EAGER")), "batch": size.batch, "steps": out}))
