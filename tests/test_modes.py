@@ -103,3 +103,22 @@ def test_the_cells_view_has_a_row_per_cell_in_the_matrix_order_with_what_it_cost
     assert ro[6] == "20.0 (warm)" and ro[12] == "33.0"  # first call marked warm; the cell's wall cost
     autotune = lines[2].split(" | ")
     assert autotune[1] == "failed" and "timed out after 2400 s" in autotune[-1]
+
+
+def test_the_cell_table_shows_a_batch_column_only_where_records_carry_one():
+    """gpt2_xl's train step under CUDA graphs runs another batch than its other cells: the per-cell table
+    says which; a results file from before records carried a batch gets no column of dashes."""
+    rng = np.random.default_rng(5)
+    graphs = record(Cell("gpt2_xl", "train", "inductor_reduce_overhead", "amp_bf16", "gpu", "nightly"), rng=rng)
+    default = record(Cell("gpt2_xl", "train", "inductor_default", "amp_bf16", "gpu", "nightly"), rng=rng)
+    header = lambda table: table.splitlines()[0].split(" | ")  # noqa: E731
+    assert "batch" not in header(cells.render_markdown([graphs, default]))
+    table = cells.render_markdown([{**graphs, "batch": 2}, {**default, "batch": 4}])
+    assert header(table)[1] == "batch"
+    assert [line.split(" | ")[1] for line in table.splitlines()[2:4]] == ["4", "2"]  # default first: matrix order
+
+
+def test_an_ok_cell_under_a_known_issue_says_the_issue_did_not_occur():
+    cell = Cell("gpt2_xl", "train", "inductor_max_autotune", "amp_bf16", "gpu", "nightly")
+    xpassed = {**record(cell, rng=np.random.default_rng(2)), "known_issue": "compile > 14 min"}
+    assert cells.row(xpassed)[1] == "ok (known issue did not occur)"

@@ -1,6 +1,7 @@
 """The per-cell view of a results file (`perfgate report --cells`): one Markdown row per cell with what a
 matrix run measured of it: both speedups, step times, the compile cold and warm, both peaks, graph counts,
-numerics, status and reason, and what the cell cost in wall time. Imports no torch.
+numerics, status and reason, and what the cell cost in wall time; its batch where the records carry one (a
+model may train at another batch under CUDA graphs, spec.Size.cuda_graph_train_batch). Imports no torch.
 """
 
 from __future__ import annotations
@@ -37,9 +38,10 @@ def _peaks(record: dict) -> str:
     return f"{fmt(record.get('peak_mem_eager_mb'), '.0f')} → {fmt(compiled, '.0f')}"
 
 
-def row(record: dict) -> tuple[str, ...]:
+def row(record: dict, with_batch: bool = False) -> tuple[str, ...]:
     device = record.get("device_speedup")
-    return (md_code(record["cell"]), md_text(status_text(record)), _speedup(record),
+    batch = (shown(record, "batch"),) if with_batch else ()
+    return (md_code(record["cell"]), *batch, md_text(status_text(record)), _speedup(record),
             "–" if device is None else f"{device:.3f}×", shown(record, "eager_ms"), shown(record, "compiled_ms"),
             first_call(record.get("compile_s"), first_call_cache(record)), shown(record, "compile_warm_s"),
             _peaks(record), shown(record, "graph_breaks"), shown(record, "recompiles"),
@@ -50,10 +52,14 @@ def render_markdown(records: Sequence[dict]) -> str:
     """One table, cells ordered by model, phase, precision and the matrix's variant order."""
     if not records:
         return "No records.\n"
-    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
-    lines += ["| " + " | ".join(row(r)) + " |" for r in sorted(records, key=_order)]
+    # Records written before records carried a batch leave the column out rather than fill it with dashes.
+    with_batch = any(r.get("batch") is not None for r in records)
+    columns = (COLUMNS[0], "batch", *COLUMNS[1:]) if with_batch else COLUMNS
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(row(r, with_batch)) + " |" for r in sorted(records, key=_order)]
     lines.append("")
     lines.append("First call: the compiled step's first call (the compile), cold unless marked; warm: the same "
                  "compile again with the caches warm. Cost: the cell's wall seconds in its process (an isolated "
-                 "cell adds its process start). – where not measured.")
+                 "cell adds its process start)." + (" Batch: samples per step." if with_batch else "")
+                 + " – where not measured.")
     return "\n".join(lines) + "\n"
