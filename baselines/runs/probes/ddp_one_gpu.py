@@ -1,0 +1,64 @@
+"""Probe (device kit, not product): a data-parallel cell's GPU path on a machine with one GPU. Both ranks run
+on cuda:0 and meet over gloo instead of NCCL (NCCL refuses two ranks on one device); everything else is the
+product's code (perfgate.measure.ddp and ddp_rank, unchanged). It shows whether the cell runs on CUDA and
+this torch, and its structural figures (buckets, DDPOptimizer's splits, wrapper breaks, numerics, the ranks'
+agreement); its times and scaling mean nothing, as the two ranks share one GPU and gloo copies through the host.
+usage: python baselines/runs/probes/ddp_one_gpu.py MODEL VARIANT PRECISION [CACHE_DIR]
+prints the cell's record as one JSON line (PROBE_KIND=cpu: the CPU tier's cell, to try the probe itself).
+"""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+if sys.argv[1] == "rank":  # a rank's process: both ranks on cuda:0, gloo, then the product's rank code
+    import torch.distributed as dist
+
+    from perfgate.measure import ddp
+
+    ddp.rank_device = lambda device, rank: "cuda:0" if device.startswith("cuda") else "cpu"
+    nccl_init = dist.init_process_group
+
+    def gloo_init(backend, **kwargs):
+        kwargs.pop("device_id", None)  # binds a rank to its GPU for NCCL only
+        return nccl_init("gloo", **kwargs)
+
+    dist.init_process_group = gloo_init
+    from perfgate.measure import ddp_rank
+
+    ddp_rank.main(Path(sys.argv[2]), int(sys.argv[3]))
+    sys.exit(0)
+
+import torch
+
+sys.path.insert(0, os.getcwd())
+from perfgate.core.matrix import Cell
+from perfgate.core.zoo import DEFAULT, load
+from perfgate.measure import ddp
+from perfgate.measure.cell import RunOptions
+from perfgate.measure.children import child_environ
+from perfgate.measure.env import environment
+
+
+def start_here(job_dir: Path, world: int, device: str) -> list[subprocess.Popen]:
+    """ddp._start, each rank through this file's "rank" mode."""
+    env = child_environ(NCCL_NVLS_ENABLE="0")  # this checkout first on PYTHONPATH
+    ranks = []
+    for rank in range(world):
+        with (job_dir / f"stderr-{rank}.txt").open("w", encoding="utf-8") as stderr:
+            ranks.append(subprocess.Popen([sys.executable, __file__, "rank", str(job_dir), str(rank)], env=env,
+                                          stdin=subprocess.DEVNULL, stdout=stderr, stderr=stderr,
+                                          start_new_session=True))
+    return ranks
+
+
+model, variant, precision = sys.argv[1:4]
+kind = os.environ.get("PROBE_KIND", "gpu")
+cell = Cell(model, "ddp", variant, precision, kind)
+device = "cuda:0" if kind == "gpu" else "cpu"
+options = RunOptions(device=device, registry=DEFAULT, cache_dir=sys.argv[4] if len(sys.argv) > 4 else None)
+ddp._start = start_here
+record = ddp.run(load(DEFAULT)[model], cell, options, environment(torch.device(device), tf32=True),
+                 progress=lambda message: print(message, file=sys.stderr, flush=True))
+print(json.dumps(dict(record, probe="ddp_one_gpu: 2 gloo ranks on one GPU")))
