@@ -28,6 +28,8 @@ from perfgate.measure.children import (HEARTBEAT_S, POLL_S, Events, child_enviro
                                        kill_groups, stage_of, stderr_tail)
 
 EXIT_GRACE_S = 30.0  # how long the other ranks may take to exit once rank 0 has reported its record
+# A rank's process: python RANK_ARGS JOB_DIR RANK (baselines/runs/probes/ddp_one_gpu.py starts its own).
+RANK_ARGS = ("-m", "perfgate.measure.ddp_rank")
 
 
 def rank_device(device: str, rank: int) -> str:
@@ -69,7 +71,7 @@ def _start(job_dir: Path, world: int, device: str) -> list[subprocess.Popen]:
     ranks = []
     for rank in range(world):
         with (job_dir / f"stderr-{rank}.txt").open("w", encoding="utf-8") as stderr:
-            ranks.append(subprocess.Popen([sys.executable, "-m", "perfgate.measure.ddp_rank", str(job_dir), str(rank)],
+            ranks.append(subprocess.Popen([sys.executable, *RANK_ARGS, str(job_dir), str(rank)],
                                           env=env, stdin=subprocess.DEVNULL, stdout=stderr, stderr=stderr,
                                           start_new_session=True))
     return ranks

@@ -8,7 +8,6 @@ prints the cell's record as one JSON line (PROBE_KIND=cpu: the CPU tier's cell, 
 """
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -37,20 +36,7 @@ from perfgate.core.matrix import Cell
 from perfgate.core.zoo import DEFAULT, load
 from perfgate.measure import ddp
 from perfgate.measure.cell import RunOptions
-from perfgate.measure.children import child_environ
 from perfgate.measure.env import environment
-
-
-def start_here(job_dir: Path, world: int, device: str) -> list[subprocess.Popen]:
-    """ddp._start, each rank through this file's "rank" mode."""
-    env = child_environ(NCCL_NVLS_ENABLE="0")  # this checkout first on PYTHONPATH
-    ranks = []
-    for rank in range(world):
-        with (job_dir / f"stderr-{rank}.txt").open("w", encoding="utf-8") as stderr:
-            ranks.append(subprocess.Popen([sys.executable, __file__, "rank", str(job_dir), str(rank)], env=env,
-                                          stdin=subprocess.DEVNULL, stdout=stderr, stderr=stderr,
-                                          start_new_session=True))
-    return ranks
 
 
 model, variant, precision = sys.argv[1:4]
@@ -58,7 +44,7 @@ kind = os.environ.get("PROBE_KIND", "gpu")
 cell = Cell(model, "ddp", variant, precision, kind)
 device = "cuda:0" if kind == "gpu" else "cpu"
 options = RunOptions(device=device, registry=DEFAULT, cache_dir=sys.argv[4] if len(sys.argv) > 4 else None)
-ddp._start = start_here
+ddp.RANK_ARGS = (__file__, "rank")  # each rank through this file's "rank" mode
 record = ddp.run(load(DEFAULT)[model], cell, options, environment(torch.device(device), tf32=True),
                  progress=lambda message: print(message, file=sys.stderr, flush=True))
 print(json.dumps(dict(record, probe="ddp_one_gpu: 2 gloo ranks on one GPU")))
