@@ -5,7 +5,8 @@ unit, what validate asks of it, how a baseline folds it and whether the history 
 validate, baseline, history and the reports take their field lists from it. Absent or not-measured values
 are null. Imports no torch.
 
-Schemas (a record's `schema`): 6 records the compile-cache hits and misses of the first compiled call
+Schemas (a record's `schema`): 7 adds a data-parallel cell's step breakdown (compute, communication,
+GPU idle); 6 records the compile-cache hits and misses of the first compiled call
 (compile_cache_hits/_misses), so a kept cache's compile says whether it was cold; 5 keeps the GPU numerics
 judge out of the compiled peak, which schema 4 (commits 933ac49 to a208d78) counted (gpt2 infer on an H100
 read 11474 MiB for 1348); 4 gave a GPU cell's host clock up to 41 rounds (3: 11), which halves its in-run
@@ -21,7 +22,7 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass
 
-RECORD_SCHEMA = 6
+RECORD_SCHEMA = 7
 # Schemas whose compiled peak measured something else (see above): 1 without the compiled weights, 4 with
 # the numerics judge's GPU temporaries.
 COMPILED_PEAK_MISREAD = frozenset({1, 4})
@@ -169,6 +170,25 @@ FIELDS: tuple[Field, ...] = (
     Field("scaling_eager", float, "x", "> 0", fold="median", doc="throughput on world_size ranks / on one "
           "device: world_size * single_eager_ms / eager_ms (ideal: world_size)"),
     Field("scaling_compiled", float, "x", "> 0", fold="median"),
+    # Where a data-parallel step's time goes (perfgate.measure.ddp_clocks; CUDA only), from profiled rounds
+    # apart from the timed ones: compute (each rank's GPU work but NCCL's kernels) as a clock of its own, and
+    # per rank communication (NCCL's kernels), its exposed part (no compute beside it: the all-reduce not
+    # hidden, the wait for the slower rank) and GPU idle (the timed step less the busy union). Not gated.
+    Field("eager_compute_round_ms", list, "ms", "rounds", default=[], doc="the ranks' mean, one per round"),
+    Field("compiled_compute_round_ms", list, "ms", "rounds", default=[]),
+    Field("eager_compute_ms", float, "ms", "> 0", fold="median"),
+    Field("compiled_compute_ms", float, "ms", "> 0", fold="median"),
+    Field("compute_speedup", float, "x", "> 0", fold="median", doc="median of the per-round compute ratios"),
+    Field("compute_speedup_lo", float, "x", "> 0", doc="its 95 % interval"),
+    Field("compute_speedup_hi", float, "x", "> 0"),
+    Field("eager_comm_ms", float, "ms", ">= 0", fold="median", doc="the ranks' mean (each rank's: ddp_step_ranks)"),
+    Field("compiled_comm_ms", float, "ms", ">= 0", fold="median"),
+    Field("eager_comm_exposed_ms", float, "ms", ">= 0", fold="median"),
+    Field("compiled_comm_exposed_ms", float, "ms", ">= 0", fold="median"),
+    Field("eager_gpu_idle_ms", float, "ms", ">= 0", fold="median"),
+    Field("compiled_gpu_idle_ms", float, "ms", ">= 0", fold="median"),
+    Field("ddp_step_ranks", dict, check="object", default={}, doc="{eager, compiled: [{compute_ms, comm_ms, "
+          "comm_exposed_ms, gpu_idle_ms} per rank]}"),
     Field("peak_mem_eager_mb", float, "MiB", ">= 0", fold="max", column=True,
           doc="warm steps, CUDA-graph pools counted; null on CPU"),
     Field("peak_mem_compiled_mb", float, "MiB", ">= 0", fold="max", column=True),

@@ -55,48 +55,64 @@ LABEL = "perfgate-clock"
 def device_rounds(eager: Callable[[int], object], compiled: Callable[[int], object], device: torch.device,
                   stream: int = 1, rounds: int = DEVICE_ROUNDS) -> Rounds:
     """GPU busy ms per step of each side, over `rounds` interleaved profiled rounds in one profiler session
-    (one CUPTI start and teardown per cell). Each round is a labelled range that ends in a synchronize, so
-    every kernel it launched starts and ends inside it; kernels are assigned to rounds by their start time."""
-    steps = stream * max(1, -(-DEVICE_STEPS // stream))
-    order = [("eager", eager), ("compiled", compiled)]
-    labels = []
-    torch.cuda.synchronize(device)
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        for index in range(rounds):
-            for name, fn in order if index % 2 == 0 else reversed(order):
-                label = f"{LABEL}:{name}:{index}"
-                labels.append(label)
-                with record_function(label):
-                    for i in range(steps):
-                        fn(i)
-                    torch.cuda.synchronize(device)
-    busy = busy_ms_by_range(prof.profiler.kineto_results.events(), labels)
+    (one CUPTI start and teardown per cell)."""
+    events, steps = profiled_rounds(eager, compiled, device, stream, rounds)
+    busy = busy_ms_by_range(events, round_labels(rounds))
     return Rounds([busy[f"{LABEL}:eager:{i}"] / steps for i in range(rounds)],
                   [busy[f"{LABEL}:compiled:{i}"] / steps for i in range(rounds)], steps)
 
 
+def round_labels(rounds: int) -> list[str]:
+    """The labelled host ranges of profiled_rounds, eager's and compiled's of each round."""
+    return [f"{LABEL}:{side}:{i}" for i in range(rounds) for side in ("eager", "compiled")]
+
+
+def profiled_rounds(eager: Callable[[int], object], compiled: Callable[[int], object], device: torch.device,
+                    stream: int = 1, rounds: int = DEVICE_ROUNDS) -> tuple[list, int]:
+    """(the profiler's events, steps per round) of `rounds` interleaved rounds of each side under one
+    profiler. Each round is a range labelled round_labels' way that ends in a synchronize, so every kernel
+    it launched starts and ends inside it; kernels are assigned to rounds by their start time."""
+    steps = stream * max(1, -(-DEVICE_STEPS // stream))
+    order = [("eager", eager), ("compiled", compiled)]
+    torch.cuda.synchronize(device)
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for index in range(rounds):
+            for name, fn in order if index % 2 == 0 else reversed(order):
+                with record_function(f"{LABEL}:{name}:{index}"):
+                    for i in range(steps):
+                        fn(i)
+                    torch.cuda.synchronize(device)
+    return prof.profiler.kineto_results.events(), steps
+
+
 def busy_ms_by_range(events, labels: list[str]) -> dict[str, float]:
-    """{label: ms the GPU was busy inside that labelled host range}. Raises if a range saw no GPU work (the
-    profiler missed the kernels, e.g. CUPTI unavailable): a zero would read as an infinitely fast side."""
+    """{label: ms the GPU was busy inside that labelled host range}."""
+    return {label: union_ns([(start, end) for start, end, _ in inside]) / 1e6
+            for label, inside in gpu_work_by_range(events, labels).items()}
+
+
+def gpu_work_by_range(events, labels: list[str]) -> dict[str, list[tuple[int, int, str]]]:
+    """{label: [(start ns, end ns, name)] of the GPU activity (kernels, memcpy, memset) that started inside
+    that labelled host range, sorted}. Raises if a range saw no GPU work (the profiler missed the kernels,
+    e.g. CUPTI unavailable): a zero would read as an infinitely fast side."""
     ranges, intervals, wanted = {}, [], set(labels)
     for event in events:
         if _activity(event) in GPU_ACTIVITIES:
-            intervals.append((event.start_ns(), event.end_ns()))
+            intervals.append((event.start_ns(), event.end_ns(), event.name()))
         elif event.name() in wanted and not _on_gpu(event):
             ranges[event.name()] = (event.start_ns(), event.end_ns())
     missing = [label for label in labels if label not in ranges]
     if missing:
         raise RuntimeError(f"the profiler recorded no range for {missing[0]}")
     intervals.sort()
-    starts = [start for start, _ in intervals]
-    busy = {}
+    starts = [start for start, _, _ in intervals]
+    work = {}
     for label in labels:
         lo, hi = ranges[label]
-        inside = intervals[bisect.bisect_left(starts, lo):bisect.bisect_right(starts, hi)]
-        if not inside:
+        work[label] = intervals[bisect.bisect_left(starts, lo):bisect.bisect_right(starts, hi)]
+        if not work[label]:
             raise RuntimeError(f"the profiler recorded no GPU activity in {label}")
-        busy[label] = union_ns(inside) / 1e6
-    return busy
+    return work
 
 
 def union_ns(intervals: list[tuple[int, int]]) -> int:
@@ -176,7 +192,7 @@ def measure_into(record: dict, eager: Callable[[int], object], compiled: Callabl
     """Fill the record's host and device clocks, busy fractions and bound. A device clock that cannot be
     read (no CUDA, a profiler error) leaves its fields null and says why in clocks_note."""
     on_gpu = device.type == "cuda"
-    _store(record, "host", host_rounds(eager, compiled, device, stream,
+    store_clock(record, "host", host_rounds(eager, compiled, device, stream,
                                        rounds=HOST_ROUNDS if on_gpu else HOST_MIN_ROUNDS, seconds=HOST_SECONDS))
     if not on_gpu:
         record["clocks_note"] = NO_DEVICE_CLOCK
@@ -186,13 +202,14 @@ def measure_into(record: dict, eager: Callable[[int], object], compiled: Callabl
     except Exception as err:  # noqa: BLE001 - a profiler failure costs the device clock, not the cell
         record["clocks_note"] = f"device clock failed: {error_line(err)}"
         return
-    _store(record, "device", rounds)
+    store_clock(record, "device", rounds)
     for side in ("eager", "compiled"):
         record[f"busy_{side}"] = round(record[f"{side}_device_ms"] / record[f"{side}_ms"], 4)
     record["bound_eager"], record["bound"] = bound_of(record["busy_eager"]), bound_of(record["busy_compiled"])
 
 
-def _store(record: dict, clock: str, rounds: Rounds) -> None:
+def store_clock(record: dict, clock: str, rounds: Rounds) -> None:
+    """A clock's round ms, medians and speedup interval as the record's {side}_{clock}_... fields."""
     interval = rounds.speedup()
     record.update({
         f"eager_{clock}_round_ms": [round(x, 4) for x in rounds.eager_ms],

@@ -32,7 +32,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from perfgate.core.matrix import PRECISIONS, VARIANTS, Cell
 from perfgate.core.record import UNFINISHED, error_line, new_record
 from perfgate.measure import cell as single
-from perfgate.measure import faults, introspect, neighbours
+from perfgate.measure import ddp_clocks, faults, introspect, neighbours
 from perfgate.measure.ddp import rank_device
 from perfgate.measure.children import die_with_parent
 from perfgate.measure.numerics import judge
@@ -205,6 +205,8 @@ def measure(spec, cell: Cell, options, record: dict, rank: int, world: int, devi
         progress(f"{cell.id}: timing DDP, {steps} steps per round, the slowest of {world} ranks")
         rounds = interleaved_rounds(eager_step, compiled_step, steps, device, options.plan, clock=slowest)
         single.store_timing(record, rounds)
+        progress(f"{cell.id}: profiling where a DDP step's time goes, on every rank")
+        ddp_clocks.measure_into(record, eager_step, compiled_step, device, world)
         if watch:
             watch.sample()
         counts = introspect.compile_counts()
@@ -232,8 +234,6 @@ def measure(spec, cell: Cell, options, record: dict, rank: int, world: int, devi
     if ddp_ops < one_device_ops:
         raise single.CellFailure(f"ran eager in part: compiled DDP traced {ddp_ops} ops into graphs, the same "
                                  f"step on one device {one_device_ops}")
-    record["clocks_note"] = ("no device or host clock for a data-parallel cell: a rank's GPU-busy time "
-                             "includes its wait for the others' all-reduce")
     record["peak_mem_eager_mb_ranks"] = [p[0] for p in peaks]
     record["peak_mem_compiled_mb_ranks"] = [p[1] for p in peaks]
     known = [p for p in peaks if p[0] is not None]
