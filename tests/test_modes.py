@@ -122,3 +122,29 @@ def test_an_ok_cell_under_a_known_issue_says_the_issue_did_not_occur():
     cell = Cell("gpt2_xl", "train", "inductor_max_autotune", "amp_bf16", "gpu", "nightly")
     xpassed = {**record(cell, rng=np.random.default_rng(2)), "known_issue": "compile > 14 min"}
     assert cells.row(xpassed)[1] == "ok (known issue did not occur)"
+
+
+def test_data_parallel_cells_get_a_table_of_their_own_with_scaling_splits_and_the_step_breakdown():
+    rng = np.random.default_rng(3)
+    ddp = record(Cell("gpt2", "ddp", "inductor_ddp_optimizer", "amp_bf16", "gpu", "nightly"), rng=rng,
+                 with_clocks=False, eager_ms=62.8, speedup=1.33, single_eager_ms=64.0, single_compiled_ms=33.5,
+                 scaling_eager=2.04, scaling_compiled=1.40, ddp_buckets=14, ddp_splits=13, ddp_wrapper_breaks=2,
+                 ranks_param_diff=0.0, compute_speedup=1.9, compute_speedup_lo=1.88, compute_speedup_hi=1.93,
+                 eager_compute_ms=60.1, compiled_compute_ms=31.6, eager_comm_ms=9.0, compiled_comm_ms=9.5,
+                 eager_comm_exposed_ms=1.2, compiled_comm_exposed_ms=8.0, eager_gpu_idle_ms=1.5,
+                 compiled_gpu_idle_ms=8.2)
+    train = record(Cell("gpt2", "train", "inductor_default", "amp_bf16", "gpu", "nightly"), rng=rng)
+    assert "Data-parallel" not in cells.render_markdown([train])
+    out = cells.render_markdown([ddp, train])
+    main_table, ddp_table = out.split("### Data-parallel cells")
+    assert "`gpt2-ddp-inductor_ddp_optimizer-amp_bf16`" in main_table  # every cell in the per-cell table too
+    (line,) = [line for line in ddp_table.splitlines() if line.startswith("| `gpt2-ddp")]
+    columns = line.split(" | ")
+    assert columns[4:11] == ["64.00 → 33.50", "2.04 → 1.40", "1.900× [1.880, 1.930]", "60.10 → 31.60",
+                             "9.00 (1.20) → 9.50 (8.00)", "1.50 → 8.20", "14 / 13 / 2"]
+    assert columns[-1] == "pass, ranks identical |"
+    no_cuda = ("compute_speedup", "eager_compute_ms", "compiled_compute_ms", "eager_comm_ms", "eager_gpu_idle_ms",
+               "compiled_gpu_idle_ms")
+    cpu = {**ddp, **dict.fromkeys(no_cuda)}
+    line = cells.render_markdown([cpu]).splitlines()[-3]  # the ddp table's row, before its note
+    assert line.split(" | ")[6:10] == ["–", "–", "–", "–"]

@@ -1,7 +1,8 @@
 """The per-cell view of a results file (`perfgate report --cells`): one Markdown row per cell with what a
 matrix run measured of it: both speedups, step times, the compile cold and warm, both peaks, graph counts,
 numerics, status and reason, and what the cell cost in wall time; its batch where the records carry one (a
-model may train at another batch under CUDA graphs, spec.Size.cuda_graph_train_batch). Imports no torch.
+model may train at another batch under CUDA graphs, spec.Size.cuda_graph_train_batch). Data-parallel cells
+get a second table of what only they have (perfgate.render.ddp_cells). Imports no torch.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from typing import Sequence
 
 from perfgate.core.matrix import PRECISIONS, VARIANTS
 from perfgate.core.record import compiled_peak_is_right, first_call_cache
+from perfgate.render import ddp_cells
 from perfgate.render.report import first_call, fmt, md_code, md_text, shown, status_text
 
 COLUMNS = ("cell", "status", "wall speedup [95 % CI]", "device speedup", "eager ms", "compiled ms",
@@ -62,4 +64,5 @@ def render_markdown(records: Sequence[dict]) -> str:
                  "compile again with the caches warm. Cost: the cell's wall seconds in its process (an isolated "
                  "cell adds its process start)." + (" Batch: samples per step." if with_batch else "")
                  + " – where not measured.")
-    return "\n".join(lines) + "\n"
+    ddp = ddp_cells.render_markdown(sorted(records, key=_order))
+    return "\n".join(lines) + "\n" + ("\n" + ddp if ddp else "")
