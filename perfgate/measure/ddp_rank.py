@@ -4,7 +4,8 @@ compiled DDP on this rank's shard of the data, then the same step on one device 
 Every rank runs the same steps in the same order, as DDP's collectives require; only rank 0 judges numerics
 and reports. Timing is the single-device cell's (warm-up until steady, interleaved rounds), each timed region
 taken as the slowest rank's (an all-reduce MAX of its ms), so every rank makes the same warm-up and round
-decisions and the step's time is what the slowest rank makes everyone wait for.
+decisions and the step's time is what the slowest rank makes everyone wait for. After the timed rounds each
+rank profiles where its step's time goes: compute, communication, GPU idle (perfgate.measure.ddp_clocks).
 
 Numerics: the reference is DDP done in one process in fp64 (else strict fp32): each step runs every rank's
 batch, averages their gradients (what DDP's all-reduce computes) and steps once. Rank 0's eager and compiled
