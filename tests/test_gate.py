@@ -70,7 +70,7 @@ def test_planted_loss_fails_exactly_the_touched_cells(base):
     assert gate.speedup_suspects(report) == sorted(touched)
 
 
-@pytest.mark.parametrize("metric", ["graph_breaks", "recompiles"])
+@pytest.mark.parametrize("metric", ["graph_breaks", "recompiles", "ddp_wrapper_breaks"])
 @pytest.mark.parametrize("delta, kind", [(1, "regression"), (-1, "improvement")])
 def test_counts_are_exact(metric, delta, kind):
     base = baseline_of(overrides={RESNET: {metric: 1}})

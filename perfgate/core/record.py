@@ -158,7 +158,7 @@ FIELDS: tuple[Field, ...] = (
           "compiled graphs at (null: it did not split: no_optimization, python_reducer)"),
     Field("ddp_splits", int, "count", ">= 0", fold="max", doc="graphs added by those splits (buckets - graphs "
           "split): kept apart from graph_breaks, which counts the model's own"),
-    Field("ddp_wrapper_breaks", int, "count", ">= 0", doc="graph breaks inside DDP's own forward wrapper "
+    Field("ddp_wrapper_breaks", int, "count", ">= 0", fold="max", doc="graph breaks inside DDP's own forward wrapper "
           "(the compiled DDP step's breaks less the model's alone)"),
     Field("ranks_param_diff", float, "", ">= 0", doc="after the numerics steps: the largest |parameter - the "
           "ranks' mean| over every element (0: every rank holds the same parameters)"),

@@ -351,6 +351,8 @@ def default_rules(*, speedup: float = 0.05, device: float = 0.025, host: float =
         HostTimeRule(threshold=host),
         CountRule("graph_breaks"),
         CountRule("recompiles"),
+        # A data-parallel cell's breaks in DDP's forward wrapper: each is a graph more to issue every step.
+        CountRule("ddp_wrapper_breaks"),
         # 32 MiB: below that a change is allocator rounding, not the model.
         RelativeRule("peak_mem_compiled_mb", memory, min_delta=32.0,
                      measured_right=compiled_peak_is_right),
