@@ -3,6 +3,9 @@ on cuda:0 and meet over gloo instead of NCCL (NCCL refuses two ranks on one devi
 product's code (perfgate.measure.ddp and ddp_rank, unchanged). It shows whether the cell runs on CUDA and
 this torch, and its structural figures (buckets, DDPOptimizer's splits, wrapper breaks, numerics, the ranks'
 agreement); its times and scaling mean nothing, as the two ranks share one GPU and gloo copies through the host.
+PROBE_WORLD=1 runs one rank instead, over NCCL, the product's path untouched: DDP's own cost on one device
+(its wrapper, the bucketing, the split graphs, a one-rank all-reduce) against the plain step; there the
+"scaling" is one-device step / DDP step (1.0: DDP costs nothing) and the times are the GPU's alone.
 usage: python baselines/runs/probes/ddp_one_gpu.py MODEL VARIANT PRECISION [CACHE_DIR]
 prints the cell's record as one JSON line (PROBE_KIND=cpu: the CPU tier's cell, to try the probe itself).
 """
@@ -44,7 +47,10 @@ kind = os.environ.get("PROBE_KIND", "gpu")
 cell = Cell(model, "ddp", variant, precision, kind)
 device = "cuda:0" if kind == "gpu" else "cpu"
 options = RunOptions(device=device, registry=DEFAULT, cache_dir=sys.argv[4] if len(sys.argv) > 4 else None)
-ddp.RANK_ARGS = (__file__, "rank")  # each rank through this file's "rank" mode
+world = int(os.environ.get("PROBE_WORLD", "2"))
+if world > 1:
+    ddp.RANK_ARGS = (__file__, "rank")  # each rank through this file's "rank" mode
 record = ddp.run(load(DEFAULT)[model], cell, options, environment(torch.device(device), tf32=True),
-                 progress=lambda message: print(message, file=sys.stderr, flush=True))
-print(json.dumps(dict(record, probe="ddp_one_gpu: 2 gloo ranks on one GPU")))
+                 progress=lambda message: print(message, file=sys.stderr, flush=True), world=world)
+probe = "2 gloo ranks on one GPU" if world > 1 else "1 rank (NCCL on GPUs): DDP's own cost"
+print(json.dumps(dict(record, probe=f"ddp_one_gpu: {probe}")))
