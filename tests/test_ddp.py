@@ -156,3 +156,32 @@ def test_a_model_kept_out_of_the_pr_tier_has_only_nightly_cells():
     for param in cells(REGISTRY, "train"):
         tiers[param.values[0].model].add(param.values[0].tier)
     assert tiers["gpt2_xl"] == {"nightly"} and tiers["gpt2"] == {"pr", "nightly"}
+
+
+def test_the_compiled_autograd_variant_traces_the_backward_of_a_train_step():
+    """The dynamo flag alone turns compiled autograd on only inside a compiled call, and a step's backward
+    runs after that call: the variant must enable it around the step. Seen on an H100 before it did: DDP's
+    Python reducer all-reduced per parameter in eager hooks (resnet50's compiled DDP step 0.89x eager's)."""
+    import dataclasses
+
+    import torch
+    import torch.nn.functional as F
+
+    from perfgate.measure import introspect
+    from perfgate.measure.steps import Side
+
+    class Spec:
+        lr = 1e-3
+        loss = staticmethod(lambda m, b: F.cross_entropy(m(b["x"]), b["y"]))
+
+    variant = dataclasses.replace(matrix.VARIANTS["inductor_ddp_compiled_autograd"], backend="aot_eager")
+    batch = {"x": torch.randn(4, 16), "y": torch.randint(0, 16, (4,))}
+    introspect.reset_compiler()
+    with torch._dynamo.config.patch(compiled_autograd=True):
+        side = Side(Spec, torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.Tanh()), "train", "fp32",
+                    torch.device("cpu"))
+        side.compile(variant)
+        side.step(batch)
+        side.captured_step(batch)
+    assert introspect.compile_counts()["autograd_captures"] >= 1
+    introspect.reset_compiler()

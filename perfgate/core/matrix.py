@@ -75,6 +75,8 @@ class Variant:
         "ddp_optimizer" (the graph split at DDP's bucket boundaries, so gradients' all-reduce overlaps the
         backward), "no_optimization" (one graph, no overlap) or "python_reducer" (compiled autograd traces
         the all-reduce; `compiled_autograd` turns it on).
+    `compiled_autograd`: a train step's forward and backward run under compiled autograd, whose backward
+        graph is compiled with the variant's own torch.compile arguments (perfgate.measure.steps.Side).
     """
 
     name: str

@@ -182,6 +182,9 @@ def measure(spec, cell: Cell, options, record: dict, rank: int, world: int, devi
         record.update(compile_cache_hits=cache["hits"], compile_cache_misses=cache["misses"])
         if first["graph_count"] == 0:
             raise single.CellFailure(f"ran eager: {cell.variant} compiled no graph at all")
+        if variant.compiled_autograd and first["autograd_captures"] == 0:
+            raise single.CellFailure(f"ran eager in part: {cell.variant} traced no backward (compiled autograd "
+                                     f"captured nothing; DDP's Python reducer would all-reduce per parameter)")
         progress(f"{cell.id}: compiled in {record['compile_s']:.1f} s; checking numerics")
         compiled_captured.append(_unwrapped(compiled.captured_step(batches[1])))
         record["ranks_param_diff"] = _param_spread(compiled, device, world)

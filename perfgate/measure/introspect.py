@@ -24,6 +24,7 @@ def compile_counts() -> dict:
         "ops": int(counters.get("stats", {}).get("calls_captured", 0)),  # calls traced into graphs
         "graph_breaks": int(sum(breaks.values())),
         "frames": int(counters.get("frames", {}).get("total", 0)),
+        "autograd_captures": int(counters.get("compiled_autograd", {}).get("captures", 0)),  # backwards traced
         "guard_failures": sum(len(failures) for failures in guard_failures.values()),
         "break_reasons": [reason.strip().splitlines()[0] for reason in list(breaks)[:MAX_REASONS]],
         "recompile_reasons": _recompile_reasons(),

@@ -5,6 +5,7 @@ and one step of a phase. The cell builds both sides here, and so does the artifa
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 
 import torch
@@ -52,6 +53,7 @@ class Side:
         self.spec, self.model, self.phase, self.precision, self.device = spec, model, phase, precision, device
         self.task = self.eager_task()
         self.cudagraph_steps = False
+        self.backward_compiler = None  # compiled autograd's compiler, where the variant asks for it
         if phase == "train":
             model.train()
             self.optimizer = torch.optim.AdamW(model.parameters(), lr=spec.lr)
@@ -80,6 +82,8 @@ class Side:
             # Compile the class's own step, so compiling again (the warm-compile pass) never wraps twice.
             own_step = type(self.optimizer).step.__get__(self.optimizer)
             self.optimizer.step = torch.compile(own_step, backend=variant.backend)
+        if variant.compiled_autograd:
+            self.backward_compiler = functools.partial(torch.compile, **compile_kwargs)
         # CUDA-graph trees must be told where a step starts, or a later step may overwrite outputs an
         # earlier one still holds (the optimizer reads gradients after backward).
         self.cudagraph_steps = self.device.type == "cuda" and variant.cuda_graphs
@@ -90,10 +94,23 @@ class Side:
         if self.phase == "infer":
             with torch.no_grad(), autocast(self.precision, self.device):
                 return self.task(batch)
-        with autocast(self.precision, self.device):
-            loss = self.task(batch)
-        self._backward_and_update(loss)
+        with self.autograd():
+            with autocast(self.precision, self.device):
+                loss = self.task(batch)
+            self._backward_and_update(loss)
         return loss
+
+    def autograd(self):
+        """Compiled autograd around a train step, where the variant asks for it: the backward (with DDP's
+        gradient hooks and their all-reduce) traced at run time and compiled like the forward. The dynamo
+        config flag alone turns it on only inside a compiled call, and the step's backward runs after it
+        returns: without this the backward ran eagerly, DDP's Python reducer one all-reduce per parameter."""
+        if self.backward_compiler is None:
+            return contextlib.nullcontext()
+        from torch._dynamo import compiled_autograd
+
+        # dynamic=False: the shapes are fixed, as torch.compile's own default (assume_static_by_default) has it.
+        return compiled_autograd._enable(self.backward_compiler, dynamic=False)
 
     def _backward_and_update(self, loss: torch.Tensor) -> None:
         if self.scaler is not None:
@@ -112,14 +129,15 @@ class Side:
             return {"output": _host(self.step(batch))}
         if self.cudagraph_steps:
             torch.compiler.cudagraph_mark_step_begin()
-        with autocast(self.precision, self.device):
-            loss = self.task(batch)
-        captured = {"loss": _host(loss)}
-        if self.scaler is not None:
-            self.scaler.scale(loss).backward()
-            self.scaler.unscale_(self.optimizer)
-        else:
-            loss.backward()
+        with self.autograd():
+            with autocast(self.precision, self.device):
+                loss = self.task(batch)
+            captured = {"loss": _host(loss)}
+            if self.scaler is not None:
+                self.scaler.scale(loss).backward()
+                self.scaler.unscale_(self.optimizer)
+            else:
+                loss.backward()
         for name, param in self.model.named_parameters() if tensors else ():
             if param.grad is not None:
                 captured[f"grad.{name}"] = _host(param.grad)
