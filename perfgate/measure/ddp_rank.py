@@ -216,8 +216,12 @@ def measure(spec, cell: Cell, options, record: dict, rank: int, world: int, devi
         counts = introspect.compile_counts()
     # Recompiles are guards that failed: DDP's wrapper also compiles new frames on later steps (the code
     # after its breaks runs other branches once warm), each for the first time, which are no recompile.
-    record["recompiles"] = counts["guard_failures"] - first["guard_failures"]
-    record["recompile_reasons"] = counts["recompile_reasons"]
+    # Compiled autograd traces a backward again where its cache missed: a recompile of the backward.
+    backward_again = counts["autograd_captures"] - first["autograd_captures"]
+    record["recompiles"] = counts["guard_failures"] - first["guard_failures"] + backward_again
+    record["recompile_reasons"] = counts["recompile_reasons"] + (
+        [f"compiled autograd traced the backward again ({backward_again}x after the first step)"]
+        if backward_again else [])
     record.update(graph_count=first["graph_count"], ddp_buckets=sum(buckets) if buckets else None,
                   ddp_splits=sum(buckets) - len(buckets) if buckets else 0)
     ddp_breaks, ddp_ops = first["graph_breaks"], first["ops"]
