@@ -56,7 +56,7 @@ def test_cell_folds_runs(three_runs, folded):
     assert (cell["status"], cell["numerics"], cell["runs_ok"]) == ("ok", "pass", 3)
 
 
-@pytest.mark.parametrize("metric", CLOCKS)
+@pytest.mark.parametrize("metric", [c for c in CLOCKS if c != "compute_speedup"])  # a DDP cell's: test_gate
 def test_each_clock_folds_like_the_speedup(three_runs, folded, metric):
     recs = [next(r for r in run if r["cell"] == RESNET) for run in three_runs]
     cell = folded["cells"][RESNET]

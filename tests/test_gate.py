@@ -265,3 +265,22 @@ def test_cells_with_one_ok_baseline_run_are_named():
     rows = {r.cell: r for r in report.rows}
     assert rows[RESNET].run_to_run_known is False and rows[GPT2_INFER].run_to_run_known
     assert any(note.startswith("run-to-run noise unknown for 1 cell(s)") and RESNET in note for note in report.notes)
+
+
+def test_a_data_parallel_cell_is_gated_on_its_compute_clock_and_only_it_is():
+    """A DDP cell has no device clock; its compute clock (GPU work but NCCL's) takes the device rule's place.
+    A train cell that somehow carried compute fields is not judged on them."""
+    ddp = syn.Cell("gpt2", "ddp", "inductor_ddp_optimizer", "amp_bf16", "gpu", "pr")
+    cell_list = [ddp, CELLS[0]]
+
+    def compute(value, ids=(ddp.id, RESNET)):
+        return {cid: {"compute_speedup": value, "compute_speedup_lo": value * 0.995,
+                      "compute_speedup_hi": value * 1.005} for cid in ids}
+
+    runs = [syn.run(11 + i, cell_list=cell_list, overrides=compute(1.9 * (1 + 0.002 * i)), **QUIET)
+            for i in range(3)]
+    base = build_baseline(runs)[KEY]
+    assert base["cells"][ddp.id]["compute_speedup"] == pytest.approx(1.9038, rel=1e-3)
+    report = gate.compare(syn.run(42, cell_list=cell_list, overrides=compute(1.9 * 0.95), **QUIET), base)
+    assert kinds(report) == [(ddp.id, "compute_speedup", "regression")]
+    assert gate.compare(syn.run(42, cell_list=cell_list, overrides=compute(1.905), **QUIET), base).passed

@@ -173,14 +173,13 @@ FIELDS: tuple[Field, ...] = (
     # Where a data-parallel step's time goes (perfgate.measure.ddp_clocks; CUDA only), from profiled rounds
     # apart from the timed ones: compute (each rank's GPU work but NCCL's kernels) as a clock of its own, and
     # per rank communication (NCCL's kernels), its exposed part (no compute beside it: the all-reduce not
-    # hidden, the wait for the slower rank) and GPU idle (the timed step less the busy union). Not gated.
+    # hidden, the wait for the slower rank) and GPU idle (the timed step less the busy union). The compute
+    # clock is gated as the device clock is; the rest is not.
     Field("eager_compute_round_ms", list, "ms", "rounds", default=[], doc="the ranks' mean, one per round"),
     Field("compiled_compute_round_ms", list, "ms", "rounds", default=[]),
     Field("eager_compute_ms", float, "ms", "> 0", fold="median"),
     Field("compiled_compute_ms", float, "ms", "> 0", fold="median"),
-    Field("compute_speedup", float, "x", "> 0", fold="median", doc="median of the per-round compute ratios"),
-    Field("compute_speedup_lo", float, "x", "> 0", doc="its 95 % interval"),
-    Field("compute_speedup_hi", float, "x", "> 0"),
+    *_ratio("compute_speedup", "median of the per-round compute ratios: a data-parallel cell's device clock"),
     Field("eager_comm_ms", float, "ms", ">= 0", fold="median", doc="the ranks' mean (each rank's: ddp_step_ranks)"),
     Field("compiled_comm_ms", float, "ms", ">= 0", fold="median"),
     Field("eager_comm_exposed_ms", float, "ms", ">= 0", fold="median"),

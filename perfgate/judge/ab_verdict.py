@@ -279,7 +279,7 @@ def _other_findings(rules: Sequence, a_cell: dict, b_cell: dict) -> list[Finding
 def judge_cell(cell_id: str, a_procs: Sequence[Process], b_procs: Sequence[Process], rules: Sequence,
                alpha: float = ALPHA) -> tuple[ABRow, list[Finding]]:
     a_cell, b_cell = side_cell(cell_id, a_procs), side_cell(cell_id, b_procs)
-    timed = [r for r in rules if isinstance(r, SpeedupRule)]
+    timed = [r for r in rules if isinstance(r, SpeedupRule) and r.applies(a_cell)]
     findings = _other_findings([r for r in rules if not isinstance(r, SpeedupRule)], a_cell, b_cell)
     comparisons = []
     if a_cell["status"] == "ok" and b_cell["status"] == "ok":

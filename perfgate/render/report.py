@@ -3,7 +3,8 @@
 The Markdown starts with a one-line verdict and the geomeans, then what needs a human (regressions), then
 what is good news (improvements), then advisories (never fail the gate), then what was not compared
 (missing, new, failed), then every cell in two tables: the three clocks (wall and device speedup, host ms
-eager -> compiled, busy %, each clock's line, the rules that tripped), and the rest (compile, memory, ...).
+eager -> compiled, busy %, each clock's line, the rules that tripped; a data-parallel cell's device column
+is its compute clock), and the rest (compile, memory, ...).
 It also holds what every report prints with: `fmt`, `shown` (a record field in its unit's format, from
 perfgate.core.record.FIELDS), Markdown escaping, and `text_table` for `perfgate results` and `history show`.
 """
@@ -162,6 +163,9 @@ def _speedup(source) -> str:
 
 def _clock_row(row) -> str:
     wall, device, host = (row.clock(m) for m in ("speedup", "device_speedup", "host_speedup"))
+    compute = row.clock("compute_speedup")
+    if compute is not None and compute.value is not None:  # a data-parallel cell's device clock
+        device = compute
     interval = _speedup(row) if row.speedup is not None else "–"
     noise = fmt(row.noise, ".1%") + ("?" if row.run_to_run_known is False else "")
     cells = (md_code(row.cell), interval, fmt(row.baseline_speedup, ".3f"), _pct(row.change), _line(wall), noise,
