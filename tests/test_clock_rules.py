@@ -155,7 +155,8 @@ def test_thresholds_per_clock_are_configurable(base):
     run = now(42, overrides={**device_loss([RESNET], 0.96), BERT: {"host_growth": 1.25}})
     assert not gate.compare(run, base).passed
     assert gate.compare(run, base, gate.default_rules(device=0.06, host=0.40)).passed
-    wall, device, host = (r for r in gate.DEFAULT_RULES if isinstance(r, SpeedupRule))
+    wall, device, compute, host = (r for r in gate.DEFAULT_RULES if isinstance(r, SpeedupRule))
+    assert (compute.metric, compute.threshold, compute.phases) == ("compute_speedup", 0.025, ("ddp",))
     assert (wall.metric, wall.threshold, device.metric, device.threshold) == ("speedup", 0.05, "device_speedup", 0.025)
     assert isinstance(host, HostTimeRule) and host.threshold == 0.15
     assert host.log_threshold({}) == pytest.approx(-math.log(1 - (1 - 1 / 1.15)))  # host_speedup -13.0 %
