@@ -6,6 +6,7 @@ agreement); its times and scaling mean nothing, as the two ranks share one GPU a
 PROBE_WORLD=1 runs one rank instead, over NCCL, the product's path untouched: DDP's own cost on one device
 (its wrapper, the bucketing, the split graphs, a one-rank all-reduce) against the plain step; there the
 "scaling" is one-device step / DDP step (1.0: DDP costs nothing) and the times are the GPU's alone.
+PROBE_INJECT=KIND[:ARG] plants a test-only fault, as --perf-inject does (device_slow:3: 3 % more GPU work).
 usage: python baselines/runs/probes/ddp_one_gpu.py MODEL VARIANT PRECISION [CACHE_DIR]
 prints the cell's record as one JSON line (PROBE_KIND=cpu: the CPU tier's cell, to try the probe itself).
 """
@@ -37,7 +38,7 @@ import torch
 sys.path.insert(0, os.getcwd())
 from perfgate.core.matrix import Cell
 from perfgate.core.zoo import DEFAULT, load
-from perfgate.measure import ddp
+from perfgate.measure import ddp, faults
 from perfgate.measure.cell import RunOptions
 from perfgate.measure.env import environment
 
@@ -46,11 +47,12 @@ model, variant, precision = sys.argv[1:4]
 kind = os.environ.get("PROBE_KIND", "gpu")
 cell = Cell(model, "ddp", variant, precision, kind)
 device = "cuda:0" if kind == "gpu" else "cpu"
-options = RunOptions(device=device, registry=DEFAULT, cache_dir=sys.argv[4] if len(sys.argv) > 4 else None)
+options = RunOptions(device=device, registry=DEFAULT, cache_dir=sys.argv[4] if len(sys.argv) > 4 else None,
+                     fault=faults.parse(os.environ.get("PROBE_INJECT")))
 world = int(os.environ.get("PROBE_WORLD", "2"))
 if world > 1:
     ddp.RANK_ARGS = (__file__, "rank")  # each rank through this file's "rank" mode
 record = ddp.run(load(DEFAULT)[model], cell, options, environment(torch.device(device), tf32=True),
                  progress=lambda message: print(message, file=sys.stderr, flush=True), world=world)
 probe = "2 gloo ranks on one GPU" if world > 1 else "1 rank (NCCL on GPUs): DDP's own cost"
-print(json.dumps(dict(record, probe=f"ddp_one_gpu: {probe}")))
+print(json.dumps(dict(record, probe=f"ddp_one_gpu: {probe}", probe_inject=os.environ.get("PROBE_INJECT"))))
