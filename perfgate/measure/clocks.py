@@ -193,7 +193,7 @@ def measure_into(record: dict, eager: Callable[[int], object], compiled: Callabl
     read (no CUDA, a profiler error) leaves its fields null and says why in clocks_note."""
     on_gpu = device.type == "cuda"
     store_clock(record, "host", host_rounds(eager, compiled, device, stream,
-                                       rounds=HOST_ROUNDS if on_gpu else HOST_MIN_ROUNDS, seconds=HOST_SECONDS))
+                                            rounds=HOST_ROUNDS if on_gpu else HOST_MIN_ROUNDS, seconds=HOST_SECONDS))
     if not on_gpu:
         record["clocks_note"] = NO_DEVICE_CLOCK
         return

@@ -10,9 +10,9 @@ from __future__ import annotations
 from typing import Sequence
 
 from perfgate.core.matrix import PRECISIONS, VARIANTS
-from perfgate.core.record import compiled_peak_is_right, first_call_cache
+from perfgate.core.record import first_call_cache
 from perfgate.render import ddp_cells
-from perfgate.render.report import first_call, fmt, md_code, md_text, shown, status_text
+from perfgate.render.report import first_call, md_code, md_text, peaks_text, ratio_text, shown, status_text
 
 COLUMNS = ("cell", "status", "wall speedup [95 % CI]", "device speedup", "eager ms", "compiled ms",
            "first call s", "warm s", "peak MiB eager → compiled", "graph breaks", "recompiles", "numerics",
@@ -26,27 +26,13 @@ def _order(record: dict) -> tuple:
             variants.index(record["variant"]) if record.get("variant") in variants else len(variants))
 
 
-def _speedup(record: dict) -> str:
-    if record.get("speedup") is None:
-        return "–"
-    interval = ""
-    if record.get("speedup_lo") is not None and record.get("speedup_hi") is not None:
-        interval = f" [{record['speedup_lo']:.3f}, {record['speedup_hi']:.3f}]"
-    return f"{record['speedup']:.3f}×{interval}"
-
-
-def _peaks(record: dict) -> str:
-    compiled = record.get("peak_mem_compiled_mb") if compiled_peak_is_right(record) else None
-    return f"{fmt(record.get('peak_mem_eager_mb'), '.0f')} → {fmt(compiled, '.0f')}"
-
-
 def row(record: dict, with_batch: bool = False) -> tuple[str, ...]:
     device = record.get("device_speedup")
     batch = (shown(record, "batch"),) if with_batch else ()
-    return (md_code(record["cell"]), *batch, md_text(status_text(record)), _speedup(record),
+    return (md_code(record["cell"]), *batch, md_text(status_text(record)), ratio_text(record),
             "–" if device is None else f"{device:.3f}×", shown(record, "eager_ms"), shown(record, "compiled_ms"),
             first_call(record.get("compile_s"), first_call_cache(record)), shown(record, "compile_warm_s"),
-            _peaks(record), shown(record, "graph_breaks"), shown(record, "recompiles"),
+            peaks_text(record), shown(record, "graph_breaks"), shown(record, "recompiles"),
             md_text(record.get("numerics") or "–"), shown(record, "wall_s"), md_text(record.get("reason") or ""))
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from perfgate.core.record import first_call_cache
-from perfgate.render.report import first_call, fmt, md_code, md_text, status_text
+from perfgate.render.report import first_call, fmt, md_code, md_text, peaks_text, ratio_text, status_text
 
 COLUMNS = ("cell", "status", "wall speedup [95 % CI]", "ms eager → compiled (slowest rank)",
            "one device ms eager → compiled", "scaling eager → compiled", "compute speedup",
@@ -21,16 +21,9 @@ NOTE = ("Scaling: throughput on the ranks / on one device (ideal: the rank count
         "(no CUDA: the CPU tier's ranks).")
 
 
-def _pair(record: dict, eager: str, compiled: str, spec: str = ".2f") -> str:
+def _pair(record: dict, eager: str, compiled: str) -> str:
     e, c = record.get(eager), record.get(compiled)
-    return "–" if e is None and c is None else f"{fmt(e, spec)} → {fmt(c, spec)}"
-
-
-def _speedup(record: dict, name: str) -> str:
-    value, lo, hi = record.get(name), record.get(f"{name}_lo"), record.get(f"{name}_hi")
-    if value is None:
-        return "–"
-    return f"{value:.3f}×" + ("" if lo is None or hi is None else f" [{lo:.3f}, {hi:.3f}]")
+    return "–" if e is None and c is None else f"{fmt(e, '.2f')} → {fmt(c, '.2f')}"
 
 
 def _comm(record: dict) -> str:
@@ -48,13 +41,13 @@ def _numerics(record: dict) -> str:
 
 def row(record: dict) -> tuple[str, ...]:
     structure = " / ".join(fmt(record.get(k), "d") for k in ("ddp_buckets", "ddp_splits", "ddp_wrapper_breaks"))
-    return (md_code(record["cell"]), md_text(status_text(record)), _speedup(record, "speedup"),
+    return (md_code(record["cell"]), md_text(status_text(record)), ratio_text(record),
             _pair(record, "eager_ms", "compiled_ms"), _pair(record, "single_eager_ms", "single_compiled_ms"),
-            _pair(record, "scaling_eager", "scaling_compiled"), _speedup(record, "compute_speedup"),
+            _pair(record, "scaling_eager", "scaling_compiled"), ratio_text(record, "compute_speedup"),
             _pair(record, "eager_compute_ms", "compiled_compute_ms"), _comm(record),
             _pair(record, "eager_gpu_idle_ms", "compiled_gpu_idle_ms"), structure,
             first_call(record.get("compile_s"), first_call_cache(record)),
-            _pair(record, "peak_mem_eager_mb", "peak_mem_compiled_mb", ".0f"), _numerics(record))
+            peaks_text(record), _numerics(record))
 
 
 def render_markdown(records: Sequence[dict]) -> str:

@@ -15,7 +15,7 @@ from dataclasses import asdict
 from typing import Sequence
 
 from perfgate.judge.gate import GateReport
-from perfgate.core.record import FIELD
+from perfgate.core.record import FIELD, compiled_peak_is_right
 from perfgate.judge.rules import CLOCK_NAMES
 
 # A GitHub PR comment holds 65 536 characters; keep a margin for the CLI's other reports and headers.
@@ -63,6 +63,21 @@ def first_call(seconds: float | None, cache: str | None) -> str:
     unless that was nothing: a warm compile is no first-call time a user meets on a new machine."""
     text = fmt(seconds, ".1f")
     return text if seconds is None or cache in (None, "cold", "no cache") else f"{text} ({cache})"
+
+
+def ratio_text(record: dict, name: str = "speedup") -> str:
+    """"2.249× [2.239, 2.265]": a record's clock ratio with its 95 % interval where it has one; – where null."""
+    value, lo, hi = record.get(name), record.get(f"{name}_lo"), record.get(f"{name}_hi")
+    if value is None:
+        return "–"
+    return f"{value:.3f}×" + ("" if lo is None or hi is None else f" [{lo:.3f}, {hi:.3f}]")
+
+
+def peaks_text(record: dict) -> str:
+    """"9000 → 7000": a record's eager and compiled peak MiB, the compiled one only where its schema measured
+    it right (perfgate.core.record.compiled_peak_is_right)."""
+    compiled = record.get("peak_mem_compiled_mb") if compiled_peak_is_right(record) else None
+    return f"{fmt(record.get('peak_mem_eager_mb'), '.0f')} → {fmt(compiled, '.0f')}"
 
 
 def status_text(record: dict) -> str:
