@@ -5,7 +5,10 @@ unit, what validate asks of it, how a baseline folds it and whether the history 
 validate, baseline, history and the reports take their field lists from it. Absent or not-measured values
 are null. Imports no torch.
 
-Schemas (a record's `schema`): 7 adds a data-parallel cell's step breakdown (compute, communication,
+Schemas (a record's `schema`): 8 adds the stage account (`stages`: seconds per stage of the run, summing to
+`wall_s`, which now includes an isolated cell's process start) and `remeasure`; its host clock takes as many
+rounds as fit the timed rounds' seconds (11 at least, 41 at most, each round the fastest of 5 single steps as
+before: the same figure, a wider interval where fewer rounds fit); 7 adds a data-parallel cell's step breakdown (compute, communication,
 GPU idle); 6 records the compile-cache hits and misses of the first compiled call
 (compile_cache_hits/_misses), so a kept cache's compile says whether it was cold; 5 keeps the GPU numerics
 judge out of the compiled peak, which schema 4 (commits 933ac49 to a208d78) counted (gpt2 infer on an H100
@@ -22,7 +25,7 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass
 
-RECORD_SCHEMA = 7
+RECORD_SCHEMA = 8
 # Schemas whose compiled peak measured something else (see above): 1 without the compiled weights, 4 with
 # the numerics judge's GPU temporaries.
 COMPILED_PEAK_MISREAD = frozenset({1, 4})
@@ -99,7 +102,11 @@ FIELDS: tuple[Field, ...] = (
     Field("env", dict, check="object", doc="{fingerprint, gpu, driver, cuda, torch, triton, transformers, timm, "
                                            "python, host, tf32, cpu_model, cpu_cores}: perfgate.measure.env"),
     Field("started_at", str, column=True, doc="ISO-8601 UTC time the cell started"),
-    Field("wall_s", float, "s", ">= 0", doc="the whole cell: build, compile, numerics, timing"),
+    Field("wall_s", float, "s", ">= 0", doc="the whole cell, its process's start included (schema 8 on)"),
+    Field("stages", dict, check="object", default={}, doc="{stage: seconds} (perfgate.core.stages.STAGES): where "
+          "the cell's wall_s went, summing to it"),
+    Field("remeasure", str, default="", doc='why the gate measured this cell again: "confirm" (a speedup rule '
+          'tripped), "why-artifacts" (flagged by another rule), or "" (the run\'s own measurement)'),
     Field("steps_per_round", int, "steps", "> 0"),
     Field("rounds", int, "rounds", "> 0"),
     Field("warmup_steps", int, "steps", ">= 0"),
