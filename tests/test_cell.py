@@ -4,7 +4,6 @@ import contextlib
 import dataclasses
 import json
 import signal
-import subprocess
 import time
 
 import pytest
@@ -13,8 +12,9 @@ torch = pytest.importorskip("torch")
 import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 
-from perfgate.measure import artifacts, children, precompile  # noqa: E402
-from perfgate.measure.cell import RunOptions, run_cell  # noqa: E402
+from perfgate.measure import artifacts, launch, precompile  # noqa: E402
+from perfgate.measure.cell import run_cell  # noqa: E402
+from perfgate.measure.job import RunOptions  # noqa: E402
 from perfgate.core.matrix import VARIANTS, Cell, Variant  # noqa: E402
 from perfgate.core.spec import ModelSpec, Size  # noqa: E402
 from perfgate.core.record import first_call_cache  # noqa: E402
@@ -81,7 +81,7 @@ def test_a_batch_that_is_no_whole_number_of_samples_is_refused_by_name(field, va
 def test_the_numerics_judge_is_set_aside_from_the_compiled_peak(monkeypatch):
     """The judge's fp64 temporaries on the GPU are not the compiled side's memory (schema 4 counted them:
     gpt2 infer read 11474 MiB for 1348 on an H100): the cell judges inside Memory.set_aside."""
-    from perfgate.measure import cell as cell_module
+    from perfgate.measure import pipeline as cell_module
     events = []
 
     class Recording(cell_module.Memory):
@@ -105,7 +105,7 @@ def test_the_numerics_judge_is_set_aside_from_the_compiled_peak(monkeypatch):
 def test_a_set_aside_block_leaves_the_peak_before_it_and_after_it(monkeypatch):
     """Memory's arithmetic on a fake CUDA allocator (MiB): 100 resident, a side peaks at 300, a set-aside
     block at 900, the side again at 250; its peak is 300 - 100."""
-    from perfgate.measure.cell import MIB, Memory
+    from perfgate.measure.memory import MIB, Memory
     state = {"now": 100 * MIB, "peak": 100 * MIB}
 
     def allocate(mib):
@@ -158,7 +158,7 @@ def test_checkpoints_keep_what_a_killed_cell_had_measured():
                       checkpoint=lambda partial: seen.append(dict(partial)))
     assert record["status"] == "ok" and record["reason"] == ""
     assert [p["status"] for p in seen] == ["failed"] * len(seen) and len(seen) >= 3
-    assert seen[0]["reason"].endswith("numerics reference'")
+    assert seen[0]["reason"].endswith("building'") and seen[1]["reason"].endswith("numerics reference'")
     compiled = next(p for p in seen if "checking numerics" in p["reason"])  # killed in a recompile
     assert compiled["compile_s"] is not None and compiled["graph_count"] >= 1
     timing = next(p for p in seen if "timing" in p["reason"])  # killed while timing: compile and numerics kept
@@ -261,44 +261,41 @@ def test_a_precompile_child_past_its_time_is_killed_and_its_cells_say_so(tmp_pat
 
 
 def test_at_the_limit_every_child_left_is_killed_at_once_and_says_so(tmp_path, monkeypatch):
-    """Not a second's grace per child after the first: the children share one limit."""
+    """Not a second's grace per child after the first: the children share one limit, and one kill ends them all."""
     cells = [Cell("mlp", phase, "inductor_default", "fp32", "cpu") for phase in ("infer", "train")]
-    timed_waits, real_wait = [], subprocess.Popen.wait
+    kills, real_kill = [], launch.kill_groups
 
-    def wait(self, timeout=None):
-        if timeout is not None:
-            timed_waits.append(timeout)
-        return real_wait(self, timeout)
+    def kill(*procs):
+        kills.append(len(procs))
+        real_kill(*procs)
 
-    monkeypatch.setattr(subprocess.Popen, "wait", wait)
+    monkeypatch.setattr(precompile, "kill_groups", kill)
     lines = precompile.run([[c] for c in cells], cache_dir=str(tmp_path), registry=f"{__name__}:REGISTRY",
                            devices=[], tf32=False, out=tmp_path / "pre.json", limit_s=0.2)
     assert [line["reason"] for line in lines] == ["not compiled: timed out after 0.2 s (not started)"] * 2
-    assert len(timed_waits) == 1
+    assert kills == [2]
 
 
 def test_an_interrupted_precompile_kills_its_children_and_keeps_its_lines(tmp_path, monkeypatch):
     """Ctrl-C (or a CI step's timeout) while the children compile: none is left running in its own session,
     and the cells they did not reach say why in the .precompile.json."""
     cell, children = Cell("mlp", "infer", "inductor_default", "fp32", "cpu"), []
-    real_wait, real_init = subprocess.Popen.wait, subprocess.Popen.__init__
+    real_spawn = precompile.spawn
 
-    def keep(self, *args, **kwargs):
-        real_init(self, *args, **kwargs)
-        children.append(self)
+    def keep(*args, **kwargs):
+        children.append(real_spawn(*args, **kwargs))
+        return children[-1]
 
-    def interrupted(self, timeout=None):
-        if timeout is not None:
-            raise KeyboardInterrupt
-        return real_wait(self)
+    def interrupted(_seconds):  # the supervision loop's wait between two looks at the children
+        raise KeyboardInterrupt
 
-    monkeypatch.setattr(subprocess.Popen, "__init__", keep)
-    monkeypatch.setattr(subprocess.Popen, "wait", interrupted)
+    monkeypatch.setattr(precompile, "spawn", keep)
+    monkeypatch.setattr(launch.time, "sleep", interrupted)
     with pytest.raises(KeyboardInterrupt):
         precompile.run([[cell]], cache_dir=str(tmp_path), registry=f"{__name__}:REGISTRY", devices=[],
                        tf32=False, out=tmp_path / "pre.json", limit_s=120)
     (child,) = children
-    assert child.returncode == -signal.SIGKILL
+    assert child.poll() == -signal.SIGKILL
     assert json.loads((tmp_path / "pre.json").read_text()) == [
         {"cell": cell.id, "status": "failed", "reason": "not compiled: interrupted (not started)"}]
 
@@ -332,8 +329,8 @@ def test_an_interrupt_kills_every_child_before_waiting_for_any(monkeypatch):
         def wait(self):
             events.append(("wait", self.pid))
 
-    monkeypatch.setattr(children.os, "killpg", lambda pid, sig: events.append(("kill", pid)))
-    children.kill_groups(Child(1), Child(2), Child(3))
+    monkeypatch.setattr(launch.os, "killpg", lambda pid, sig: events.append(("kill", pid)))
+    launch.kill_groups(Child(1), Child(2), Child(3))
     assert events == [("kill", 1), ("kill", 2), ("kill", 3), ("wait", 1), ("wait", 2), ("wait", 3)]
 
 
@@ -342,7 +339,7 @@ def test_a_kept_cache_holds_one_inductor_cache_per_precision(tmp_path):
     share one, or a cell runs the other precision's graph. Triton kernels (keyed by source) stay shared."""
     import os
 
-    from perfgate.measure.cell import compile_cache
+    from perfgate.measure.compile_cache import compile_cache
 
     seen = {}
     for precision in ("amp_bf16", "amp_fp16"):

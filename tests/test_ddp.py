@@ -52,7 +52,7 @@ def test_ddp_train_step(cell, perf, benchmark):
 @pytest.mark.cpu
 def test_no_rank_is_left_while_the_session_goes_on():
     import subprocess, tempfile
-    left = subprocess.run(["pgrep", "-af", "perfgate.measure.ddp_rank"], capture_output=True, text=True).stdout
+    left = subprocess.run(["pgrep", "-af", "perfgate.measure.child .*--rank"], capture_output=True, text=True).stdout
     assert tempfile.gettempdir() not in left
 '''
 
@@ -77,7 +77,7 @@ def ddp_suite(pytester, monkeypatch):
         pytester.makepyfile(test_ddp_suite=DDP_SUITE.replace("LIMIT", repr(limit_s)))
         results = pytester.path / "r.jsonl"
         out = pytester.runpytest_subprocess(*FAST, f"--perf-results={results}", *args)
-        left = subprocess.run(["pgrep", "-af", "perfgate.measure.ddp_rank"], capture_output=True, text=True).stdout
+        left = subprocess.run(["pgrep", "-af", "perfgate.measure.child .*--rank"], capture_output=True, text=True).stdout
         return out, load_records([results]), [line for line in left.splitlines() if str(pytester.path) in line]
     return run
 

@@ -150,7 +150,7 @@ def test_rotation_slices_cover_the_matrix_once_and_shards_split_a_slice(suite):
 KILLED_MID_CELL = '''
 import os
 
-import perfgate.measure.cell
+import perfgate.measure.pipeline
 
 pytest_plugins = ["perfgate.plugin"]
 
@@ -159,7 +159,7 @@ def _killed(*args, **kwargs):
     os._exit(9)  # as `timeout` kills a GPU run mid-cell: nothing buffered in stdout is flushed
 
 
-perfgate.measure.cell.warm_up = _killed  # the first timing of the eager side, after "numerics reference"
+perfgate.measure.pipeline.warm_up = _killed  # the first timing of the eager side, after "numerics reference"
 '''
 
 

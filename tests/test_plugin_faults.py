@@ -88,8 +88,8 @@ def test_an_isolated_cell_runs_in_its_own_process_and_feeds_the_benchmark(suite)
 
 
 def test_a_hung_compile_times_out_and_keeps_what_was_measured(suite):
-    suite.makeconftest('pytest_plugins = ["perfgate.plugin"]\nimport perfgate.measure.isolate\n'
-                       'perfgate.measure.isolate.HEARTBEAT_S = 4  # a long stage says so while it runs\n')
+    suite.makeconftest('pytest_plugins = ["perfgate.plugin"]\nimport perfgate.measure.launch\n'
+                       'perfgate.measure.launch.HEARTBEAT_S = 4  # a long stage says so while it runs\n')
     results = suite.path / "r.jsonl"
     out = suite.runpytest_subprocess(*FAST, "--perf-isolate=all", "--perf-cell-timeout=20", "--perf-inject=hang",
                                      "-k", "train", f"--perf-results={results}")
@@ -129,7 +129,7 @@ def test_a_killed_session_kills_the_cells_process_too(suite, signum):
         lines.append(line)
         if "compiling (aot_eager)" in line or time.monotonic() > deadline:
             break
-    cells = [pid for pid in _children(proc.pid) if "perfgate.measure.isolate" in Path(f"/proc/{pid}/cmdline").read_text()]
+    cells = [pid for pid in _children(proc.pid) if "perfgate.measure.child" in Path(f"/proc/{pid}/cmdline").read_text()]
     assert cells, "".join(lines)
     proc.send_signal(signum)
     output = proc.communicate(timeout=60)[0]
@@ -158,7 +158,7 @@ def test_a_killed_precompile_kills_its_compiling_children_too(suite, tmp_path):
     children, deadline = [], time.monotonic() + 60
     while not children and time.monotonic() < deadline:
         children = [pid for pid in _children(proc.pid)
-                    if "perfgate.measure.precompile" in Path(f"/proc/{pid}/cmdline").read_text(errors="replace")]
+                    if "perfgate.measure.child" in Path(f"/proc/{pid}/cmdline").read_text(errors="replace")]
         time.sleep(0.2)
     assert children, "no precompile child started"
     time.sleep(2)  # past its first lines (PR_SET_PDEATHSIG), still in the 120 s build

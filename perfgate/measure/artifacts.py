@@ -10,27 +10,23 @@ The child finds the model by the registry's import path and the model's name (a 
 cannot be pickled), builds the side with the cell's own code (perfgate.measure.steps) and writes one JSON result. A child that fails
 or hangs never fails the cell: the record's compile_artifacts_note says why its time is null.
 
-Run as `python -m perfgate.measure.artifacts JOB_DIR` (by measure_in_child only).
+The fresh process is perfgate.measure.child, handed the cell as a job of purpose "artifacts".
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import torch
 
-from perfgate.measure import introspect
-from perfgate.measure.children import child_environ, die_with_parent, import_path, kill_groups
-from perfgate.measure.faults import Fault
 from perfgate.core import zoo
-from perfgate.core.matrix import Cell
 from perfgate.core.record import error_line
+from perfgate.measure import introspect
+from perfgate.measure.job import Job
+from perfgate.measure.launch import import_path, kill_groups, spawn, stderr_tail, supervise
 from perfgate.measure.steps import cell_batches, compiled_side, initial_state, sync
 
 # A cold GPU training compile took 25-70 s on an H100; loading artifacts should cost less. Past this many
@@ -78,15 +74,16 @@ def save(record: dict) -> bytes | None:
     return data
 
 
-def measure_in_child(data: bytes, cell, options, record: dict, timeout_s: float = CHILD_TIMEOUT_S) -> None:
+def measure_in_child(data: bytes, cell, options, record: dict, timeout_s: float = CHILD_TIMEOUT_S,
+                     tf32: bool | None = None) -> None:
     """Time load + first compiled call in a fresh process handed `data`; fills the compile_artifacts_*
     fields of `record`. Never raises: whatever goes wrong becomes compile_artifacts_note."""
     if options.registry is None:
         record["compile_artifacts_note"] = "no model registry to rebuild the model from (RunOptions.registry)"
         return
     try:
-        with tempfile.TemporaryDirectory(prefix="perfgate-artifacts-") as job_dir:
-            result = _run_child(Path(job_dir), data, _job(cell, options), timeout_s)
+        with tempfile.TemporaryDirectory(prefix="perfgate-artifacts-") as tmp:
+            result = _run_child(Path(tmp), data, cell, options, timeout_s, tf32)
     except Exception as err:  # noqa: BLE001 - the cell measured fine; this number is extra
         result = {"error": f"could not run the child: {error_line(err)}"}
     if "error" in result:
@@ -98,70 +95,55 @@ def measure_in_child(data: bytes, cell, options, record: dict, timeout_s: float 
                                             "it compiled cold, the artifacts went unused")
 
 
-def _job(cell, options) -> dict:
-    """What the child needs to rebuild the compiled side, as JSON: the cell, where its spec lives, the
-    device, seed, planted fault and the fp32 (TF32) policy in force here."""
-    fault = options.fault
-    return {
-        "registry": options.registry,
-        "cell": {key: getattr(cell, key) for key in ("model", "phase", "variant", "precision", "device_kind",
-                                                      "tier")},
-        "device": options.device,
-        "seed": options.seed,
-        "fault": None if fault is None else {"kind": fault.kind, "arg": fault.arg},
-        "matmul_precision": torch.get_float32_matmul_precision(),
-        "cudnn_tf32": torch.backends.cudnn.allow_tf32,
-        # torch's own matmul setting, where it has one: part of inductor's cache key, and "none" (never set)
-        # is not what set_float32_matmul_precision("highest") leaves ("ieee").
-        "matmul_fp32_precision": getattr(torch.backends.cuda.matmul, "fp32_precision", None),
-        "sys_path": import_path(),
-    }
+def _run_child(directory: Path, data: bytes, cell, options, timeout_s: float, tf32: bool | None) -> dict:
+    """A fresh process (perfgate.measure.child) with brand-new, empty inductor and Triton cache directories:
+    nothing of this process's caches reaches it. Its fp32 policy is this process's (part of inductor's cache
+    key): the cell's TF32 setting where it is a CUDA cell."""
+    (directory / "artifacts.bin").write_bytes(data)
+    cache = directory / "inductor"
+    if tf32 is None:
+        tf32 = options.device.startswith("cuda") and torch.get_float32_matmul_precision() != "highest"
+    job = Job(cell=cell, options=options, tf32=tf32, purpose="artifacts", limit_s=timeout_s,
+              artifacts_path=str(directory / "artifacts.bin"), sys_path=tuple(import_path()))
+    child = spawn(directory / "child", "the fresh process", TORCHINDUCTOR_CACHE_DIR=str(cache),
+                  TRITON_CACHE_DIR=str(cache / "triton"))
+    events = child.send(job.to_json(), last=True)
+    try:
+        failure = supervise([child], limit_s=timeout_s, events=events, finished=lambda: events.result is not None)
+    finally:
+        kill_groups(child)  # timed out, or interrupted while waiting: leave no orphan compiling
+    events.read()
+    if events.result is not None:
+        return events.result
+    if failure and failure.startswith("timed out"):
+        return {"error": failure.partition(" while ")[0]}
+    tail = [line for line in stderr_tail(child.stderr)]
+    return {"error": f"exit status {child.poll()}: {tail[-1][:500] if tail else '(no stderr)'}"}
 
 
-def _run_child(job_dir: Path, data: bytes, job: dict, timeout_s: float) -> dict:
-    (job_dir / "artifacts.bin").write_bytes(data)
-    (job_dir / "job.json").write_text(json.dumps(job), encoding="utf-8")
-    cache = job_dir / "inductor"  # brand-new and empty: nothing of this process's caches reaches the child
-    env = child_environ(TORCHINDUCTOR_CACHE_DIR=str(cache), TRITON_CACHE_DIR=str(cache / "triton"))
-    stderr_path = job_dir / "stderr.txt"
-    with stderr_path.open("w", encoding="utf-8") as stderr:
-        # Its own session: on a timeout the whole group goes, inductor's compile workers included.
-        child = subprocess.Popen([sys.executable, "-m", "perfgate.measure.artifacts", str(job_dir)], env=env,
-                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr,
-                                 start_new_session=True)
-        try:
-            child.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            return {"error": f"timed out after {timeout_s:g} s"}
-        finally:
-            kill_groups(child)  # timed out, or interrupted while waiting: leave no orphan compiling
-    result = job_dir / "result.json"
-    if result.exists():
-        return json.loads(result.read_text(encoding="utf-8"))
-    lines = [line for line in stderr_path.read_text(encoding="utf-8", errors="replace").splitlines() if line]
-    return {"error": f"exit status {child.returncode}: {lines[-1][:500] if lines else '(no stderr)'}"}
+def first_call(job) -> dict:
+    """In the fresh process: build the cell's compiled side as the cell does, then time load + first compiled
+    call (device-synchronised). Interpreter start, imports and the model build are not counted. Any failure
+    is the result's "error"."""
+    try:
+        return _first_call(job)
+    except Exception as err:  # noqa: BLE001 - reported to the parent as the note's first line
+        return {"error": error_line(err)}
 
 
-def _first_call(job: dict, data: bytes) -> dict:
-    """In the child: build the cell's compiled side as the cell does, then time load + first compiled call
-    (device-synchronised). Interpreter start, imports and the model build are not counted."""
-    registry, name = zoo.load(job["registry"]), job["cell"]["model"]
+def _first_call(job) -> dict:
+    from perfgate.measure.devices import start_cell
+
+    registry, name = zoo.load(job.options.registry), job.cell.model
     if name not in registry:
-        raise LookupError(f"no model {name!r} in {job['registry']}")
-    spec = registry[name]
-
-    cell = Cell(**job["cell"])
-    device = torch.device(job["device"])
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
-    torch.set_float32_matmul_precision(job["matmul_precision"])
-    torch.backends.cudnn.allow_tf32 = job["cudnn_tf32"]
-    if job.get("matmul_fp32_precision") is not None:
-        torch.backends.cuda.matmul.fp32_precision = job["matmul_fp32_precision"]
+        raise LookupError(f"no model {name!r} in {job.options.registry}")
+    spec, cell = registry[name], job.cell
+    device = start_cell(job.options.device, job.tf32)
     size = spec.size(cell)
-    state = initial_state(spec, size, job["seed"])
-    _, batches, _ = cell_batches(spec, cell, size, job["seed"], device)
-    side = compiled_side(spec, cell, size, state, device, Fault(**job["fault"]) if job["fault"] else None)
+    state = initial_state(spec, size, job.options.seed)
+    _, batches, _ = cell_batches(spec, cell, size, job.options.seed, device)
+    side = compiled_side(spec, cell, size, state, device, job.options.fault)
+    data = Path(job.artifacts_path).read_bytes()
     sync(device)
     t0 = time.perf_counter()
     if torch.compiler.load_cache_artifacts(data) is None:
@@ -172,20 +154,3 @@ def _first_call(job: dict, data: bytes) -> dict:
     # Zero hits means the load went unused (a key that differs between the processes) however fast the
     # compile was.
     return {"seconds": round(seconds, 3), **introspect.cache_counts()}
-
-
-def main(argv: list[str] | None = None) -> int:
-    die_with_parent()  # its own session: a parent killed hard must not leave it compiling
-    job_dir = Path((sys.argv[1:] if argv is None else argv)[0])
-    job = json.loads((job_dir / "job.json").read_text(encoding="utf-8"))
-    sys.path[:] = job["sys_path"]
-    try:
-        result = _first_call(job, (job_dir / "artifacts.bin").read_bytes())
-    except Exception as err:  # noqa: BLE001 - reported to the parent as the note's first line
-        result = {"error": error_line(err)}
-    (job_dir / "result.json").write_text(json.dumps(result), encoding="utf-8")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

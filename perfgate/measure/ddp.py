@@ -1,22 +1,18 @@
 """A data-parallel cell (the "ddp" phase): matrix.DDP_WORLD rank processes, one per GPU (NCCL) or all on the
-CPU (gloo), each measuring its share (perfgate.measure.ddp_rank); this module starts them and returns rank 0's
-record. It imports no torch.
+CPU (gloo), each measuring its share (perfgate.measure.ddp_rank); this module starts them through the one
+launcher (perfgate.measure.launch) and returns rank 0's record. It imports no torch.
 
 The ranks meet through a file store in the cell's temporary directory (no port to race for). Rank 0 reports
-progress, checkpoints and its record through an event file, as an isolated cell does (perfgate.measure.isolate);
-every rank's stderr is kept. A rank that dies fails the cell at once, naming the rank and what it was doing
-(the others would wait in their next all-reduce until the process group's timeout); a cell past its time limit
-fails likewise. Either way every rank's process group is killed: no rank outlives the cell, and each also asks
-Linux to kill it if this process dies.
+progress, checkpoints and its record through its event file, as an isolated cell does; every rank's stderr is
+kept. A rank that dies fails the cell at once, naming the rank and what it was doing (the others would wait in
+their next all-reduce until the process group's timeout); a cell past its time limit fails likewise. Either
+way every rank's process group is killed: no rank outlives the cell, and each also asks Linux to kill it if
+this process dies.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import os
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -24,12 +20,10 @@ from typing import Callable
 
 from perfgate.core.matrix import DDP_WORLD, VARIANTS
 from perfgate.core.record import new_record
-from perfgate.measure.children import (HEARTBEAT_S, POLL_S, Events, child_environ, death, import_path,
-                                       kill_groups, stage_of, stderr_tail)
+from perfgate.measure.job import Job
+from perfgate.measure.launch import import_path, kill_groups, spawn, supervise
 
 EXIT_GRACE_S = 30.0  # how long the other ranks may take to exit once rank 0 has reported its record
-# A rank's process: python RANK_ARGS JOB_DIR RANK (baselines/runs/probes/ddp_one_gpu.py starts its own).
-RANK_ARGS = ("-m", "perfgate.measure.ddp_rank")
 
 
 def rank_device(device: str, rank: int) -> str:
@@ -39,19 +33,18 @@ def rank_device(device: str, rank: int) -> str:
 
 def run(spec, cell, options, env: dict, progress: Callable[[str], None],
         record_compiled: Callable[[float], None] | None = None,
-        checkpoint: Callable[[dict], None] | None = None, world: int = DDP_WORLD) -> dict:
-    """Run the cell on `world` ranks and return its record; never raises for what a rank does."""
+        checkpoint: Callable[[dict], None] | None = None, world: int = DDP_WORLD, tf32: bool | None = None) -> dict:
+    """Run the cell on `world` ranks and return rank 0's record; never raises for what a rank does."""
     limit_s = spec.time_limit_s or VARIANTS[cell.variant].time_limit_s
     started = time.monotonic()
+    job = Job(cell=cell, options=options, tf32=bool(env.get("tf32")) if tf32 is None else tf32, env=env,
+              limit_s=limit_s, world=world, sys_path=tuple(import_path()))
     with tempfile.TemporaryDirectory(prefix="perfgate-ddp-") as tmp:
-        job_dir = Path(tmp)
-        job = {"cell": dataclasses.asdict(cell), "options": dataclasses.asdict(options), "env": env,
-               "world": world, "limit_s": limit_s, "sys_path": import_path()}
-        (job_dir / "job.json").write_text(json.dumps(job), encoding="utf-8")
-        ranks = _start(job_dir, world, options.device)
-        events = Events(job_dir / "events.jsonl")
+        ranks, events = start_ranks(Path(tmp), job, options.device)
         try:
-            failure = _wait(ranks, events, job_dir, cell, limit_s, started, progress, record_compiled, checkpoint)
+            failure = supervise(ranks, limit_s=limit_s, events=events, cell_id=cell.id, progress=progress,
+                                record_compiled=record_compiled, checkpoint=checkpoint,
+                                finished=_finished(ranks, events), started=started)
         finally:
             kill_groups(*ranks)
         events.read(progress, record_compiled)
@@ -63,49 +56,26 @@ def run(spec, cell, options, env: dict, progress: Callable[[str], None],
         return record
 
 
-def _start(job_dir: Path, world: int, device: str) -> list[subprocess.Popen]:
-    env = child_environ()
-    env.setdefault("NCCL_NVLS_ENABLE", "0")  # NVLink multicast stays off (it can take a shared host's GPUs down)
+def start_ranks(directory: Path, job: Job, device: str) -> tuple[list, object]:
+    """The cell's rank processes, each handed the job (and no more), and rank 0's events."""
+    environ = {"NCCL_NVLS_ENABLE": os.environ.get("NCCL_NVLS_ENABLE", "0")}  # NVLink multicast stays off
     if not device.startswith("cuda"):  # the ranks share the CPU: one thread pool each would fight for cores
-        env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // world)))
-    ranks = []
-    for rank in range(world):
-        with (job_dir / f"stderr-{rank}.txt").open("w", encoding="utf-8") as stderr:
-            ranks.append(subprocess.Popen([sys.executable, *RANK_ARGS, str(job_dir), str(rank)],
-                                          env=env, stdin=subprocess.DEVNULL, stdout=stderr, stderr=stderr,
-                                          start_new_session=True))
-    return ranks
+        environ["OMP_NUM_THREADS"] = os.environ.get("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // job.world)))
+    ranks = [spawn(directory, f"rank {rank} of {job.world}", rank=rank, **environ) for rank in range(job.world)]
+    events = [rank.send(job.to_json(), last=True) for rank in ranks]
+    return ranks, events[0]
 
 
-def _wait(ranks, events: Events, job_dir: Path, cell, limit_s: float, started: float, progress,
-          record_compiled, checkpoint) -> str | None:
-    """Poll until every rank ends; the reason the cell failed, or None."""
-    stage_seen, stage_since, told, kept, recorded_at = events.last_stage, started, started, None, None
-    while True:
-        time.sleep(POLL_S)
-        events.read(progress, record_compiled)
-        if checkpoint is not None and events.checkpoint is not None and events.checkpoint is not kept:
-            kept = events.checkpoint
-            checkpoint(kept)
-        now = time.monotonic()
-        stage = stage_of(events.last_stage, cell.id)
-        dead = [(rank, p.returncode) for rank, p in enumerate(ranks) if p.poll() not in (None, 0)]
-        if dead:
-            rank, code = dead[0]
-            tail = stderr_tail(job_dir / f"stderr-{rank}.txt")
-            print("\n".join(tail), file=sys.stderr)
-            last = f"; its last words: {tail[-1][:300]}" if tail else ""
-            return f"rank {rank} of {len(ranks)} died ({death(code)}) while {stage}{last}"
-        if all(p.poll() == 0 for p in ranks):
-            return None
-        if events.record is not None and ranks[0].poll() == 0:  # the cell is measured; a rank slow to
-            recorded_at = recorded_at or now                    # leave its process group is killed after
-            if now - recorded_at >= EXIT_GRACE_S:               # a grace period, not the cell's whole limit
-                return None
-        if now - started >= limit_s:
-            return f"timed out after {limit_s:g} s while {stage}"
-        if events.last_stage != stage_seen:
-            stage_seen, stage_since, told = events.last_stage, now, now
-        elif now - told >= HEARTBEAT_S:
-            told = now
-            progress(f"{cell.id}: still {stage} after {now - stage_since:.0f} s (cell limit {limit_s:g} s)")
+def _finished(ranks, events) -> Callable[[], bool]:
+    """Every rank ended well; or rank 0 reported its record and ended, and a rank slow to leave its process
+    group has had EXIT_GRACE_S (it is killed then, not after the cell's whole limit)."""
+    reported_at: list[float] = []
+
+    def finished() -> bool:
+        if all(rank.poll() == 0 for rank in ranks):
+            return True
+        if events.record is not None and ranks[0].poll() == 0:
+            reported_at.append(time.monotonic())
+            return time.monotonic() - reported_at[0] >= EXIT_GRACE_S
+        return False
+    return finished

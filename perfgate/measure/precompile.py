@@ -1,32 +1,27 @@
-"""Fill a kept inductor cache with the selected cells' compiles, several processes at once, before the run
-times them (--perf-precompile N with --perf-cache-dir). Timing needs the GPU alone; compiling does not:
-on an H100 lease, 15-16 max-autotune and reduce-overhead compiles in 5-6 processes finished 3.4-3.8x
-faster than one after another would have (docs/matrix.md, 2026-11-24). Each child builds a cell's compiled
-side as the cell does (its model, batches, precision, TF32 policy, cache directory) and takes the steps
-that compile it. The cells then find their compiles in the cache: their records say so
-(compile_cache_hits), so a warm first call is never read as a cold one.
+"""Fill a kept inductor cache with the selected cells' compiles, and the reference cache with their references,
+several processes at once, before the run times them (--perf-precompile N with --perf-cache-dir). Timing needs
+the GPU alone; compiling does not: on an H100 lease, 15-16 max-autotune and reduce-overhead compiles in 5-6
+processes finished 3.4-3.8x faster than one after another would have (docs/matrix.md, 2026-11-24). Each
+process (perfgate.measure.child, handed its share of the cells as jobs of purpose "precompile") builds a cell's
+compiled side as the cell does (its model, batches, precision, TF32 policy, cache directory), takes the steps
+that compile it, and stores the cell's fp64 reference where the cell will look for it. The cells then find
+their compiles in the cache: their records say so (compile_cache_hits), so a warm first call is never read as
+a cold one. Their reference is read back, not computed (reference_cache "hit").
 
-    python -m perfgate.measure.precompile --registry fixtures:REGISTRY --cache DIR --device cuda:0 \
-        --tf32 on --out FILE CELL_JSON...      (what the plugin runs in each child; CPU cells compile on "cpu")
-
-The children take the visible GPUs in turn: a runner's GPUs all compile, as they all time.
+The processes take the visible GPUs in turn: a runner's GPUs all compile, as they all time.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
-import subprocess
-import sys
 import tempfile
 import time
-from dataclasses import asdict
 from pathlib import Path
 
 from perfgate.core.matrix import VARIANTS, Cell
 from perfgate.core.record import error_line
-from perfgate.measure.children import child_environ, die_with_parent, import_path, kill_groups
+from perfgate.measure.job import Job, RunOptions
+from perfgate.measure.launch import import_path, kill_groups, spawn, stderr_tail, supervise
 
 
 def wanted(cell: Cell, has_cuda: bool) -> bool:
@@ -45,45 +40,37 @@ def cuda_devices() -> list[str]:
 
 
 def run(shares: list[list[Cell]], *, cache_dir: str, registry: str, devices: list[str], tf32: bool, out: Path,
-        limit_s: float) -> list[dict]:
-    """Compile each share of cells in a child process of its own, all at once, child k's GPU cells on
-    devices[k % len(devices)]; every child stops at `limit_s`. Returns one line per cell (status ok, or
+        limit_s: float, reference_dir: str | None = None) -> list[dict]:
+    """Compile each share of cells in a process of its own, all at once, share k's GPU cells on
+    devices[k % len(devices)]; every process stops at `limit_s`. Returns one line per cell (status ok, or
     failed with its reason), also written to `out` (a JSON list)."""
     out.parent.mkdir(parents=True, exist_ok=True)
-    path = os.pathsep.join(import_path())
-    started, children, results = time.monotonic(), [], []
+    started, procs, results = time.monotonic(), [], []
     with tempfile.TemporaryDirectory(prefix="perfgate-precompile-") as scratch:
         for index, share in enumerate(s for s in shares if s):
-            lines, stderr = Path(scratch) / f"{index}.jsonl", Path(scratch) / f"{index}.stderr"
-            argv = [sys.executable, "-m", "perfgate.measure.precompile", "--registry", registry,
-                    "--cache", cache_dir, "--device", devices[index % len(devices)] if devices else "cpu",
-                    "--tf32", "on" if tf32 else "off", "--out", str(lines), "--sys-path", path,
-                    *[json.dumps(asdict(cell)) for cell in share]]
-            with stderr.open("w") as sink:  # a file, not a pipe: a chatty child must never block on it
-                # Its own session: at the time limit the whole group goes, inductor's compile workers too.
-                child = subprocess.Popen(argv, env=child_environ(), stdin=subprocess.DEVNULL,
-                                         stdout=subprocess.DEVNULL, stderr=sink, start_new_session=True)
-            children.append((share, lines, stderr, child))
-        collected, timed_out = 0, False
+            lines = Path(scratch) / f"{index}.jsonl"
+            proc = spawn(Path(scratch) / str(index), f"precompile process {index + 1}")
+            device = devices[index % len(devices)] if devices else "cpu"
+            for n, cell in enumerate(share):
+                options = RunOptions(device="cpu" if cell.device_kind == "cpu" else device, cache_dir=cache_dir,
+                                     reference_dir=reference_dir, registry=registry)
+                job = Job(cell=cell, options=options, tf32=tf32, purpose="precompile", results_path=str(lines),
+                          limit_s=limit_s, sys_path=tuple(import_path()))
+                proc.send(job.to_json(), last=n == len(share) - 1)
+            procs.append((share, lines, proc))
         try:
-            for share, lines, stderr, child in children:
-                try:
-                    if not timed_out:  # else it was killed with the first child past the limit
-                        child.wait(timeout=max(limit_s - (time.monotonic() - started), 1.0))
-                except subprocess.TimeoutExpired:
-                    timed_out = True
-                    kill_groups(*(c for *_, c in children[collected:]))  # one limit: every child left is past it
-                why = f"timed out after {limit_s:g} s" if timed_out else (
-                    stderr.read_text(errors="replace").strip().splitlines()[-1:] or
-                    [f"exit code {child.returncode}"])[0]
-                results += _lines(share, lines, why, stopped=timed_out)
-                collected += 1
-        except BaseException:  # Ctrl-C, a CI step's timeout: no child outlives the run; what it did is kept
-            kill_groups(*(child for *_, child in children[collected:]))
-            for share, lines, _, child in children[collected:]:
+            failure = supervise([p for *_, p in procs], limit_s=limit_s, deaths_fail=False, started=started)
+        except BaseException:  # Ctrl-C, a CI step's timeout: no process outlives the run; what it did is kept
+            for share, lines, proc in procs:
                 results += _lines(share, lines, "interrupted", stopped=True)
             _write(out, results)
             raise
+        timed_out = failure is not None
+        failure = failure and failure.partition(" while ")[0]  # its processes report no stage: "timed out after S s"
+        kill_groups(*(p for *_, p in procs))  # one limit: every process left is past it
+        for share, lines, proc in procs:
+            why = failure if timed_out else (stderr_tail(proc.stderr)[-1:] or [f"exit code {proc.poll()}"])[0]
+            results += _lines(share, lines, why, stopped=timed_out)
     _write(out, results)
     return results
 
@@ -113,67 +100,55 @@ def _write(out: Path, results: list[dict]) -> None:
     out.write_text(json.dumps(results, indent=1) + "\n")
 
 
-def compile_cell(spec, cell: Cell, cache_dir: str, device: str, tf32: bool, seed: int = 0) -> dict:
-    """The cell's compiled side, built and stepped as perfgate.measure.cell does, into `cache_dir`."""
-    from perfgate.measure import introspect
-    from perfgate.measure.cell import clean_up, compile_cache
+def compile_into(job: Job) -> None:
+    """In a precompile process: the job's cell compiled into its kept cache and its reference stored, with a
+    line before ({"cell", "started_at"}: Unix s, for _lines) and after (the cell's outcome) in the share's file:
+    a process killed at its limit keeps what it did."""
+    with open(job.results_path, "a") as sink:
+        sink.write(json.dumps({"cell": job.cell.id, "started_at": time.time()}) + "\n")
+    line = compile_cell(job)
+    with open(job.results_path, "a") as sink:
+        sink.write(json.dumps(line) + "\n")
+
+
+def compile_cell(job: Job) -> dict:
+    """The cell's compiled side, built and stepped as perfgate.measure.cell does, into the job's cache; and its
+    reference, into the reference cache (where the cell will read it)."""
+    from perfgate.core import zoo
+    from perfgate.measure import introspect, reference
+    from perfgate.measure.compile_cache import clean_up, compile_cache
     from perfgate.measure.devices import start_cell
     from perfgate.measure.steps import cell_batches, compiled_side, initial_state, sync
 
+    cell, options = job.cell, job.options
     line = {"cell": cell.id}
     started = time.perf_counter()
     try:
-        dev = start_cell(device, tf32)
+        spec = zoo.load(options.registry)[cell.model]
+        device = start_cell(options.device, job.tf32)
         size = spec.size(cell)
-        with compile_cache(cache_dir, {}, cell.precision):
+        with compile_cache(options.cache_dir, {}, cell.precision):
             introspect.reset_compiler()
-            state = initial_state(spec, size, seed)
-            _, batches, _ = cell_batches(spec, cell, size, seed, dev)
-            side = compiled_side(spec, cell, size, state, dev, None)
+            state = initial_state(spec, size, options.seed)
+            host_batches, batches, _ = cell_batches(spec, cell, size, options.seed, device)
+            side = compiled_side(spec, cell, size, state, device, None)
             first = time.perf_counter()
             side.captured_step(batches[0], tensors=False)
-            sync(dev)
+            sync(device)
             line["first_call_s"] = round(time.perf_counter() - first, 3)
             for batch in batches[1:] + batches[:1]:  # every length of a stream; a train step's second call
                 side.captured_step(batch, tensors=False)
-            sync(dev)
+            sync(device)
             line.update(introspect.cache_counts(), status="ok")
+            side = None
+            clean_up()
+            if options.reference_dir and cell.phase != "ddp":
+                key = reference.key(spec, cell, size, options.seed, host_batches[:2], device)
+                line["reference_cache"] = reference.cached(options.reference_dir, key, lambda: reference.compute(
+                    spec, cell, size, state, host_batches[:2], device))[2]
     except Exception as err:  # noqa: BLE001 - one cell's failure is its line, the next cell still compiles
         line.update(status="failed", reason=error_line(err))
     finally:
         clean_up()
     line["wall_s"] = round(time.perf_counter() - started, 3)
     return line
-
-
-def main(argv: list[str] | None = None) -> int:
-    from perfgate.core import zoo
-
-    # Its own session keeps it from a terminal's Ctrl-C, so without this a parent killed hard (a CI step's
-    # or a device call's limit) would leave it compiling: seen on an H100 lease (2026-11-24), where seven
-    # orphaned max-autotune compiles autotuned on the GPU beside the next calls' timed cells.
-    die_with_parent()
-    parser = argparse.ArgumentParser(prog="python -m perfgate.measure.precompile")
-    parser.add_argument("--registry", required=True)
-    parser.add_argument("--cache", required=True)
-    parser.add_argument("--device", required=True)
-    parser.add_argument("--tf32", choices=("on", "off"), required=True)
-    parser.add_argument("--out", required=True)
-    parser.add_argument("--sys-path", required=True, help="the parent's sys.path, os.pathsep-joined")
-    parser.add_argument("cells", nargs="+", metavar="CELL_JSON")
-    args = parser.parse_args(argv)
-    sys.path[:] = args.sys_path.split(os.pathsep)  # the parent's (children.import_path)
-    registry = zoo.load(args.registry)
-    for text in args.cells:
-        cell = Cell(**json.loads(text))
-        device = "cpu" if cell.device_kind == "cpu" else args.device  # --device: where GPU cells compile
-        with open(args.out, "a") as sink:  # line by line: a child killed at its limit keeps what it did
-            sink.write(json.dumps({"cell": cell.id, "started_at": time.time()}) + "\n")  # Unix s, for _lines
-        line = compile_cell(registry[cell.model], cell, args.cache, device, args.tf32 == "on")
-        with open(args.out, "a") as sink:
-            sink.write(json.dumps(line) + "\n")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,5 +1,6 @@
 """One side of a cell (eager or compiled): its seeded weights and batches, the model, its optimizer and scaler,
-and one step of a phase. The cell builds both sides here, and so does the artifacts child for its compiled one.
+and one step of a phase. The cell builds both sides here, and so do the reference (its fp64 copy), a precompile
+process and the artifacts process (their compiled side).
 """
 
 from __future__ import annotations
@@ -150,6 +151,14 @@ class Side:
         for name, param in self.model.named_parameters() if tensors else ():
             captured[f"param.{name}"] = _host(param)
         return captured
+
+
+def captured_steps(side: Side, batches: list) -> list[dict]:
+    """What numerics compares. Training: the loss of two optimizer steps, gradients and parameters of the
+    second. Inference: the outputs of one batch (no state changes between batches)."""
+    if side.phase == "infer":
+        return [side.captured_step(batches[0])]
+    return [side.captured_step(batches[0], tensors=False), side.captured_step(batches[1])]
 
 
 def _host(tensor: torch.Tensor) -> torch.Tensor:

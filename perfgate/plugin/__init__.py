@@ -137,15 +137,21 @@ def pytest_runtest_makereport(item: pytest.Item, call):
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """Save a baseline and/or gate the run, once, on the controller (xdist workers only stream records)."""
     perf = session.config.stash.get(SESSION_KEY, None)
-    if perf is None or hasattr(session.config, "workerinput"):
+    if perf is None:
+        return
+    if hasattr(session.config, "workerinput"):
+        perf.close()
         return
     from perfgate.plugin.session_end import finish
 
-    if session.config.pluginmanager.hasplugin("dsession"):  # xdist: the workers ran the cells
-        from perfgate.plugin.workers import merge_into
+    try:
+        if session.config.pluginmanager.hasplugin("dsession"):  # xdist: the workers ran the cells
+            from perfgate.plugin.workers import merge_into
 
-        perf.records = merge_into(perf.results_path, perf.run_id)
-    finish(session, perf)
+            perf.records = merge_into(perf.results_path, perf.run_id)
+        finish(session, perf)  # its confirm round still runs its cells in the warm process
+    finally:
+        perf.close()
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:

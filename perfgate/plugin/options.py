@@ -33,6 +33,13 @@ def add(parser: pytest.Parser) -> None:
                     "finishes (default: .perfgate/results-<UTC time>.jsonl)")
     group.addoption("--perf-cache-dir", help="keep the inductor cache here between runs (default: a "
                     "fresh directory per cell, so compile times are cold)")
+    group.addoption("--perf-reference-cache", metavar="DIR",
+                    help="keep the fp64 reference steps numerics judges against here, keyed by everything they "
+                    "depend on, so later runs read them instead of computing them; off: compute them in every "
+                    "cell (default .perfgate/reference)")
+    group.addoption("--perf-numerics", choices=("on", "off"), default="on",
+                    help="off: skip the numerics check (records say 'skipped'); for the later processes of an "
+                    "A/B side, whose first process judged it. A gate run (--perf-baseline) refuses it")
     group.addoption("--perf-tf32", choices=("on", "off"), default="on",
                     help="fp32 policy on CUDA: TF32 tensor cores for matmul and convolutions (default on)")
     group.addoption("--perf-warm-compile", choices=matrix.WARM_COMPILE, default="on",
@@ -92,6 +99,9 @@ def check(config: pytest.Config) -> Selection:
     if limit is not None and not (math.isfinite(limit) and limit > 0):
         raise ValueError(f"--perf-cell-timeout={limit}: the time limit must be a finite number of seconds > 0")
     check_precompile(opt("--perf-precompile"), opt("--perf-cache-dir"), getattr(config.option, "numprocesses", None))
+    if opt("--perf-numerics") == "off" and (opt("--perf-baseline") or opt("--perf-save-baseline")):
+        raise ValueError("--perf-numerics=off cannot be gated or saved as a baseline: the gate's numerics rule "
+                         "needs each cell's verdict (it is for an A/B side's later processes)")
     return Selection(
         model=tuple(models) if models is not None else None,
         variant=tuple(check_names("variant", variants, matrix.VARIANTS)) if variants else None,

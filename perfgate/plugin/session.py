@@ -57,6 +57,8 @@ class PerfSession:
         self.summary: list[str] = []  # what the gate and baseline steps say at the end
         self.collected = 0  # cells collected, and those the --perf-* options kept: to say why none ran
         self.offered: list[Cell] = []
+        self.cell_process = None  # the warm process isolated cells run in (perfgate.measure.isolate)
+        self.precompile_s = 0.0  # seconds the session spent precompiling before its first cell
 
     def start_relay(self, workers: int):
         """On the xdist controller: the plugin that prints the finished-cell lines `workers` workers send."""
@@ -85,9 +87,15 @@ class PerfSession:
             progress = self.relay.progress if self.relay is not None and self.relay.progress else self.progress
             if progress is not None and progress.done:
                 lines.append(progress.summary())
+            from perfgate.render.stage_account import run_line
+
+            stages = run_line(self.records, self.precompile_s)
+            if stages:
+                lines.append(stages)
         return lines + self.summary
 
-    def _run(self, spec, cell: Cell, record_compiled=None, profile_dir: str | None = None) -> dict:
+    def _run(self, spec, cell: Cell, record_compiled=None, profile_dir: str | None = None,
+             remeasure: str = "") -> dict:
         import dataclasses
 
         from perfgate.measure.devices import for_cell
@@ -105,7 +113,7 @@ class PerfSession:
         # NaN, inf or missing figures on an ok record: the cell failed, whatever run_cell thought.
         unfit = "; ".join(filter(None, (self.unfit(cell), record.get("unfit"))))  # the cell's own: neighbours
         issue = spec.known_issue(cell)
-        record = checked({**record, "run_id": self.run_id, "unfit": unfit,
+        record = checked({**record, "run_id": self.run_id, "unfit": unfit, "remeasure": remeasure,
                           "known_issue": issue.reason if issue else ""})
         self.finished[cell.id] = {"line": finished_line(record), "cell": cell.id, "wall_s": record["wall_s"],
                                   "expected_s": self.expected.get(cell.id, 0.0), "planned": len(self.expected),
@@ -150,13 +158,29 @@ class PerfSession:
                 or matrix.VARIANTS[cell.variant].time_limit_s)
 
     def _run_isolated(self, spec, cell: Cell, options, record_compiled) -> dict:
-        from perfgate.measure import isolate
+        from perfgate.measure.job import Job
+        from perfgate.measure.launch import import_path
 
-        job = isolate.job_for(cell, options, self.tf32, self.results_path, self.run_id)
-        record = isolate.run_isolated(cell, job, self.time_limit_s(spec, cell), self._progress, record_compiled)
+        job = Job(cell=cell, options=options, tf32=self.tf32, results_path=str(self.results_path),
+                  run_id=self.run_id, limit_s=self.time_limit_s(spec, cell), sys_path=tuple(import_path()))
+        record = self.isolated_process().run(job, self._progress, record_compiled)
         if record.get("env"):  # what pytest-benchmark's machine_info shows, as an in-process cell leaves it
             self._envs.setdefault(options.device, record["env"])
         return record
+
+    def isolated_process(self):
+        """The warm process of this session's isolated cells, made on first use."""
+        if self.cell_process is None:
+            from perfgate.measure.isolate import CellProcess
+
+            self.cell_process = CellProcess()
+        return self.cell_process
+
+    def close(self) -> None:
+        """End the warm cell process, if one runs."""
+        if self.cell_process is not None:
+            self.cell_process.close()
+            self.cell_process = None
 
     def environment(self, device) -> dict:
         """The environment of `device` (a torch.device), taken once per device and session."""
@@ -168,8 +192,8 @@ class PerfSession:
         return self._envs[key]
 
     def options(self, cell: Cell, device: str):
-        from perfgate.measure import faults
-        from perfgate.measure.cell import RunOptions
+        from perfgate.measure import faults, reference
+        from perfgate.measure.job import RunOptions
         from perfgate.measure.timing import CPU_PLAN, GPU_PLAN
 
         opt = self.config.getoption
@@ -177,8 +201,10 @@ class PerfSession:
                      "target_round_ms": opt("--perf-round-ms")}
         plan = (GPU_PLAN if cell.device_kind == "gpu" else CPU_PLAN).replace(
             **{key: value for key, value in overrides.items() if value is not None})
+        references = opt("--perf-reference-cache") or reference.DEFAULT_DIR
         return RunOptions(device=device, plan=plan, warm_compile=opt("--perf-warm-compile"),
-                          cache_dir=opt("--perf-cache-dir"), fault=faults.parse(opt("--perf-inject")),
+                          cache_dir=opt("--perf-cache-dir"), reference_dir=None if references == "off" else references,
+                          numerics=opt("--perf-numerics") == "on", fault=faults.parse(opt("--perf-inject")),
                           profile_dir=opt("--perf-profile"), registry=self.registry)
 
     def expected_costs(self, cells: list[Cell]) -> dict[str, float]:
@@ -198,6 +224,8 @@ class PerfSession:
 
         self.expected = self.expected_costs(cells)
         self.progress = Progress(len(cells), sum(self.expected.values()))
+        if any(self.isolates(cell) for cell in cells) and not self.config.option.collectonly:
+            self.isolated_process().prestart()  # its imports overlap what comes before the first cell
         gpus = sum(1 for cell in cells if cell.device_kind == "gpu")
         return (f"perfgate: {len(cells)} cell(s) planned ({gpus} on a GPU), about "
                 f"{clock(sum(self.expected.values()))} expected in one process: {self.costs_known} from the "
@@ -212,7 +240,7 @@ class PerfSession:
 
         from perfgate.core import zoo
         from perfgate.judge.costs import clock, precompile_shares
-        from perfgate.measure import precompile
+        from perfgate.measure import precompile, reference
 
         workers = self.config.getoption("--perf-precompile")
         devices = precompile.cuda_devices()
@@ -223,9 +251,12 @@ class PerfSession:
         registry = zoo.load(self.registry)
         limit = max(sum(self.time_limit_s(registry[c.model], c) for c in share) for share in shares if share)
         started = time.monotonic()
+        references = self.config.getoption("--perf-reference-cache") or reference.DEFAULT_DIR
         results = precompile.run(shares, cache_dir=self.config.getoption("--perf-cache-dir"), registry=self.registry,
                                  devices=devices, tf32=self.tf32, limit_s=limit,
+                                 reference_dir=None if references == "off" else references,
                                  out=self.results_path.with_name(f"{self.results_path.stem}.precompile.json"))
+        self.precompile_s = time.monotonic() - started
         failed = [r["cell"] + (f" (stopped after {clock(r['stopped_after_s'])})" if "stopped_after_s" in r else "")
                   for r in results if r["status"] != "ok"]
         return (f"perfgate: precompiled {len(results) - len(failed)} of {len(results)} cell(s) in "
@@ -266,14 +297,14 @@ class PerfSession:
             for cell_id in cell_ids:
                 if cell_id in self.ran:  # under xdist the controller ran nothing: no confirm round
                     self._progress(f"{cell_id}: a speedup rule tripped; measuring again to confirm")
-                    profiled[cell_id] = self._run(*self.ran[cell_id], profile_dir=why_dir)
+                    profiled[cell_id] = self._run(*self.ran[cell_id], profile_dir=why_dir, remeasure="confirm")
             return list(profiled.values())
 
         outcome = gate_run(records, baseline, remeasure)
         for cell_id in _flagged(outcome) - set(profiled):
             if cell_id in self.ran:  # flagged by another rule: profile it for the reader, gate unchanged
                 self._progress(f"{cell_id}: flagged; writing why-artifacts")
-                profiled[cell_id] = self._run(*self.ran[cell_id], profile_dir=why_dir)
+                profiled[cell_id] = self._run(*self.ran[cell_id], profile_dir=why_dir, remeasure="why-artifacts")
         self.summary += [f"why-artifacts for {cid}: {rec['why']['dir']}" for cid, rec in profiled.items()
                          if rec.get("why")]
         paths = (Path(report_dir) / "report.md", Path(report_dir) / "report.json") if report_dir else (None, None)
