@@ -238,30 +238,42 @@ class PerfSession:
         <results>.precompile.json."""
         import time
 
+        import torch
+
         from perfgate.core import zoo
         from perfgate.judge.costs import clock, precompile_shares
-        from perfgate.measure import precompile, reference
+        from perfgate.measure import precompile, precompiled, reference
 
         workers = self.config.getoption("--perf-precompile")
         devices = precompile.cuda_devices()
         todo = {cell.id: cell for cell in cells if precompile.wanted(cell, bool(devices))}
         if not todo:
             return "perfgate: --perf-precompile: no selected cell compiles with inductor; nothing to do"
-        shares = precompile_shares(list(todo.values()), self.expected, workers)
+        started = time.monotonic()
+        cache_dir = self.config.getoption("--perf-cache-dir")
+        gpu = torch.cuda.get_device_name(devices[0]) if devices else None
+        keys = {cell_id: precompiled.key(cell, self.tf32, gpu, self.registry) for cell_id, cell in todo.items()}
+        cells_left, held = precompiled.split(todo.values(), cache_dir, keys)
+        already = f"; {len(held)} already in the cache from an earlier precompile" if held else ""
+        if not cells_left:
+            self.precompile_s = time.monotonic() - started
+            return (f"perfgate: --perf-precompile: all {len(held)} cell(s) already in the cache from an earlier "
+                    "precompile")
+        shares = precompile_shares(cells_left, self.expected, workers)
         registry = zoo.load(self.registry)
         limit = max(sum(self.time_limit_s(registry[c.model], c) for c in share) for share in shares if share)
-        started = time.monotonic()
         references = self.config.getoption("--perf-reference-cache") or reference.DEFAULT_DIR
-        results = precompile.run(shares, cache_dir=self.config.getoption("--perf-cache-dir"), registry=self.registry,
+        results = precompile.run(shares, cache_dir=cache_dir, registry=self.registry,
                                  devices=devices, tf32=self.tf32, limit_s=limit,
                                  reference_dir=None if references == "off" else references,
                                  out=self.results_path.with_name(f"{self.results_path.stem}.precompile.json"))
+        precompiled.mark(results, cache_dir, keys)
         self.precompile_s = time.monotonic() - started
         failed = [r["cell"] + (f" (stopped after {clock(r['stopped_after_s'])})" if "stopped_after_s" in r else "")
                   for r in results if r["status"] != "ok"]
         return (f"perfgate: precompiled {len(results) - len(failed)} of {len(results)} cell(s) in "
                 f"{clock(time.monotonic() - started)} with {len([s for s in shares if s])} process(es)"
-                + (f"; not compiled: {', '.join(failed)}" if failed else ""))
+                + (f"; not compiled: {', '.join(failed)}" if failed else "") + already)
 
     def measure(self, cell: Cell, benchmark=None) -> dict:
         """Run one cell of the perf_registry zoo, stream its record, feed pytest-benchmark, and fail the test

@@ -1,0 +1,74 @@
+"""What a kept cache already holds: a marker per cell that --perf-precompile compiled into it, so a later run
+with the same cache skips those cells' precompile (on an H100 lease, 2026-11-25, the PR tier's precompile took
+1:04 with a warm cache, only to find its 12 cells' graphs there; markers make that seconds).
+
+A marker's key is everything that decides the cell's graphs: the cell, the TF32 policy, the GPU's name, torch,
+triton, transformers and timm versions, and the source of perfgate and of the zoo's package. A stale or lost
+cache entry behind a marker costs time, never a wrong figure: the cell's first call then compiles in its own
+process, and its record says so (compile_cache_misses).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import importlib.util
+import json
+from pathlib import Path
+from typing import Iterable
+
+from perfgate.core.matrix import Cell
+
+MARKERS = "perfgate-precompiled"  # the markers' folder, inside the kept cache
+
+
+def key(cell: Cell, tf32: bool, gpu: str | None, registry: str) -> str:
+    parts = {"cell": cell.id, "tf32": tf32, "gpu": gpu if cell.device_kind == "gpu" else None,
+             "versions": {d: _version(d) for d in ("torch", "triton", "transformers", "timm")},
+             "sources": sources_digest(registry)}
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
+
+
+def sources_digest(registry: str) -> str:
+    """sha256 of every .py file of perfgate and of the registry's top package (the zoo), by relative path."""
+    digest = hashlib.sha256()
+    for root in {_package_dir("perfgate"), _package_dir(registry.partition(":")[0].split(".")[0])} - {None}:
+        for path in sorted(root.rglob("*.py")):
+            digest.update(str(path.relative_to(root.parent)).encode())
+            digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def split(cells: Iterable[Cell], cache_dir: str, keys: dict[str, str]) -> tuple[list[Cell], list[Cell]]:
+    """(cells to compile, cells the cache holds under the same key)."""
+    todo, held = [], []
+    for cell in cells:
+        marker = Path(cache_dir) / MARKERS / f"{cell.id}.json"
+        try:
+            same = json.loads(marker.read_text()).get("key") == keys[cell.id]
+        except (OSError, ValueError, AttributeError):
+            same = False
+        (held if same else todo).append(cell)
+    return todo, held
+
+
+def mark(results: list[dict], cache_dir: str, keys: dict[str, str]) -> None:
+    """A marker for each cell whose precompile went ok."""
+    folder = Path(cache_dir) / MARKERS
+    folder.mkdir(parents=True, exist_ok=True)
+    for line in results:
+        if line.get("status") == "ok" and line["cell"] in keys:
+            (folder / f"{line['cell']}.json").write_text(json.dumps({"key": keys[line["cell"]]}) + "\n")
+
+
+def _package_dir(name: str) -> Path | None:
+    spec = importlib.util.find_spec(name)
+    locations = list(spec.submodule_search_locations or []) if spec else []
+    return Path(locations[0]) if locations else None
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None

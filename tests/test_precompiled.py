@@ -1,0 +1,42 @@
+"""The markers that let a later run skip the precompile of cells a kept cache already holds."""
+
+import pytest
+
+from perfgate.core.matrix import Cell
+from perfgate.measure import precompiled
+
+CELLS = [Cell("gpt2", "train", "inductor_default", "amp_bf16", "gpu"),
+         Cell("gpt2", "infer", "inductor_default", "amp_bf16", "gpu")]
+REGISTRY = "fixtures.zoo:REGISTRY"
+
+
+def _keys(**changes):
+    args = dict(tf32=True, gpu="NVIDIA H100 80GB HBM3", registry=REGISTRY) | changes
+    return {cell.id: precompiled.key(cell, **args) for cell in CELLS}
+
+
+def test_a_cell_precompiled_ok_is_held_and_one_that_failed_is_compiled_again(tmp_path):
+    keys = _keys()
+    assert precompiled.split(CELLS, str(tmp_path), keys) == (CELLS, [])
+    precompiled.mark([{"cell": CELLS[0].id, "status": "ok"}, {"cell": CELLS[1].id, "status": "failed"}],
+                     str(tmp_path), keys)
+    assert precompiled.split(CELLS, str(tmp_path), keys) == ([CELLS[1]], [CELLS[0]])
+
+
+@pytest.mark.parametrize("change", [{"tf32": False}, {"gpu": "NVIDIA H200"}])
+def test_a_marker_of_another_environment_is_not_held(tmp_path, change):
+    precompiled.mark([{"cell": c.id, "status": "ok"} for c in CELLS], str(tmp_path), _keys())
+    assert precompiled.split(CELLS, str(tmp_path), _keys(**change)) == (CELLS, [])
+
+
+def test_a_source_change_changes_the_key(monkeypatch):
+    before = _keys()
+    monkeypatch.setattr(precompiled, "sources_digest", lambda registry: "another tree")
+    assert _keys() != before
+
+
+def test_a_torn_marker_is_compiled_again(tmp_path):
+    keys = _keys()
+    (tmp_path / precompiled.MARKERS).mkdir()
+    (tmp_path / precompiled.MARKERS / f"{CELLS[0].id}.json").write_text('{"ke')
+    assert precompiled.split(CELLS[:1], str(tmp_path), keys) == (CELLS[:1], [])
