@@ -1,5 +1,9 @@
 """The markers that let a later run skip the precompile of cells a kept cache already holds."""
 
+import os
+import subprocess
+import sys
+
 import pytest
 
 from perfgate.core.matrix import Cell
@@ -40,3 +44,13 @@ def test_a_torn_marker_is_compiled_again(tmp_path):
     (tmp_path / precompiled.MARKERS).mkdir()
     (tmp_path / precompiled.MARKERS / f"{CELLS[0].id}.json").write_text('{"ke')
     assert precompiled.split(CELLS[:1], str(tmp_path), keys) == (CELLS[:1], [])
+
+
+def test_the_key_is_the_same_in_another_process():
+    """A set of paths iterates in hash-seed order: the key must not (an H100 run's markers never matched)."""
+    code = ("from perfgate.core.matrix import Cell; from perfgate.measure import precompiled; "
+            "print(precompiled.key(Cell('gpt2', 'train', 'inductor_default', 'amp_bf16', 'gpu'), True, 'G', "
+            f"{REGISTRY!r}))")
+    keys = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                           env={**os.environ, "PYTHONHASHSEED": seed}).stdout for seed in ("1", "2")}
+    assert len(keys) == 1

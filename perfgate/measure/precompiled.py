@@ -32,7 +32,8 @@ def key(cell: Cell, tf32: bool, gpu: str | None, registry: str) -> str:
 def sources_digest(registry: str) -> str:
     """sha256 of every .py file of perfgate and of the registry's top package (the zoo), by relative path."""
     digest = hashlib.sha256()
-    for root in {_package_dir("perfgate"), _package_dir(registry.partition(":")[0].split(".")[0])} - {None}:
+    # sorted: a set of paths iterates in an order that changes with each process's hash seed
+    for root in sorted({_package_dir("perfgate"), _package_dir(registry.partition(":")[0].split(".")[0])} - {None}):
         for path in sorted(root.rglob("*.py")):
             digest.update(str(path.relative_to(root.parent)).encode())
             digest.update(path.read_bytes())
