@@ -101,6 +101,39 @@ def test_baseline_update_never_crashes_and_never_folds_a_bad_figure(tmp_path_fac
             assert baseline["cells"][cid]["status"] != "ok"
 
 
+# Names for env.fingerprint and the tier, each with what the generator put in it: safe parts only (starting
+# with a letter or digit), or a hazard that would name a file elsewhere, a hidden file or no file at all.
+SAFE_LEADS, SAFE_TAIL = "aZ7", "abz019._+-"
+HAZARDS = ("/", "../", "/tmp/", "\x00", "\n", ".")
+
+
+@st.composite
+def file_names(draw) -> tuple[str, bool]:
+    """(name, hazardous): a safe name, or one with a hazard spliced in (a lead "." or "../" included)."""
+    name = draw(st.sampled_from(SAFE_LEADS)) + draw(st.text(alphabet=SAFE_TAIL, max_size=12))
+    if not draw(st.booleans()):
+        return name, False
+    at = draw(st.integers(0, len(name)))
+    hazard = draw(st.sampled_from(HAZARDS))
+    if hazard == "." and at > 0:  # a dot inside a name is safe; only a leading one hides the file
+        at = 0
+    return name[:at] + hazard + name[at:], True
+
+
+@SETTINGS
+@given(fingerprint=file_names(), tier=file_names())
+@example(fingerprint=("../../escaped", True), tier=("pr", False))
+def test_baseline_update_writes_inside_its_dir_or_refuses(tmp_path_factory, fingerprint, tier):
+    tmp = tmp_path_factory.mktemp("names")
+    (tmp / "in" / "side").mkdir(parents=True)
+    records = [dict(r, env=dict(r["env"], fingerprint=fingerprint[0]), tier=tier[0]) for r in RUN]
+    results = _write(tmp / "r.jsonl", records)
+    rc = main(["baseline", "update", results, "--dir", str(tmp / "in" / "side" / "b")])
+    assert rc == (2 if fingerprint[1] or tier[1] else 0)
+    written = {str(p.relative_to(tmp)) for p in tmp.rglob("*") if p.is_file()} - {"r.jsonl"}
+    assert written == (set() if rc else {f"in/side/b/{fingerprint[0]}_{tier[0]}.json"})
+
+
 @SETTINGS
 @given(changes=edits)
 @example(changes=[(0, "graph_breaks", 0.5)])

@@ -51,7 +51,7 @@ def iter_records(path: str | os.PathLike) -> Iterator[dict]:
         problems = shape_problems(record)
         if problems:
             cell = record.get("cell") if isinstance(record, dict) else None
-            raise RecordFileError(f"{path}:{lineno}: cell {cell!r}: {'; '.join(problems)}")
+            raise RecordFileError(f"{path}:{lineno}: cell {cell!r:.80}: {'; '.join(problems)}")
         yield checked(record)  # an ok record with NaN, inf or missing figures becomes a failed cell
 
 

@@ -34,7 +34,7 @@ from typing import Iterable, Sequence
 
 from perfgate.core.record import CLOCKS, HOST_ROUNDS_SCHEMA, TIME_ALONE, bound_of, compiled_peak_is_right, names
 from perfgate.core.stats import interval_sd, rel_spread
-from perfgate.core.validate import baseline_cell_problems
+from perfgate.core.validate import baseline_cell_problems, name_problem
 
 BASELINE_SCHEMA = 1
 
@@ -56,6 +56,11 @@ class BaselineError(Exception):
 
 
 def baseline_path(directory: str | os.PathLike, fingerprint: str, tier: str) -> Path:
+    """`<directory>/<fingerprint>_<tier>.json`; both come from records, so each must be a safe name: a crafted
+    records file once wrote a baseline outside --dir (a fingerprint of "../.." or an absolute path)."""
+    problems = [p for p in (name_problem("env.fingerprint", fingerprint), name_problem("tier", tier)) if p]
+    if problems:
+        raise BaselineError(f"no baseline file can be named for these records: {'; '.join(problems)}")
     return Path(directory) / f"{fingerprint}_{tier}.json"
 
 
