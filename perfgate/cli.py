@@ -29,6 +29,7 @@ from typing import Sequence
 from perfgate.judge import history
 from perfgate.judge.baseline import BaselineError, disagreements, save_baselines
 from perfgate.judge.gate import gate_run
+from perfgate.core.output import OutputError
 from perfgate.core.records_file import RecordFileError, iter_records, load_records
 from perfgate.render.report import records_table, text_table
 from perfgate.render.report_files import write_reports
@@ -56,7 +57,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
         return _cannot_compare([str(err)])
     if outcome.errors:
         return _cannot_compare(outcome.errors)
-    text = write_reports(outcome, args.markdown, args.json)
+    try:
+        text = write_reports(outcome, args.markdown, args.json)
+    except OutputError as err:
+        return _cannot_compare([str(err)])
     sys.stdout.write(text)
     return outcome.exit_code
 
@@ -73,7 +77,7 @@ def cmd_baseline_update(args: argparse.Namespace) -> int:
         # run a cell's later record (a confirm round) replaces the earlier.
         sources = [list(iter_records(path)) for path in args.results]
         written = save_baselines(sources, args.dir)
-    except (RecordFileError, BaselineError) as err:
+    except (RecordFileError, BaselineError, OutputError) as err:
         print(f"perfgate: cannot update the baseline: {err}", file=sys.stderr)
         return EXIT_CANNOT_COMPARE
     if not written:  # exit 0 with nothing written read as success to a CI step
@@ -173,7 +177,7 @@ def cmd_report(args: argparse.Namespace) -> int:
                                    caption=args.caption or "", sources=[Path(p).name for p in args.results],
                                    title=args.title)
         html_report.write(report, args.html, args.markdown)
-    except (RecordFileError, history.HistoryError) as err:
+    except (RecordFileError, history.HistoryError, OutputError) as err:
         print(f"perfgate: cannot make the report: {err}", file=sys.stderr)
         return EXIT_CANNOT_COMPARE
     for path in (args.html, args.markdown):
@@ -230,13 +234,14 @@ def cmd_ab(args: argparse.Namespace) -> int:
     out = Path(args.judge or args.resume or args.out or ab_run.default_out())
     try:
         if args.judge:  # a run cut by a time limit, judged here: resuming on another machine would mix two
-            if args.resume or args.processes or args.pytest_args or any(
+            if args.resume or args.processes is not None or args.pytest_args or any(
                     getattr(args, f"{s}_{k}") for s in "ab" for k in ("python", "rev", "env", "args")):
                 raise ABError("--judge DIR judges the run in DIR as it stands: give no sides, --resume, "
                               "--processes or pytest args")
             report = ab_run.verdict(ab_run.load_manifest(out), out)
             sys.stdout.write(ab_report.write(report, out, args.markdown, args.json, args.html))
             return report.exit_code
+        ab_run.check_processes(args.processes)
         sides = [side_from_options(label, *(getattr(args, f"{label.lower()}_{k}") for k in ("python", "rev", "env",
                                                                                            "args")))
                  for label in ("A", "B")]
@@ -245,14 +250,14 @@ def cmd_ab(args: argparse.Namespace) -> int:
             raise ABError("--resume DIR carries on the run as its manifest says: give no sides or pytest args")
         report = ab_run.run_ab(out, progress, sides=sides, common=args.pytest_args, processes=args.processes,
                                resume=bool(args.resume))
-    except ABError as err:
+        sys.stdout.write(ab_report.write(report, out, args.markdown, args.json, args.html))
+    except (ABError, OutputError) as err:
         print(f"perfgate ab: cannot compare: {err}", file=sys.stderr)
         return EXIT_CANNOT_COMPARE
     except KeyboardInterrupt:
         print(f"perfgate ab: stopped; what was measured is in {out}: perfgate ab --resume {out} carries on",
               file=sys.stderr)
         return EXIT_CANNOT_COMPARE
-    sys.stdout.write(ab_report.write(report, out, args.markdown, args.json, args.html))
     return report.exit_code
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import pytest
 
@@ -68,3 +69,106 @@ def test_a_cell_id_that_is_no_safe_name_is_refused_with_its_start(tmp_path, caps
     err = capsys.readouterr().err
     assert rc == 2 and "r.jsonl:3" in err and "is not a safe name" in err
     assert len(err) < 1000  # the 100k-character id is named by its start, not printed whole
+
+
+# ---------------------------------------------------------------------------------------------- perfgate ab
+
+@pytest.mark.parametrize("how, named", [("--out", "--processes 0: a side needs 2 processes at least"),
+                                        ("--resume", "--processes 0: a side needs 2 processes at least"),
+                                        ("--judge", "give no sides, --resume, --processes")],
+                         ids=["new-run", "resume", "judge"])
+def test_ab_with_0_processes_is_refused_before_anything_runs(tmp_path, capsys, how, named):
+    pytest_args = [] if how == "--judge" else ["--", "perftests"]
+    assert main(["ab", how, str(tmp_path / "ab"), "--processes", "0", *pytest_args]) == 2
+    assert named in capsys.readouterr().err
+    assert not (tmp_path / "ab").exists()
+
+
+def _ab_run(tmp_path, run) -> Path:
+    """A finished A/B run's directory, 2 processes a side, each results file one synthetic run."""
+    from perfgate.ab_env import Side
+    from perfgate.ab_run import plan, save_manifest
+
+    out = tmp_path / "ab"
+    runs = plan(2)
+    for entry in runs:
+        entry["state"], entry["rc"], entry["cold"] = "done", 0, entry["rep"] == 1
+        (out / entry["results"]).parent.mkdir(parents=True, exist_ok=True)
+        _write(out / entry["results"], run)
+    sides = {label: {**Side(label, "python").to_json(), "versions": {}, "tests": 1} for label in "AB"}
+    save_manifest(out, {"schema": 1, "sides": sides, "runs": runs, "processes": 2, "common_args": []})
+    return out
+
+
+@pytest.mark.parametrize("spoil, named", [
+    (lambda m: [m], "a JSON object expected, not list"),
+    (lambda m: {**m, "sides": {"A": m["sides"]["A"]}}, "'sides' must hold A and B"),
+    (lambda m: {**m, "runs": {"A-1": 1}}, "'runs' (a list)"),
+    (lambda m: {**m, "runs": [{**m["runs"][0], "rep": "one"}]}, "needs a name, a side"),
+    (lambda m: {**m, "runs": [{**m["runs"][0], "results": "../../elsewhere.jsonl"}]}, "is not a relative path"),
+    (lambda m: {**m, "runs": [{**m["runs"][0], "log": "/etc/passwd"}]}, "is not a relative path"),
+], ids=["a-list", "one-side", "runs-not-a-list", "rep-not-a-number", "results-outside", "log-absolute"])
+def test_an_ab_manifest_of_the_wrong_shape_is_refused_by_path(tmp_path, capsys, run, spoil, named):
+    out = _ab_run(tmp_path, run)
+    manifest = json.loads((out / "manifest.json").read_text())
+    (out / "manifest.json").write_text(json.dumps(spoil(manifest)))
+    assert main(["ab", "--judge", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert f"{out / 'manifest.json'}: not an A/B run's manifest" in err and named in err
+
+
+@pytest.mark.parametrize("content", [b"\x89PNG\r\n\x1a\n\x00\xff", "é".encode("latin-1") + b"\n"],
+                         ids=["binary", "latin-1"])
+def test_ab_judge_of_a_binary_results_file_names_the_process_and_file(tmp_path, capsys, run, content):
+    out = _ab_run(tmp_path, run)
+    (out / "results" / "B-2.jsonl").write_bytes(content)
+    assert main(["ab", "--judge", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "process B-2" in err and "B-2.jsonl is not UTF-8 text" in err
+
+
+# ---------------------------------------------------------------------------------------------- outputs
+
+def _blocked(tmp_path, how: str, monkeypatch, name: str = "") -> tuple[str, str]:
+    """(the path to give, the file that cannot be written there: `name` inside it for a --dir), blocked as
+    `how` says (the tests run as root, which no file mode stops)."""
+    if how == "parent-is-a-file":
+        (tmp_path / "file").write_text("x")
+        return str(tmp_path / "file" / "out"), str(tmp_path / "file" / "out" / name).rstrip("/")
+    target = tmp_path / "out"
+    blocked = target / name if name else target
+    if how == "a-directory-in-the-way":
+        blocked.mkdir(parents=True)
+        (blocked / "keep").write_text("x")
+        return str(target), str(blocked)
+    import errno
+
+    def full(fd):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "fsync", full)  # the disk fills as the file is flushed
+    blocked.parent.mkdir(parents=True, exist_ok=True)
+    blocked.write_text("the previous output")
+    return str(target), str(blocked)
+
+
+@pytest.mark.parametrize("how", ["parent-is-a-file", "a-directory-in-the-way", "disk-full"])
+@pytest.mark.parametrize("command", ["baseline-update", "report-html", "report-markdown", "compare-markdown",
+                                     "compare-json"])
+def test_an_output_that_cannot_be_written_exits_2_naming_it_and_leaves_nothing_half_written(
+        tmp_path, capsys, monkeypatch, run, baseline_file, command, how):
+    results = _write(tmp_path / "r.jsonl", run)
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    name = f"{KEY[0]}_{KEY[1]}.json" if command == "baseline-update" else ""
+    target, blocked = _blocked(tmp_path, how, monkeypatch, name)
+    before.update({p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()})
+    argv = {"baseline-update": ["baseline", "update", results, "--dir", target],
+            "report-html": ["report", results, "--html", target],
+            "report-markdown": ["report", results, "--markdown", target],
+            "compare-markdown": ["compare", results, "--baseline", baseline_file, "--markdown", target],
+            "compare-json": ["compare", results, "--baseline", baseline_file, "--json", target]}[command]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert f"cannot write {blocked}" in err and "Traceback" not in err
+    after = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    assert after == before  # no 0-byte page, no temp file, the previous output as it was

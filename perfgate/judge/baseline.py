@@ -28,11 +28,11 @@ import datetime as _dt
 import json
 import os
 import statistics
-import tempfile
 from pathlib import Path
 from typing import Iterable, Sequence
 
 from perfgate.core.record import CLOCKS, HOST_ROUNDS_SCHEMA, TIME_ALONE, bound_of, compiled_peak_is_right, names
+from perfgate.core.output import write_atomic
 from perfgate.core.stats import interval_sd, rel_spread
 from perfgate.core.validate import baseline_cell_problems, name_problem
 
@@ -307,25 +307,14 @@ def _remove_stale_temps(path: Path) -> None:
 
 
 def write_baseline(path: str | os.PathLike, baseline: dict) -> Path:
-    """Write atomically: a temp file in the same directory, fsync, os.replace. A crash or a serialisation
-    error midway leaves the previous file untouched (a half-written baseline would fail every PR)."""
+    """Write atomically (perfgate.core.output.write_atomic): a crash, a full disk or a serialisation error
+    midway leaves the previous file untouched (a half-written baseline would fail every PR); an output that
+    cannot be written raises OutputError naming the path."""
+    text = json.dumps(baseline, indent=2, sort_keys=True) + "\n"  # before any file: a bad value raises here
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    _remove_stale_temps(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(baseline, fh, indent=2, sort_keys=True)  # streams: a failure leaves half a temp file
-            fh.write("\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        # mkstemp makes the file 0600; a baseline is a shared, committed file.
-        os.chmod(tmp, path.stat().st_mode & 0o777 if path.exists() else 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    if path.parent.is_dir():
+        _remove_stale_temps(path)
+    return write_atomic(path, text)
 
 
 def save_baselines(sources: Sequence[Iterable[dict]], directory: str | os.PathLike) -> list[Path]:

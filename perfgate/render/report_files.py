@@ -7,8 +7,8 @@ Imports no torch.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
+from perfgate.core.output import write_atomic
 from perfgate.render.report import markdown, to_json
 
 
@@ -24,5 +24,4 @@ def write_reports(outcome, markdown_path: str | None, json_path: str | None) -> 
 
 def _write(path: str | None, text: str) -> None:
     if path:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        Path(path).write_text(text, encoding="utf-8")
+        write_atomic(path, text)  # OutputError names a path that cannot be written
