@@ -108,9 +108,15 @@ def cmd_results(args: argparse.Namespace) -> int:
 
 def cmd_history_add(args: argparse.Namespace) -> int:
     try:
-        for path in args.results:
-            # Per file, not load_records: history keeps every run's record of a cell, keyed (run_id, cell).
-            count = history.append(args.db, iter_records(path), commit=args.commit, date=args.date)
+        # Per file, not load_records: history keeps every run's record of a cell, keyed (run_id, cell). Every
+        # file read before any is added: an empty or unreadable one is refused (exit 2, as `compare` does)
+        # with nothing added.
+        sources = [(path, list(iter_records(path))) for path in args.results]
+        empty = [path for path, records in sources if not records]
+        if empty:
+            raise RecordFileError(f"no records in {', '.join(empty)}")
+        for path, records in sources:
+            count = history.append(args.db, records, commit=args.commit, date=args.date)
             print(f"{args.db}: {count} record(s) from {path}")
     except (RecordFileError, history.HistoryError) as err:
         print(f"perfgate: cannot add to the history: {err}", file=sys.stderr)
