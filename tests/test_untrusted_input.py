@@ -172,3 +172,56 @@ def test_an_output_that_cannot_be_written_exits_2_naming_it_and_leaves_nothing_h
     assert f"cannot write {blocked}" in err and "Traceback" not in err
     after = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
     assert after == before  # no 0-byte page, no temp file, the previous output as it was
+
+
+# ---------------------------------------------------------------------------------------------- inputs
+
+def _unusable(tmp_path, kind: str, monkeypatch) -> Path:
+    """A path given as a results file that is none, as `kind` says."""
+    path = tmp_path / "r.jsonl"
+    if kind == "a-directory":
+        path.mkdir()
+    elif kind == "binary":
+        path.write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\xff\xfe")
+    elif kind == "latin-1":
+        path.write_bytes('{"cell": "caf\u00e9"}\n'.encode("latin-1"))
+    else:  # no read permission; the tests run as root, which reads anything, so the refusal is planted
+        path.write_text("{}\n")
+        real_open = Path.open
+
+        def refuse(self, *args, **kwargs):
+            if self == path:
+                raise PermissionError(13, "Permission denied", str(self))
+            return real_open(self, *args, **kwargs)
+
+        monkeypatch.setattr(Path, "open", refuse)
+    return path
+
+
+@pytest.mark.parametrize("kind, named", [("a-directory", "is not a file"), ("binary", "is not UTF-8 text"),
+                                         ("latin-1", "is not UTF-8 text"), ("unreadable", "Permission denied")])
+@pytest.mark.parametrize("command", ["compare", "baseline-update", "report", "results", "history-add"])
+def test_a_results_path_that_is_no_file_of_records_exits_2_naming_it(tmp_path, capsys, monkeypatch, baseline_file,
+                                                                     command, kind, named):
+    path = str(_unusable(tmp_path, kind, monkeypatch))
+    argv = {"compare": ["compare", path, "--baseline", baseline_file],
+            "baseline-update": ["baseline", "update", path, "--dir", str(tmp_path / "b")],
+            "report": ["report", path, "--html", str(tmp_path / "r.html")], "results": ["results", path],
+            "history-add": ["history", "add", path, "--db", str(tmp_path / "h.sqlite")]}[command]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert f"results file {path} " in err and named in err and "Traceback" not in err
+    assert not any(p.exists() for p in (tmp_path / "b", tmp_path / "r.html", tmp_path / "h.sqlite"))
+
+
+@pytest.mark.parametrize("kind", ["binary", "unreadable"])
+def test_a_baseline_that_cannot_be_read_exits_2_naming_it(tmp_path, capsys, monkeypatch, run, kind):
+    results = _write(tmp_path / "results.jsonl", run)
+    baseline = tmp_path / "r.jsonl"  # _unusable's name; a baseline file may have any name
+    baseline.unlink(missing_ok=True)
+    _unusable(tmp_path, kind, monkeypatch)
+    if kind == "unreadable":  # read_text goes through open(), not Path.open
+        monkeypatch.setattr(Path, "read_text", lambda self, *a, **k: Path.open(self))
+    assert main(["compare", results, "--baseline", str(baseline)]) == 2
+    err = capsys.readouterr().err
+    assert f"baseline {baseline}" in err and "Traceback" not in err

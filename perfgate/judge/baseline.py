@@ -341,6 +341,8 @@ def load_baseline(path: str | os.PathLike, fingerprint: str | None = None,
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise BaselineError(f"baseline {path} is not valid JSON ({err}); restore it from git or remake "
                             f"it with: {UPDATE_COMMANDS[0]}") from None
+    except OSError as err:
+        raise BaselineError(f"baseline {path} cannot be read: {err.strerror or err}") from None
     if not isinstance(baseline, dict) or baseline.get("schema") != BASELINE_SCHEMA \
             or not isinstance(baseline.get("cells"), dict):
         found = baseline.get("schema") if isinstance(baseline, dict) else type(baseline).__name__
