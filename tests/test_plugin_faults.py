@@ -207,3 +207,39 @@ def test_a_costs_database_that_does_not_exist_is_refused(suite):
     out = suite.runpytest_inprocess(*FAST, "--perf-costs=nope.sqlite")
     assert out.ret == 4
     out.stderr.fnmatch_lines(["*--perf-costs=nope.sqlite: no such history database*"])
+
+
+def _offline(results, baseline) -> tuple[int, str]:
+    """`perfgate compare` of the plugin's results file against the same baseline: (exit code, stderr)."""
+    proc = subprocess.run([sys.executable, "-m", "perfgate.cli", "compare", str(results), "--baseline", str(baseline)],
+                          capture_output=True, text=True, timeout=120)
+    return proc.returncode, proc.stderr
+
+
+def test_a_gate_on_a_machine_without_its_gpu_cannot_pass_and_compare_agrees(suite):
+    """Every GPU cell skipped (no CUDA here): exit 2 with the reason, in the report too, and offline alike."""
+    results, base, rep = suite.path / "r.jsonl", suite.path / "baselines", suite.path / "rep"
+    base.mkdir()
+    out = suite.runpytest_inprocess("-m", "gpu", "-p", "no:randomly", f"--perf-results={results}",
+                                    f"--perf-baseline={base}", f"--perf-report={rep}")
+    assert out.ret == 2
+    out.stdout.fnmatch_lines(["*cannot compare (exit 2): nothing was measured: all * selected cell(s) were "
+                              "skipped: no CUDA device*"])
+    assert "nothing was measured" in (rep / "report.md").read_text()
+    records = load_records([results])
+    assert records and {r["status"] for r in records} == {"skipped"}  # what was asked and not measured
+    rc, err = _offline(results, base)
+    assert rc == 2 and "nothing was measured: all" in err
+
+
+def test_a_run_that_measured_its_cpu_cells_but_skipped_its_gpu_cells_cannot_pass(suite):
+    results, base = suite.path / "r.jsonl", suite.path / "baselines"
+    first = suite.runpytest_subprocess(*FAST, "-k", "infer", f"--perf-results={suite.path / 'first.jsonl'}",
+                                       f"--perf-save-baseline={base}")
+    assert first.ret == 0
+    both = [arg if arg != "cpu" else "cpu or gpu" for arg in FAST]
+    out = suite.runpytest_subprocess(*both, "-k", "infer", f"--perf-results={results}", f"--perf-baseline={base}")
+    assert out.ret == 2
+    out.stdout.fnmatch_lines(["*selected cell(s) were not measured and carry no environment*no CUDA device*"])
+    rc, err = _offline(results, base)
+    assert rc == 2 and "were not measured and carry no environment" in err

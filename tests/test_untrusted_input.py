@@ -225,3 +225,35 @@ def test_a_baseline_that_cannot_be_read_exits_2_naming_it(tmp_path, capsys, monk
     assert main(["compare", results, "--baseline", str(baseline)]) == 2
     err = capsys.readouterr().err
     assert f"baseline {baseline}" in err and "Traceback" not in err
+
+
+# ---------------------------------------------------------------------------------------------- nothing measured
+
+def _skipped(record, env=True):
+    return {**record, "status": "skipped", "reason": "no CUDA device", "env": record["env"] if env else {}}
+
+
+@pytest.mark.parametrize("edit, code, named", [
+    (lambda rs: [_skipped(r) for r in rs], 2, "nothing was measured: all 10 selected cell(s) were skipped: "
+                                              "no CUDA device (10 cells)"),
+    (lambda rs: rs[:3] + [_skipped(r, env=False) for r in rs[3:]], 2, "7 selected cell(s) were not measured and "
+                                                                      "carry no environment"),
+    (lambda rs: rs[:9] + [_skipped(rs[9])], 1, "ok in the baseline, skipped now: no CUDA device"),
+    (lambda rs: rs[:9], 0, ""),  # a narrowed run: the cell it did not select is missing, and allowed
+], ids=["every-cell-skipped", "skipped-without-environment", "one-skipped-of-a-known-environment", "narrowed"])
+def test_what_a_run_that_did_not_measure_its_cells_gets(tmp_path, capsys, run, baseline_file, edit, code, named):
+    rc = main(["compare", _write(tmp_path / "r.jsonl", edit(run)), "--baseline", baseline_file])
+    captured = capsys.readouterr()
+    assert rc == code and named in captured.out + captured.err
+
+
+def test_a_baseline_with_no_cells_cannot_gate(tmp_path, capsys, run):
+    empty = write_baseline(tmp_path / "b.json", {**build_baseline([run])[KEY], "cells": {}})
+    assert main(["compare", _write(tmp_path / "r.jsonl", run), "--baseline", str(empty)]) == 2
+    assert f"baseline {empty} holds no cells" in capsys.readouterr().err
+
+
+def test_an_ab_run_whose_sides_measured_nothing_cannot_pass(tmp_path, capsys, run):
+    out = _ab_run(tmp_path, [_skipped(r) for r in run])
+    assert main(["ab", "--judge", str(out)]) == 2
+    assert "nothing was measured: all 40 selected cell(s) were skipped" in capsys.readouterr().out

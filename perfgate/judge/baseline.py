@@ -31,7 +31,8 @@ import statistics
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from perfgate.core.record import CLOCKS, HOST_ROUNDS_SCHEMA, TIME_ALONE, bound_of, compiled_peak_is_right, names
+from perfgate.core.record import (CLOCKS, HOST_ROUNDS_SCHEMA, TIME_ALONE, bound_of, compiled_peak_is_right, names,
+                                  unfiled)
 from perfgate.core.output import write_atomic
 from perfgate.core.stats import interval_sd, rel_spread
 from perfgate.core.validate import baseline_cell_problems, name_problem
@@ -230,7 +231,8 @@ def _runs_by_key(sources: Sequence[Iterable[dict]]) -> dict[tuple[str, str], lis
     runs = split_runs(sources)
     _refuse_unfit(runs)
     for run in runs:
-        for key, records in group_by_key(run).items():
+        # A cell skipped with no environment (a GPU cell on a machine without CUDA) belongs to no baseline.
+        for key, records in group_by_key(r for r in run if not unfiled(r)).items():
             per_key.setdefault(key, []).append(_last_per_cell(records))
     return per_key
 
@@ -364,9 +366,13 @@ def load_baseline(path: str | os.PathLike, fingerprint: str | None = None,
 
 
 def resolve_baseline(path_or_dir: str | os.PathLike, fingerprint: str, tier: str) -> dict:
-    """A baseline file as given, or the file for (fingerprint, tier) inside a directory."""
+    """A baseline file as given, or the file for (fingerprint, tier) inside a directory; one with no cells is
+    refused (a gate against nothing would pass anything)."""
     path = Path(path_or_dir)
     # A directory, or a name that is plainly not a baseline file (e.g. a `baselines` dir not yet made).
     if path.is_dir() or (path.suffix != ".json" and not path.is_file()):
         path = baseline_path(path, fingerprint, tier)
-    return load_baseline(path, fingerprint, tier)
+    baseline = load_baseline(path, fingerprint, tier)
+    if not baseline["cells"]:
+        raise BaselineError(f"baseline {path} holds no cells: nothing to gate against; {_how_to_make()}")
+    return baseline

@@ -128,10 +128,19 @@ def pytest_runtest_makereport(item: pytest.Item, call):
     report = yield
     perf = item.config.stash.get(SESSION_KEY, None)
     cell = item.stash.get(selection.CELL_KEY, None)
+    if perf is not None and cell is not None and call.when == "setup" and report.skipped:
+        perf.note_skip(cell, _skip_reason(report))
     relayed = perf.relayed(cell.id) if perf is not None and cell is not None and call.when == "call" else None
     if relayed is not None:
         report.user_properties.append(relayed)
     return report
+
+
+def _skip_reason(report) -> str:
+    """A skip's reason from pytest's report: ("path", line, "Skipped: no CUDA device ...") for a mark."""
+    longrepr = report.longrepr
+    text = longrepr[2] if isinstance(longrepr, tuple) and len(longrepr) == 3 else str(longrepr)
+    return text.removeprefix("Skipped: ")
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
@@ -139,6 +148,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     perf = session.config.stash.get(SESSION_KEY, None)
     if perf is None:
         return
+    perf.write_skips()  # an xdist worker's go to its own file, which the controller merges
     if hasattr(session.config, "workerinput"):
         perf.close()
         return

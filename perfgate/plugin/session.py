@@ -52,6 +52,7 @@ class PerfSession:
         # The fp32 policy of CUDA cells (TF32 tensor cores or full fp32), set as each cell starts.
         self.tf32 = config.getoption("--perf-tf32") == "on"
         self.records: list[dict] = []
+        self.skips: list[tuple[Cell, str]] = []  # (cell, reason) of the selected cells pytest skipped
         self.ran: dict[str, tuple] = {}  # cell id -> (spec, cell), for the gate's confirm round
         self._envs: dict[str, dict] = {}
         self.summary: list[str] = []  # what the gate and baseline steps say at the end
@@ -121,6 +122,27 @@ class PerfSession:
         append_record(self.results_path, record)
         self.records.append(record)
         return record
+
+    def note_skip(self, cell: Cell, reason: str) -> None:
+        """A selected cell pytest skipped (no CUDA device, too few GPUs, the model's known issue): its record
+        is written at the session's end (write_skips), when the environment of its device kind is known."""
+        self.skips.append((cell, reason))
+
+    def write_skips(self) -> None:
+        """Append a skipped record per skipped cell, so every face sees what was asked and not measured. Its
+        environment is that of a cell measured on the same kind of device in this process, else none (no
+        baseline is then its own, and the gate cannot pass it)."""
+        from perfgate.core.record import skipped_record
+        from perfgate.core.records_file import append_record
+
+        now = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        for cell, reason in self.skips:
+            kind = "gpu" if cell.device_kind == "gpu" else "cpu"
+            env = next((e for device, e in self._envs.items() if device.startswith("cuda") == (kind == "gpu")), {})
+            record = skipped_record(cell, env, self.run_id, reason, now)
+            append_record(self.results_path, record)
+            self.records.append(record)
+        self.skips = []
 
     def _run_here(self, spec, cell: Cell, options, record_compiled) -> dict:
         from perfgate.measure.cell import run_cell
@@ -310,6 +332,7 @@ class PerfSession:
         paths = (Path(report_dir) / "report.md", Path(report_dir) / "report.json") if report_dir else (None, None)
         if outcome.errors:
             self.summary += [f"perfgate: cannot compare (exit 2): {error}" for error in outcome.errors]
+            write_reports(outcome, *paths)  # the PR comment says why nothing was judged
         else:
             self.summary += write_reports(outcome, *paths).splitlines()
         return outcome
