@@ -55,12 +55,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
         outcome = gate_run(_records(args.results), args.baseline)
     except (RecordFileError, BaselineError) as err:
         return _cannot_compare([str(err)])
+    try:
+        text = write_reports(outcome, args.markdown, args.json)  # with errors: a page saying why, for a PR comment
+    except OutputError as err:
+        return _cannot_compare(list(outcome.errors) + [str(err)])
     if outcome.errors:
         return _cannot_compare(outcome.errors)
-    try:
-        text = write_reports(outcome, args.markdown, args.json)
-    except OutputError as err:
-        return _cannot_compare([str(err)])
     sys.stdout.write(text)
     return outcome.exit_code
 

@@ -242,9 +242,12 @@ def _skipped(record, env=True):
     (lambda rs: rs[:9], 0, ""),  # a narrowed run: the cell it did not select is missing, and allowed
 ], ids=["every-cell-skipped", "skipped-without-environment", "one-skipped-of-a-known-environment", "narrowed"])
 def test_what_a_run_that_did_not_measure_its_cells_gets(tmp_path, capsys, run, baseline_file, edit, code, named):
-    rc = main(["compare", _write(tmp_path / "r.jsonl", edit(run)), "--baseline", baseline_file])
+    md, js = tmp_path / "g.md", tmp_path / "g.json"
+    rc = main(["compare", _write(tmp_path / "r.jsonl", edit(run)), "--baseline", baseline_file, "--markdown", str(md),
+               "--json", str(js)])
     captured = capsys.readouterr()
     assert rc == code and named in captured.out + captured.err
+    assert json.loads(js.read_text())["exit_code"] == code and named.replace("_", "\\_") in md.read_text()
 
 
 def test_a_baseline_with_no_cells_cannot_gate(tmp_path, capsys, run):
