@@ -160,3 +160,19 @@ def test_a_report_names_only_fields_of_the_table():
 ])
 def test_first_call_cache_reads_what_the_first_compiled_call_found(fields, expected):
     assert first_call_cache(fields) == expected
+
+
+@pytest.mark.parametrize("lines, warned", [
+    (['{"cell": "a", "run_id": "r1", "status": "skipped"}'] * 2, "r.jsonl:2: cell a of run r1 already finished on line 1"),
+    (['{"cell": "a", "status": "skipped"}', '{"cell": "b", "status": "skipped"}', '{"cell": "a", "status": "skipped"}'],
+     "r.jsonl:3: cell a already finished on line 1; the later record (line 3) is the one kept"),
+    (['{"cell": "a", "run_id": "r1", "status": "failed", "reason": "did not finish: timing"}',
+      '{"cell": "a", "run_id": "r1", "status": "skipped"}',
+      '{"cell": "a", "run_id": "r1", "status": "skipped", "remeasure": "confirm"}'], None),
+    (['{"cell": "a", "run_id": "r1", "status": "skipped"}', '{"cell": "a", "run_id": "r2", "status": "skipped"}'], None),
+], ids=["pasted-twice", "no-run-id", "checkpoint-final-confirm", "two-runs"])
+def test_a_cell_finished_twice_in_one_run_is_warned_of_by_its_lines(tmp_path, recwarn, lines, warned):
+    path = _write(tmp_path / "r.jsonl", "\n".join(lines) + "\n")
+    load_records([path])
+    messages = [str(w.message) for w in recwarn]
+    assert len(messages) == (1 if warned else 0) and all(warned in m for m in messages)

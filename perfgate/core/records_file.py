@@ -42,6 +42,7 @@ def iter_records(path: str | os.PathLike) -> Iterator[dict]:
     it sits, and a whole record a later writer glued onto it is kept; any other line that is no record is
     unusable input."""
     path = Path(path)
+    final: dict[tuple, int] = {}  # (run_id, cell) -> the line of its finished record
     for lineno, line in enumerate(_lines(path), 1):
         if not line.strip():
             continue
@@ -52,7 +53,22 @@ def iter_records(path: str | os.PathLike) -> Iterator[dict]:
         if problems:
             cell = record.get("cell") if isinstance(record, dict) else None
             raise RecordFileError(f"{path}:{lineno}: cell {cell!r:.80}: {'; '.join(problems)}")
+        _warn_if_duplicated(path, lineno, record, final)
         yield checked(record)  # an ok record with NaN, inf or missing figures becomes a failed cell
+
+
+def _warn_if_duplicated(path: Path, lineno: int, record: dict, final: dict[tuple, int]) -> None:
+    """A run's cell finishes once; a second finished record (a line pasted twice, files concatenated) is
+    kept over the first by every reader, so say which lines. A checkpoint before the final record, and the
+    gate's re-measure of a cell (`remeasure`), are how a run writes, not duplicates."""
+    if unfinished(record):
+        return
+    key = (record.get("run_id"), record["cell"])
+    if key in final and not record.get("remeasure"):
+        run = f" of run {key[0]}" if key[0] else ""
+        warnings.warn(f"{path}:{lineno}: cell {key[1]}{run} already finished on line {final[key]}; the later "
+                      f"record (line {lineno}) is the one kept", stacklevel=3)
+    final[key] = lineno
 
 
 def _lines(path: Path) -> list[str]:
