@@ -235,7 +235,7 @@ def _other_tier(path):
 
 
 @pytest.mark.parametrize("spoil, words", [
-    (None, ["no baseline at", "perfgate baseline update RESULTS... --dir baselines", "--perf-save-baseline"]),
+    (None, ["no baseline at", "perfgate baseline update RESULTS... --dir ", "--perf-save-baseline"]),
     (_corrupt, ["not valid JSON"]),
     (_old_schema, ["schema 0"]),
     (_foreign, [f"fingerprint '{syn.A100}'"]),

@@ -260,3 +260,17 @@ def test_an_ab_run_whose_sides_measured_nothing_cannot_pass(tmp_path, capsys, ru
     out = _ab_run(tmp_path, [_skipped(r) for r in run])
     assert main(["ab", "--judge", str(out)]) == 2
     assert "nothing was measured: all 40 selected cell(s) were skipped" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("fingerprint, tier, marks", [
+    ("cpu-x86-64_torch2.14", "nightly", "cpu"), (syn.H100, "pr", "gpu and pr"), (syn.H100, "nightly", "gpu and nightly"),
+], ids=["cpu", "gpu-pr", "gpu-nightly"])
+def test_the_hint_for_a_missing_baseline_names_its_directory_and_the_records_own_tier(tmp_path, capsys, run,
+                                                                                      fingerprint, tier, marks):
+    records = [dict(r, env=dict(r["env"], fingerprint=fingerprint), tier=tier) for r in run]
+    where = tmp_path / "my baselines"
+    where.mkdir()
+    assert main(["compare", _write(tmp_path / "r.jsonl", records), "--baseline", str(where)]) == 2
+    err = capsys.readouterr().err
+    assert f"pytest perftests -m \"{marks}\" --perf-save-baseline '{where}'" in err
+    assert f"perfgate baseline update RESULTS... --dir '{where}'" in err

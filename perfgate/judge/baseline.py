@@ -27,6 +27,7 @@ import contextlib
 import datetime as _dt
 import json
 import os
+import shlex
 import statistics
 from pathlib import Path
 from typing import Iterable, Sequence
@@ -39,11 +40,20 @@ from perfgate.core.validate import baseline_cell_problems, name_problem
 
 BASELINE_SCHEMA = 1
 
-# How the baseline is made; named in every "missing baseline" message so the reader can act on it.
-UPDATE_COMMANDS = (
-    "perfgate baseline update RESULTS... --dir baselines",
-    'pytest perftests -m "gpu and pr" --perf-save-baseline',
-)
+
+
+def update_commands(directory: str | os.PathLike = "baselines", fingerprint: str | None = None,
+                    tier: str | None = None) -> tuple[str, str]:
+    """How the baseline for (fingerprint, tier) in `directory` is made, named in every "missing baseline"
+    message so the reader can act on it: the offline fold of results files, and a pytest run that selects
+    that tier on that kind of device (a CPU fingerprint's cells are the `cpu` marker's) and saves there."""
+    where = shlex.quote(str(directory))
+    marks = "cpu" if (fingerprint or "").startswith("cpu-") else f"gpu and {tier or 'pr'}"
+    return (f"perfgate baseline update RESULTS... --dir {where}",
+            f'pytest perftests -m "{marks}" --perf-save-baseline {where}')
+
+
+UPDATE_COMMANDS = update_commands()
 
 # Record fields folded as a median over runs (ms per step), as a max over runs (the conservative side), and
 # taken from the last run as they are (perfgate.core.record.FIELDS, `fold`).
@@ -326,8 +336,8 @@ def save_baselines(sources: Sequence[Iterable[dict]], directory: str | os.PathLi
             for (fp, tier), baseline in sorted(build_baseline(sources).items())]
 
 
-def _how_to_make() -> str:
-    commands = "\n  ".join(UPDATE_COMMANDS)
+def _how_to_make(path: Path | None = None, fingerprint: str | None = None, tier: str | None = None) -> str:
+    commands = "\n  ".join(update_commands(path.parent if path else "baselines", fingerprint, tier))
     return (f"make one on this kind of machine (several runs, 5 or more, each a separate process, give the "
             f"gate the run-to-run noise) with:\n  {commands}")
 
@@ -337,7 +347,7 @@ def load_baseline(path: str | os.PathLike, fingerprint: str | None = None,
     """Read and check a baseline; with `fingerprint`/`tier`, refuse one made for another environment."""
     path = Path(path)
     if not path.is_file():
-        raise BaselineError(f"no baseline at {path}; {_how_to_make()}")
+        raise BaselineError(f"no baseline at {path}; {_how_to_make(path, fingerprint, tier)}")
     try:
         baseline = json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
@@ -361,7 +371,7 @@ def load_baseline(path: str | os.PathLike, fingerprint: str | None = None,
             wanted = baseline_path(path.parent, fingerprint or baseline.get("fingerprint"),
                                    tier or baseline.get("tier"))
             raise BaselineError(f"baseline {path} is for {name} {baseline.get(name)!r} but the results are "
-                                f"for {expected!r}; the expected file is {wanted}: {_how_to_make()}")
+                                f"for {expected!r}; the expected file is {wanted}: {_how_to_make(wanted, fingerprint, tier)}")
     return baseline
 
 
@@ -374,5 +384,5 @@ def resolve_baseline(path_or_dir: str | os.PathLike, fingerprint: str, tier: str
         path = baseline_path(path, fingerprint, tier)
     baseline = load_baseline(path, fingerprint, tier)
     if not baseline["cells"]:
-        raise BaselineError(f"baseline {path} holds no cells: nothing to gate against; {_how_to_make()}")
+        raise BaselineError(f"baseline {path} holds no cells: nothing to gate against; {_how_to_make(path, fingerprint, tier)}")
     return baseline
