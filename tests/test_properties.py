@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import warnings
 
 import pytest
 from hypothesis import HealthCheck, example, given, settings
@@ -132,6 +133,42 @@ def test_baseline_update_writes_inside_its_dir_or_refuses(tmp_path_factory, fing
     assert rc == (2 if fingerprint[1] or tier[1] else 0)
     written = {str(p.relative_to(tmp)) for p in tmp.rglob("*") if p.is_file()} - {"r.jsonl"}
     assert written == (set() if rc else {f"in/side/b/{fingerprint[0]}_{tier[0]}.json"})
+
+
+# A results file as killed writers leave it: whole records, each maybe after a torn one (a prefix of a
+# record's line) that the next writer either glued its record onto (before issue 36) or appended after.
+LINES = [json.dumps(r, sort_keys=True) for r in RUN]
+pieces = st.lists(st.tuples(st.integers(0, len(RUN) - 1), st.one_of(st.none(), st.floats(0.0, 0.999)),
+                            st.booleans()), min_size=1, max_size=8)
+
+
+@SETTINGS
+@given(pieces=pieces, torn_tail=st.one_of(st.none(), st.floats(0.0, 0.999)))
+@example(pieces=[(0, 0.5, True), (1, None, False)], torn_tail=None)
+@example(pieces=[(1, None, False), (2, 0.0, False)], torn_tail=0.3)
+def test_every_whole_record_survives_torn_lines_and_later_appends(tmp_path_factory, pieces, torn_tail):
+    """The oracle is what the generator wrote whole, not the reader's rules: every whole record, in order."""
+    from perfgate.core.records_file import append_record, iter_records
+
+    path = tmp_path_factory.mktemp("torn") / "r.jsonl"
+    whole = []
+    for index, cut, glued in pieces:
+        if cut is not None:  # a writer killed mid-line, at least one character in and one short of the end
+            torn = LINES[(index + 1) % len(LINES)]
+            with path.open("a", encoding="utf-8") as fh:
+                fh.write(torn[:max(1, int(cut * len(torn)))])
+        if cut is not None and glued:  # the old writer: the next record on the torn line
+            with path.open("a", encoding="utf-8") as fh:
+                fh.write(LINES[index] + "\n")
+        else:
+            append_record(path, RUN[index])
+        whole.append(RUN[index]["cell"])
+    if torn_tail is not None:
+        with path.open("a", encoding="utf-8") as fh:
+            fh.write(LINES[0][:max(1, int(torn_tail * len(LINES[0])))])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the warnings name the torn lines; what is kept is the property
+        assert [r["cell"] for r in iter_records(path)] == whole
 
 
 @SETTINGS

@@ -98,11 +98,11 @@ def _parse(path: Path, lineno: int, line: str) -> dict | None:
     try:
         return json.loads(line)
     except json.JSONDecodeError as err:
-        # The text ended mid-record (mid-string, or where a value or delimiter was due): a writer killed
-        # mid-line; whatever followed came from a later writer.
-        torn = line.lstrip().startswith("{") and (err.msg.startswith("Unterminated string")
-                                                   or err.pos >= len(line.rstrip()))
-        glued = _glued_record(line) if not torn else None
+        # A whole record glued onto a torn one may even parse as the torn one's unfinished value, so look
+        # for it first. Else the text ended mid-record (mid-string, or where a value or delimiter was due):
+        # a writer killed mid-line.
+        glued = _glued_record(line)
+        torn = _torn(line, err)
         if not torn and glued is None:
             raise RecordFileError(f"{path}:{lineno}: not a JSON record ({err.msg})") from None
     kept = "; the whole record written after it on that line was kept" if glued is not None else ""
@@ -112,13 +112,29 @@ def _parse(path: Path, lineno: int, line: str) -> dict | None:
     return glued
 
 
+# What may follow the point where a torn record stops parsing: the rest of its last token (a cut literal
+# `tru`, number `1e` or `-`, or escape `\u12`), nothing else. After a cut string the decoder says so itself.
+_LAST_TOKEN = re.compile(r'[\w.+\-"\\]*')
+
+
+def _torn(line: str, err: json.JSONDecodeError) -> bool:
+    """Whether a line that does not parse is a record cut short: an object whose text stops mid-token."""
+    text = line.rstrip()
+    if not text.startswith("{") or err.msg == "Extra data":  # a whole value with more after it was never cut
+        return False
+    return err.msg.startswith("Unterminated string") or bool(_LAST_TOKEN.fullmatch(text, err.pos))
+
+
 def _glued_record(line: str) -> dict | None:
+    """The last whole record on a line that starts with a torn one: a JSON object from a `{"` to the line's
+    end that has a cell and a status (a torn record's nested object, such as its env, has neither)."""
     for start in _RECORD_START.finditer(line, 1):
         try:
             record = json.loads(line[start.start():])
         except json.JSONDecodeError:
             continue
-        return record if isinstance(record, dict) else None
+        if isinstance(record, dict) and "cell" in record and "status" in record:
+            return record
     return None
 
 
