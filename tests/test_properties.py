@@ -1,6 +1,8 @@
 """Property-based: generated bad records and baselines (NaN, inf, negatives, wrong types, missing fields) fed to
 `perfgate compare`, `baseline update` and `report`. None ends in a traceback (exit 3), and none passes a
-bad cell: a record with impossible figures is a failed cell, or the input is refused (exit 2)."""
+bad cell: a record with impossible figures is a failed cell, or the input is refused (exit 2). And (issue 36)
+names that would put a baseline elsewhere, cells selected and not measured, and results files as killed
+writers leave them, each judged by what the generator did, never by the validator under test."""
 
 from __future__ import annotations
 
@@ -133,6 +135,25 @@ def test_baseline_update_writes_inside_its_dir_or_refuses(tmp_path_factory, fing
     assert rc == (2 if fingerprint[1] or tier[1] else 0)
     written = {str(p.relative_to(tmp)) for p in tmp.rglob("*") if p.is_file()} - {"r.jsonl"}
     assert written == (set() if rc else {f"in/side/b/{fingerprint[0]}_{tier[0]}.json"})
+
+
+@SETTINGS
+@given(skips=st.dictionaries(st.integers(0, len(RUN) - 1), st.booleans(), max_size=len(RUN)))
+@example(skips={i: True for i in range(len(RUN))})  # a PR gate on a runner without its GPU
+def test_a_cell_selected_and_not_measured_never_passes(tmp_path_factory, skips):
+    """`skips`: which cells the generator marked skipped, each with its environment kept or not. Every
+    baseline cell is ok, so the expected exit follows from the generator alone."""
+    tmp = tmp_path_factory.mktemp("skip")
+    records = [dict(r, status="skipped", reason="no CUDA device", env=r["env"] if skips[i] else {})
+               if i in skips else r for i, r in enumerate(RUN)]
+    (tmp / "base.json").write_text(json.dumps(BASE))
+    rc = main(["compare", _write(tmp / "r.jsonl", records), "--baseline", str(tmp / "base.json")])
+    if len(skips) == len(RUN) or not all(skips.values()):
+        assert rc == 2  # nothing measured, or a skipped cell no baseline can be found for
+    elif skips:
+        assert rc == 1  # a cell the baseline had ok was not measured
+    else:
+        assert rc in (0, 1)
 
 
 # A results file as killed writers leave it: whole records, each maybe after a torn one (a prefix of a
