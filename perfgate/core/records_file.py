@@ -42,7 +42,7 @@ def iter_records(path: str | os.PathLike) -> Iterator[dict]:
     it sits, and a whole record a later writer glued onto it is kept; any other line that is no record is
     unusable input."""
     path = Path(path)
-    final: dict[tuple, int] = {}  # (run_id, cell) -> the line of its finished record
+    final: dict[tuple, int] = {}  # (run_id, tier, cell) -> the line of its finished record
     for lineno, line in enumerate(_lines(path), 1):
         if not line.strip():
             continue
@@ -63,10 +63,10 @@ def _warn_if_duplicated(path: Path, lineno: int, record: dict, final: dict[tuple
     gate's re-measure of a cell (`remeasure`), are how a run writes, not duplicates."""
     if unfinished(record):
         return
-    key = (record.get("run_id"), record["cell"])
+    key = (record.get("run_id"), record.get("tier"), record["cell"])
     if key in final and not record.get("remeasure"):
         run = f" of run {key[0]}" if key[0] else ""
-        warnings.warn(f"{path}:{lineno}: cell {key[1]}{run} already finished on line {final[key]}; the later "
+        warnings.warn(f"{path}:{lineno}: cell {key[2]}{run} already finished on line {final[key]}; the later "
                       f"record (line {lineno}) is the one kept", stacklevel=3)
     final[key] = lineno
 
@@ -120,7 +120,8 @@ _LAST_TOKEN = re.compile(r'[\w.+\-"\\]*')
 def _torn(line: str, err: json.JSONDecodeError) -> bool:
     """Whether a line that does not parse is a record cut short: an object whose text stops mid-token."""
     text = line.rstrip()
-    if not text.startswith("{") or err.msg == "Extra data":  # a whole value with more after it was never cut
+    # A record is an object with sorted keys, so it starts `{"`; a whole value with more after it was never cut.
+    if not (text.startswith('{"') or text == "{") or err.msg == "Extra data":
         return False
     return err.msg.startswith("Unterminated string") or bool(_LAST_TOKEN.fullmatch(text, err.pos))
 
