@@ -30,6 +30,7 @@ from perfgate.judge import history
 from perfgate.judge.baseline import BaselineError, disagreements, save_baselines
 from perfgate.judge.gate import gate_run
 from perfgate.core.output import OutputError
+from perfgate.core.record import nothing_measured
 from perfgate.core.records_file import RecordFileError, iter_records, load_records
 from perfgate.render.report import records_table, text_table
 from perfgate.render.report_files import write_reports
@@ -76,6 +77,10 @@ def cmd_baseline_update(args: argparse.Namespace) -> int:
         # Records group into runs by run_id (xdist workers share one), else one file is one run; within a
         # run a cell's later record (a confirm round) replaces the earlier.
         sources = [list(iter_records(path)) for path in args.results]
+        every = [record for source in sources for record in source]
+        nothing = nothing_measured(every) if every else None  # no record at all: said below
+        if nothing:  # a baseline of skipped cells would gate nothing
+            raise RecordFileError(nothing)
         written = save_baselines(sources, args.dir)
     except (RecordFileError, BaselineError, OutputError) as err:
         print(f"perfgate: cannot update the baseline: {err}", file=sys.stderr)

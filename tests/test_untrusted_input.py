@@ -274,3 +274,11 @@ def test_the_hint_for_a_missing_baseline_names_its_directory_and_the_records_own
     err = capsys.readouterr().err
     assert f"pytest perftests -m \"{marks}\" --perf-save-baseline '{where}'" in err
     assert f"perfgate baseline update RESULTS... --dir '{where}'" in err
+
+
+@pytest.mark.parametrize("env", [True, False], ids=["with-environment", "without-environment"])
+def test_baseline_update_of_a_run_that_measured_nothing_says_so_and_writes_nothing(tmp_path, capsys, run, env):
+    results = _write(tmp_path / "r.jsonl", [_skipped(r, env=env) for r in run])
+    assert main(["baseline", "update", results, "--dir", str(tmp_path / "b")]) == 2
+    assert "nothing was measured: all 10 selected cell(s) were skipped" in capsys.readouterr().err
+    assert not (tmp_path / "b").exists()
