@@ -40,7 +40,8 @@ from perfgate.judge.ab_verdict import SIDES, ABReport, Process, judge
 from perfgate.core.records_file import RecordFileError, load_records
 
 MANIFEST_SCHEMA = 1
-MIN_PROCESSES = 2      # a side's spread between processes needs 2 at least; 3 is the default
+MIN_PROCESSES = 2      # a side's spread between processes needs 2 at least
+DEFAULT_PROCESSES = 3  # Student's q at df 2 (2 a side) is 22.3: a verdict needs 3 a side (docs/ab.md)
 COMPLETE = ("done", "crashed")
 STOP_WAIT_S = 30       # how long a stopped run waits for its pytest to end before killing it
 
@@ -71,20 +72,55 @@ def load_manifest(out: Path) -> dict:
     path = out / "manifest.json"
     try:
         manifest = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as err:
+    except (OSError, ValueError) as err:  # ValueError: not JSON, or not UTF-8 text
         raise ABError(f"{path}: not an A/B run's manifest ({err}); --resume wants the directory of a run "
                       f"that perfgate ab started") from None
-    if manifest.get("schema") != MANIFEST_SCHEMA:
-        raise ABError(f"{path}: manifest schema {manifest.get('schema')!r}, expected {MANIFEST_SCHEMA}")
+    problem = manifest_problem(manifest)
+    if problem:
+        raise ABError(f"{path}: not an A/B run's manifest: {problem}; --resume and --judge want the directory "
+                      f"of a run that perfgate ab started")
     return manifest
+
+
+def manifest_problem(manifest) -> str | None:
+    """What makes a manifest unusable, or None: its shape, and each process's files, which must lie inside
+    the run's directory (a crafted `"results": "../../x"` would be read, and under --resume written)."""
+    if not isinstance(manifest, dict):
+        return f"a JSON object expected, not {type(manifest).__name__}"
+    if manifest.get("schema") != MANIFEST_SCHEMA:
+        return f"schema {manifest.get('schema')!r}, expected {MANIFEST_SCHEMA}"
+    sides, runs = manifest.get("sides"), manifest.get("runs")
+    if not (isinstance(sides, dict) and all(isinstance(sides.get(s), dict) and isinstance(sides[s].get("python"), str)
+                                            for s in SIDES)):
+        return f"'sides' must hold {' and '.join(SIDES)}, each with its 'python'"
+    if not (isinstance(runs, list) and isinstance(manifest.get("processes"), int)
+            and isinstance(manifest.get("common_args"), list)):
+        return "'runs' (a list), 'processes' (a number) and 'common_args' (a list) expected"
+    for run in runs:
+        if not (isinstance(run, dict) and run.get("side") in SIDES and isinstance(run.get("rep"), int)
+                and isinstance(run.get("name"), str) and isinstance(run.get("state"), str)):
+            return f"process {run!r:.80}: needs a name, a side ({', '.join(SIDES)}), a rep number and a state"
+        for key in ("results", "log"):
+            if not _inside_run(run.get(key)):
+                return f"process {run['name']!r:.40}: {key} {run.get(key)!r:.80} is not a relative path inside the run"
+    return None
+
+
+def _inside_run(value) -> bool:
+    return isinstance(value, str) and bool(value) and not Path(value).is_absolute() and ".." not in Path(value).parts
+
+
+def check_processes(processes: int | None) -> None:
+    """Refuse fewer than MIN_PROCESSES a side (None: the default); 0 once ran the default 3 and passed."""
+    if processes is not None and processes < MIN_PROCESSES:
+        raise ABError(f"--processes {processes}: a side needs {MIN_PROCESSES} processes at least (3 or more "
+                      f"advised: docs/ab.md says what each number can detect)")
 
 
 def plan(processes: int, runs: Sequence[dict] = ()) -> list[dict]:
     """The processes in order, A-1, B-1, A-2, B-2, ...: the existing `runs` kept, more appended up to
     `processes` a side."""
-    if processes < MIN_PROCESSES:
-        raise ABError(f"--processes {processes}: a side needs {MIN_PROCESSES} processes at least (3 or more "
-                      f"advised: docs/ab.md says what each number can detect)")
+    check_processes(processes)
     planned = list(runs)
     have = {run["name"] for run in planned}
     for rep in range(1, processes + 1):
@@ -320,6 +356,7 @@ def run_ab(out: Path, progress: Callable[[str], None], *, sides: Sequence[Side] 
            processes: int | None = None, resume: bool = False, cwd: Path | None = None) -> ABReport:
     """A new A/B run in `out` (or, with resume, the one there, extended to `processes` a side when given),
     run to its end and judged."""
+    check_processes(processes)
     if resume:
         manifest = load_manifest(out)
         if processes is not None and processes != manifest["processes"]:
@@ -327,7 +364,8 @@ def run_ab(out: Path, progress: Callable[[str], None], *, sides: Sequence[Side] 
             manifest["processes"] = max(processes, manifest["processes"])
             save_manifest(out, manifest)
     else:
-        manifest = prepare(out, sides, common, processes or 3, (cwd or Path.cwd()).resolve())
+        manifest = prepare(out, sides, common, DEFAULT_PROCESSES if processes is None else processes,
+                           (cwd or Path.cwd()).resolve())
     for label in SIDES:
         side = manifest["sides"][label]
         progress(f"side {label}: {Side.from_json(side).describe()} (torch {side['versions'].get('torch')}, "

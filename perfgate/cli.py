@@ -29,6 +29,8 @@ from typing import Sequence
 from perfgate.judge import history
 from perfgate.judge.baseline import BaselineError, disagreements, save_baselines
 from perfgate.judge.gate import gate_run
+from perfgate.core.output import OutputError
+from perfgate.core.record import nothing_measured
 from perfgate.core.records_file import RecordFileError, iter_records, load_records
 from perfgate.render.report import records_table, text_table
 from perfgate.render.report_files import write_reports
@@ -54,9 +56,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
         outcome = gate_run(_records(args.results), args.baseline)
     except (RecordFileError, BaselineError) as err:
         return _cannot_compare([str(err)])
+    try:
+        text = write_reports(outcome, args.markdown, args.json)  # with errors: a page saying why, for a PR comment
+    except OutputError as err:
+        return _cannot_compare(list(outcome.errors) + [str(err)])
     if outcome.errors:
         return _cannot_compare(outcome.errors)
-    text = write_reports(outcome, args.markdown, args.json)
     sys.stdout.write(text)
     return outcome.exit_code
 
@@ -72,8 +77,12 @@ def cmd_baseline_update(args: argparse.Namespace) -> int:
         # Records group into runs by run_id (xdist workers share one), else one file is one run; within a
         # run a cell's later record (a confirm round) replaces the earlier.
         sources = [list(iter_records(path)) for path in args.results]
+        every = [record for source in sources for record in source]
+        nothing = nothing_measured(every) if every else None  # no record at all: said below
+        if nothing:  # a baseline of skipped cells would gate nothing
+            raise RecordFileError(nothing)
         written = save_baselines(sources, args.dir)
-    except (RecordFileError, BaselineError) as err:
+    except (RecordFileError, BaselineError, OutputError) as err:
         print(f"perfgate: cannot update the baseline: {err}", file=sys.stderr)
         return EXIT_CANNOT_COMPARE
     if not written:  # exit 0 with nothing written read as success to a CI step
@@ -104,9 +113,15 @@ def cmd_results(args: argparse.Namespace) -> int:
 
 def cmd_history_add(args: argparse.Namespace) -> int:
     try:
-        for path in args.results:
-            # Per file, not load_records: history keeps every run's record of a cell, keyed (run_id, cell).
-            count = history.append(args.db, iter_records(path), commit=args.commit, date=args.date)
+        # Per file, not load_records: history keeps every run's record of a cell, keyed (run_id, cell). Every
+        # file read before any is added: an empty or unreadable one is refused (exit 2, as `compare` does)
+        # with nothing added.
+        sources = [(path, list(iter_records(path))) for path in args.results]
+        empty = [path for path, records in sources if not records]
+        if empty:
+            raise RecordFileError(f"no records in {', '.join(empty)}")
+        for path, records in sources:
+            count = history.append(args.db, records, commit=args.commit, date=args.date)
             print(f"{args.db}: {count} record(s) from {path}")
     except (RecordFileError, history.HistoryError) as err:
         print(f"perfgate: cannot add to the history: {err}", file=sys.stderr)
@@ -179,7 +194,7 @@ def cmd_report(args: argparse.Namespace) -> int:
                                    caption=args.caption or "", sources=[Path(p).name for p in args.results],
                                    title=args.title)
         html_report.write(report, args.html, args.markdown)
-    except (RecordFileError, history.HistoryError) as err:
+    except (RecordFileError, history.HistoryError, OutputError) as err:
         print(f"perfgate: cannot make the report: {err}", file=sys.stderr)
         return EXIT_CANNOT_COMPARE
     for path in (args.html, args.markdown):
@@ -239,13 +254,14 @@ def cmd_ab(args: argparse.Namespace) -> int:
     out = Path(args.judge or args.resume or args.out or ab_run.default_out())
     try:
         if args.judge:  # a run cut by a time limit, judged here: resuming on another machine would mix two
-            if args.resume or args.processes or args.pytest_args or any(
+            if args.resume or args.processes is not None or args.pytest_args or any(
                     getattr(args, f"{s}_{k}") for s in "ab" for k in ("python", "rev", "env", "args")):
                 raise ABError("--judge DIR judges the run in DIR as it stands: give no sides, --resume, "
                               "--processes or pytest args")
             report = ab_run.verdict(ab_run.load_manifest(out), out)
             sys.stdout.write(ab_report.write(report, out, args.markdown, args.json, args.html))
             return report.exit_code
+        ab_run.check_processes(args.processes)
         sides = [side_from_options(label, *(getattr(args, f"{label.lower()}_{k}") for k in ("python", "rev", "env",
                                                                                            "args")))
                  for label in ("A", "B")]
@@ -254,14 +270,14 @@ def cmd_ab(args: argparse.Namespace) -> int:
             raise ABError("--resume DIR carries on the run as its manifest says: give no sides or pytest args")
         report = ab_run.run_ab(out, progress, sides=sides, common=args.pytest_args, processes=args.processes,
                                resume=bool(args.resume))
-    except ABError as err:
+        sys.stdout.write(ab_report.write(report, out, args.markdown, args.json, args.html))
+    except (ABError, OutputError) as err:
         print(f"perfgate ab: cannot compare: {err}", file=sys.stderr)
         return EXIT_CANNOT_COMPARE
     except KeyboardInterrupt:
         print(f"perfgate ab: stopped; what was measured is in {out}: perfgate ab --resume {out} carries on",
               file=sys.stderr)
         return EXIT_CANNOT_COMPARE
-    sys.stdout.write(ab_report.write(report, out, args.markdown, args.json, args.html))
     return report.exit_code
 
 

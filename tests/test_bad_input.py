@@ -87,7 +87,7 @@ def test_impossible_figures_on_an_ok_record_fail_the_cell_and_the_gate(tmp_path,
     ({"status": "great"}, "status: 'great' is not one of ok, failed, skipped"),
     ({"compiled_round_ms": "10,11"}, "compiled_round_ms"),
     ({"env": ["gpu"]}, "env:"),
-    ({"env": {"fingerprint": 7}}, "env.fingerprint: 7 is not text"),
+    ({"env": {"fingerprint": 7}}, "env.fingerprint: 7 is not a safe name"),
 ])
 def test_a_value_of_the_wrong_kind_is_unusable_input_named_by_file_line_cell_field(tmp_path, baseline_file,
                                                                                     capsys, fields, named):

@@ -13,6 +13,7 @@ import pytest
 import synthetic as syn
 from perfgate.judge import baseline as bl
 from perfgate.judge import gate
+from perfgate.core.output import OutputError
 from perfgate.core.record import CLOCKS, new_record
 from perfgate.core.stats import interval_sd, rel_spread
 
@@ -204,7 +205,7 @@ def test_atomic_write_keeps_old_file(tmp_path, folded, monkeypatch, failure):
     new = _poisoned(folded) if failure == "serialise" else dict(folded, runs=99)
     if failure == "fsync":
         monkeypatch.setattr(bl.os, "fsync", lambda fd: (_ for _ in ()).throw(OSError("disk full")))
-    with pytest.raises((TypeError, OSError)):
+    with pytest.raises((TypeError, OutputError)):
         bl.write_baseline(path, new)
     assert path.read_bytes() == before
     assert os.listdir(tmp_path) == [path.name]  # no temp file left behind
@@ -234,7 +235,7 @@ def _other_tier(path):
 
 
 @pytest.mark.parametrize("spoil, words", [
-    (None, ["no baseline at", "perfgate baseline update RESULTS... --dir baselines", "--perf-save-baseline"]),
+    (None, ["no baseline at", "perfgate baseline update RESULTS... --dir ", "--perf-save-baseline"]),
     (_corrupt, ["not valid JSON"]),
     (_old_schema, ["schema 0"]),
     (_foreign, [f"fingerprint '{syn.A100}'"]),

@@ -172,6 +172,49 @@ def test_cli_history_errors(tmp_path, capsys):
         main(["history", "show", GPT2, "--db", str(db), "--metric", "bogus"])
 
 
+def test_two_appends_that_race_to_create_the_database_both_land(tmp_path, monkeypatch):
+    """The race, made certain: the other append creates the database (schema row and all) between this
+    one's look for the schema row and its insert of one. Before, this one failed with "UNIQUE constraint
+    failed: meta.key" (about 1 in 100 of two concurrent appends) and its run was not added."""
+    db, connect, raced = tmp_path / "h.sqlite", sqlite3.connect, []
+
+    def racing_connect(*args, **kwargs):
+        conn = connect(*args, **kwargs)
+        if not raced:
+            def other_append_first(statement: str) -> None:
+                if "INTO meta" in statement and not raced:
+                    raced.append(statement)
+                    history.append(db, nightly(2, 2))  # the other process, start to commit
+            conn.set_trace_callback(other_append_first)
+        return conn
+
+    monkeypatch.setattr(history.sqlite3, "connect", racing_connect)
+    assert history.append(db, nightly(1, 1)) == 4
+    assert raced and {p["run_id"] for p in history.series(db, GPT2)} == {"run1", "run2"}
+
+
+def test_history_add_of_an_empty_file_adds_nothing_and_exits_2_as_compare_does(tmp_path, capsys):
+    full, empty = tmp_path / "full.jsonl", tmp_path / "empty.jsonl"
+    full.write_text("".join(json.dumps(r) + "\n" for r in nightly(1, 1)))
+    empty.write_text("\n")
+    db = tmp_path / "h.sqlite"
+    assert main(["history", "add", str(full), str(empty), "--db", str(db)]) == 2
+    assert f"no records in {empty}" in capsys.readouterr().err and not db.exists()
+    assert main(["compare", str(empty), "--baseline", str(tmp_path)]) == 2
+
+
+@pytest.mark.parametrize("make", ["a-directory", "parent-is-a-file"])
+def test_a_history_database_that_cannot_be_opened_is_named_and_exit_2(tmp_path, capsys, make):
+    results = tmp_path / "r.jsonl"
+    results.write_text("".join(json.dumps(r) + "\n" for r in nightly(1, 1)))
+    db = tmp_path / "db"
+    db.mkdir() if make == "a-directory" else (tmp_path / "file").write_text("x")
+    db = db if make == "a-directory" else tmp_path / "file" / "h.sqlite"
+    assert main(["history", "add", str(results), "--db", str(db)]) == 2
+    err = capsys.readouterr().err
+    assert f"history database {db} cannot be opened" in err and "Traceback" not in err
+
+
 # ---------------------------------------------------------------------------------------------- change points
 
 def steps(levels: list[tuple[int, float]], noise: float, seed: int) -> np.ndarray:

@@ -83,6 +83,7 @@ def test_timing_options_in_range_pass():
 
 
 def test_missing_baseline_cannot_pass(suite):
+    (suite.path / "baselines").mkdir()  # the directory exists, the environment's file in it does not
     out = suite.runpytest_subprocess(*FAST, "-k", "infer", f"--perf-baseline={suite.path / 'baselines'}")
     assert out.ret == 2
     out.stdout.fnmatch_lines(["*cannot compare*baselines/cpu-*_nightly.json*"])

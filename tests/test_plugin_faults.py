@@ -45,6 +45,28 @@ def gate_run(*args, **kwargs):
 perfgate.judge.gate.gate_run = gate_run
 '''
 
+# A conftest whose disk fills once the session has started: every append of a record fails.
+DISK_FULL = '''
+pytest_plugins = ["perfgate.plugin"]
+import errno, os
+import perfgate.core.records_file
+
+
+def append_record(path, record):
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+perfgate.core.records_file.append_record = append_record
+'''
+
+
+def test_a_disk_that_fills_mid_run_fails_no_cell_and_exits_2_not_1(suite):
+    suite.makeconftest(DISK_FULL)
+    out = suite.runpytest_subprocess(*FAST, "-k", "infer", f"--perf-results={suite.path / 'r.jsonl'}")
+    out.assert_outcomes(passed=1)
+    assert out.ret == 2
+    out.stdout.fnmatch_lines([f"*could not write records to {suite.path / 'r.jsonl'} (exit 2): No space left*"])
+
 
 def test_an_ok_record_with_a_nan_speedup_is_a_failed_cell(suite):
     suite.makeconftest(NAN_SPEEDUP)
@@ -57,6 +79,7 @@ def test_an_ok_record_with_a_nan_speedup_is_a_failed_cell(suite):
 def test_a_crash_in_the_gate_exits_3_and_the_history_is_still_written(suite, tmp_path):
     suite.makeconftest(BROKEN_GATE)
     db = tmp_path / "h.sqlite"
+    (tmp_path / "none").mkdir()  # an empty baseline directory: the gate is reached, and crashes
     out = suite.runpytest_subprocess(*FAST, "-k", "infer", f"--perf-results={suite.path / 'r.jsonl'}",
                                      f"--perf-history={db}", f"--perf-baseline={tmp_path / 'none'}")
     assert out.ret == 3
@@ -207,3 +230,71 @@ def test_a_costs_database_that_does_not_exist_is_refused(suite):
     out = suite.runpytest_inprocess(*FAST, "--perf-costs=nope.sqlite")
     assert out.ret == 4
     out.stderr.fnmatch_lines(["*--perf-costs=nope.sqlite: no such history database*"])
+
+
+def _offline(results, baseline) -> tuple[int, str]:
+    """`perfgate compare` of the plugin's results file against the same baseline: (exit code, stderr)."""
+    proc = subprocess.run([sys.executable, "-m", "perfgate.cli", "compare", str(results), "--baseline", str(baseline)],
+                          capture_output=True, text=True, timeout=120)
+    return proc.returncode, proc.stderr
+
+
+def test_a_gate_on_a_machine_without_its_gpu_cannot_pass_and_compare_agrees(suite):
+    """Every GPU cell skipped (no CUDA here): exit 2 with the reason, in the report too, and offline alike."""
+    results, base, rep = suite.path / "r.jsonl", suite.path / "baselines", suite.path / "rep"
+    base.mkdir()
+    out = suite.runpytest_inprocess("-m", "gpu", "-p", "no:randomly", f"--perf-results={results}",
+                                    f"--perf-baseline={base}", f"--perf-report={rep}")
+    assert out.ret == 2
+    out.stdout.fnmatch_lines(["*cannot compare (exit 2): nothing was measured: all * selected cell(s) were "
+                              "skipped: no CUDA device*"])
+    assert "nothing was measured" in (rep / "report.md").read_text()
+    records = load_records([results])
+    assert records and {r["status"] for r in records} == {"skipped"}  # what was asked and not measured
+    rc, err = _offline(results, base)
+    assert rc == 2 and "nothing was measured: all" in err
+
+
+def test_a_run_that_measured_its_cpu_cells_but_skipped_its_gpu_cells_cannot_pass(suite):
+    results, base = suite.path / "r.jsonl", suite.path / "baselines"
+    first = suite.runpytest_subprocess(*FAST, "-k", "infer", f"--perf-results={suite.path / 'first.jsonl'}",
+                                       f"--perf-save-baseline={base}")
+    assert first.ret == 0
+    both = [arg if arg != "cpu" else "cpu or gpu" for arg in FAST]
+    out = suite.runpytest_subprocess(*both, "-k", "infer", f"--perf-results={results}", f"--perf-baseline={base}")
+    assert out.ret == 2
+    out.stdout.fnmatch_lines(["*selected cell(s) were not measured and carry no environment*no CUDA device*"])
+    rc, err = _offline(results, base)
+    assert rc == 2 and "were not measured and carry no environment" in err
+
+
+@pytest.mark.parametrize("option, make, said", [
+    ("--perf-results", "dir", "--perf-results={path}: is a directory; give a file there"),
+    ("--perf-results", "under-a-file", "is a file, so nothing can be made under it"),
+    ("--perf-report", "file", "--perf-report={path}: is a file; give a directory there"),
+    ("--perf-save-baseline", "file", "--perf-save-baseline={path}: is a file; give a directory there"),
+    ("--perf-history", "dir", "--perf-history={path}: is a directory; give a file there"),
+    ("--perf-baseline", "nothing", "--perf-baseline={path}: no such file or directory"),
+    ("--perf-baseline", "file", "--perf-baseline={path}: baseline {path} is not valid JSON"),
+], ids=["results-a-dir", "results-under-a-file", "report-a-file", "save-baseline-a-file", "history-a-dir",
+        "baseline-missing", "baseline-corrupt"])
+def test_an_unusable_output_or_baseline_is_refused_before_the_first_cell(suite, option, make, said):
+    path = suite.path / "target"
+    if make == "dir":
+        path.mkdir()
+    elif make in ("file", "under-a-file"):
+        path.write_text("{half")
+        path = path / "r.jsonl" if make == "under-a-file" else path
+    out = suite.runpytest_inprocess(*FAST, f"{option}={path}")
+    assert out.ret == pytest.ExitCode.USAGE_ERROR
+    assert said.format(path=path) in out.stderr.str()
+
+
+@pytest.mark.parametrize("args, said", [
+    (["--perf-report=rep"], "--perf-report=rep has no effect without --perf-baseline"),
+    (["--perf-isolate=off", "--perf-cell-timeout=5"], "--perf-cell-timeout=5 has no effect with --perf-isolate=off"),
+], ids=["report-without-baseline", "timeout-without-isolation"])
+def test_an_option_that_will_have_no_effect_is_said_at_the_start_and_the_end(suite, args, said):
+    out = suite.runpytest_inprocess(*FAST, "--collect-only", *args)
+    assert out.ret == 0
+    assert [line.strip().startswith(f"perfgate: {said}") for line in out.outlines if said in line] == [True, True]

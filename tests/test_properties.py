@@ -1,11 +1,14 @@
 """Property-based: generated bad records and baselines (NaN, inf, negatives, wrong types, missing fields) fed to
 `perfgate compare`, `baseline update` and `report`. None ends in a traceback (exit 3), and none passes a
-bad cell: a record with impossible figures is a failed cell, or the input is refused (exit 2)."""
+bad cell: a record with impossible figures is a failed cell, or the input is refused (exit 2). And (issue 36)
+names that would put a baseline elsewhere, cells selected and not measured, and results files as killed
+writers leave them, each judged by what the generator did, never by the validator under test."""
 
 from __future__ import annotations
 
 import json
 import math
+import warnings
 
 import pytest
 from hypothesis import HealthCheck, example, given, settings
@@ -99,6 +102,94 @@ def test_baseline_update_never_crashes_and_never_folds_a_bad_figure(tmp_path_fac
         baseline = load_baseline(path)  # what it wrote, it can read: every figure checked on load
         for cid in _bad_cells(records) & set(baseline["cells"]):
             assert baseline["cells"][cid]["status"] != "ok"
+
+
+# Names for env.fingerprint and the tier, each with what the generator put in it: safe parts only (starting
+# with a letter or digit), or a hazard that would name a file elsewhere, a hidden file or no file at all.
+SAFE_LEADS, SAFE_TAIL = "aZ7", "abz019._+-"
+HAZARDS = ("/", "../", "/tmp/", "\x00", "\n", ".")
+
+
+@st.composite
+def file_names(draw) -> tuple[str, bool]:
+    """(name, hazardous): a safe name, or one with a hazard spliced in (a lead "." or "../" included)."""
+    name = draw(st.sampled_from(SAFE_LEADS)) + draw(st.text(alphabet=SAFE_TAIL, max_size=12))
+    if not draw(st.booleans()):
+        return name, False
+    at = draw(st.integers(0, len(name)))
+    hazard = draw(st.sampled_from(HAZARDS))
+    if hazard == "." and at > 0:  # a dot inside a name is safe; only a leading one hides the file
+        at = 0
+    return name[:at] + hazard + name[at:], True
+
+
+@SETTINGS
+@given(fingerprint=file_names(), tier=file_names())
+@example(fingerprint=("../../escaped", True), tier=("pr", False))
+def test_baseline_update_writes_inside_its_dir_or_refuses(tmp_path_factory, fingerprint, tier):
+    tmp = tmp_path_factory.mktemp("names")
+    (tmp / "in" / "side").mkdir(parents=True)
+    records = [dict(r, env=dict(r["env"], fingerprint=fingerprint[0]), tier=tier[0]) for r in RUN]
+    results = _write(tmp / "r.jsonl", records)
+    rc = main(["baseline", "update", results, "--dir", str(tmp / "in" / "side" / "b")])
+    assert rc == (2 if fingerprint[1] or tier[1] else 0)
+    written = {str(p.relative_to(tmp)) for p in tmp.rglob("*") if p.is_file()} - {"r.jsonl"}
+    assert written == (set() if rc else {f"in/side/b/{fingerprint[0]}_{tier[0]}.json"})
+
+
+@SETTINGS
+@given(skips=st.dictionaries(st.integers(0, len(RUN) - 1), st.booleans(), max_size=len(RUN)))
+@example(skips={i: True for i in range(len(RUN))})  # a PR gate on a runner without its GPU
+def test_a_cell_selected_and_not_measured_never_passes(tmp_path_factory, skips):
+    """`skips`: which cells the generator marked skipped, each with its environment kept or not. Every
+    baseline cell is ok, so the expected exit follows from the generator alone."""
+    tmp = tmp_path_factory.mktemp("skip")
+    records = [dict(r, status="skipped", reason="no CUDA device", env=r["env"] if skips[i] else {})
+               if i in skips else r for i, r in enumerate(RUN)]
+    (tmp / "base.json").write_text(json.dumps(BASE))
+    rc = main(["compare", _write(tmp / "r.jsonl", records), "--baseline", str(tmp / "base.json")])
+    if len(skips) == len(RUN) or not all(skips.values()):
+        assert rc == 2  # nothing measured, or a skipped cell no baseline can be found for
+    elif skips:
+        assert rc == 1  # a cell the baseline had ok was not measured
+    else:
+        assert rc in (0, 1)
+
+
+# A results file as killed writers leave it: whole records, each maybe after a torn one (a prefix of a
+# record's line) that the next writer either glued its record onto (before issue 36) or appended after.
+LINES = [json.dumps(r, sort_keys=True) for r in RUN]
+pieces = st.lists(st.tuples(st.integers(0, len(RUN) - 1), st.one_of(st.none(), st.floats(0.0, 0.999)),
+                            st.booleans()), min_size=1, max_size=8)
+
+
+@SETTINGS
+@given(pieces=pieces, torn_tail=st.one_of(st.none(), st.floats(0.0, 0.999)))
+@example(pieces=[(0, 0.5, True), (1, None, False)], torn_tail=None)
+@example(pieces=[(1, None, False), (2, 0.0, False)], torn_tail=0.3)
+def test_every_whole_record_survives_torn_lines_and_later_appends(tmp_path_factory, pieces, torn_tail):
+    """The oracle is what the generator wrote whole, not the reader's rules: every whole record, in order."""
+    from perfgate.core.records_file import append_record, iter_records
+
+    path = tmp_path_factory.mktemp("torn") / "r.jsonl"
+    whole = []
+    for index, cut, glued in pieces:
+        if cut is not None:  # a writer killed mid-line, at least one character in and one short of the end
+            torn = LINES[(index + 1) % len(LINES)]
+            with path.open("a", encoding="utf-8") as fh:
+                fh.write(torn[:max(1, int(cut * len(torn)))])
+        if cut is not None and glued:  # the old writer: the next record on the torn line
+            with path.open("a", encoding="utf-8") as fh:
+                fh.write(LINES[index] + "\n")
+        else:
+            append_record(path, RUN[index])
+        whole.append(RUN[index]["cell"])
+    if torn_tail is not None:
+        with path.open("a", encoding="utf-8") as fh:
+            fh.write(LINES[0][:max(1, int(torn_tail * len(LINES[0])))])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the warnings name the torn lines; what is kept is the property
+        assert [r["cell"] for r in iter_records(path)] == whole
 
 
 @SETTINGS

@@ -25,7 +25,7 @@ def _write(path, text):
 def test_a_torn_last_line_keeps_every_whole_record(tmp_path):
     whole = [json.dumps({"cell": f"c{i}", "status": "ok"}) for i in range(3)]
     path = _write(tmp_path / "r.jsonl", "\n".join(whole) + '\n{"cell": "c3", "sta')
-    with pytest.warns(UserWarning, match=r"r.jsonl:4: an unfinished last line"):
+    with pytest.warns(UserWarning, match=r"r.jsonl:4: an unfinished record"):
         records = load_records([path])
     assert [r["cell"] for r in records] == ["c0", "c1", "c2"]
 
@@ -36,10 +36,30 @@ def test_a_bad_line_in_the_middle_names_file_and_line(tmp_path):
         load_records([path])
 
 
-def test_a_bad_last_line_that_was_finished_is_not_forgiven(tmp_path):
-    path = _write(tmp_path / "r.jsonl", '{"cell": "a", "status": "skipped"}\n{"cell": \n')
+@pytest.mark.parametrize("line", ['{"cell": ]', '{"cell": "a"} trailing', '["cell"]x', "\x00\x01"],
+                         ids=["bad-json", "trailing-text", "not-an-object", "control-bytes"])
+def test_a_line_that_was_never_a_record_is_not_forgiven_anywhere(tmp_path, line):
+    path = _write(tmp_path / "r.jsonl", '{"cell": "a", "status": "skipped"}\n' + line + "\n")
     with pytest.raises(RecordFileError, match=r"r.jsonl:2"):
         load_records([path])
+
+
+def test_an_append_after_a_torn_last_line_starts_a_new_line_and_loses_nothing(tmp_path):
+    whole = [json.dumps({"cell": f"c{i}", "status": "skipped"}) for i in range(2)]
+    path = _write(tmp_path / "r.jsonl", "\n".join(whole) + '\n{"cell": "c2", "sta')
+    append_record(path, {"cell": "c3", "status": "skipped"})
+    with pytest.warns(UserWarning, match=r"r.jsonl:3: an unfinished record"):
+        records = load_records([path])
+    assert [r["cell"] for r in records] == ["c0", "c1", "c3"]
+
+
+def test_a_whole_record_an_older_writer_glued_onto_a_torn_one_is_kept(tmp_path):
+    torn = '{"cell": "c1", "env": {"fingerprint": "x"}, "sta'
+    path = _write(tmp_path / "r.jsonl", '{"cell": "c0", "status": "skipped"}\n' + torn
+                  + '{"cell": "c2", "env": {"fingerprint": "x"}, "status": "skipped"}\n')
+    with pytest.warns(UserWarning, match=r"r.jsonl:2: .* the whole record written after it on that line was kept"):
+        records = load_records([path])
+    assert [r["cell"] for r in records] == ["c0", "c2"]
 
 
 def test_a_cut_off_rerun_never_hides_another_runs_finished_record(tmp_path):
@@ -140,3 +160,19 @@ def test_a_report_names_only_fields_of_the_table():
 ])
 def test_first_call_cache_reads_what_the_first_compiled_call_found(fields, expected):
     assert first_call_cache(fields) == expected
+
+
+@pytest.mark.parametrize("lines, warned", [
+    (['{"cell": "a", "run_id": "r1", "status": "skipped"}'] * 2, "r.jsonl:2: cell a of run r1 already finished on line 1"),
+    (['{"cell": "a", "status": "skipped"}', '{"cell": "b", "status": "skipped"}', '{"cell": "a", "status": "skipped"}'],
+     "r.jsonl:3: cell a already finished on line 1; the later record (line 3) is the one kept"),
+    (['{"cell": "a", "run_id": "r1", "status": "failed", "reason": "did not finish: timing"}',
+      '{"cell": "a", "run_id": "r1", "status": "skipped"}',
+      '{"cell": "a", "run_id": "r1", "status": "skipped", "remeasure": "confirm"}'], None),
+    (['{"cell": "a", "run_id": "r1", "status": "skipped"}', '{"cell": "a", "run_id": "r2", "status": "skipped"}'], None),
+], ids=["pasted-twice", "no-run-id", "checkpoint-final-confirm", "two-runs"])
+def test_a_cell_finished_twice_in_one_run_is_warned_of_by_its_lines(tmp_path, recwarn, lines, warned):
+    path = _write(tmp_path / "r.jsonl", "\n".join(lines) + "\n")
+    load_records([path])
+    messages = [str(w.message) for w in recwarn]
+    assert len(messages) == (1 if warned else 0) and all(warned in m for m in messages)

@@ -160,7 +160,7 @@ def test_update_then_compare_round_trip(tmp_path, capsys):
 def test_update_with_few_runs_warns(tmp_path, capsys):
     assert main(["baseline", "update", *write_runs(tmp_path, ADVISED_RUNS - 1), "--dir", str(tmp_path)]) == 0
     assert f"fewer than {ADVISED_RUNS} runs" in capsys.readouterr().out
-    assert main(["baseline", "update", *write_runs(tmp_path, ADVISED_RUNS), "--dir", str(tmp_path)]) == 0
+    assert main(["baseline", "update", *write_runs(tmp_path / "five", ADVISED_RUNS), "--dir", str(tmp_path)]) == 0
     assert "fewer than" not in capsys.readouterr().out
 
 

@@ -47,6 +47,34 @@ def unfinished(record: dict) -> bool:
     return record.get("status") == "failed" and str(record.get("reason", "")).startswith(UNFINISHED)
 
 
+def skipped_record(cell, env: dict, run_id: str | None, reason: str, started_at: str) -> dict:
+    """The record of a cell that was selected and not measured (pytest skipped it: no CUDA device, too few
+    GPUs, the model's known issue), so that every face sees what was asked and not measured."""
+    return {**new_record(cell, env, run_id), "status": "skipped", "reason": reason, "started_at": started_at,
+            "wall_s": 0.0}
+
+
+def unfiled(record: dict) -> bool:
+    """A skipped record with no environment: nothing measured it, so no baseline file is its own (a GPU
+    cell skipped on a machine without CUDA)."""
+    return record.get("status") == "skipped" and not (record.get("env") or {}).get("fingerprint")
+
+
+def nothing_measured(records) -> str | None:
+    """Why a run measured nothing (no record, or every one skipped), naming each skip reason and how many
+    cells it skipped; None when a cell was measured (ok or failed). A gate over nothing must not pass."""
+    if any(r.get("status") != "skipped" for r in records):
+        return None
+    if not records:
+        return "nothing was measured: the run has no records"
+    reasons: dict[str, int] = {}
+    for record in records:
+        reason = record.get("reason") or "no reason given"
+        reasons[reason] = reasons.get(reason, 0) + 1
+    why = "; ".join(f"{reason} ({count} cell{'s' * (count > 1)})" for reason, count in sorted(reasons.items()))
+    return f"nothing was measured: all {len(records)} selected cell(s) were skipped: {why}"
+
+
 @dataclass(frozen=True)
 class Field:
     """One field of a record.

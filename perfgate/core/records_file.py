@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import warnings
 from pathlib import Path
 from typing import Iterable, Iterator
@@ -14,11 +15,18 @@ from perfgate.core.validate import checked, shape_problems
 
 
 def append_record(path: str | os.PathLike, record: dict) -> None:
-    """Append one record as a JSON line and flush it to disk, so a crash keeps what was measured."""
+    """Append one record as a JSON line and flush it to disk, so a crash keeps what was measured. After a torn
+    last line (a writer killed mid-line, a full disk) the record starts a line of its own: glued onto the torn
+    half it would make both unreadable, and every reader would refuse the whole file."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a", encoding="utf-8") as fh:
-        fh.write(json.dumps(record, sort_keys=True) + "\n")
+    line = json.dumps(record, sort_keys=True) + "\n"
+    with path.open("ab+") as fh:  # binary: seek to the last byte, which text mode cannot
+        if fh.seek(0, os.SEEK_END) > 0:
+            fh.seek(-1, os.SEEK_END)
+            if fh.read(1) != b"\n":
+                line = "\n" + line
+        fh.write(line.encode("utf-8"))
         fh.flush()
         os.fsync(fh.fileno())
 
@@ -30,30 +38,105 @@ class RecordFileError(ValueError):
 def iter_records(path: str | os.PathLike) -> Iterator[dict]:
     """The records of one results file, each checked (perfgate.core.validate): a value of the wrong kind raises
     RecordFileError naming the file, line, cell and field; impossible figures on an ok record make it a
-    failed cell. A torn last line (a writer killed mid-line) is skipped with a warning."""
+    failed cell. A torn record (a writer killed mid-line) is skipped with a warning naming its line, wherever
+    it sits, and a whole record a later writer glued onto it is kept; any other line that is no record is
+    unusable input."""
     path = Path(path)
-    if not path.exists():
-        raise RecordFileError(f"results file {path} does not exist")
-    with path.open(encoding="utf-8") as fh:
-        lines = fh.readlines()
-    for lineno, line in enumerate(lines, 1):
+    final: dict[tuple, int] = {}  # (run_id, tier, cell) -> the line of its finished record
+    for lineno, line in enumerate(_lines(path), 1):
         if not line.strip():
             continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as err:
-            if lineno == len(lines) and not line.endswith("\n"):
-                # A torn tail: the writer died mid-line (append_record writes whole lines, then fsyncs).
-                # Every whole line before it is a record that was measured; keep them.
-                warnings.warn(f"{path}:{lineno}: an unfinished last line (a run killed while writing?) "
-                              f"was skipped", stacklevel=2)
-                return
-            raise RecordFileError(f"{path}:{lineno}: not a JSON record ({err.msg})") from None
+        record = _parse(path, lineno, line)
+        if record is None:
+            continue
         problems = shape_problems(record)
         if problems:
             cell = record.get("cell") if isinstance(record, dict) else None
-            raise RecordFileError(f"{path}:{lineno}: cell {cell!r}: {'; '.join(problems)}")
+            raise RecordFileError(f"{path}:{lineno}: cell {cell!r:.80}: {'; '.join(problems)}")
+        _warn_if_duplicated(path, lineno, record, final)
         yield checked(record)  # an ok record with NaN, inf or missing figures becomes a failed cell
+
+
+def _warn_if_duplicated(path: Path, lineno: int, record: dict, final: dict[tuple, int]) -> None:
+    """A run's cell finishes once; a second finished record (a line pasted twice, files concatenated) is
+    kept over the first by every reader, so say which lines. A checkpoint before the final record, and the
+    gate's re-measure of a cell (`remeasure`), are how a run writes, not duplicates."""
+    if unfinished(record):
+        return
+    key = (record.get("run_id"), record.get("tier"), record["cell"])
+    if key in final and not record.get("remeasure"):
+        run = f" of run {key[0]}" if key[0] else ""
+        warnings.warn(f"{path}:{lineno}: cell {key[2]}{run} already finished on line {final[key]}; the later "
+                      f"record (line {lineno}) is the one kept", stacklevel=3)
+    final[key] = lineno
+
+
+def _lines(path: Path) -> list[str]:
+    """The file's lines; a path that is no readable UTF-8 file is unusable input naming the path."""
+    if not path.exists():
+        raise RecordFileError(f"results file {path} does not exist")
+    if not path.is_file():
+        raise RecordFileError(f"results file {path} is not a file (a directory?); give a .jsonl file of records")
+    try:
+        with path.open(encoding="utf-8") as fh:
+            return fh.readlines()
+    except UnicodeDecodeError as err:
+        raise RecordFileError(f"results file {path} is not UTF-8 text (byte {err.start}: a binary file?); "
+                              f"give a .jsonl file of records") from None
+    except OSError as err:
+        raise RecordFileError(f"results file {path} cannot be read: {err.strerror or err}") from None
+
+
+# A torn record followed by the whole record an older writer glued onto it: `{"a": 1, "b{"a": 2, ...}`.
+# Records are written with sorted keys, so each starts with `{"`.
+_RECORD_START = re.compile(r'\{"')
+
+
+def _parse(path: Path, lineno: int, line: str) -> dict | None:
+    """One line's record; None (with a warning naming the line) for a torn record, keeping a whole record
+    glued onto it; RecordFileError for a line that was never a record."""
+    try:
+        return json.loads(line)
+    except json.JSONDecodeError as err:
+        # A whole record glued onto a torn one may even parse as the torn one's unfinished value, so look
+        # for it first. Else the text ended mid-record (mid-string, or where a value or delimiter was due):
+        # a writer killed mid-line.
+        glued = _glued_record(line)
+        torn = _torn(line, err)
+        if not torn and glued is None:
+            raise RecordFileError(f"{path}:{lineno}: not a JSON record ({err.msg})") from None
+    kept = "; the whole record written after it on that line was kept" if glued is not None else ""
+    # Every whole line around it is a record that was measured: keep them, and say what was lost.
+    warnings.warn(f"{path}:{lineno}: an unfinished record (a run killed while writing?) was skipped{kept}",
+                  stacklevel=3)
+    return glued
+
+
+# What may follow the point where a torn record stops parsing: the rest of its last token (a cut literal
+# `tru`, number `1e` or `-`, or escape `\u12`), nothing else. After a cut string the decoder says so itself.
+_LAST_TOKEN = re.compile(r'[\w.+\-"\\]*')
+
+
+def _torn(line: str, err: json.JSONDecodeError) -> bool:
+    """Whether a line that does not parse is a record cut short: an object whose text stops mid-token."""
+    text = line.rstrip()
+    # A record is an object with sorted keys, so it starts `{"`; a whole value with more after it was never cut.
+    if not (text.startswith('{"') or text == "{") or err.msg == "Extra data":
+        return False
+    return err.msg.startswith("Unterminated string") or bool(_LAST_TOKEN.fullmatch(text, err.pos))
+
+
+def _glued_record(line: str) -> dict | None:
+    """The last whole record on a line that starts with a torn one: a JSON object from a `{"` to the line's
+    end that has a cell and a status (a torn record's nested object, such as its env, has neither)."""
+    for start in _RECORD_START.finditer(line, 1):
+        try:
+            record = json.loads(line[start.start():])
+        except json.JSONDecodeError:
+            continue
+        if isinstance(record, dict) and "cell" in record and "status" in record:
+            return record
+    return None
 
 
 def load_records(paths: Iterable[str | os.PathLike]) -> list[dict]:

@@ -11,6 +11,7 @@ count 3. docs/reliability.md lists the cases and their tests.
 from __future__ import annotations
 
 import math
+import re
 
 from perfgate.core.record import CLOCKS, FIELD, FIELDS, STATUSES, names
 
@@ -36,6 +37,23 @@ ROUND_FIELDS = REQUIRED_ROUNDS + OPTIONAL_ROUNDS
 MAX_COUNT = 2**53 - 1
 
 
+# A name from a record that becomes part of a file or directory name (a baseline's <fingerprint>_<tier>.json,
+# a cell's why-artifacts directory) or of every report line (the cell id): letters, digits and . _ + -, not
+# starting with "." (no "..", no hidden file), no separator, at most 200 characters (a file name stops at 255
+# bytes; the longest cell id in the zoo is 69).
+SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,199}")
+SAFE_NAME_RULE = "letters, digits, '.', '_', '+', '-', not starting with '.', at most 200 characters"
+
+
+def name_problem(field: str, value) -> str | None:
+    """Why `value` cannot be a name that a file is named by, as "field: what is wrong"; None when it can."""
+    if isinstance(value, str) and SAFE_NAME.fullmatch(value):
+        return None
+    shown = f"{value[:60]!r}... ({len(value)} characters)" if isinstance(value, str) and len(value) > 60 \
+        else repr(value)
+    return f"{field}: {shown} is not a safe name ({SAFE_NAME_RULE})"
+
+
 def is_number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
@@ -57,9 +75,7 @@ def shape_problems(record) -> list[str]:
     """Fields whose value is of the wrong kind, as "field: what is wrong"; [] for a usable record."""
     if not isinstance(record, dict):
         return [f"a record is a JSON object, not {type(record).__name__}"]
-    problems = []
-    if not isinstance(record.get("cell"), str) or not record.get("cell"):
-        problems.append(f"cell: {record.get('cell')!r} is not a cell id")
+    problems = [problem for problem in (name_problem("cell", record.get("cell")),) if problem]
     for field in CHOICE_FIELDS:
         value = record.get(field.name)
         if value not in field.choices and (value is not None or field.required):
@@ -77,9 +93,12 @@ def shape_problems(record) -> list[str]:
     for name in OBJECT_FIELDS:
         if record.get(name) is not None and not isinstance(record[name], dict):
             problems.append(f"{name}: {record[name]!r:.60} is not an object")
+    # Both name the baseline file a record is gated against and written to; "" or null: none given.
     env = record.get("env")
-    if isinstance(env, dict) and env.get("fingerprint") is not None and not isinstance(env["fingerprint"], str):
-        problems.append(f"env.fingerprint: {env['fingerprint']!r:.60} is not text")
+    names_a_file = (("env.fingerprint", env.get("fingerprint") if isinstance(env, dict) else None),
+                    ("tier", record.get("tier")))
+    problems += [problem for name, value in names_a_file if value not in (None, "")
+                 and (problem := name_problem(name, value))]
     return problems
 
 

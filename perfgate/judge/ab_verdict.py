@@ -30,7 +30,7 @@ from typing import Sequence
 
 from perfgate.judge.baseline import fold_cell
 from perfgate.judge.rules import IMPROVEMENT, REFRESH, REGRESSION, Finding, SpeedupRule, default_rules
-from perfgate.core.record import TIME_ALONE
+from perfgate.core.record import TIME_ALONE, nothing_measured
 from perfgate.core.stats import geomean, interval_sd, rel_spread, t_quantile, two_sample
 from perfgate.core.validate import checked
 
@@ -323,6 +323,8 @@ def judge(processes: Sequence[Process], rules: Sequence | None = None, alpha: fl
     cells = {s: {r["cell"] for p in by_side[s] for r in p.records} for s in SIDES}
     errors = [f"{s} has {len(by_side[s])} complete process(es); a verdict needs 2 or more a side "
               f"(perfgate ab --resume DIR runs the rest)" for s in SIDES if len(by_side[s]) < 2]
+    nothing = nothing_measured([r for p in processes for r in p.records]) if processes else None
+    errors += [nothing] if nothing else []  # both sides skipping every cell (no GPU) once passed
     unfit = [(p.name, r) for p in processes for r in p.records if r.get("unfit")]
     if unfit:
         name, record = unfit[0]

@@ -27,22 +27,33 @@ import contextlib
 import datetime as _dt
 import json
 import os
+import shlex
 import statistics
-import tempfile
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from perfgate.core.record import CLOCKS, HOST_ROUNDS_SCHEMA, TIME_ALONE, bound_of, compiled_peak_is_right, names
+from perfgate.core.record import (CLOCKS, HOST_ROUNDS_SCHEMA, TIME_ALONE, bound_of, compiled_peak_is_right, names,
+                                  unfiled)
+from perfgate.core.output import write_atomic
 from perfgate.core.stats import interval_sd, rel_spread
-from perfgate.core.validate import baseline_cell_problems
+from perfgate.core.validate import baseline_cell_problems, name_problem
 
 BASELINE_SCHEMA = 1
 
-# How the baseline is made; named in every "missing baseline" message so the reader can act on it.
-UPDATE_COMMANDS = (
-    "perfgate baseline update RESULTS... --dir baselines",
-    'pytest perftests -m "gpu and pr" --perf-save-baseline',
-)
+
+
+def update_commands(directory: str | os.PathLike = "baselines", fingerprint: str | None = None,
+                    tier: str | None = None) -> tuple[str, str]:
+    """How the baseline for (fingerprint, tier) in `directory` is made, named in every "missing baseline"
+    message so the reader can act on it: the offline fold of results files, and a pytest run that selects
+    that tier on that kind of device (a CPU fingerprint's cells are the `cpu` marker's) and saves there."""
+    where = shlex.quote(str(directory))
+    marks = "cpu" if (fingerprint or "").startswith("cpu-") else f"gpu and {tier or 'pr'}"
+    return (f"perfgate baseline update RESULTS... --dir {where}",
+            f'pytest perftests -m "{marks}" --perf-save-baseline {where}')
+
+
+UPDATE_COMMANDS = update_commands()
 
 # Record fields folded as a median over runs (ms per step), as a max over runs (the conservative side), and
 # taken from the last run as they are (perfgate.core.record.FIELDS, `fold`).
@@ -56,6 +67,11 @@ class BaselineError(Exception):
 
 
 def baseline_path(directory: str | os.PathLike, fingerprint: str, tier: str) -> Path:
+    """`<directory>/<fingerprint>_<tier>.json`; both come from records, so each must be a safe name: a crafted
+    records file once wrote a baseline outside --dir (a fingerprint of "../.." or an absolute path)."""
+    problems = [p for p in (name_problem("env.fingerprint", fingerprint), name_problem("tier", tier)) if p]
+    if problems:
+        raise BaselineError(f"no baseline file can be named for these records: {'; '.join(problems)}")
     return Path(directory) / f"{fingerprint}_{tier}.json"
 
 
@@ -226,7 +242,8 @@ def _runs_by_key(sources: Sequence[Iterable[dict]]) -> dict[tuple[str, str], lis
     runs = split_runs(sources)
     _refuse_unfit(runs)
     for run in runs:
-        for key, records in group_by_key(run).items():
+        # A cell skipped with no environment (a GPU cell on a machine without CUDA) belongs to no baseline.
+        for key, records in group_by_key(r for r in run if not unfiled(r)).items():
             per_key.setdefault(key, []).append(_last_per_cell(records))
     return per_key
 
@@ -303,25 +320,14 @@ def _remove_stale_temps(path: Path) -> None:
 
 
 def write_baseline(path: str | os.PathLike, baseline: dict) -> Path:
-    """Write atomically: a temp file in the same directory, fsync, os.replace. A crash or a serialisation
-    error midway leaves the previous file untouched (a half-written baseline would fail every PR)."""
+    """Write atomically (perfgate.core.output.write_atomic): a crash, a full disk or a serialisation error
+    midway leaves the previous file untouched (a half-written baseline would fail every PR); an output that
+    cannot be written raises OutputError naming the path."""
+    text = json.dumps(baseline, indent=2, sort_keys=True) + "\n"  # before any file: a bad value raises here
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    _remove_stale_temps(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(baseline, fh, indent=2, sort_keys=True)  # streams: a failure leaves half a temp file
-            fh.write("\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        # mkstemp makes the file 0600; a baseline is a shared, committed file.
-        os.chmod(tmp, path.stat().st_mode & 0o777 if path.exists() else 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    if path.parent.is_dir():
+        _remove_stale_temps(path)
+    return write_atomic(path, text)
 
 
 def save_baselines(sources: Sequence[Iterable[dict]], directory: str | os.PathLike) -> list[Path]:
@@ -331,8 +337,8 @@ def save_baselines(sources: Sequence[Iterable[dict]], directory: str | os.PathLi
             for (fp, tier), baseline in sorted(build_baseline(sources).items())]
 
 
-def _how_to_make() -> str:
-    commands = "\n  ".join(UPDATE_COMMANDS)
+def _how_to_make(path: Path | None = None, fingerprint: str | None = None, tier: str | None = None) -> str:
+    commands = "\n  ".join(update_commands(path.parent if path else "baselines", fingerprint, tier))
     return (f"make one on this kind of machine (several runs, 5 or more, each a separate process, give the "
             f"gate the run-to-run noise) with:\n  {commands}")
 
@@ -342,12 +348,14 @@ def load_baseline(path: str | os.PathLike, fingerprint: str | None = None,
     """Read and check a baseline; with `fingerprint`/`tier`, refuse one made for another environment."""
     path = Path(path)
     if not path.is_file():
-        raise BaselineError(f"no baseline at {path}; {_how_to_make()}")
+        raise BaselineError(f"no baseline at {path}; {_how_to_make(path, fingerprint, tier)}")
     try:
         baseline = json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise BaselineError(f"baseline {path} is not valid JSON ({err}); restore it from git or remake "
                             f"it with: {UPDATE_COMMANDS[0]}") from None
+    except OSError as err:
+        raise BaselineError(f"baseline {path} cannot be read: {err.strerror or err}") from None
     if not isinstance(baseline, dict) or baseline.get("schema") != BASELINE_SCHEMA \
             or not isinstance(baseline.get("cells"), dict):
         found = baseline.get("schema") if isinstance(baseline, dict) else type(baseline).__name__
@@ -364,14 +372,18 @@ def load_baseline(path: str | os.PathLike, fingerprint: str | None = None,
             wanted = baseline_path(path.parent, fingerprint or baseline.get("fingerprint"),
                                    tier or baseline.get("tier"))
             raise BaselineError(f"baseline {path} is for {name} {baseline.get(name)!r} but the results are "
-                                f"for {expected!r}; the expected file is {wanted}: {_how_to_make()}")
+                                f"for {expected!r}; the expected file is {wanted}: {_how_to_make(wanted, fingerprint, tier)}")
     return baseline
 
 
 def resolve_baseline(path_or_dir: str | os.PathLike, fingerprint: str, tier: str) -> dict:
-    """A baseline file as given, or the file for (fingerprint, tier) inside a directory."""
+    """A baseline file as given, or the file for (fingerprint, tier) inside a directory; one with no cells is
+    refused (a gate against nothing would pass anything)."""
     path = Path(path_or_dir)
     # A directory, or a name that is plainly not a baseline file (e.g. a `baselines` dir not yet made).
     if path.is_dir() or (path.suffix != ".json" and not path.is_file()):
         path = baseline_path(path, fingerprint, tier)
-    return load_baseline(path, fingerprint, tier)
+    baseline = load_baseline(path, fingerprint, tier)
+    if not baseline["cells"]:
+        raise BaselineError(f"baseline {path} holds no cells: nothing to gate against; {_how_to_make(path, fingerprint, tier)}")
+    return baseline

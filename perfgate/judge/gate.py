@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, fields
 from typing import Iterable, Sequence
 
 from perfgate.judge.baseline import BaselineError, group_by_key, key_of, resolve_baseline
-from perfgate.core.record import FIELD, TIME_ALONE
+from perfgate.core.record import FIELD, TIME_ALONE, nothing_measured, unfiled
 from perfgate.judge.rules import (ADVISORY, CLOCK_NAMES, DEFAULT_RULES, IMPROVEMENT, REFRESH, REGRESSION, CountRule,
                             Finding, HostTimeRule, NumericsRule, RelativeRule, SpeedupRule, StatusRule,
                             both_ok, changed_batch_advisory, default_rules,
@@ -338,7 +338,21 @@ def gate_run(records: Sequence[dict], baseline_location, remeasure=None,
              rules: Sequence = DEFAULT_RULES) -> GateOutcome:
     """Gate a run's records against the baseline file or directory. `remeasure(cell_ids) -> records`, when
     given, re-runs the cells a ratio rule tripped (a confirm round): the pytest plugin passes one, the
-    offline CLI and the HTML report cannot. Every face calls this, so they judge alike."""
+    offline CLI and the HTML report cannot. Every face calls this, so they judge alike.
+
+    A run that measured nothing (no record, every cell skipped) cannot be judged (exit 2, with the skip
+    reasons), nor can a skipped cell with no environment (no baseline is its own); a skipped cell of a
+    known environment that the baseline had ok fails the gate (StatusRule): a selected cell that was not
+    measured never passes. A cell that was not selected is `missing` and allowed (a narrowed run)."""
+    nothing = nothing_measured(records)
+    if nothing:
+        return GateOutcome([], [nothing])
+    homeless = [r for r in records if unfiled(r)]
+    if homeless:
+        named = ", ".join(f"{r['cell']} ({r.get('reason') or 'no reason given'})" for r in homeless[:5])
+        more = f" and {len(homeless) - 5} more" if len(homeless) > 5 else ""
+        return GateOutcome([], [f"{len(homeless)} selected cell(s) were not measured and carry no environment, "
+                                f"so no baseline can judge them: {named}{more}"])
     unfit = [r for r in records if r.get("unfit")]
     if unfit:
         return GateOutcome([], [f"{len(unfit)} record(s) are unfit for a timing gate ({unfit[0]['cell']}: "

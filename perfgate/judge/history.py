@@ -66,9 +66,12 @@ def _connect(db_path: str | os.PathLike, create: bool) -> Iterator[sqlite3.Conne
     if not create and not path.is_file():
         raise HistoryError(f"no history database at {path}; make one with: perfgate history add RESULTS... "
                            f"--db {path}")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # 30 s: xdist workers or shards appending at once wait for the write lock instead of failing.
-    conn = sqlite3.connect(path, timeout=30)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # 30 s: xdist workers or shards appending at once wait for the write lock instead of failing.
+        conn = sqlite3.connect(path, timeout=30)
+    except (OSError, sqlite3.Error) as err:  # a directory in the way, a read-only place
+        raise HistoryError(f"history database {path} cannot be opened: {err}") from None
     conn.row_factory = sqlite3.Row
     try:
         with conn:  # one transaction: a crash midway leaves the previous state
@@ -82,10 +85,11 @@ def _connect(db_path: str | os.PathLike, create: bool) -> Iterator[sqlite3.Conne
 
 def _ensure_schema(conn: sqlite3.Connection, path: Path) -> None:
     conn.executescript(_DDL)
+    # OR IGNORE: two appends creating one database both found no schema row, and the second insert failed
+    # ("UNIQUE constraint failed: meta.key", about 1 in 100), losing that run's records. Read what won.
+    conn.execute("INSERT OR IGNORE INTO meta (key, value) VALUES ('schema', ?)", (str(HISTORY_SCHEMA),))
     row = conn.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
-    if row is None:
-        conn.execute("INSERT INTO meta (key, value) VALUES ('schema', ?)", (str(HISTORY_SCHEMA),))
-    elif row["value"] != str(HISTORY_SCHEMA):
+    if row["value"] != str(HISTORY_SCHEMA):
         raise HistoryError(f"history database {path} has schema {row['value']}, expected {HISTORY_SCHEMA}")
 
 

@@ -31,6 +31,7 @@ def pytest_configure(config: pytest.Config) -> None:
     except (UnknownNameError, ValueError) as err:
         raise pytest.UsageError(str(err)) from None
     perf = config.stash[SESSION_KEY] = PerfSession(config, chosen)
+    perf.summary += options.ineffective(config.getoption)  # said again at the end, where a reader looks
     config.pluginmanager.register(_ShardHook(), "perfgate-shard")
     if perf.worker is None:  # prints the finished-cell lines xdist workers send (none without xdist)
         workers = getattr(config.option, "numprocesses", None)  # xdist has made -n auto a number by now
@@ -82,6 +83,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         return
     planned = selection.cells_of(session.items)
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    for line in options.ineffective(session.config.getoption) if reporter is not None and perf.worker is None else ():
+        reporter.write_line(line, yellow=True)
     if planned:
         line = perf.plan(planned)
         if reporter is not None and perf.worker is None:  # under xdist the controller has no plan to say
@@ -128,10 +131,19 @@ def pytest_runtest_makereport(item: pytest.Item, call):
     report = yield
     perf = item.config.stash.get(SESSION_KEY, None)
     cell = item.stash.get(selection.CELL_KEY, None)
+    if perf is not None and cell is not None and call.when == "setup" and report.skipped:
+        perf.note_skip(cell, _skip_reason(report))
     relayed = perf.relayed(cell.id) if perf is not None and cell is not None and call.when == "call" else None
     if relayed is not None:
         report.user_properties.append(relayed)
     return report
+
+
+def _skip_reason(report) -> str:
+    """A skip's reason from pytest's report: ("path", line, "Skipped: no CUDA device ...") for a mark."""
+    longrepr = report.longrepr
+    text = longrepr[2] if isinstance(longrepr, tuple) and len(longrepr) == 3 else str(longrepr)
+    return text.removeprefix("Skipped: ")
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
@@ -139,6 +151,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     perf = session.config.stash.get(SESSION_KEY, None)
     if perf is None:
         return
+    perf.write_skips()  # an xdist worker's go to its own file, which the controller merges
     if hasattr(session.config, "workerinput"):
         perf.close()
         return
@@ -152,6 +165,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         finish(session, perf)  # its confirm round still runs its cells in the warm process
     finally:
         perf.close()
+    if perf.unwritten:  # what was measured did not reach the disk: no verdict can stand on it
+        session.exitstatus = max(int(session.exitstatus), 2)
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:

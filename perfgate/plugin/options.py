@@ -6,6 +6,7 @@ naming the valid ones, before any cell runs.
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 
 import pytest
@@ -99,6 +100,8 @@ def check(config: pytest.Config) -> Selection:
     if limit is not None and not (math.isfinite(limit) and limit > 0):
         raise ValueError(f"--perf-cell-timeout={limit}: the time limit must be a finite number of seconds > 0")
     check_precompile(opt("--perf-precompile"), opt("--perf-cache-dir"), getattr(config.option, "numprocesses", None))
+    check_outputs(opt("--perf-results"), opt("--perf-save-baseline"), opt("--perf-report"), opt("--perf-history"))
+    check_baseline(opt("--perf-baseline"))
     if opt("--perf-numerics") == "off" and (opt("--perf-baseline") or opt("--perf-save-baseline")):
         raise ValueError("--perf-numerics=off cannot be gated or saved as a baseline: the gate's numerics rule "
                          "needs each cell's verdict (it is for an A/B side's later processes)")
@@ -109,6 +112,62 @@ def check(config: pytest.Config) -> Selection:
         shard=shard,
         rotate=rotate,
     )
+
+
+def check_outputs(results: str | None, save_dir: str | None, report_dir: str | None, history_db: str | None) -> None:
+    """Refuse, before the first cell runs, an output that cannot be written: a directory given for a file, a
+    file for a directory, a place that is read-only. Found at the first cell's append, it failed that cell
+    after it ran (exit 1, read as a regression); found at the end, it lost the gate's report."""
+    _writable("--perf-results", results or str(Path(".perfgate") / "results.jsonl"), want_dir=False)
+    for option, value, want_dir in (("--perf-save-baseline", save_dir, True), ("--perf-report", report_dir, True),
+                                    ("--perf-history", history_db, False)):
+        if value:
+            _writable(option, value, want_dir)
+
+
+def _writable(option: str, value: str, want_dir: bool) -> None:
+    path = Path(value)
+    if path.exists() and path.is_dir() != want_dir:
+        raise ValueError(f"{option}={value}: is a {'directory' if path.is_dir() else 'file'}; give a "
+                         f"{'directory' if want_dir else 'file'} there")
+    if path.exists():
+        place = path
+    else:  # the nearest folder that exists: perfgate makes the rest
+        place = next(p for p in path.absolute().parents if p.exists())
+        if not place.is_dir():
+            raise ValueError(f"{option}={value}: {place} is a file, so nothing can be made under it")
+    if not os.access(place, os.W_OK | (os.X_OK if place.is_dir() else 0)):
+        raise ValueError(f"{option}={value}: {place} cannot be written (read-only, or not yours)")
+
+
+def check_baseline(baseline: str | None) -> None:
+    """Refuse a --perf-baseline that no run could be gated against: a path that does not exist, or a file
+    that is no usable baseline. (A directory's file is known only once a cell ran: its environment.)"""
+    if not baseline:
+        return
+    from perfgate.judge.baseline import BaselineError, load_baseline
+
+    path = Path(baseline)
+    if not path.exists():
+        raise ValueError(f"--perf-baseline={baseline}: no such file or directory; give a baseline file or a "
+                         f"directory of <fingerprint>_<tier>.json files")
+    if path.is_file():
+        try:
+            load_baseline(path)
+        except BaselineError as err:
+            raise ValueError(f"--perf-baseline={baseline}: {err}") from None
+
+
+def ineffective(opt) -> list[str]:
+    """Options given that will do nothing in this session, each as a line saying why."""
+    lines = []
+    if opt("--perf-report") and not opt("--perf-baseline"):
+        lines.append(f"perfgate: --perf-report={opt('--perf-report')} has no effect without --perf-baseline: "
+                     "nothing is gated, so no report is written")
+    if opt("--perf-cell-timeout") and opt("--perf-isolate") == "off":
+        lines.append(f"perfgate: --perf-cell-timeout={opt('--perf-cell-timeout'):g} has no effect with "
+                     "--perf-isolate=off: only a cell in its own process can be stopped")
+    return lines
 
 
 def check_timing(min_rounds: int | None, max_rounds: int | None, round_ms: float | None) -> None:

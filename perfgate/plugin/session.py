@@ -52,6 +52,8 @@ class PerfSession:
         # The fp32 policy of CUDA cells (TF32 tensor cores or full fp32), set as each cell starts.
         self.tf32 = config.getoption("--perf-tf32") == "on"
         self.records: list[dict] = []
+        self.skips: list[tuple[Cell, str]] = []  # (cell, reason) of the selected cells pytest skipped
+        self.unwritten: list[str] = []  # cells whose record could not be appended to the results file
         self.ran: dict[str, tuple] = {}  # cell id -> (spec, cell), for the gate's confirm round
         self._envs: dict[str, dict] = {}
         self.summary: list[str] = []  # what the gate and baseline steps say at the end
@@ -99,7 +101,6 @@ class PerfSession:
         import dataclasses
 
         from perfgate.measure.devices import for_cell
-        from perfgate.core.records_file import append_record
         from perfgate.core.validate import checked
         from perfgate.plugin.workers import finished_line
 
@@ -118,17 +119,49 @@ class PerfSession:
         self.finished[cell.id] = {"line": finished_line(record), "cell": cell.id, "wall_s": record["wall_s"],
                                   "expected_s": self.expected.get(cell.id, 0.0), "planned": len(self.expected),
                                   "planned_s": sum(self.expected.values()), "gpus": gpus_held(record)}
-        append_record(self.results_path, record)
+        self.append(record)
         self.records.append(record)
         return record
+
+    def note_skip(self, cell: Cell, reason: str) -> None:
+        """A selected cell pytest skipped (no CUDA device, too few GPUs, the model's known issue): its record
+        is written at the session's end (write_skips), when the environment of its device kind is known."""
+        self.skips.append((cell, reason))
+
+    def write_skips(self) -> None:
+        """Append a skipped record per skipped cell, so every face sees what was asked and not measured. Its
+        environment is that of a cell measured on the same kind of device in this process, else none (no
+        baseline is then its own, and the gate cannot pass it)."""
+        from perfgate.core.record import skipped_record
+
+        now = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        for cell, reason in self.skips:
+            kind = "gpu" if cell.device_kind == "gpu" else "cpu"
+            env = next((e for device, e in self._envs.items() if device.startswith("cuda") == (kind == "gpu")), {})
+            record = skipped_record(cell, env, self.run_id, reason, now)
+            self.append(record)
+            self.records.append(record)
+        self.skips = []
+
+    def append(self, record: dict) -> None:
+        """Append a record to the results file. One that cannot be written (a disk that filled mid-run) fails
+        no cell and stops nothing: the session says so at its end and exits 2, never 1 (no regression)."""
+        from perfgate.core.records_file import append_record
+
+        try:
+            append_record(self.results_path, record)
+        except OSError as err:
+            if not self.unwritten:
+                self.summary.append(f"perfgate: could not write records to {self.results_path} (exit 2): "
+                                    f"{err.strerror or err}; the cells' lines above say what they measured")
+            self.unwritten.append(record["cell"])
 
     def _run_here(self, spec, cell: Cell, options, record_compiled) -> dict:
         from perfgate.measure.cell import run_cell
         from perfgate.measure.devices import start_cell
-        from perfgate.core.records_file import append_record
 
         def checkpoint(partial: dict) -> None:  # superseded by the final record (a later one wins)
-            append_record(self.results_path, {**partial, "run_id": self.run_id})
+            self.append({**partial, "run_id": self.run_id})
 
         device = start_cell(options.device, self.tf32)
         return run_cell(spec, cell, options, self.environment(device), self._progress, record_compiled,
@@ -322,6 +355,7 @@ class PerfSession:
         paths = (Path(report_dir) / "report.md", Path(report_dir) / "report.json") if report_dir else (None, None)
         if outcome.errors:
             self.summary += [f"perfgate: cannot compare (exit 2): {error}" for error in outcome.errors]
+            write_reports(outcome, *paths)  # the PR comment says why nothing was judged
         else:
             self.summary += write_reports(outcome, *paths).splitlines()
         return outcome

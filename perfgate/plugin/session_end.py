@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from perfgate.judge import history
 from perfgate.judge.baseline import BaselineError, save_baselines
 from perfgate.judge.history import HistoryError
+from perfgate.core.output import OutputError
 from perfgate.core.records_file import RecordFileError, load_records
 
 if TYPE_CHECKING:  # annotations only: the plugin imports this module, never the reverse
@@ -44,7 +45,7 @@ def _step(session, perf: PerfSession, what: str, action):
     """Run one session-end step; unusable input exits 2, a crash 3, and neither stops the next step."""
     try:
         return action()
-    except (RecordFileError, BaselineError, HistoryError) as err:
+    except (RecordFileError, BaselineError, HistoryError, OutputError) as err:
         perf.summary.append(f"perfgate: could not {what} (exit 2): {err}")
         session.exitstatus = max(int(session.exitstatus), 2)
     except Exception as err:  # noqa: BLE001 - a bug in perfgate: say so, keep going, exit 3 (never 1)

@@ -17,6 +17,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Sequence
 
+from perfgate.core.output import write_atomic
 from perfgate.judge.ab_verdict import SIDES, ABReport, ABRow, Comparison, geomeans
 from perfgate.render.report import MAX_CHARS
 from perfgate.judge.rules import CLOCK_NAMES
@@ -190,8 +191,7 @@ def write(report: ABReport, out: Path, markdown_path: str | None = None, json_pa
     for path, content in ((out / "report.md", text), (out / "report.json", payload), (markdown_path, text),
                           (json_path, payload)):
         if path:
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
-            Path(path).write_text(content, encoding="utf-8")
+            write_atomic(path, content)  # OutputError names a path that cannot be written
     return text
 
 

@@ -379,8 +379,10 @@ def render_markdown(report: Report) -> str:
 
 
 def write(report: Report, html_path: str | os.PathLike | None, markdown_path: str | os.PathLike | None) -> None:
+    """Each page whole or not at all: OutputError names a path that cannot be written (perfgate.core.output)."""
+    from perfgate.core.output import write_atomic
+
     for path, render in ((html_path, render_html), (markdown_path, render_markdown)):
         if path:
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
-            Path(path).write_text(render(report), encoding="utf-8")
+            write_atomic(path, render(report))
 
