@@ -152,6 +152,13 @@ def cmd_history_show(args: argparse.Namespace) -> int:
     rows += [(str(p["date"]), (p["commit"] or "–")[:12], str(p["run_id"])[:12], p["fingerprint"], p["status"],
               _metric_text(p, args.metric), marks.get(i, "")) for i, p in enumerate(points)]
     print(text_table(rows))
+    if args.metric == "speedup":
+        from perfgate.judge.changepoint import series_changes
+        from perfgate.judge.triage import bisect_hint
+
+        ok, seg = series_changes(points)
+        for cp in (cp for cp in seg.change_points if cp.shift < 0):  # a lower level: what to bisect
+            print(f"change point {cp.shift:+.1%}: {bisect_hint(points, ok, cp.index)}")
     return 0
 
 
