@@ -106,6 +106,17 @@ def env_steps(pythons: Sequence[str], paths: Sequence[str], pips: Sequence[str],
     return steps
 
 
+def steps_from(cwd: Path, out: Path, python: str, good: str | None, bad: str | None, pythons: Sequence[str],
+               paths: Sequence[str], pips: Sequence[str]) -> list[Step]:
+    """The range the command line names: commits (--good/--bad) or environments of one kind."""
+    if bool(good) != bool(bad):
+        raise BisectError("--good and --bad go together: the last good and the first known bad commit")
+    if good and (pythons or paths or pips):
+        raise BisectError("give commits (--good/--bad) or environments (--step-python, --step-path, --step-pip), "
+                          "not both: a range is ordered along one thing")
+    return commit_steps(cwd, good, bad, python) if good else env_steps(pythons, paths, pips, python, out)
+
+
 def install(step: Step, pip_args: Sequence[str], progress: Callable[[str], None]) -> None:
     """A pip step's packages into its directory, once (a marker file says it finished)."""
     target = Path(dict(step.env)["PYTHONPATH"])
@@ -265,16 +276,3 @@ def run_bisect(out: Path, progress: Callable[[str], None], *, manifest: dict | N
                            "suspects": list(state.suspects)}
     save(out, manifest)
     return manifest
-
-
-def ab_command(manifest: dict, a: int, b: int, processes: int | None = None) -> str:
-    """The `perfgate ab` command that measures step b against step a: the pair to reproduce."""
-    words = ["perfgate", "ab"]
-    for label, index in (("a", a), ("b", b)):
-        step = Step.from_json(manifest["steps"][index])
-        words += [f"--{label}-python", step.python]
-        words += [f"--{label}-rev", step.rev] if step.rev else []
-        for key, value in step.env:
-            words += [f"--{label}-env", f"{key}={value}"]
-    words += ["--processes", str(processes or manifest["processes"]), "--", *manifest["common_args"]]
-    return shlex.join(words)

@@ -325,15 +325,9 @@ def cmd_bisect(args: argparse.Namespace) -> int:
                                   "or pytest args")
             manifest = None
         else:
-            if bool(args.good) != bool(args.bad):
-                raise BisectError("--good and --bad go together: the last good and the first known bad commit")
-            python = args.python or sys.executable
             rule = BadRule.parse(args.rule)
-            if args.good and (args.step_python or args.step_path or args.step_pip):
-                raise BisectError("give commits (--good/--bad) or environments (--step-python, --step-path, "
-                                  "--step-pip), not both: a range is ordered along one thing")
-            steps = (bisect_run.commit_steps(Path.cwd(), args.good, args.bad, python) if args.good else
-                     bisect_run.env_steps(args.step_python, args.step_path, args.step_pip, python, out))
+            steps = bisect_run.steps_from(Path.cwd(), out, args.python or sys.executable, args.good, args.bad,
+                                          args.step_python, args.step_path, args.step_pip)
             processes = args.processes or 3
             manifest = bisect_run.new_manifest(out, steps, args.pytest_args, rule, processes,
                                                args.max_processes or max(processes, 5),

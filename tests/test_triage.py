@@ -62,3 +62,23 @@ def test_the_test_names_match_perftests():
     source = (REPO / PERF_TESTS).read_text()
     found = dict(re.findall(r'@pytest\.mark\.perf_cells\("(\w+)"\)\s*\ndef (\w+)\(', source))
     assert found == TEST_OF_PHASE
+
+
+def night(commit, **env) -> dict:
+    return {"date": "2026-11-2x", "commit": commit, "cell": GPT2, "model": "gpt2", "phase": "train",
+            "variant": "inductor_default", "precision": "amp_bf16", "device_kind": "gpu", "tier": "pr",
+            "env": {"torch": "2.11.0", "transformers": "5.17.0", **env}}
+
+
+@pytest.mark.parametrize("good, bad, words", [
+    (night("aaa111"), night("bbb222"), "perfgate bisect --good aaa111 --bad bbb222 --rule speedup --processes 3 -- "
+                                       f"'{PERF_TESTS}::test_train_step[gpt2-inductor_default-amp_bf16]'"),
+    (night("aaa111"), night("bbb222", transformers="5.18.0"), "versions moved: transformers 5.17.0 → 5.18.0"),
+    (night("aaa111"), night("aaa111"), "the machine moved, not the code"),
+    (night(None), night("bbb222"), "no commits recorded"),
+], ids=["commits-differ", "versions-moved", "same-commit", "no-commit"])
+def test_a_nightly_change_point_names_the_command_that_would_settle_it(good, bad, words):
+    from perfgate.judge.triage import bisect_hint
+
+    text = bisect_hint([good, bad], [0, 1], 1)
+    assert text.startswith("last good 2026-11-2x (") and words in text

@@ -17,10 +17,9 @@ neighbouring pair (last good, first bad) is what the report's reproduce commands
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Mapping
 
 from perfgate.judge.ab_verdict import ABReport, ab_rules
-from perfgate.judge.rules import REGRESSION
 
 GOOD, BAD, UNSURE = "good", "bad", "unsure"
 # The gate's own rules, all of them: a probe is bad where `perfgate ab` would fail it (exit 1).

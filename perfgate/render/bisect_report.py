@@ -11,11 +11,20 @@ import json
 import shlex
 from pathlib import Path
 
-from perfgate.bisect_run import ab_command
 from perfgate.judge.bisect_verdict import BadRule
 from perfgate.render.ab_report import escape
 
 EXIT_CODES = {"found": 1, "no_bad_step": 0, "unsettled": 2}   # the gate's: 1 a regression, 2 cannot say
+
+
+def ab_command(manifest: dict, a: int, b: int) -> str:
+    """The `perfgate ab` command that measures step b (as B) against step a (as A): the pair to reproduce."""
+    words = ["perfgate", "ab"]
+    for label, index in (("a", a), ("b", b)):
+        step = manifest["steps"][index]
+        words += [f"--{label}-python", step["python"]] + ([f"--{label}-rev", step["rev"]] if step.get("rev") else [])
+        words += [w for key, value in (step.get("env") or {}).items() for w in (f"--{label}-env", f"{key}={value}")]
+    return shlex.join([*words, "--processes", str(manifest["processes"]), "--", *manifest["common_args"]])
 
 
 def _label(manifest: dict, index: int | None) -> str:
