@@ -15,15 +15,19 @@ ROOT=$PWD
 OUT=${OUT:-$ROOT/.perfgate/bisect-gpu-proof-out}
 WORK=${WORK:-/tmp/perfgate-bisect-gpu-proof}
 PY=${PYTHON:-python}
-STEPS=${STEPS:-4}              # commits in the range, the good end first
-CULPRIT=${CULPRIT:-2}          # the commit (0-based) that plants the loss
-LOSS=${LOSS:-10}               # % of the compiled step's GPU time added (device_slow)
-RULE=${RULE:-device_speedup:5} # what makes a step bad: the device speedup down past 5 %
+# The defaults fit ~6 minutes on an H100 (2 probes x 4 processes of ~35 s, plus ~25 s a probe to collect):
+# 3 commits, a 20 % loss judged at 10 %, so that 2 processes a side settle each probe (their device line is
+# ~22 x the ~0.2 % sd between processes). STEPS=8 CULPRIT=5 is the fuller proof (4 probes: two calls).
+STEPS=${STEPS:-3}              # commits in the range, the good end first
+CULPRIT=${CULPRIT:-1}          # the commit (0-based) that plants the loss
+LOSS=${LOSS:-20}               # % of the compiled step's GPU time added (device_slow)
+RULE=${RULE:-device_speedup:10} # what makes a step bad: the device speedup down past 10 %
 PROCESSES=${PROCESSES:-2}      # a side per probe; an unsure probe gets more, up to MAX_PROCESSES
 MAX_PROCESSES=${MAX_PROCESSES:-3}
 MODEL=${MODEL:-vit_b16}
 PHASE=${PHASE:-infer}
-MARKS=${MARKS:-gpu and pr}     # MARKS=cpu LOSS=400 RULE=speedup:50: a dry run of this script on a CPU box
+MARKS=${MARKS:-gpu and pr}     # a dry run of this script on a CPU box: MARKS=cpu LOSS=400 RULE=speedup:50
+EXTRA_ARGS=${EXTRA_ARGS:-}     # more pytest args, one string (the CPU dry run: --perf-min-rounds=15)
 LIMIT_S=${LIMIT_S:-560}
 mkdir -p "$OUT"
 
@@ -54,12 +58,12 @@ else
     args=(--good "HEAD~$((STEPS - 1))" --bad HEAD --rule "$RULE" --processes "$PROCESSES"
           --max-processes "$MAX_PROCESSES" --out "$WORK/bisect"
           -- perftests -m "$MARKS" --perf-models "$MODEL" -k "$PHASE" -p no:randomly -q
-          --perf-isolate off --perf-warm-compile off --perf-numerics off)
+          --perf-isolate off --perf-warm-compile off --perf-numerics off $EXTRA_ARGS)
 fi
 started=$SECONDS
 set +e
-PYTHONPATH="$WORK/repo" timeout -s TERM "$LIMIT_S" "$PY" -m perfgate.cli bisect "${args[@]}" \
-    --markdown "$OUT/report.md" --json "$OUT/report.json" 2>&1 | tee -a "$OUT/bisect.log"
+PYTHONPATH="$WORK/repo" timeout -s TERM "$LIMIT_S" "$PY" -m perfgate.cli bisect \
+    --markdown "$OUT/report.md" --json "$OUT/report.json" "${args[@]}" 2>&1 | tee -a "$OUT/bisect.log"
 rc=${PIPESTATUS[0]}
 set -e
 # what was measured, without the caches and checkouts (results are a few KB a process)

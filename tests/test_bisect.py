@@ -179,6 +179,20 @@ def test_the_report_names_the_pair_and_the_command_that_reproduces_it(tmp_path):
     assert json.loads((out / "report.json").read_text())["exit_code"] == 1
 
 
+def test_environment_steps_keep_their_order_and_say_what_each_side_runs(tmp_path):
+    paths = [tmp_path / "tf-4", tmp_path / "tf-5"]
+    for path in paths:
+        path.mkdir()
+    steps = bisect_run.env_steps([], [str(p) for p in paths], [], "/usr/bin/python3", tmp_path / "b")
+    assert [dict(s.env)["PYTHONPATH"] for s in steps] == [str(p) for p in paths]
+    pips = bisect_run.env_steps([], [], ["transformers==4.57.1", "transformers==5.17.0"], "/usr/bin/python3",
+                                tmp_path / "b")
+    assert [(s.pip, dict(s.env)["PYTHONPATH"]) for s in pips] == [
+        ("transformers==4.57.1", str((tmp_path / "b" / "envs" / "00").resolve())),
+        ("transformers==5.17.0", str((tmp_path / "b" / "envs" / "01").resolve()))]
+    assert Step.from_json(pips[1].to_json()) == pips[1]
+
+
 # ---------------------------------------------------------------------------------------------- bad input
 
 @pytest.fixture
