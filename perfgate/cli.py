@@ -369,7 +369,8 @@ def _add_bisect_parser(sub) -> None:
     bis.add_argument("--rule", default="gate", metavar="RULE",
                      help="what makes a step bad: gate (any of the gate's rules, default), METRIC or METRIC:PCT, "
                           "e.g. device_speedup:2.5 or speedup (the nightly's change points are on speedup)")
-    bis.add_argument("--processes", type=int, metavar="N", help="processes a side of each probe (default 3, at least 2)")
+    bis.add_argument("--processes", type=int, metavar="N",
+                     help="processes a side of each probe (default 3, at least 2)")
     bis.add_argument("--max-processes", type=int, metavar="M",
                      help="an unsure probe is measured again with 2 more a side, up to M (default max(N, 5))")
     bis.add_argument("--out", metavar="DIR", help="the bisection's directory (default: .perfgate/bisect-<UTC time>)")
@@ -377,7 +378,8 @@ def _add_bisect_parser(sub) -> None:
     bis.add_argument("--markdown", metavar="FILE", help="also write the Markdown report here")
     bis.add_argument("--json", metavar="FILE", help="also write the report as JSON here")
     bis.add_argument("--html", metavar="OUT.html", help="the HTML A/B report of the probe that read the first bad step")
-    bis.add_argument("pytest_args", nargs="*", metavar="-- PYTEST_ARGS", help="pytest args for every process (after --)")
+    bis.add_argument("pytest_args", nargs="*", metavar="-- PYTEST_ARGS",
+                     help="pytest args for every process (after --)")
     bis.set_defaults(func=cmd_bisect)
 
 

@@ -9,9 +9,10 @@ not; from the repository root, with both installed apart from the project's venv
 
 One trial is one series of speedups: log-normal noise of sd `noise` around 1.5, and where a step is
 planted, the speedup 5 % lower from the middle on. A series "finds" the step when a change point lands
-within 2 points of it; any change point on pure noise is a false one. perfgate sees log speedups, otava the
-speedups (its min_magnitude, where set, is a change relative to the mean: 2 % as perfgate's MIN_SHIFT). The real history: every unplanted H100 PR-tier record in
-baselines/runs/ (files naming no planted fault), one series per cell in time order.
+within 2 points of it; any change point on pure noise is a false one. perfgate sees log speedups, otava
+the speedups (its min_magnitude, where set, is a change relative to the mean: 2 % as perfgate's
+MIN_SHIFT). The real history: every unplanted H100 PR-tier record in baselines/runs/ (files naming no
+planted fault), one series per cell in time order.
 """
 
 from __future__ import annotations

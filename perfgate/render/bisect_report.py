@@ -18,13 +18,15 @@ EXIT_CODES = {"found": 1, "no_bad_step": 0, "unsettled": 2}   # the gate's: 1 a 
 
 
 def ab_command(manifest: dict, a: int, b: int) -> str:
-    """The `perfgate ab` command that measures step b (as B) against step a (as A): the pair to reproduce."""
+    """The `perfgate ab` command that measures step b (as B) against step a (as A): the pair to reproduce,
+    with as many processes a side as the probes of either needed (an unsure one was measured again)."""
     words = ["perfgate", "ab"]
     for label, index in (("a", a), ("b", b)):
         step = manifest["steps"][index]
         words += [f"--{label}-python", step["python"]] + ([f"--{label}-rev", step["rev"]] if step.get("rev") else [])
         words += [w for key, value in (step.get("env") or {}).items() for w in (f"--{label}-env", f"{key}={value}")]
-    return shlex.join([*words, "--processes", str(manifest["processes"]), "--", *manifest["common_args"]])
+    processes = max([manifest["processes"], *(manifest["probes"].get(str(i), {}).get("processes", 0) for i in (a, b))])
+    return shlex.join([*words, "--processes", str(processes), "--", *manifest["common_args"]])
 
 
 def _label(manifest: dict, index: int | None) -> str:
@@ -61,8 +63,9 @@ def probe_table(manifest: dict) -> list[str]:
         probe = manifest["probes"][str(index)]
         cells = probe.get("cells") or [{}]
         for n, row in enumerate(cells):
-            head = (f"| {index} | `{escape(manifest['steps'][index]['label'])}` | **{probe.get('verdict') or 'running'}**"
-                    f" | {probe['processes']} |") if n == 0 else "| | | | |"
+            verdict = probe.get("verdict") or "running"
+            head = (f"| {index} | `{escape(manifest['steps'][index]['label'])}` | **{verdict}** | "
+                    f"{probe['processes']} |") if n == 0 else "| | | | |"
             what = f"{escape(row['cell'])} ({escape(row['label'])})" if row else escape(probe.get("why") or "")
             lines.append(f"{head} {what} | {_change(row) if row else ''} |")
     return lines
@@ -76,8 +79,9 @@ def commands(manifest: dict, out: Path) -> list[str]:
                   ab_command(manifest, outcome["last_good"], outcome["first_bad"]), "```"]
     probe = manifest["probes"].get(str(outcome.get("first_bad")))
     if probe:
-        lines += ["", f"The probe that read it bad, judged again or drawn as HTML: `perfgate ab --judge "
-                      f"{escape(shlex.quote(str(out / probe['dir'])))} --html report.html`"]
+        lines += ["", f"The probe that read it bad (step 0 against it), judged again by the gate's own thresholds "
+                      f"or drawn as HTML: `perfgate ab --judge {escape(shlex.quote(str(out / probe['dir'])))} "
+                      f"--html report.html`"]
     lines += ["", f"This bisection, carried on or re-read: `perfgate bisect --resume {escape(shlex.quote(str(out)))}`"]
     return lines
 
