@@ -30,6 +30,7 @@ MARKS=${MARKS:-gpu and pr}     # a dry run of this script on a CPU box: MARKS=cp
 EXTRA_ARGS=${EXTRA_ARGS:-}     # more pytest args, one string (the CPU dry run: --perf-min-rounds=15)
 LIMIT_S=${LIMIT_S:-560}
 mkdir -p "$OUT"
+command -v git > /dev/null || { echo "error: git is needed (the range is a throwaway git repository)" >&2; exit 2; }
 
 if [ ! -d "$WORK/repo/.git" ]; then
     rm -rf "$WORK" && mkdir -p "$WORK/repo"
