@@ -50,13 +50,13 @@ def now_text() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
-def default_out() -> Path:
-    return Path(".perfgate") / f"ab-{_dt.datetime.now(_dt.timezone.utc).strftime('%Y%m%dT%H%M%SZ')}"
+def default_out(kind: str = "ab") -> Path:
+    return Path(".perfgate") / f"{kind}-{_dt.datetime.now(_dt.timezone.utc).strftime('%Y%m%dT%H%M%SZ')}"
 
 
 # ---------------------------------------------------------------------------------------------- manifest
 
-def save_manifest(out: Path, manifest: dict) -> None:
+def save_manifest(out: Path, manifest: dict, name: str = "manifest.json") -> None:
     """Atomically (temp file, fsync, rename): a kill mid-write leaves the previous manifest."""
     out.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".manifest.", suffix=".tmp", dir=out)
@@ -65,7 +65,7 @@ def save_manifest(out: Path, manifest: dict) -> None:
         fh.write("\n")
         fh.flush()
         os.fsync(fh.fileno())
-    os.replace(tmp, out / "manifest.json")
+    os.replace(tmp, out / name)
 
 
 def load_manifest(out: Path) -> dict:
@@ -340,9 +340,10 @@ def complete_processes(manifest: dict, out: Path) -> list[Process]:
     return processes
 
 
-def verdict(manifest: dict, out: Path) -> ABReport:
+def verdict(manifest: dict, out: Path, rules: Sequence | None = None) -> ABReport:
+    """The run judged by `rules` (default: ab_verdict.ab_rules(); perfgate bisect passes its own thresholds)."""
     descriptions = {label: Side.from_json(side).describe() for label, side in manifest["sides"].items()}
-    report = judge(complete_processes(manifest, out), descriptions=descriptions)
+    report = judge(complete_processes(manifest, out), rules=rules, descriptions=descriptions)
     for run in manifest["runs"]:
         if run["state"] == "crashed":
             report.notes.append(f"process {run['name']} crashed (exit {run['rc']}); its lost cells count as "
@@ -353,7 +354,8 @@ def verdict(manifest: dict, out: Path) -> ABReport:
 
 
 def run_ab(out: Path, progress: Callable[[str], None], *, sides: Sequence[Side] = (), common: Sequence[str] = (),
-           processes: int | None = None, resume: bool = False, cwd: Path | None = None) -> ABReport:
+           processes: int | None = None, resume: bool = False, cwd: Path | None = None,
+           rules: Sequence | None = None) -> ABReport:
     """A new A/B run in `out` (or, with resume, the one there, extended to `processes` a side when given),
     run to its end and judged."""
     check_processes(processes)
@@ -371,4 +373,4 @@ def run_ab(out: Path, progress: Callable[[str], None], *, sides: Sequence[Side] 
         progress(f"side {label}: {Side.from_json(side).describe()} (torch {side['versions'].get('torch')}, "
                  f"{side['tests']} test(s))")
     run_pending(manifest, out, progress)
-    return verdict(manifest, out)
+    return verdict(manifest, out, rules)

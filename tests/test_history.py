@@ -153,9 +153,11 @@ def test_cli_history_show(tmp_path, capsys):
     assert main(["history", "show", GPT2, "--db", str(db)]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].split()[:6] == ["date", "commit", "run", "fingerprint", "status", "speedup"]
-    assert len(lines) == 9
-    marked = [line for line in lines if "change point" in line]
+    table, hint = lines[:9], lines[9:]  # the runs, then what would settle the lower level
+    marked = [line for line in table if "change point" in line]
     assert len(marked) == 1 and marked[0].split()[1] == "c05" and "change point -9." in marked[0]
+    assert len(hint) == 1 and "(c04), first bad" in hint[0]
+    assert "perfgate bisect --good c04 --bad c05 --rule speedup --processes 3 -- 'perftests/" in hint[0]
     assert main(["history", "show", GPT2, "--db", str(db), "--metric", "compile_s"]) == 0
     assert capsys.readouterr().out.splitlines()[1].split()[-1] == "40"
 

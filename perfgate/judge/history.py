@@ -147,7 +147,9 @@ def _as_point(row: sqlite3.Row) -> dict:
     point["commit"] = point.pop("commit_sha")
     eager, compiled = point["peak_mem_eager_mb"], point["peak_mem_compiled_mb"]
     point["mem_ratio"] = compiled / eager if eager and compiled is not None else None
-    point["gate"] = json.loads(row["record"]).get("gate") or {}
+    record = json.loads(row["record"])
+    point["gate"] = record.get("gate") or {}
+    point["env"] = record.get("env") or {}  # the versions around a change point (perfgate.judge.triage)
     return point
 
 

@@ -27,6 +27,7 @@ from perfgate.core.record import first_call_cache
 from perfgate.judge import history
 from perfgate.judge.baseline import group_by_key
 from perfgate.judge.changepoint import series_changes
+from perfgate.judge.triage import bisect_hint
 from perfgate.render.charts import Bar, TrendChange, TrendLevel, TrendPoint, bar_chart, trend_chart
 from perfgate.judge.gate import GateReport, gate_run
 from perfgate.render.report import fmt, md_code, md_text, shown
@@ -54,6 +55,7 @@ class Trend:
     marked: tuple[str, ...]         # points the gate's rule flags against the baseline
     spark: str
     baseline: float | None          # the baseline's median speedup (the dashed line), if one was given
+    bisects: tuple[str, ...] = ()   # per lower level: the nights around it and the perfgate bisect command
 
 
 @dataclass
@@ -219,12 +221,14 @@ def trend(cell: str, points: Sequence[dict], base_cell: dict | None,
     seg, ok, levels = _segment(points)
     labels = _axis_labels(points)
     threshold = rule.nominal_threshold(points[-1])
-    changes, texts = [], []
+    changes, texts, bisects = [], [], []
     for cp in seg.change_points:
         index, kind = ok[cp.index], _change_kind(cp.shift, threshold)
         changes.append(TrendChange(index, cp.shift, kind))
         texts.append(f"{cp.shift:+.1%} at {labels[index][0]} ({labels[index][1]}): {cp.before:.3f}× → "
                      f"{cp.after:.3f}×, {kind}")
+        if kind == REGRESSION:
+            bisects.append(f"{cell} {cp.shift:+.1%}: {bisect_hint(points, ok, cp.index)}")
     marks = [_point_mark(p, base_cell, rule) for p in points]
     drawn = [_drawn(p, label, sub, mark) for p, (label, sub), mark in zip(points, labels, marks)]
     marked = tuple(f"{cell} at {labels[i][0]} ({labels[i][1]}): {speedup_text(p)}, {m} against the baseline"
@@ -232,7 +236,7 @@ def trend(cell: str, points: Sequence[dict], base_cell: dict | None,
     baseline = (base_cell or {}).get("speedup")
     svg = trend_chart(drawn, levels, changes, label=f"speedup history {cell}", baseline=baseline)
     return Trend(cell, svg, len(points), tuple(texts), marked, sparkline(p.get("speedup") for p in points),
-                 baseline)
+                 baseline, tuple(bisects))
 
 
 def sparkline(values) -> str:
@@ -374,6 +378,7 @@ def render_markdown(report: Report) -> str:
         lines.append("")
         lines += [f"- failed {md_code(row['cell'])}: {md_text(row['reason'])}" for row in section.failed]
         lines += [f"- {md_text(text)}" for t in section.trends for text in t.marked]
+        lines += [f"- bisect {md_text(text)}" for t in section.trends for text in t.bisects]
     lines += [f"- note: {md_text(note)}" for note in report.notes]
     return "\n".join(lines).rstrip() + "\n"
 

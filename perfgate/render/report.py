@@ -17,6 +17,7 @@ from typing import Sequence
 from perfgate.judge.gate import GateReport
 from perfgate.core.record import FIELD, compiled_peak_is_right
 from perfgate.judge.rules import CLOCK_NAMES
+from perfgate.judge.triage import triage
 
 # A GitHub PR comment holds 65 536 characters; keep a margin for the CLI's other reports and headers.
 MAX_CHARS = 60_000
@@ -206,6 +207,9 @@ def _head(report: GateReport) -> list[str]:
     lines = [verdict_line(report), "", geomean_line(report), ""]
     lines += _section("Regressions", [f"- {md_code(f.cell)} ({_rule_name(f)}) {md_text(f.message)}"
                                       for f in report.regressions])
+    lines += _section("Triage (what each flagged cell looks like, and the command that measures it again)",
+                      [f"- {md_code(t.cell)} **{t.kind}**: {md_text(t.why)}; {md_code(t.command)}; {md_text(t.env_text())}"
+                       for t in triage(report)])
     lines += _section("Improvements", [f"- {md_code(f.cell)} {md_text(f.message)}" for f in report.improvements])
     lines += _section("Advisories (reported only: never fail the gate, not re-measured)",
                       [f"- {md_code(f.cell)} {md_text(f.message)}" for f in report.advisories])
@@ -261,6 +265,7 @@ def to_json(report: GateReport) -> dict:
         "failed": list(report.failed),
         "notes": list(report.notes),
         "rows": [asdict(r) for r in report.rows],
+        "triage": [asdict(t) for t in triage(report)],
     }
 
 
