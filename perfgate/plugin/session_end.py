@@ -1,5 +1,5 @@
 """The end of a perf session, on the controller: read this run's records back from the results files, then
-append them to the history, save them as a baseline and gate them, as the options ask.
+append them to the history, save them as a baseline and gate them, as the options ask. Imports no torch.
 
 Each step runs whatever the one before it did (a history that cannot be written never stops the gate).
 Exit status: 1 a regression, 2 unusable input (records, baseline), 3 a crash in perfgate (never 1).
