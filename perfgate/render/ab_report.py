@@ -17,13 +17,15 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Sequence
 
+from perfgate.core.clocks import BY_RATIO, DEVICE, HOST, WALL, shown_in
 from perfgate.judge.ab_verdict import SIDES, ABReport, ABRow, Comparison, geomeans
 from perfgate.render.report import MAX_CHARS
 from perfgate.judge.rules import CLOCK_NAMES
 
 VERDICT_ORDER = ("regression", "failed", "improvement", "ok")
-TIMED = (("speedup", "wall speedup"), ("device_speedup", "device speedup"),
-         ("host_speedup", "host: compiled / eager host time"), ("eager_ms", "eager ms"),
+# The timed columns: the clocks (a data-parallel cell's compute clock shows in the device column, as in the
+# gate's report), then the absolute step times.
+TIMED = (*((clock.ratio, clock.label) for clock in (WALL, DEVICE, HOST)), ("eager_ms", "eager ms"),
          ("compiled_ms", "compiled ms"))
 OTHER = (("compile_s", "compile s (cold)", ".1f"), ("graph_breaks", "graph breaks", "d"),
          ("recompiles", "recompiles", "d"), ("peak_mem_compiled_mb", "peak MiB compiled", ".0f"),
@@ -121,6 +123,9 @@ def _verdict(row: ABRow) -> str:
 def _timed_row(row: ABRow) -> str:
     cells = [escape(row.cell)]
     for metric, _ in TIMED:
+        column = BY_RATIO.get(metric)
+        if column is not None:
+            metric = shown_in(column, lambda clock: row.comparison(clock.ratio) is not None).ratio
         cells += _timed_cells(row.comparison(metric))
     return "| " + " | ".join([*cells, _verdict(row)]) + " |"
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Sequence
 
+from perfgate.core.clocks import DEVICE, HOST, WALL, shown_in
 from perfgate.judge.gate import GateReport
 from perfgate.core.record import FIELD, compiled_peak_is_right
 from perfgate.judge.rules import CLOCK_NAMES
@@ -177,10 +178,10 @@ def _speedup(source) -> str:
 
 
 def _clock_row(row) -> str:
-    wall, device, host = (row.clock(m) for m in ("speedup", "device_speedup", "host_speedup"))
-    compute = row.clock("compute_speedup")
-    if compute is not None and compute.value is not None:  # a data-parallel cell's device clock
-        device = compute
+    def has(clock) -> bool:
+        return (c := row.clock(clock.ratio)) is not None and c.value is not None
+
+    wall, device, host = (row.clock(shown_in(column, has).ratio) for column in (WALL, DEVICE, HOST))
     interval = _speedup(row) if row.speedup is not None else "–"
     noise = fmt(row.noise, ".1%") + ("?" if row.run_to_run_known is False else "")
     cells = (md_code(row.cell), interval, fmt(row.baseline_speedup, ".3f"), _pct(row.change), _line(wall), noise,
