@@ -154,9 +154,12 @@ def _set_up(sides: Sequence[Side], common: Sequence[str], repo: Path | None, cwd
 
 def command(manifest: dict, out: Path, run: dict) -> list[str]:
     side = manifest["sides"][run["side"]]
+    # A side's later processes skip the numerics check its first complete process made (they cost their
+    # timing, not the reference and the judge again); a run from before this key judged in every process.
+    numerics = [] if run.get("judges_numerics", True) else ["--perf-numerics=off"]
     return [side["python"], "-m", "pytest", *manifest["common_args"], *side["args"],
             f"--perf-results={(out / run['results']).resolve()}",
-            f"--perf-cache-dir={(out / 'cache' / run['side']).resolve()}"]
+            f"--perf-cache-dir={(out / 'cache' / run['side']).resolve()}", *numerics]
 
 
 def _set_aside(out: Path, run: dict) -> None:
@@ -225,8 +228,9 @@ def run_one(manifest: dict, out: Path, run: dict, progress: Callable[[str], None
     """Run one process to its end, keeping the manifest current; re-raises when this run is stopped."""
     if run["state"] in ("running", "interrupted") or _results_files(out, run):
         _set_aside(out, run)
-    run.update(state="running", rc=None, cold=_cache_is_cold(manifest, out, run["side"]), started=now_text(),
-               finished=None)
+    first = not any(r["side"] == run["side"] and r["state"] in COMPLETE for r in manifest["runs"])
+    run.update(state="running", rc=None, cold=_cache_is_cold(manifest, out, run["side"]), judges_numerics=first,
+               started=now_text(), finished=None)
     save_manifest(out, manifest)
     started, child = time.monotonic(), None
     try:

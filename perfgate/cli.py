@@ -10,7 +10,7 @@ file, line, cell and field), 3 an internal error (a bug in perfgate: never read 
     perfgate history add RESULTS [RESULTS ...] [--db PATH] [--commit SHA] [--date ISO]
     perfgate history show CELL [--db PATH] [--fingerprint F] [--metric speedup]
     perfgate report RESULTS [RESULTS ...] [--db PATH] [--baseline PATH_OR_DIR] [--caption TEXT]
-                    [--html OUT.html] [--markdown OUT.md] [--modes] [--cells]
+                    [--html OUT.html] [--markdown OUT.md] [--modes] [--cells] [--stages]
     perfgate ab [--a-python PY] [--a-rev REV] [--a-env K=V ...] [--a-args ARGS]  (and --b-...)
                 [--processes N] [--out DIR] [--markdown FILE] [--json FILE] [--html FILE] -- PYTEST_ARGS...
     perfgate ab --resume DIR [--processes N] [--html FILE]                (docs/ab.md)
@@ -154,8 +154,9 @@ def cmd_history_show(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     from perfgate.render import html_report
 
-    if not (args.html or args.markdown or args.modes or args.cells):
-        print("perfgate: report: give --html OUT.html, --markdown OUT.md, --modes and/or --cells", file=sys.stderr)
+    if not (args.html or args.markdown or args.modes or args.cells or args.stages):
+        print("perfgate: report: give --html OUT.html, --markdown OUT.md, --modes, --cells and/or --stages",
+              file=sys.stderr)
         return EXIT_CANNOT_COMPARE
     try:
         records = _records(args.results)
@@ -167,6 +168,11 @@ def cmd_report(args: argparse.Namespace) -> int:
             from perfgate.render import cells
 
             sys.stdout.write(cells.render_markdown(records))
+        if args.stages:
+            from perfgate.render import stage_account
+
+            print(stage_account.cells_table(records))
+            print(stage_account.run_line(records) or "perfgate: no stage account in these records")
         if not (args.html or args.markdown):
             return 0
         report = html_report.build(records, db_path=args.db, baseline=args.baseline,
@@ -216,6 +222,9 @@ def _add_report_parser(sub) -> None:
     rep.add_argument("--cells", action="store_true", help="print a Markdown table with one row per cell: both "
                      "speedups, step times, first call and warm compile s, both peaks, graph breaks, recompiles, "
                      "numerics, status, wall cost and reason")
+    rep.add_argument("--stages", action="store_true", help="print a Markdown table with one row per cell: its "
+                     "wall seconds by stage (process start, build, reference, compile, numerics, warm-up, timing, "
+                     "clocks, ...) and the timed rounds' share, then the run's totals by stage")
     rep.set_defaults(func=cmd_report)
 
 

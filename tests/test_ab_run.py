@@ -66,9 +66,14 @@ def test_a_a_passes(in_repo, tmp_path, capsys):
     for run in runs:  # one results file a process, a compile cache a side
         record = cells_of(out / run["results"])[CELL]
         assert record["status"] == "ok" and record["compile_cache"] == "persistent"
+        # a side's first process judges numerics; the later ones skip it and cost their timing
+        assert record["numerics"] == ("pass" if run["rep"] == 1 else "skipped"), run["name"]
+        assert run["judges_numerics"] == (run["rep"] == 1)
     assert {p.name for p in (out / "cache").iterdir()} == {"A", "B"}
     report = json.loads((out / "report.json").read_text())
     assert report["exit_code"] == 0 and [r["cell"] for r in report["rows"]] == [CELL]
+    assert report["rows"][0]["a"]["numerics"] == report["rows"][0]["b"]["numerics"] == "pass"
+    assert any("numerics, the processes that judged it (A-1, B-1" in note for note in report["notes"])
     assert {c["metric"] for c in report["rows"][0]["comparisons"] if c["change"] is not None} == \
         {"speedup", "host_speedup", "eager_ms", "compiled_ms"}  # the CPU has no device clock
 

@@ -12,7 +12,8 @@ torch = pytest.importorskip("torch")
 import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 
-from perfgate.measure import artifacts, launch, precompile  # noqa: E402
+from perfgate.core.stages import STAGES  # noqa: E402
+from perfgate.measure import artifacts, launch, precompile, reference  # noqa: E402
 from perfgate.measure.cell import run_cell  # noqa: E402
 from perfgate.measure.job import RunOptions  # noqa: E402
 from perfgate.core.matrix import VARIANTS, Cell, Variant  # noqa: E402
@@ -347,3 +348,67 @@ def test_a_kept_cache_holds_one_inductor_cache_per_precision(tmp_path):
             seen[precision] = (os.environ["TORCHINDUCTOR_CACHE_DIR"], os.environ["TRITON_CACHE_DIR"])
     assert seen["amp_bf16"][0] == str(tmp_path / "amp_bf16") != seen["amp_fp16"][0]
     assert seen["amp_bf16"][1] == seen["amp_fp16"][1] == str(tmp_path / "triton")
+
+
+# ---------------------------------------------------------------------------------------------- stages, reference
+
+def test_a_records_stages_account_for_its_wall_time():
+    record = _run(_spec(), phase="train")
+    assert {"build", "reference", "compile", "numerics", "warmup", "timing"} <= set(record["stages"])
+    assert set(record["stages"]) <= set(STAGES)
+    assert sum(record["stages"].values()) == pytest.approx(record["wall_s"], abs=0.05)
+
+
+def test_a_cached_reference_is_read_back_equal_and_a_changed_key_misses(tmp_path):
+    options = dataclasses.replace(OPTIONS, reference_dir=str(tmp_path))
+    cell = Cell("mlp", "train", "aot_eager", "fp32", "cpu")
+    first, again = (run_cell(_spec(), cell, options, ENV) for _ in range(2))
+    assert (first["reference_cache"], again["reference_cache"]) == ("stored", "hit")
+    assert first["numerics"] == again["numerics"] == "pass"
+    assert first["numerics_detail"]["worst"] == again["numerics_detail"]["worst"]
+    (stored,) = tmp_path.glob("*/*.pt")
+    fresh = reference.cached(None, None, lambda: _fresh_reference(cell))[0]
+    read = torch.load(stored, weights_only=True)["steps"]
+    assert [sorted(step) for step in read] == [sorted(step) for step in fresh]
+    for read_step, fresh_step in zip(read, fresh):
+        for name, tensor in fresh_step.items():
+            assert torch.equal(read_step[name], tensor), name
+    # another seed (hence other weights and batches) is another key: computed and stored beside the first
+    run_cell(_spec(), cell, dataclasses.replace(options, seed=1), ENV)
+    assert len(list(tmp_path.glob("*/*.pt"))) == 2
+
+
+def _fresh_reference(cell):
+    from perfgate.measure.steps import cell_batches, initial_state
+
+    spec = _spec()
+    size = spec.size(cell)
+    state = initial_state(spec, size, OPTIONS.seed)
+    host_batches = cell_batches(spec, cell, size, OPTIONS.seed, torch.device("cpu"))[0]
+    return reference.compute(spec, cell, size, state, host_batches[:2], torch.device("cpu"))
+
+
+@pytest.mark.parametrize("change", ["seed", "batches", "torch_version", "device"])
+def test_a_reference_key_changes_with_what_the_reference_depends_on(change, monkeypatch):
+    spec, cell = _spec(), Cell("mlp", "train", "aot_eager", "fp32", "cpu")
+    size = spec.size(cell)
+    batches = [{"x": torch.ones(4, 8)}]
+    base = reference.key(spec, cell, size, 0, batches, torch.device("cpu"))
+    args = dict(seed=0, batches=batches, device=torch.device("cpu"))
+    if change == "seed":
+        args["seed"] = 1
+    elif change == "batches":
+        args["batches"] = [{"x": torch.zeros(4, 8)}]
+    elif change == "torch_version":
+        monkeypatch.setattr(reference, "_version", lambda dist: "0.0-other")
+    else:
+        monkeypatch.setattr(torch.cuda, "get_device_name", lambda device: "Other GPU")
+        args["device"] = torch.device("cuda", 0)
+    assert reference.key(spec, cell, size, args["seed"], args["batches"], args["device"]) != base
+
+
+def test_numerics_off_skips_the_check_and_says_so():
+    record = run_cell(_spec(), Cell("mlp", "train", "aot_eager", "fp32", "cpu"),
+                      dataclasses.replace(OPTIONS, numerics=False), ENV)
+    assert (record["status"], record["numerics"]) == ("ok", "skipped")
+    assert record["reference_cache"].startswith("skipped")

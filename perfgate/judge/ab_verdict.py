@@ -363,7 +363,19 @@ def _notes(report: ABReport, rules: Sequence) -> list[str]:
     if report.rows and cold:
         notes.append(f"no cold compile on side {', '.join(cold)} (its first process did not start with an "
                      f"empty cache): compile time not compared")
+    if report.rows:
+        notes.append(f"where the figures come from: timed figures, every process of a side; compile time, the "
+                     f"cold process ({_names(report, lambda p: p.cold)}); numerics, the processes that judged it "
+                     f"({_names(report, _judged_numerics)}; the later ones ran with --perf-numerics=off)")
     return notes
+
+
+def _judged_numerics(process: Process) -> bool:
+    return any(r.get("numerics") in ("pass", "fail") for r in process.records)
+
+
+def _names(report: ABReport, which) -> str:
+    return ", ".join(p.name for p in sorted(report.processes, key=lambda p: (p.side, p.rep)) if which(p)) or "none"
 
 
 def geomeans(report: ABReport, metric: str = "speedup") -> tuple[float | None, float | None, int]:

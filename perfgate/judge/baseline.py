@@ -105,7 +105,8 @@ def _values(records: Sequence[dict], name: str) -> list:
 
 
 def _numerics(records: Sequence[dict]) -> str:
-    verdicts = [r.get("numerics") or "skipped" for r in records]
+    # Runs that skipped the check (an A/B side's later processes) neither pass nor fail it.
+    verdicts = [v for r in records if (v := r.get("numerics") or "skipped") != "skipped"]
     if "fail" in verdicts:
         return "fail"
     return "pass" if verdicts and all(v == "pass" for v in verdicts) else "skipped"
