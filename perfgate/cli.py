@@ -1,4 +1,4 @@
-"""The `perfgate` command: a thin face over perfgate.judge.baseline, gate, report, history and html_report.
+"""The `perfgate` command: a thin face over perfgate.judge (baseline, gate), perfgate.store.history and perfgate.render.
 
 Imports no torch, so it runs on a CPU box in a second. Exit codes: 0 the gate passes, 1 a regression,
 2 unusable input (a missing, corrupt or foreign baseline, an unreadable results file: the message names the
@@ -26,7 +26,7 @@ import traceback
 from pathlib import Path
 from typing import Sequence
 
-from perfgate.judge import history
+from perfgate.store import history
 from perfgate.judge.baseline import BaselineError, disagreements, save_baselines
 from perfgate.judge.gate import gate_run
 from perfgate.core.records_file import RecordFileError, iter_records, load_records

@@ -1,4 +1,4 @@
-"""perfgate.judge.history (SQLite, idempotent per run and cell), shard/worker merging, `perfgate history`, and the
+"""perfgate.store.history (SQLite, idempotent per run and cell), shard/worker merging, `perfgate history`, and the
 change-point method of perfgate.judge.changepoint."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import synthetic as syn
-from perfgate.judge import history
+from perfgate.store import history
 from perfgate.judge.changepoint import MIN_SHIFT, SIGMA_FLOOR, penalty, segment
 from perfgate.cli import main
 from perfgate.core.records_file import load_records

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 import synthetic as syn
-from perfgate.judge import gate, history
+from perfgate.judge import gate
+from perfgate.store import history
 from perfgate.render import html_report
 from perfgate.judge.baseline import build_baseline, write_baseline, baseline_path
 from perfgate.cli import main

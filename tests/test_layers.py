@@ -14,9 +14,11 @@ ALLOWED = {
     "core": {"core"},
     "measure": {"core", "measure"},
     "judge": {"core", "judge"},
-    "render": {"core", "judge", "render"},
-    "plugin": {"core", "measure", "judge", "render", "plugin"},
-    FACES: {"core", "judge", "render", FACES},
+    "store": {"core", "store"},
+    "plan": {"core", "plan"},
+    "render": {"core", "judge", "store", "plan", "render"},
+    "plugin": {"core", "measure", "judge", "store", "plan", "render", "plugin"},
+    FACES: {"core", "judge", "store", "plan", "render", FACES},
 }
 
 

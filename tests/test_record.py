@@ -9,7 +9,7 @@ import sqlite3
 import pytest
 
 import synthetic as syn
-from perfgate.judge import history
+from perfgate.store import history
 from perfgate.core import validate
 from perfgate.judge.baseline import fold_cell
 from perfgate.core.record import CLOCKS, FIELDS, Field, first_call_cache, names

@@ -235,7 +235,7 @@ def test_results_table(tmp_path, capsys):
     assert "failed" in lines[1] and "boom" in lines[1] and "ok" in lines[2]
 
 
-DATA_SIDE = ("core", "judge", "render")  # packages that import no torch (docs/architecture.md); plus perfgate's faces
+DATA_SIDE = ("core", "judge", "store", "plan", "render")  # packages that import no torch (docs/architecture.md); plus perfgate's faces
 
 
 def torch_free_modules() -> list[str]:

@@ -11,9 +11,9 @@ import re
 import traceback
 from typing import TYPE_CHECKING
 
-from perfgate.judge import history
+from perfgate.store import history
 from perfgate.judge.baseline import BaselineError, save_baselines
-from perfgate.judge.history import HistoryError
+from perfgate.store.history import HistoryError
 from perfgate.core.records_file import RecordFileError, load_records
 
 if TYPE_CHECKING:  # annotations only: the plugin imports this module, never the reverse

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Sequence
 
 from perfgate.core.record import first_call_cache
-from perfgate.judge import history
+from perfgate.store import history
 from perfgate.judge.baseline import group_by_key
 from perfgate.judge.changepoint import series_changes
 from perfgate.render.charts import Bar, TrendChange, TrendLevel, TrendPoint, bar_chart, trend_chart
