@@ -35,8 +35,8 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from perfgate import ab_env
-from perfgate.ab_env import ABError, Side
-from perfgate.judge.ab_verdict import SIDES, ABReport, Process, judge
+from perfgate.ab_env import ABError, ABEnvironment
+from perfgate.judge.ab_verdict import AB_SIDES, ABReport, Process, judge_ab
 from perfgate.core.records_file import RecordFileError, load_records
 
 MANIFEST_SCHEMA = 1
@@ -88,7 +88,7 @@ def plan(processes: int, runs: Sequence[dict] = ()) -> list[dict]:
     planned = list(runs)
     have = {run["name"] for run in planned}
     for rep in range(1, processes + 1):
-        for side in SIDES:
+        for side in AB_SIDES:
             name = f"{side}-{rep}"
             if name not in have:
                 planned.append({"name": name, "side": side, "rep": rep, "state": "pending", "rc": None,
@@ -99,7 +99,7 @@ def plan(processes: int, runs: Sequence[dict] = ()) -> list[dict]:
 
 # ---------------------------------------------------------------------------------------------- set-up
 
-def prepare(out: Path, sides: Sequence[Side], common: Sequence[str], processes: int, cwd: Path) -> dict:
+def prepare(out: Path, sides: Sequence[ABEnvironment], common: Sequence[str], processes: int, cwd: Path) -> dict:
     """Check both sides and write a new run's manifest; ABError on anything an A/B run cannot use, before
     any cell runs. The cheap checks first (options, interpreters, revisions), then what takes seconds:
     importing torch in each interpreter and collecting the tests, once where both sides would ask alike.
@@ -128,7 +128,7 @@ def prepare(out: Path, sides: Sequence[Side], common: Sequence[str], processes: 
     return manifest
 
 
-def _set_up(sides: Sequence[Side], common: Sequence[str], repo: Path | None, cwd: Path, shas: dict,
+def _set_up(sides: Sequence[ABEnvironment], common: Sequence[str], repo: Path | None, cwd: Path, shas: dict,
             worktrees: dict) -> dict[str, dict]:
     """Each side's manifest entry: its versions (probed), its checkout, the tests it selects (which must be
     the same on both sides)."""
@@ -257,7 +257,7 @@ def _start(manifest: dict, out: Path, run: dict) -> subprocess.Popen:
     (out / "logs").mkdir(parents=True, exist_ok=True)
     with open(out / run["log"], "w", encoding="utf-8") as log:
         return subprocess.Popen(command(manifest, out, run), cwd=side["root"], stdout=log, stderr=subprocess.STDOUT,
-                                env=ab_env.side_environ(Side.from_json(side), Path(side["import_root"])))
+                                env=ab_env.side_environ(ABEnvironment.from_json(side), Path(side["import_root"])))
 
 
 def _stop(child: subprocess.Popen) -> None:
@@ -305,8 +305,8 @@ def complete_processes(manifest: dict, out: Path) -> list[Process]:
 
 
 def verdict(manifest: dict, out: Path) -> ABReport:
-    descriptions = {label: Side.from_json(side).describe() for label, side in manifest["sides"].items()}
-    report = judge(complete_processes(manifest, out), descriptions=descriptions)
+    descriptions = {label: ABEnvironment.from_json(side).describe() for label, side in manifest["sides"].items()}
+    report = judge_ab(complete_processes(manifest, out), descriptions=descriptions)
     for run in manifest["runs"]:
         if run["state"] == "crashed":
             report.notes.append(f"process {run['name']} crashed (exit {run['rc']}); its lost cells count as "
@@ -316,7 +316,7 @@ def verdict(manifest: dict, out: Path) -> ABReport:
     return report
 
 
-def run_ab(out: Path, progress: Callable[[str], None], *, sides: Sequence[Side] = (), common: Sequence[str] = (),
+def run_ab(out: Path, progress: Callable[[str], None], *, sides: Sequence[ABEnvironment] = (), common: Sequence[str] = (),
            processes: int | None = None, resume: bool = False, cwd: Path | None = None) -> ABReport:
     """A new A/B run in `out` (or, with resume, the one there, extended to `processes` a side when given),
     run to its end and judged."""
@@ -328,9 +328,9 @@ def run_ab(out: Path, progress: Callable[[str], None], *, sides: Sequence[Side] 
             save_manifest(out, manifest)
     else:
         manifest = prepare(out, sides, common, processes or 3, (cwd or Path.cwd()).resolve())
-    for label in SIDES:
+    for label in AB_SIDES:
         side = manifest["sides"][label]
-        progress(f"side {label}: {Side.from_json(side).describe()} (torch {side['versions'].get('torch')}, "
+        progress(f"side {label}: {ABEnvironment.from_json(side).describe()} (torch {side['versions'].get('torch')}, "
                  f"{side['tests']} test(s))")
     run_pending(manifest, out, progress)
     return verdict(manifest, out)

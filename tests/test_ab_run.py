@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import synthetic as syn
-from perfgate.ab_env import Side, collect
+from perfgate.ab_env import ABEnvironment, collect
 from perfgate.ab_run import plan, save_manifest, verdict
 from perfgate.cli import main
 from perfgate.core.records_file import append_record
@@ -189,7 +189,7 @@ def test_a_revision_is_checked_out_into_the_run_and_collected_there(zoo_repo, tm
 @pytest.mark.parametrize("verbosity", ["-q", "-qq", "-v"])
 def test_a_users_own_verbosity_does_not_hide_the_test_ids(zoo_repo, verbosity):
     """An H100 run with -q among the common args failed: collect-only -q -q prints per-file counts."""
-    side = Side("A", sys.executable)
+    side = ABEnvironment("A", sys.executable)
     ids = collect(side, zoo_repo, zoo_repo, ["test_zoo.py", verbosity])
     assert ids == [f"test_zoo.py::test_cell[{n}]" for n in (1, 2, 3)]
 
@@ -205,7 +205,7 @@ def test_the_plan_grows_on_resume_and_crashed_processes_count(tmp_path, capsys):
     for run in runs:
         run["state"], run["rc"] = states[run["name"]]
         append_record(tmp_path / run["results"], syn.record(cell, rng=np.random.default_rng(len(run["name"]))))
-    sides = {label: {**Side(label, sys.executable).to_json(), "versions": {}, "tests": 1} for label in "AB"}
+    sides = {label: {**ABEnvironment(label, sys.executable).to_json(), "versions": {}, "tests": 1} for label in "AB"}
     manifest = {"schema": 1, "sides": sides, "runs": runs, "processes": 2, "common_args": []}
     save_manifest(tmp_path, manifest)
     report = verdict(manifest, tmp_path)

@@ -94,11 +94,11 @@ def test_the_numerics_judge_is_set_aside_from_the_compiled_peak(monkeypatch):
 
     def judging(*args, **kwargs):
         events.append("judge")
-        return judge(*args, **kwargs)
+        return compare(*args, **kwargs)
 
-    judge = cell_module.judge
+    compare = cell_module.compare_steps
     monkeypatch.setattr(cell_module, "Memory", Recording)
-    monkeypatch.setattr(cell_module, "judge", judging)
+    monkeypatch.setattr(cell_module, "compare_steps", judging)
     assert _run(_spec())["status"] == "ok"
     assert events == ["aside", "judge", "aside ends"]
 

@@ -8,7 +8,7 @@ import pytest
 import synthetic as syn
 from perfgate.core import record
 from perfgate.core.clocks import CLOCKS, COMPUTE, DEVICE
-from perfgate.judge.ab_verdict import Process, judge
+from perfgate.judge.ab_verdict import Process, judge_ab
 from perfgate.judge.rules import CLOCK_NAMES, DEFAULT_RULES, SpeedupRule
 from perfgate.render import ab_report
 
@@ -43,7 +43,7 @@ def test_a_data_parallel_cell_shows_its_compute_clock_in_the_ab_device_column():
             out.append(Process(label, rep, tuple(records), cold=rep == 1))
         return out
 
-    report = judge(side("A", 2.0) + side("B", 1.8))
+    report = judge_ab(side("A", 2.0) + side("B", 1.8))
     (row,) = report.rows
     assert COMPUTE.ratio in row.tripped  # a 10 % compute loss, gated by the device line
     cells_shown = ab_report._timed_row(row).split(" | ")

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Sequence
 
 from perfgate.core.clocks import BY_RATIO, DEVICE, HOST, WALL, shown_in
-from perfgate.judge.ab_verdict import SIDES, ABReport, ABRow, Comparison, geomeans
+from perfgate.judge.ab_verdict import AB_SIDES, ABReport, ABRow, Comparison, geomeans
 from perfgate.render.report import MAX_CHARS
 from perfgate.judge.rules import CLOCK_NAMES
 
@@ -45,7 +45,7 @@ def _fmt(value, spec: str) -> str:
 
 
 def verdict_line(report: ABReport) -> str:
-    runs = " + ".join(str(report.sides[s]["processes"]) for s in SIDES)
+    runs = " + ".join(str(report.sides[s]["processes"]) for s in AB_SIDES)
     if report.errors:
         return f"**perfgate A/B: cannot compare** (exit 2), B against A, {runs} processes"
     state = "PASS" if not report.regressions else "FAIL"
@@ -56,7 +56,7 @@ def verdict_line(report: ABReport) -> str:
 def _sides_table(report: ABReport) -> list[str]:
     keys = ("torch", "transformers", "timm", "triton", "gpu")
     lines = ["| side | environment | " + " | ".join(keys) + " | processes |", "|---" * (len(keys) + 3) + "|"]
-    for label in SIDES:
+    for label in AB_SIDES:
         side = report.sides[label]
         versions = side.get("versions") or {}
         lines.append(f"| {label} | {escape(side.get('description') or '–')} | "
@@ -221,7 +221,7 @@ def html(report: ABReport, path: str | Path) -> None:
     process of each cell), and the A/B verdict where the gate's verdict goes."""
     from perfgate.render import html_report
 
-    caption = " · ".join(f"{s}: {report.sides[s].get('description') or '?'}" for s in SIDES)
+    caption = " · ".join(f"{s}: {report.sides[s].get('description') or '?'}" for s in AB_SIDES)
     page = html_report.build(representative(report, "A") + representative(report, "B"), caption=caption,
                              title="perfgate A/B report", sources=[f"{p.name}" for p in report.processes])
     page.gate_lines = [verdict_line(report).replace("**", "").replace("perfgate A/B ", ""),
