@@ -13,7 +13,7 @@ import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 
 from perfgate.core.stages import STAGES  # noqa: E402
-from perfgate.measure import artifacts, launch, precompile, reference  # noqa: E402
+from perfgate.measure import cache_artifacts, launch, precompile, reference  # noqa: E402
 from perfgate.measure.cell import run_cell  # noqa: E402
 from perfgate.measure.job import RunOptions  # noqa: E402
 from perfgate.core.matrix import VARIANTS, Cell, Variant  # noqa: E402
@@ -189,7 +189,7 @@ def test_a_broken_fresh_process_leaves_the_cell_ok_with_a_note():
 def test_a_fresh_process_past_its_time_is_killed_with_a_note():
     record = {}
     options = dataclasses.replace(OPTIONS, registry=f"{__name__}:REGISTRY")
-    artifacts.measure_in_child(b"", Cell("mlp", "infer", "inductor_default", "fp32", "cpu"), options, record,
+    cache_artifacts.measure_in_child(b"", Cell("mlp", "infer", "inductor_default", "fp32", "cpu"), options, record,
                                timeout_s=0.2)  # the child is still importing torch
     assert record == {"compile_artifacts_note": "fresh process: timed out after 0.2 s"}
 
