@@ -35,9 +35,9 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from perfgate import ab_env
-from perfgate.ab_env import ABError, ABEnvironment
-from perfgate.judge.ab_verdict import AB_SIDES, ABReport, Process, judge_ab
+from perfgate.ab_env import ABEnvironment, ABError
 from perfgate.core.records_file import RecordFileError, load_records
+from perfgate.judge.ab_verdict import AB_SIDES, ABReport, Process, judge_ab
 
 MANIFEST_SCHEMA = 1
 MIN_PROCESSES = 2      # a side's spread between processes needs 2 at least; 3 is the default
@@ -316,7 +316,8 @@ def verdict(manifest: dict, out: Path) -> ABReport:
     return report
 
 
-def run_ab(out: Path, progress: Callable[[str], None], *, sides: Sequence[ABEnvironment] = (), common: Sequence[str] = (),
+def run_ab(out: Path, progress: Callable[[str], None], *, sides: Sequence[ABEnvironment] = (),
+           common: Sequence[str] = (),
            processes: int | None = None, resume: bool = False, cwd: Path | None = None) -> ABReport:
     """A new A/B run in `out` (or, with resume, the one there, extended to `processes` a side when given),
     run to its end and judged."""

@@ -26,12 +26,12 @@ import traceback
 from pathlib import Path
 from typing import Sequence
 
-from perfgate.store import history
+from perfgate.core.records_file import RecordFileError, iter_records, load_records
 from perfgate.judge.baseline import BaselineError, disagreements, save_baselines
 from perfgate.judge.gate import gate_run
-from perfgate.core.records_file import RecordFileError, iter_records, load_records
 from perfgate.render.report import records_table, text_table
 from perfgate.render.report_files import write_reports
+from perfgate.store import history
 
 EXIT_CANNOT_COMPARE = 2
 EXIT_INTERNAL_ERROR = 3  # pytest's INTERNALERROR code too: the plugin's crashes exit with it
@@ -229,9 +229,9 @@ def _add_report_parser(sub) -> None:
 
 
 def cmd_ab(args: argparse.Namespace) -> int:
-    from perfgate.render import ab_report
     from perfgate import ab_run
     from perfgate.ab_env import ABError, side_from_options
+    from perfgate.render import ab_report
 
     def progress(message: str) -> None:
         print(f"[perfgate ab] {message}", flush=True)

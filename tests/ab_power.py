@@ -27,9 +27,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np  # noqa: E402
 
-import synthetic as syn  # noqa: E402
-from perfgate.judge.ab_verdict import ALPHA, Process, judge_ab  # noqa: E402
 from perfgate.core.stats import t_quantile  # noqa: E402
+from perfgate.judge.ab_verdict import ALPHA, Process, judge_ab  # noqa: E402
+
+import synthetic as syn  # noqa: E402
 
 IN_RUN_SD = 0.0089  # the in-run sd of a synthetic record's wall speedup (15 rounds of 2 % noise a side)
 CELLS = syn.cells()

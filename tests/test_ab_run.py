@@ -14,11 +14,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import synthetic as syn
 from perfgate.ab_env import ABEnvironment, collect
 from perfgate.ab_run import plan, save_manifest, verdict
 from perfgate.cli import main
 from perfgate.core.records_file import append_record
+
+import synthetic as syn
 
 pytest.importorskip("torch")
 
@@ -215,6 +216,7 @@ def test_the_plan_grows_on_resume_and_crashed_processes_count(tmp_path, capsys):
     assert any(n == f"process B-2 is interrupted: perfgate ab --resume {tmp_path} runs it" for n in report.notes)
     # --judge: the same verdict from the command line, running nothing (B-2 stays interrupted)
     assert main(["ab", "--judge", str(tmp_path)]) == 2
-    assert json.loads((tmp_path / "manifest.json").read_text())["runs"][3]["state"] == "interrupted" and (tmp_path / "report.md").is_file()
+    assert json.loads((tmp_path / "manifest.json").read_text())["runs"][3]["state"] == "interrupted"
+    assert (tmp_path / "report.md").is_file()
     assert main(["ab", "--judge", str(tmp_path), "--processes", "3"]) == 2
     assert "give no sides, --resume, --processes" in capsys.readouterr().err

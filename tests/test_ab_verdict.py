@@ -8,12 +8,13 @@ import math
 
 import pytest
 
-import ab_power
-import synthetic as syn
-from perfgate.render import ab_report
+from perfgate.core.stats import t_quantile, t_sf, two_sample
 from perfgate.judge.ab_verdict import ALPHA, Process, StepTimeRule, ab_rules, ab_words, judge_ab
 from perfgate.judge.rules import REGRESSION, SpeedupRule
-from perfgate.core.stats import t_quantile, t_sf, two_sample
+from perfgate.render import ab_report
+
+import ab_power
+import synthetic as syn
 
 GPT2 = syn.cells(models=["gpt2"], phases=["train"])
 GPT2_ID = GPT2[0].id

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-import synthetic as syn
 from perfgate.core import record
 from perfgate.core.clocks import CLOCKS, COMPUTE, DEVICE
 from perfgate.judge.ab_verdict import Process, judge_ab
 from perfgate.judge.rules import CLOCK_NAMES, DEFAULT_RULES, SpeedupRule
 from perfgate.render import ab_report
+
+import synthetic as syn
 
 IDS = [clock.name for clock in CLOCKS]
 

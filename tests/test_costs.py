@@ -1,7 +1,7 @@
 """Cell costs: priors, the history's medians, shards of equal cost, and the ETA."""
 
-from perfgate.plan import costs
 from perfgate.core.matrix import Cell
+from perfgate.plan import costs
 
 import synthetic as syn
 

@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from perfgate.measure.numerics import compare_steps
 from perfgate.core.spec import DEFAULT_TOLERANCES
+from perfgate.measure.numerics import compare_steps
 
 TOL = DEFAULT_TOLERANCES["amp_bf16"]
 

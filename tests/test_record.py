@@ -8,13 +8,14 @@ import sqlite3
 
 import pytest
 
-import synthetic as syn
-from perfgate.store import history
 from perfgate.core import validate
-from perfgate.judge.baseline import fold_cell
 from perfgate.core.record import CLOCKS, FIELDS, Field, first_call_cache, names
 from perfgate.core.records_file import RecordFileError, append_record, iter_records, load_records
+from perfgate.judge.baseline import fold_cell
 from perfgate.render.report import shown
+from perfgate.store import history
+
+import synthetic as syn
 
 
 def _write(path, text):
@@ -31,7 +32,8 @@ def test_a_torn_last_line_keeps_every_whole_record(tmp_path):
 
 
 def test_a_bad_line_in_the_middle_names_file_and_line(tmp_path):
-    path = _write(tmp_path / "r.jsonl", '{"cell": "a", "status": "skipped"}\nnot json\n{"cell": "b", "status": "skipped"}\n')
+    path = _write(tmp_path / "r.jsonl",
+                  '{"cell": "a", "status": "skipped"}\nnot json\n{"cell": "b", "status": "skipped"}\n')
     with pytest.raises(RecordFileError, match=r"r.jsonl:2: not a JSON record"):
         load_records([path])
 

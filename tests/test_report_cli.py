@@ -10,11 +10,12 @@ from pathlib import Path
 
 import pytest
 
-import synthetic as syn
-from perfgate.judge import gate
-from perfgate.render import report
-from perfgate.judge.baseline import baseline_path, build_baseline, write_baseline
 from perfgate.cli import ADVISED_RUNS, main
+from perfgate.judge import gate
+from perfgate.judge.baseline import baseline_path, build_baseline, write_baseline
+from perfgate.render import report
+
+import synthetic as syn
 
 KEY = (syn.H100, "pr")
 RESNET = "resnet50-train-inductor_default-amp_bf16"
@@ -235,7 +236,8 @@ def test_results_table(tmp_path, capsys):
     assert "failed" in lines[1] and "boom" in lines[1] and "ok" in lines[2]
 
 
-DATA_SIDE = ("core", "judge", "store", "plan", "render")  # packages that import no torch (docs/architecture.md); plus perfgate's faces
+# The packages that import no torch (docs/architecture.md); perfgate's faces are walked too.
+DATA_SIDE = ("core", "judge", "store", "plan", "render")
 
 
 def torch_free_modules() -> list[str]:

@@ -8,8 +8,8 @@ are null. Imports no torch.
 Schemas (a record's `schema`): 8 adds the stage account (`stages`: seconds per stage of the run, summing to
 `wall_s`, which now includes an isolated cell's process start) and `remeasure`; its host clock takes as many
 rounds as fit the timed rounds' seconds (11 at least, 41 at most, each round the fastest of 5 single steps as
-before: the same figure, a wider interval where fewer rounds fit); 7 adds a data-parallel cell's step breakdown (compute, communication,
-GPU idle); 6 records the compile-cache hits and misses of the first compiled call
+before: the same figure, a wider interval where fewer rounds fit); 7 adds a data-parallel cell's step breakdown
+(compute, communication, GPU idle); 6 records the compile-cache hits and misses of the first compiled call
 (compile_cache_hits/_misses), so a kept cache's compile says whether it was cold; 5 keeps the GPU numerics
 judge out of the compiled peak, which schema 4 (commits 933ac49 to a208d78) counted (gpt2 infer on an H100
 read 11474 MiB for 1348); 4 gave a GPU cell's host clock up to 41 rounds (3: 11), which halves its in-run

@@ -28,11 +28,11 @@ import statistics
 from dataclasses import dataclass, field, replace
 from typing import Sequence
 
-from perfgate.judge.baseline import fold_cell
-from perfgate.judge.rules import IMPROVEMENT, REFRESH, REGRESSION, Finding, SpeedupRule, default_rules
 from perfgate.core.record import TIME_ALONE
 from perfgate.core.stats import geomean, interval_sd, rel_spread, t_quantile, two_sample
 from perfgate.core.validate import checked
+from perfgate.judge.baseline import fold_cell
+from perfgate.judge.rules import IMPROVEMENT, REFRESH, REGRESSION, Finding, SpeedupRule, default_rules
 
 AB_SIDES = ("A", "B")
 # One-sided false-alarm rate of one timed comparison when nothing changed. An A/B run has no confirm round,

@@ -3,8 +3,8 @@ cur_record)` that returns a Finding or None. Imports no torch.
 
 One ratio rule per clock (perfgate.core.clocks defines each default line), on log ratios against the
 baseline's run-to-run noise: wall `speedup` 5 %, device `device_speedup` 2.5 % (a data-parallel cell's
-`compute_speedup` too), host time (HostTimeRule) +15 %. Count, relative, numerics and status rules cover the rest. How the ratio rules
-decide, and why: docs/gate-power.md ("How the rules decide").
+`compute_speedup` too), host time (HostTimeRule) +15 %. Count, relative, numerics and status rules cover the
+rest. How the ratio rules decide, and why: docs/gate-power.md ("How the rules decide").
 """
 
 from __future__ import annotations

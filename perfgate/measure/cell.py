@@ -20,9 +20,23 @@ from perfgate.measure import cache_artifacts, clocks, introspect, neighbours, re
 from perfgate.measure.compile_cache import compile_cache
 from perfgate.measure.job import RunOptions
 from perfgate.measure.peaks import peak_tflops
-from perfgate.measure.pipeline import (CellRun, StageClock, announcer, build_eager, capture_eager,
-                                       first_compiled_call, guarded, judge_numerics, load_reference, prepare,
-                                       raise_if_wrong, start_record, timed_rounds, warm_compiled, warm_eager)
+from perfgate.measure.pipeline import (
+    CellRun,
+    StageClock,
+    announcer,
+    build_eager,
+    capture_eager,
+    first_compiled_call,
+    guarded,
+    judge_numerics,
+    load_reference,
+    prepare,
+    raise_if_wrong,
+    start_record,
+    timed_rounds,
+    warm_compiled,
+    warm_eager,
+)
 from perfgate.measure.steps import Side, build_model, compiled_side, sync
 
 

@@ -98,9 +98,9 @@ class PerfSession:
              remeasure: str = "") -> dict:
         import dataclasses
 
-        from perfgate.measure.devices import for_cell
         from perfgate.core.records_file import append_record
         from perfgate.core.validate import checked
+        from perfgate.measure.devices import for_cell
         from perfgate.plugin.workers import finished_line
 
         options = self.options(cell, for_cell(cell.device_kind, self.worker))
@@ -123,9 +123,9 @@ class PerfSession:
         return record
 
     def _run_here(self, spec, cell: Cell, options, record_compiled) -> dict:
+        from perfgate.core.records_file import append_record
         from perfgate.measure.cell import run_cell
         from perfgate.measure.devices import start_cell
-        from perfgate.core.records_file import append_record
 
         def checkpoint(partial: dict) -> None:  # superseded by the final record (a later one wins)
             append_record(self.results_path, {**partial, "run_id": self.run_id})
@@ -141,9 +141,9 @@ class PerfSession:
         if cell.phase == "ddp":
             return (f"a data-parallel cell's ranks take {matrix.DDP_WORLD} GPUs, shared with the other "
                     f"{self.workers - 1} xdist worker(s)' cells: run ddp cells without -n")
-        from perfgate.plugin.workers import unfit_reason
-
         import torch
+
+        from perfgate.plugin.workers import unfit_reason
 
         gpus = torch.cuda.device_count() if cell.device_kind == "gpu" else 0
         return unfit_reason(cell.device_kind, self.workers, gpus)
@@ -240,8 +240,8 @@ class PerfSession:
         import time
 
         from perfgate.core import zoo
-        from perfgate.plan.costs import hms, precompile_shares
         from perfgate.measure import precompile, reference
+        from perfgate.plan.costs import hms, precompile_shares
 
         workers = self.config.getoption("--perf-precompile")
         devices = precompile.cuda_devices()

@@ -11,10 +11,10 @@ import re
 import traceback
 from typing import TYPE_CHECKING
 
-from perfgate.store import history
-from perfgate.judge.baseline import BaselineError, save_baselines
-from perfgate.store.history import HistoryError
 from perfgate.core.records_file import RecordFileError, load_records
+from perfgate.judge.baseline import BaselineError, save_baselines
+from perfgate.store import history
+from perfgate.store.history import HistoryError
 
 if TYPE_CHECKING:  # annotations only: the plugin imports this module, never the reverse
     from perfgate.plugin.session import PerfSession

@@ -19,8 +19,8 @@ from typing import Sequence
 
 from perfgate.core.clocks import BY_RATIO, DEVICE, HOST, WALL, shown_in
 from perfgate.judge.ab_verdict import AB_SIDES, ABReport, ABRow, Comparison, geomeans
-from perfgate.render.report import MAX_CHARS
 from perfgate.judge.rules import CLOCK_NAMES
+from perfgate.render.report import MAX_CHARS
 
 VERDICT_ORDER = ("regression", "failed", "improvement", "ok")
 # The timed columns: the clocks (a data-parallel cell's compute clock shows in the device column, as in the

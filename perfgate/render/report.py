@@ -15,8 +15,8 @@ from dataclasses import asdict
 from typing import Sequence
 
 from perfgate.core.clocks import DEVICE, HOST, WALL, shown_in
-from perfgate.judge.gate import GateReport
 from perfgate.core.record import FIELD, compiled_peak_is_right
+from perfgate.judge.gate import GateReport
 from perfgate.judge.rules import CLOCK_NAMES
 
 # A GitHub PR comment holds 65 536 characters; keep a margin for the CLI's other reports and headers.
