@@ -1,9 +1,9 @@
 """perfgate: measure what torch.compile buys, per model, phase, compile variant and precision.
 
 Layers (docs/architecture.md): core (vocabulary, records, statistics), measure (runs a cell; imports torch),
-judge (baselines, rules, gate, history), render (reports), plugin (the pytest face), and at the top the CLI
-and the A/B runner. Only measure and the plugin import torch, so `perfgate compare` and `perfgate report`
-run on a CPU box in a second.
+judge (baselines, rules, gate, the A/B verdict), store (the SQLite history), plan (cell costs, shards, ETA),
+render (reports), plugin (the pytest face), and at the top the CLI and the A/B runner. Only measure and the
+plugin import torch, so `perfgate compare` and `perfgate report` run on a CPU box in a second.
 """
 
 __version__ = "0.1.0"

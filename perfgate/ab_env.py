@@ -35,7 +35,7 @@ class ABError(Exception):
 
 
 @dataclass(frozen=True)
-class Side:
+class ABEnvironment:
     label: str                                  # "A" | "B"
     python: str                                 # the interpreter, e.g. /opt/venv-base/bin/python
     rev: str | None = None                      # a git revision of this repository, or None: the checkout
@@ -54,19 +54,19 @@ class Side:
                 "args": list(self.args)}
 
     @classmethod
-    def from_json(cls, data: dict) -> "Side":
+    def from_json(cls, data: dict) -> "ABEnvironment":
         return cls(data["label"], data["python"], data.get("rev"), tuple((data.get("env") or {}).items()),
                    tuple(data.get("args") or ()))
 
 
-def side_from_options(label: str, python: str | None, rev: str | None, env: Sequence[str], args: str) -> Side:
+def side_from_options(label: str, python: str | None, rev: str | None, env: Sequence[str], args: str) -> ABEnvironment:
     """A side from the command line: --a-python (default: this interpreter), --a-rev, --a-env NAME=VALUE
     (repeatable) and --a-args (one shell-quoted string of pytest args)."""
     try:
         pytest_args = tuple(shlex.split(args or ""))
     except ValueError as err:
         raise ABError(f"--{label.lower()}-args {args!r}: {err}") from None
-    return Side(label, python or sys.executable, rev, parse_env(env, label), pytest_args)
+    return ABEnvironment(label, python or sys.executable, rev, parse_env(env, label), pytest_args)
 
 
 def parse_env(items: Sequence[str], label: str) -> tuple[tuple[str, str], ...]:
@@ -88,13 +88,13 @@ def check_args(args: Sequence[str], where: str) -> None:
                       f"(a results file per process, a compile cache per side); drop them")
 
 
-def check_python(side: Side) -> None:
+def check_python(side: ABEnvironment) -> None:
     if not Path(side.python).is_file() or not os.access(side.python, os.X_OK):
         raise ABError(f"side {side.label}: the interpreter {side.python} does not exist or is not executable "
                       f"(--{side.label.lower()}-python wants a venv's bin/python)")
 
 
-def probe(side: Side) -> dict:
+def probe(side: ABEnvironment) -> dict:
     """The versions the side's interpreter sees; ABError when it cannot import torch."""
     try:
         proc = subprocess.run([side.python, "-c", PROBE], capture_output=True, text=True,
@@ -114,7 +114,7 @@ def repo_root(cwd: Path) -> Path | None:
     return Path(proc.stdout.strip()).resolve() if proc.returncode == 0 else None
 
 
-def resolve_rev(repo: Path | None, side: Side) -> str:
+def resolve_rev(repo: Path | None, side: ABEnvironment) -> str:
     """The commit a side's revision names; ABError when there is no such revision."""
     if repo is None:
         raise ABError(f"side {side.label}: --{side.label.lower()}-rev {side.rev} needs a git checkout of this "
@@ -152,7 +152,7 @@ def side_root(repo: Path | None, cwd: Path, worktree: Path | None) -> Path:
     return worktree / cwd.resolve().relative_to(repo)
 
 
-def side_environ(side: Side, import_root: Path) -> dict[str, str]:
+def side_environ(side: ABEnvironment, import_root: Path) -> dict[str, str]:
     """The process environment of a side: ours, its extra variables, and `import_root` first on PYTHONPATH so
     its perfgate and fixtures are the revision's (a venv's editable install of another checkout loses)."""
     env = {**os.environ, **dict(side.env)}
@@ -160,7 +160,7 @@ def side_environ(side: Side, import_root: Path) -> dict[str, str]:
     return env
 
 
-def collect(side: Side, root: Path, import_root: Path, common: Sequence[str]) -> list[str]:
+def collect(side: ABEnvironment, root: Path, import_root: Path, common: Sequence[str]) -> list[str]:
     """The test ids a side's pytest selects (--collect-only); ABError when it selects none or errs."""
     # --verbosity last: a user's own -q or -v among the args would turn the id list into per-file counts
     # (-qq) or a tree (-v), where no id can be read

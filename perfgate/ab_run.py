@@ -35,9 +35,9 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from perfgate import ab_env
-from perfgate.ab_env import ABError, Side
-from perfgate.judge.ab_verdict import SIDES, ABReport, Process, judge
+from perfgate.ab_env import ABEnvironment, ABError
 from perfgate.core.records_file import RecordFileError, load_records
+from perfgate.judge.ab_verdict import AB_SIDES, ABReport, Process, judge_ab
 
 MANIFEST_SCHEMA = 1
 MIN_PROCESSES = 2      # a side's spread between processes needs 2 at least
@@ -91,15 +91,15 @@ def manifest_problem(manifest) -> str | None:
         return f"schema {manifest.get('schema')!r}, expected {MANIFEST_SCHEMA}"
     sides, runs = manifest.get("sides"), manifest.get("runs")
     if not (isinstance(sides, dict) and all(isinstance(sides.get(s), dict) and isinstance(sides[s].get("python"), str)
-                                            for s in SIDES)):
-        return f"'sides' must hold {' and '.join(SIDES)}, each with its 'python'"
+                                            for s in AB_SIDES)):
+        return f"'sides' must hold {' and '.join(AB_SIDES)}, each with its 'python'"
     if not (isinstance(runs, list) and isinstance(manifest.get("processes"), int)
             and isinstance(manifest.get("common_args"), list)):
         return "'runs' (a list), 'processes' (a number) and 'common_args' (a list) expected"
     for run in runs:
-        if not (isinstance(run, dict) and run.get("side") in SIDES and isinstance(run.get("rep"), int)
+        if not (isinstance(run, dict) and run.get("side") in AB_SIDES and isinstance(run.get("rep"), int)
                 and isinstance(run.get("name"), str) and isinstance(run.get("state"), str)):
-            return f"process {run!r:.80}: needs a name, a side ({', '.join(SIDES)}), a rep number and a state"
+            return f"process {run!r:.80}: needs a name, a side ({', '.join(AB_SIDES)}), a rep number and a state"
         for key in ("results", "log"):
             if not _inside_run(run.get(key)):
                 return f"process {run['name']!r:.40}: {key} {run.get(key)!r:.80} is not a relative path inside the run"
@@ -124,7 +124,7 @@ def plan(processes: int, runs: Sequence[dict] = ()) -> list[dict]:
     planned = list(runs)
     have = {run["name"] for run in planned}
     for rep in range(1, processes + 1):
-        for side in SIDES:
+        for side in AB_SIDES:
             name = f"{side}-{rep}"
             if name not in have:
                 planned.append({"name": name, "side": side, "rep": rep, "state": "pending", "rc": None,
@@ -135,7 +135,7 @@ def plan(processes: int, runs: Sequence[dict] = ()) -> list[dict]:
 
 # ---------------------------------------------------------------------------------------------- set-up
 
-def prepare(out: Path, sides: Sequence[Side], common: Sequence[str], processes: int, cwd: Path) -> dict:
+def prepare(out: Path, sides: Sequence[ABEnvironment], common: Sequence[str], processes: int, cwd: Path) -> dict:
     """Check both sides and write a new run's manifest; ABError on anything an A/B run cannot use, before
     any cell runs. The cheap checks first (options, interpreters, revisions), then what takes seconds:
     importing torch in each interpreter and collecting the tests, once where both sides would ask alike.
@@ -164,7 +164,7 @@ def prepare(out: Path, sides: Sequence[Side], common: Sequence[str], processes: 
     return manifest
 
 
-def _set_up(sides: Sequence[Side], common: Sequence[str], repo: Path | None, cwd: Path, shas: dict,
+def _set_up(sides: Sequence[ABEnvironment], common: Sequence[str], repo: Path | None, cwd: Path, shas: dict,
             worktrees: dict) -> dict[str, dict]:
     """Each side's manifest entry: its versions (probed), its checkout, the tests it selects (which must be
     the same on both sides)."""
@@ -293,7 +293,7 @@ def _start(manifest: dict, out: Path, run: dict) -> subprocess.Popen:
     (out / "logs").mkdir(parents=True, exist_ok=True)
     with open(out / run["log"], "w", encoding="utf-8") as log:
         return subprocess.Popen(command(manifest, out, run), cwd=side["root"], stdout=log, stderr=subprocess.STDOUT,
-                                env=ab_env.side_environ(Side.from_json(side), Path(side["import_root"])))
+                                env=ab_env.side_environ(ABEnvironment.from_json(side), Path(side["import_root"])))
 
 
 def _stop(child: subprocess.Popen) -> None:
@@ -342,8 +342,8 @@ def complete_processes(manifest: dict, out: Path) -> list[Process]:
 
 def verdict(manifest: dict, out: Path, rules: Sequence | None = None) -> ABReport:
     """The run judged by `rules` (default: ab_verdict.ab_rules(); perfgate bisect passes its own thresholds)."""
-    descriptions = {label: Side.from_json(side).describe() for label, side in manifest["sides"].items()}
-    report = judge(complete_processes(manifest, out), rules=rules, descriptions=descriptions)
+    descriptions = {label: ABEnvironment.from_json(side).describe() for label, side in manifest["sides"].items()}
+    report = judge_ab(complete_processes(manifest, out), rules=rules, descriptions=descriptions)
     for run in manifest["runs"]:
         if run["state"] == "crashed":
             report.notes.append(f"process {run['name']} crashed (exit {run['rc']}); its lost cells count as "
@@ -353,8 +353,8 @@ def verdict(manifest: dict, out: Path, rules: Sequence | None = None) -> ABRepor
     return report
 
 
-def run_ab(out: Path, progress: Callable[[str], None], *, sides: Sequence[Side] = (), common: Sequence[str] = (),
-           processes: int | None = None, resume: bool = False, cwd: Path | None = None,
+def run_ab(out: Path, progress: Callable[[str], None], *, sides: Sequence[ABEnvironment] = (),
+           common: Sequence[str] = (), processes: int | None = None, resume: bool = False, cwd: Path | None = None,
            rules: Sequence | None = None) -> ABReport:
     """A new A/B run in `out` (or, with resume, the one there, extended to `processes` a side when given),
     run to its end and judged."""
@@ -368,9 +368,9 @@ def run_ab(out: Path, progress: Callable[[str], None], *, sides: Sequence[Side] 
     else:
         manifest = prepare(out, sides, common, DEFAULT_PROCESSES if processes is None else processes,
                            (cwd or Path.cwd()).resolve())
-    for label in SIDES:
+    for label in AB_SIDES:
         side = manifest["sides"][label]
-        progress(f"side {label}: {Side.from_json(side).describe()} (torch {side['versions'].get('torch')}, "
+        progress(f"side {label}: {ABEnvironment.from_json(side).describe()} (torch {side['versions'].get('torch')}, "
                  f"{side['tests']} test(s))")
     run_pending(manifest, out, progress)
     return verdict(manifest, out, rules)

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from perfgate import ab_env, ab_run
-from perfgate.ab_env import ABError, Side
+from perfgate.ab_env import ABEnvironment, ABError
 from perfgate.judge.bisect_verdict import UNSURE, BadRule, BisectError, classify, probes_left, search
 
 MANIFEST_SCHEMA = 1
@@ -40,8 +40,8 @@ class Step:
     env: tuple[tuple[str, str], ...] = ()
     pip: str | None = None                      # a requirement set installed into env's PYTHONPATH dir
 
-    def side(self, label: str) -> Side:
-        return Side(label, self.python, self.rev, self.env)
+    def side(self, label: str) -> ABEnvironment:
+        return ABEnvironment(label, self.python, self.rev, self.env)
 
     def to_json(self) -> dict:
         return {"name": self.name, "label": self.label, "python": self.python, "rev": self.rev,

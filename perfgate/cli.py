@@ -1,4 +1,4 @@
-"""The `perfgate` command: a thin face over perfgate.judge.baseline, gate, report, history and html_report.
+"""The `perfgate` command: a thin face over perfgate.judge (baseline, gate), perfgate.store.history and perfgate.render.
 
 Imports no torch, so it runs on a CPU box in a second. Exit codes: 0 the gate passes, 1 a regression,
 2 unusable input (a missing, corrupt or foreign baseline, an unreadable results file: the message names the
@@ -30,14 +30,14 @@ import traceback
 from pathlib import Path
 from typing import Sequence
 
-from perfgate.judge import history
-from perfgate.judge.baseline import BaselineError, disagreements, save_baselines
-from perfgate.judge.gate import gate_run
 from perfgate.core.output import OutputError
 from perfgate.core.record import nothing_measured
 from perfgate.core.records_file import RecordFileError, iter_records, load_records
+from perfgate.judge.baseline import BaselineError, disagreements, save_baselines
+from perfgate.judge.gate import gate_run
 from perfgate.render.report import records_table, text_table
 from perfgate.render.report_files import write_reports
+from perfgate.store import history
 
 EXIT_CANNOT_COMPARE = 2
 EXIT_INTERNAL_ERROR = 3  # pytest's INTERNALERROR code too: the plugin's crashes exit with it
@@ -255,9 +255,9 @@ def _add_report_parser(sub) -> None:
 
 
 def cmd_ab(args: argparse.Namespace) -> int:
-    from perfgate.render import ab_report
     from perfgate import ab_run
     from perfgate.ab_env import ABError, side_from_options
+    from perfgate.render import ab_report
 
     def progress(message: str) -> None:
         print(f"[perfgate ab] {message}", flush=True)

@@ -27,9 +27,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np  # noqa: E402
 
-import synthetic as syn  # noqa: E402
-from perfgate.judge.ab_verdict import ALPHA, Process, judge  # noqa: E402
 from perfgate.core.stats import t_quantile  # noqa: E402
+from perfgate.judge.ab_verdict import ALPHA, Process, judge_ab  # noqa: E402
+
+import synthetic as syn  # noqa: E402
 
 IN_RUN_SD = 0.0089  # the in-run sd of a synthetic record's wall speedup (15 rounds of 2 % noise a side)
 CELLS = syn.cells()
@@ -76,7 +77,7 @@ def simulate(trials: int, n: int, noise: float, loss: float = 0.0, clock: str = 
     runs_failed = cells_caught = clock_caught = 0
     for trial in range(trials):
         base = 10_000 * (seed + trial)
-        report = judge(processes("A", base, n, noise) + processes("B", base + 1000, n, noise, planted(loss, clock)))
+        report = judge_ab(processes("A", base, n, noise) + processes("B", base + 1000, n, noise, planted(loss, clock)))
         runs_failed += bool(report.regressions)
         cells_caught += len({f.cell for f in report.regressions})
         clock_caught += len({f.cell for f in report.regressions if f.metric == clock})

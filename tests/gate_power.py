@@ -26,11 +26,12 @@ from unittest import mock
 
 import numpy as np
 
-import synthetic as syn
+from perfgate.core import stats
 from perfgate.judge import baseline as baseline_module
 from perfgate.judge import gate
-from perfgate.core import stats
 from perfgate.judge.baseline import build_baseline
+
+import synthetic as syn
 
 BASELINE_RUNS = (3, 5, 8)
 ROUNDS = 15

@@ -14,11 +14,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import synthetic as syn
-from perfgate.ab_env import Side, collect
+from perfgate.ab_env import ABEnvironment, collect
 from perfgate.ab_run import plan, save_manifest, verdict
 from perfgate.cli import main
 from perfgate.core.records_file import append_record
+
+import synthetic as syn
 
 pytest.importorskip("torch")
 
@@ -189,7 +190,7 @@ def test_a_revision_is_checked_out_into_the_run_and_collected_there(zoo_repo, tm
 @pytest.mark.parametrize("verbosity", ["-q", "-qq", "-v"])
 def test_a_users_own_verbosity_does_not_hide_the_test_ids(zoo_repo, verbosity):
     """An H100 run with -q among the common args failed: collect-only -q -q prints per-file counts."""
-    side = Side("A", sys.executable)
+    side = ABEnvironment("A", sys.executable)
     ids = collect(side, zoo_repo, zoo_repo, ["test_zoo.py", verbosity])
     assert ids == [f"test_zoo.py::test_cell[{n}]" for n in (1, 2, 3)]
 
@@ -205,7 +206,7 @@ def test_the_plan_grows_on_resume_and_crashed_processes_count(tmp_path, capsys):
     for run in runs:
         run["state"], run["rc"] = states[run["name"]]
         append_record(tmp_path / run["results"], syn.record(cell, rng=np.random.default_rng(len(run["name"]))))
-    sides = {label: {**Side(label, sys.executable).to_json(), "versions": {}, "tests": 1} for label in "AB"}
+    sides = {label: {**ABEnvironment(label, sys.executable).to_json(), "versions": {}, "tests": 1} for label in "AB"}
     manifest = {"schema": 1, "sides": sides, "runs": runs, "processes": 2, "common_args": []}
     save_manifest(tmp_path, manifest)
     report = verdict(manifest, tmp_path)
@@ -215,6 +216,7 @@ def test_the_plan_grows_on_resume_and_crashed_processes_count(tmp_path, capsys):
     assert any(n == f"process B-2 is interrupted: perfgate ab --resume {tmp_path} runs it" for n in report.notes)
     # --judge: the same verdict from the command line, running nothing (B-2 stays interrupted)
     assert main(["ab", "--judge", str(tmp_path)]) == 2
-    assert json.loads((tmp_path / "manifest.json").read_text())["runs"][3]["state"] == "interrupted" and (tmp_path / "report.md").is_file()
+    assert json.loads((tmp_path / "manifest.json").read_text())["runs"][3]["state"] == "interrupted"
+    assert (tmp_path / "report.md").is_file()
     assert main(["ab", "--judge", str(tmp_path), "--processes", "3"]) == 2
     assert "give no sides, --resume, --processes" in capsys.readouterr().err

@@ -8,12 +8,13 @@ import math
 
 import pytest
 
+from perfgate.core.stats import t_quantile, t_sf, two_sample
+from perfgate.judge.ab_verdict import ALPHA, Process, StepTimeRule, ab_rules, ab_words, judge_ab
+from perfgate.judge.rules import REGRESSION, SpeedupRule
+from perfgate.render import ab_report
+
 import ab_power
 import synthetic as syn
-from perfgate.render import ab_report
-from perfgate.judge.ab_verdict import ALPHA, Process, StepTimeRule, ab_rules, ab_words, judge
-from perfgate.judge.rules import REGRESSION, SpeedupRule
-from perfgate.core.stats import t_quantile, t_sf, two_sample
 
 GPT2 = syn.cells(models=["gpt2"], phases=["train"])
 GPT2_ID = GPT2[0].id
@@ -59,7 +60,7 @@ def test_two_sample_pools_equal_sides_and_floors_the_spread():
 # ---------------------------------------------------------------------------------------------- the rules
 
 def test_a_a_passes_with_every_rule_compared():
-    report = judge(side("A") + side("B"))
+    report = judge_ab(side("A") + side("B"))
     assert report.exit_code == 0 and not report.regressions and not report.errors
     (row,) = report.rows
     assert [c.metric for c in row.comparisons] == [r.metric for r in ab_rules() if isinstance(r, SpeedupRule)
@@ -69,7 +70,7 @@ def test_a_a_passes_with_every_rule_compared():
 
 
 def test_a_wall_loss_is_a_regression_with_its_interval():
-    report = judge(side("A") + side("B", speedup=syn.PROFILE["gpt2"][1] * 0.85))
+    report = judge_ab(side("A") + side("B", speedup=syn.PROFILE["gpt2"][1] * 0.85))
     assert report.exit_code == 1
     wall = next(f for f in report.regressions if f.metric == "speedup")
     assert wall.kind == REGRESSION and wall.current < wall.baseline
@@ -79,33 +80,33 @@ def test_a_wall_loss_is_a_regression_with_its_interval():
 
 
 def test_eager_and_compiled_slower_alike_is_caught_by_the_step_times_alone():
-    report = judge(side("A") + side("B", eager_ms=33.0 * 1.2))  # the same speedup, every step 20 % slower
+    report = judge_ab(side("A") + side("B", eager_ms=33.0 * 1.2))  # the same speedup, every step 20 % slower
     assert {f.metric for f in report.regressions} == {"eager_ms", "compiled_ms"}
     assert "eager ms per step 33" in next(f.message for f in report.regressions if f.metric == "eager_ms")
 
 
 def test_faster_b_is_an_improvement_and_passes():
-    report = judge(side("A") + side("B", speedup=syn.PROFILE["gpt2"][1] * 1.2))
+    report = judge_ab(side("A") + side("B", speedup=syn.PROFILE["gpt2"][1] * 1.2))
     assert report.exit_code == 0 and "speedup" in {f.metric for f in report.improvements}
     assert report.rows[0].verdict == "improvement"
 
 
 def test_a_device_loss_of_3_percent_is_caught_with_3_processes():
     device = syn.PROFILE["gpt2"][1] * syn.EAGER_BUSY / syn.BUSY["gpt2"]
-    report = judge(side("A") + side("B", device_speedup=device * 0.97))
+    report = judge_ab(side("A") + side("B", device_speedup=device * 0.97))
     assert [f.metric for f in report.regressions] == ["device_speedup"]
 
 
 def test_a_clock_lost_in_b_is_a_regression():
     lost = [Process("B", p.rep, tuple(syn.without_device(r, "profiler failed") for r in p.records), p.cold)
             for p in side("B")]
-    report = judge(side("A") + lost)
+    report = judge_ab(side("A") + lost)
     (finding,) = findings(report, "device_speedup")
     assert finding.kind == REGRESSION and "missing in B (profiler failed)" in finding.message
 
 
 def test_counts_numerics_and_memory_use_the_gates_rules_in_ab_words():
-    report = judge(side("A") + side("B", graph_breaks=2, recompiles=1, numerics="fail",
+    report = judge_ab(side("A") + side("B", graph_breaks=2, recompiles=1, numerics="fail",
                                      peak_mem_compiled_mb=9000.0))
     found = {f.metric: f.message for f in report.regressions}
     assert found["graph_breaks"] == "graph breaks 0 -> 2" and found["recompiles"] == "recompiles 0 -> 1"
@@ -116,7 +117,7 @@ def test_counts_numerics_and_memory_use_the_gates_rules_in_ab_words():
 
 
 def test_a_cell_failing_in_one_b_process_fails_b():
-    report = judge(side("A") + side("B")[:2] + [Process("B", 3, (syn.failed(GPT2[0], "CUDA out of memory"),))])
+    report = judge_ab(side("A") + side("B")[:2] + [Process("B", 3, (syn.failed(GPT2[0], "CUDA out of memory"),))])
     (finding,) = findings(report)
     assert finding.metric == "status" and report.exit_code == 1
     assert finding.message == "ok in A, failed in B: failed in 1 of 3 processes: CUDA out of memory"
@@ -127,19 +128,19 @@ def test_cold_compile_is_the_first_process_of_each_side():
     def compiles(first: float):
         return lambda rep: {"compile_s": first if rep == 1 else 5.0, "compile_cache": "persistent"}
 
-    slow = judge(side("A", per_process=compiles(40.0)) + side("B", per_process=compiles(70.0)))
+    slow = judge_ab(side("A", per_process=compiles(40.0)) + side("B", per_process=compiles(70.0)))
     (finding,) = findings(slow)
     assert finding.metric == "compile_s" and "40 -> 70" in finding.message
     warm = [Process(p.side, p.rep, p.records, cold=False) for p in side("A") + side("B", per_process=compiles(70.0))]
-    report = judge(warm)
+    report = judge_ab(warm)
     assert not findings(report) and any("no cold compile on side A, B" in n for n in report.notes)
 
 
 def test_different_cells_or_too_few_processes_cannot_compare():
     other = syn.cells(models=["vit_b16"], phases=["train"])
-    report = judge(side("A") + side("B", cells=GPT2 + other))
+    report = judge_ab(side("A") + side("B", cells=GPT2 + other))
     assert report.exit_code == 2 and report.only_in_b == [other[0].id] and other[0].id in report.errors[0]
-    short = judge(side("A") + side("B", n=1, graph_breaks=2))
+    short = judge_ab(side("A") + side("B", n=1, graph_breaks=2))
     assert short.exit_code == 2 and "B has 1 complete process" in short.errors[0]
     # What a cut run measured is still shown: the counts judged, the timed figures side by side, not judged
     assert [f.metric for f in short.regressions] == ["graph_breaks"]
@@ -150,7 +151,7 @@ def test_different_cells_or_too_few_processes_cannot_compare():
 
 def test_the_models_own_wall_threshold_is_used():
     loose = side("B", speedup=syn.PROFILE["gpt2"][1] * 0.9, gate={"speedup_threshold": 0.25})
-    assert "speedup" not in {f.metric for f in judge(side("A") + loose).regressions}
+    assert "speedup" not in {f.metric for f in judge_ab(side("A") + loose).regressions}
 
 
 def test_ab_words():
@@ -178,7 +179,7 @@ def test_markdown_escapes_and_orders_regressions_first():
     both = syn.cells(models=["gpt2", "vit_b16"], phases=["train"])
     b_side = side("B", cells=both)
     vit_failed = tuple(syn.failed(both[1], reason) if r["cell"] == both[1].id else r for r in b_side[0].records)
-    report = judge(side("A", cells=both) + [Process("B", 1, vit_failed, True), *b_side[1:]])
+    report = judge_ab(side("A", cells=both) + [Process("B", 1, vit_failed, True), *b_side[1:]])
     text = ab_report.markdown(report)
     assert text.startswith("**perfgate A/B FAIL**: 1 regression(s)") and "B against A, 3 + 3 processes" in text
     assert "<details>" not in text and "\\<details\\>" in text and "boom \\| " in text
@@ -211,12 +212,12 @@ def test_a_10_percent_loss_with_1_percent_noise_is_caught():
 def test_a_liberal_alpha_would_cry_wolf():
     """The same A/A trials judged at one-sided 5 %: the simulation can tell a too-liberal test apart."""
     procs = ab_power.processes("A", 0, 3, 0.03) + ab_power.processes("B", 1000, 3, 0.03)
-    strict, liberal = judge(procs), judge(procs, alpha=0.05)
+    strict, liberal = judge_ab(procs), judge_ab(procs, alpha=0.05)
     assert len(liberal.regressions) + len(liberal.improvements) > len(strict.regressions) + len(strict.improvements)
 
 
 def test_html_report_has_a_section_per_side_and_the_verdict_on_top(tmp_path):
-    report = judge(side("A") + side("B", graph_breaks=1))
+    report = judge_ab(side("A") + side("B", graph_breaks=1))
     ab_report.html(report, tmp_path / "ab.html")
     page = (tmp_path / "ab.html").read_text()
     assert page.index('class="gate fail"') < page.index("(A · ") < page.index("(B · ")
@@ -226,8 +227,8 @@ def test_html_report_has_a_section_per_side_and_the_verdict_on_top(tmp_path):
 def test_records_are_checked_as_the_gate_checks_them():
     """A NaN speedup on an ok record is a failed cell (perfgate.core.validate); xdist-unfit timings cannot be
     compared at all."""
-    nan = judge(side("A") + side("B", per_process=lambda rep: {"speedup": float("nan")} if rep == 2 else {}))
+    nan = judge_ab(side("A") + side("B", per_process=lambda rep: {"speedup": float("nan")} if rep == 2 else {}))
     (finding,) = findings(nan)
     assert finding.metric == "status" and "failed in 1 of 3 processes: bad figures: " in finding.message
-    unfit = judge(side("A") + side("B", unfit="2 xdist workers shared 2 CPU cores"))
+    unfit = judge_ab(side("A") + side("B", unfit="2 xdist workers shared 2 CPU cores"))
     assert unfit.exit_code == 2 and "3 record(s) are unfit for a timing verdict (B-1" in unfit.errors[0]

@@ -14,12 +14,13 @@ import time
 
 import pytest
 
-import synthetic as syn
 from perfgate import cli
-from perfgate.core import validate
-from perfgate.judge.baseline import build_baseline, write_baseline
 from perfgate.cli import main
+from perfgate.core import validate
 from perfgate.core.records_file import append_record
+from perfgate.judge.baseline import build_baseline, write_baseline
+
+import synthetic as syn
 
 KEY = (syn.H100, "pr")
 CELL = "resnet50-train-inductor_default-amp_bf16"

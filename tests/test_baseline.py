@@ -10,12 +10,13 @@ import statistics
 
 import pytest
 
-import synthetic as syn
-from perfgate.judge import baseline as bl
-from perfgate.judge import gate
 from perfgate.core.output import OutputError
 from perfgate.core.record import CLOCKS, new_record
 from perfgate.core.stats import interval_sd, rel_spread
+from perfgate.judge import baseline as bl
+from perfgate.judge import gate
+
+import synthetic as syn
 
 KEY = (syn.H100, "pr")
 RESNET = "resnet50-train-inductor_default-amp_bf16"

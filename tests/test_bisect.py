@@ -11,14 +11,15 @@ from pathlib import Path
 
 import pytest
 
-import synthetic as syn
 from perfgate import bisect_run
 from perfgate.ab_env import ABError
 from perfgate.bisect_run import Step
 from perfgate.cli import main
-from perfgate.judge.ab_verdict import Process, judge
+from perfgate.judge.ab_verdict import Process, judge_ab
 from perfgate.judge.bisect_verdict import BAD, GOOD, UNSURE, BadRule, BisectError, classify, probes_left, search
 from perfgate.render import bisect_report
+
+import synthetic as syn
 
 REPO = Path(__file__).resolve().parents[1]
 GPT2 = syn.cells(models=["gpt2"], phases=["train"])
@@ -97,7 +98,7 @@ def procs(label: str, n: int, speedup: float, run_noise: float = 0.002) -> list[
     ids=["same-is-good", "20pct-slower-is-bad", "bad-on-its-rule", "another-rule-ignores-it",
          "noise-limited-is-unsure", "one-process-cannot-compare"])
 def test_a_probe_reads_good_bad_or_unsure_under_its_rule(b_speedup, n, run_noise, rule, verdict):
-    report = judge(procs("A", max(n, 2), 1.5, run_noise) + procs("B", n, b_speedup, run_noise),
+    report = judge_ab(procs("A", max(n, 2), 1.5, run_noise) + procs("B", n, b_speedup, run_noise),
                    rules=BadRule.parse(rule).rules())
     assert classify(report, BadRule.parse(rule)).verdict == verdict
 
@@ -142,7 +143,7 @@ class FakeAB:
         (directory / "manifest.json").write_text('{"runs": []}')
         b = self.b_speedups.pop(0)
         noise = self.run_noise if b else 0.002
-        return judge(procs("A", processes, 1.5, noise) + procs("B", processes, b or 1.5, noise), rules=rules)
+        return judge_ab(procs("A", processes, 1.5, noise) + procs("B", processes, b or 1.5, noise), rules=rules)
 
 
 def test_an_unsure_probe_is_measured_again_with_more_processes_before_it_steers(tmp_path, monkeypatch):

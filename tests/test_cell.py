@@ -12,13 +12,13 @@ torch = pytest.importorskip("torch")
 import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 
+from perfgate.core.matrix import VARIANTS, Cell, Variant  # noqa: E402
+from perfgate.core.record import first_call_cache  # noqa: E402
+from perfgate.core.spec import ModelSpec, Size  # noqa: E402
 from perfgate.core.stages import STAGES  # noqa: E402
-from perfgate.measure import artifacts, launch, precompile, reference  # noqa: E402
+from perfgate.measure import cache_artifacts, launch, precompile, reference  # noqa: E402
 from perfgate.measure.cell import run_cell  # noqa: E402
 from perfgate.measure.job import RunOptions  # noqa: E402
-from perfgate.core.matrix import VARIANTS, Cell, Variant  # noqa: E402
-from perfgate.core.spec import ModelSpec, Size  # noqa: E402
-from perfgate.core.record import first_call_cache  # noqa: E402
 from perfgate.measure.timing import CPU_PLAN  # noqa: E402
 
 OPTIONS = RunOptions(device="cpu", plan=CPU_PLAN.replace(min_rounds=3, max_rounds=3, target_round_ms=2.0),
@@ -94,11 +94,11 @@ def test_the_numerics_judge_is_set_aside_from_the_compiled_peak(monkeypatch):
 
     def judging(*args, **kwargs):
         events.append("judge")
-        return judge(*args, **kwargs)
+        return compare(*args, **kwargs)
 
-    judge = cell_module.judge
+    compare = cell_module.compare_steps
     monkeypatch.setattr(cell_module, "Memory", Recording)
-    monkeypatch.setattr(cell_module, "judge", judging)
+    monkeypatch.setattr(cell_module, "compare_steps", judging)
     assert _run(_spec())["status"] == "ok"
     assert events == ["aside", "judge", "aside ends"]
 
@@ -189,7 +189,7 @@ def test_a_broken_fresh_process_leaves_the_cell_ok_with_a_note():
 def test_a_fresh_process_past_its_time_is_killed_with_a_note():
     record = {}
     options = dataclasses.replace(OPTIONS, registry=f"{__name__}:REGISTRY")
-    artifacts.measure_in_child(b"", Cell("mlp", "infer", "inductor_default", "fp32", "cpu"), options, record,
+    cache_artifacts.measure_in_child(b"", Cell("mlp", "infer", "inductor_default", "fp32", "cpu"), options, record,
                                timeout_s=0.2)  # the child is still importing torch
     assert record == {"compile_artifacts_note": "fresh process: timed out after 0.2 s"}
 

@@ -10,11 +10,12 @@ import math
 import numpy as np
 import pytest
 
-import synthetic as syn
+from perfgate.core.stats import rel_spread
 from perfgate.judge import gate
 from perfgate.judge.baseline import build_baseline
 from perfgate.judge.rules import ADVISORY, HostTimeRule, SpeedupRule
-from perfgate.core.stats import rel_spread
+
+import synthetic as syn
 
 KEY = (syn.H100, "pr")
 CELLS = syn.cells()

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
+from perfgate.core.matrix import Cell
+from perfgate.core.record import bound_of, new_record
 from perfgate.measure import clocks, faults
 from perfgate.measure.clocks import busy_ms_by_range, union_ns
-from perfgate.core.record import bound_of, new_record
-from perfgate.core.matrix import Cell
 from perfgate.measure.timing import Rounds
 
 

@@ -1,7 +1,7 @@
 """Cell costs: priors, the history's medians, shards of equal cost, and the ETA."""
 
-from perfgate.judge import costs
 from perfgate.core.matrix import Cell
+from perfgate.plan import costs
 
 import synthetic as syn
 
@@ -61,7 +61,7 @@ def test_progress_counts_and_scales_the_eta_by_how_fast_cells_really_ran():
 
 
 def test_the_history_feeds_the_costs(tmp_path):
-    from perfgate.judge import history
+    from perfgate.store import history
 
     db = tmp_path / "h.sqlite"
     history.append(db, syn.run(3))

@@ -9,6 +9,7 @@ from perfgate.core import matrix
 from perfgate.core.matrix import Cell
 from perfgate.core.records_file import load_records
 from perfgate.plugin.selection import CELL_KEY, skip_gpu_cells_without_cuda
+
 from tiny_suite import FAST
 
 pytest.importorskip("torch")
@@ -59,8 +60,9 @@ def test_no_rank_is_left_while_the_session_goes_on():
 
 @pytest.fixture
 def ddp_suite(pytester, monkeypatch):
-    from tiny_suite import PERFGATE_ROOT
     import os
+
+    from tiny_suite import PERFGATE_ROOT
 
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [PERFGATE_ROOT, os.environ.get("PYTHONPATH")])))
     for name in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT"):
@@ -77,7 +79,8 @@ def ddp_suite(pytester, monkeypatch):
         pytester.makepyfile(test_ddp_suite=DDP_SUITE.replace("LIMIT", repr(limit_s)))
         results = pytester.path / "r.jsonl"
         out = pytester.runpytest_subprocess(*FAST, f"--perf-results={results}", *args)
-        left = subprocess.run(["pgrep", "-af", "perfgate.measure.child .*--rank"], capture_output=True, text=True).stdout
+        left = subprocess.run(["pgrep", "-af", "perfgate.measure.child .*--rank"], capture_output=True,
+                              text=True).stdout
         return out, load_records([results]), [line for line in left.splitlines() if str(pytester.path) in line]
     return run
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 import torch
+from test_clocks import Event
 
 from perfgate.measure import ddp_clocks
 from perfgate.measure.ddp_clocks import rank_rounds, split_ms, store
-from test_clocks import Event
 
 MS = 1_000_000  # ns
 

@@ -10,10 +10,11 @@ import math
 
 import pytest
 
-import synthetic as syn
+from perfgate.core.stats import geomean
 from perfgate.judge import gate
 from perfgate.judge.baseline import BaselineError, build_baseline
-from perfgate.core.stats import geomean
+
+import synthetic as syn
 
 KEY = (syn.H100, "pr")
 CELLS = syn.cells()

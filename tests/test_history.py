@@ -1,4 +1,4 @@
-"""perfgate.judge.history (SQLite, idempotent per run and cell), shard/worker merging, `perfgate history`, and the
+"""perfgate.store.history (SQLite, idempotent per run and cell), shard/worker merging, `perfgate history`, and the
 change-point method of perfgate.judge.changepoint."""
 
 from __future__ import annotations
@@ -9,11 +9,12 @@ import sqlite3
 import numpy as np
 import pytest
 
-import synthetic as syn
-from perfgate.judge import history
-from perfgate.judge.changepoint import MIN_SHIFT, SIGMA_FLOOR, penalty, segment
 from perfgate.cli import main
 from perfgate.core.records_file import load_records
+from perfgate.judge.changepoint import MIN_SHIFT, SIGMA_FLOOR, penalty, segment
+from perfgate.store import history
+
+import synthetic as syn
 
 GPT2 = "gpt2-train-inductor_default-amp_bf16"
 
@@ -289,8 +290,8 @@ def test_history_show_and_the_report_mark_the_same_change_points():
     """One path from a history to change points: a drop measured only on noisy machines (wide intervals)
     is no change point for `perfgate history show` either, as it is not for the report."""
     from perfgate import cli
-    from perfgate.render import html_report
     from perfgate.judge.changepoint import segment
+    from perfgate.render import html_report
 
     values = [2.0, 2.01, 1.99, 2.0, 2.01, 1.88, 1.87, 1.89, 1.88]
     points = [{"status": "ok", "speedup": v, "speedup_lo": v * (0.999 if i < 5 else 0.6),

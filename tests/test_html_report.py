@@ -15,12 +15,14 @@ from pathlib import Path
 
 import pytest
 
-import synthetic as syn
-from perfgate.judge import gate, history
-from perfgate.render import html_report
-from perfgate.judge.baseline import build_baseline, write_baseline, baseline_path
 from perfgate.cli import main
 from perfgate.core.records_file import iter_records, load_records
+from perfgate.judge import gate
+from perfgate.judge.baseline import baseline_path, build_baseline, write_baseline
+from perfgate.render import html_report
+from perfgate.store import history
+
+import synthetic as syn
 
 REPO = Path(__file__).resolve().parents[1]
 # The H100 records these tests' expectations were worked out on (later runs in that folder add cells).

@@ -9,6 +9,7 @@ from perfgate.core import zoo
 from perfgate.core.records_file import load_records
 from perfgate.core.spec import KnownIssue
 from perfgate.plugin.selection import cells
+
 from tiny_suite import FAST, TINY_SUITE, fixture
 
 suite = fixture()

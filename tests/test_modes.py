@@ -2,9 +2,10 @@
 
 import numpy as np
 
-from perfgate.render import cells, modes
 from perfgate.cli import main
 from perfgate.core.matrix import Cell
+from perfgate.render import cells, modes
+
 from synthetic import failed, record, write_run
 
 VARIANTS = ("inductor_max_autotune", "inductor_default", "inductor_reduce_overhead")

@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from perfgate.measure.numerics import judge
 from perfgate.core.spec import DEFAULT_TOLERANCES
+from perfgate.measure.numerics import compare_steps
 
 TOL = DEFAULT_TOLERANCES["amp_bf16"]
 
@@ -19,7 +19,7 @@ def _sides(noise_eager: float, noise_compiled: float, name: str = "output"):
 
 def test_compiled_as_close_as_eager_passes():
     compiled, eager, ref = _sides(1e-2, 1.2e-2)
-    assert judge(compiled, eager, ref, TOL, "fp64")["verdict"] == "pass"
+    assert compare_steps(compiled, eager, ref, TOL, "fp64")["verdict"] == "pass"
 
 
 @pytest.mark.parametrize("fault", ["scaled", "noisier", "nan"])
@@ -31,16 +31,16 @@ def test_planted_faults_fail(fault):
         compiled, _, _ = _sides(1e-2, 5e-2)
     else:
         compiled[0]["output"][7] = float("nan")
-    verdict = judge(compiled, eager, ref, TOL, "fp64")
+    verdict = compare_steps(compiled, eager, ref, TOL, "fp64")
     assert verdict["verdict"] == "fail"
     assert verdict["failing"] == 1
 
 
 def test_without_reference_falls_back_to_eager_with_its_own_tolerance():
     compiled, eager, _ = _sides(1e-3, 1e-3)
-    assert judge(compiled, eager, None, TOL, "eager")["verdict"] == "pass"
+    assert compare_steps(compiled, eager, None, TOL, "eager")["verdict"] == "pass"
     scaled = [{"output": compiled[0]["output"] * 1.2}]
-    assert judge(scaled, eager, None, TOL, "eager")["verdict"] == "fail"
+    assert compare_steps(scaled, eager, None, TOL, "eager")["verdict"] == "fail"
 
 
 def test_parameter_floor_scales_with_the_optimizer_update():
@@ -50,9 +50,9 @@ def test_parameter_floor_scales_with_the_optimizer_update():
     flipped = ref.clone()
     flipped[:3] *= -1  # 3 of 768 elements stepped the other way
     eager = [{"param.bias": ref.clone()}]
-    ok = judge([{"param.bias": flipped}], eager, [{"param.bias": ref}], TOL, "fp64", {"bias": start})
+    ok = compare_steps([{"param.bias": flipped}], eager, [{"param.bias": ref}], TOL, "fp64", {"bias": start})
     assert ok["verdict"] == "pass"
-    stuck = judge([{"param.bias": start.clone()}], eager, [{"param.bias": ref}], TOL, "fp64", {"bias": start})
+    stuck = compare_steps([{"param.bias": start.clone()}], eager, [{"param.bias": ref}], TOL, "fp64", {"bias": start})
     assert stuck["verdict"] == "fail"
 
 
@@ -73,19 +73,19 @@ def _gradient_step(bias_eager_noise: float, bias_compiled_noise: float, scale_er
 def test_zero_true_gradient_is_judged_at_its_groups_scale():
     """The captioner's ViT key biases: compiled noise 400x eager's, but 1e-6 of the step's gradient RMS."""
     compiled, eager, ref = _gradient_step(2.5e-9, 1e-6)
-    verdict = judge(compiled, eager, ref, TOL, "fp64")
+    verdict = compare_steps(compiled, eager, ref, TOL, "fp64")
     assert verdict["verdict"] == "pass", verdict
     bias = next(c for c in verdict["checks"] if c["name"] == "step0.grad.bias")
     assert bias["group_scale"] == pytest.approx((4096 / (4096 + 768)) ** 0.5, rel=0.05)  # the weight's RMS, pooled
     # Judged alone it is its own group: the per-tensor rule sees noise 400x eager's and fails it.
-    alone = judge([{"grad.bias": compiled[0]["grad.bias"]}], [{"grad.bias": eager[0]["grad.bias"]}],
+    alone = compare_steps([{"grad.bias": compiled[0]["grad.bias"]}], [{"grad.bias": eager[0]["grad.bias"]}],
                   [{"grad.bias": ref[0]["grad.bias"]}], TOL, "fp64")
     assert alone["verdict"] == "fail"
 
 
 def test_gradient_of_normal_scale_off_by_5_percent_still_fails():
     compiled, eager, ref = _gradient_step(2.5e-9, 1e-6, scale_error=0.05)
-    verdict = judge(compiled, eager, ref, TOL, "fp64")
+    verdict = compare_steps(compiled, eager, ref, TOL, "fp64")
     assert verdict["verdict"] == "fail" and verdict["failing"] == 1
     assert verdict["worst"] == "step0.grad.weight"
 
@@ -110,7 +110,7 @@ def test_noise_step_of_a_zero_gradient_parameter_is_below_the_groups_update():
     """8.7e-6 was the worst key-bias step seen; 2.4e-5 the cross-attention bias's (limit 2.27e-5 then)."""
     for noise in (8.7e-6, 2.4e-5):
         compiled, eager, ref, initial = _parameter_step(0.0, noise)
-        verdict = judge(compiled, eager, ref, TOL, "fp64", initial)
+        verdict = compare_steps(compiled, eager, ref, TOL, "fp64", initial)
         assert verdict["verdict"] == "pass", (noise, verdict)
         bias = next(c for c in verdict["checks"] if c["name"] == "step0.param.bias")
         assert bias["group_scale"] == pytest.approx(2e-4 * (4096 / (4096 + 768)) ** 0.5, rel=1e-6)
@@ -121,7 +121,7 @@ def test_parameter_off_by_a_typical_update_still_fails(fault):
     compiled, eager, ref, initial = _parameter_step(1.0 if fault == "off_by_an_update" else 0.0, 8.7e-6)
     if fault == "never_moved":
         compiled[0]["param.weight"] = initial["weight"].clone()
-    verdict = judge(compiled, eager, ref, TOL, "fp64", initial)
+    verdict = compare_steps(compiled, eager, ref, TOL, "fp64", initial)
     assert verdict["verdict"] == "fail" and verdict["failing"] == 1
     assert verdict["worst"] == "step0.param.weight"
 
@@ -129,9 +129,9 @@ def test_parameter_off_by_a_typical_update_still_fails(fault):
 def test_group_floor_holds_without_a_reference_too():
     """Fallback to eager: the zero-gradient bias passes at its group's scale; a 20 % scaled weight fails."""
     compiled, eager, _ = _gradient_step(2.5e-9, 1e-6)
-    assert judge(compiled, eager, None, TOL, "eager")["verdict"] == "pass"
+    assert compare_steps(compiled, eager, None, TOL, "eager")["verdict"] == "pass"
     compiled[0]["grad.weight"] = eager[0]["grad.weight"] * 1.2
-    verdict = judge(compiled, eager, None, TOL, "eager")
+    verdict = compare_steps(compiled, eager, None, TOL, "eager")
     assert verdict["verdict"] == "fail" and verdict["worst"] == "step0.grad.weight"
 
 
@@ -148,6 +148,6 @@ def test_a_gpu_judge_that_runs_out_of_memory_judges_on_the_host(monkeypatch):
     monkeypatch.setattr(numerics, "_on", full)
     for noise in (1.2e-2, 5e-2):
         compiled, eager, ref = _sides(1e-2, noise)
-        on_gpu = judge(compiled, eager, ref, TOL, "fp64", device=torch.device("cuda"))
-        assert on_gpu == judge(compiled, eager, ref, TOL, "fp64")
+        on_gpu = compare_steps(compiled, eager, ref, TOL, "fp64", device=torch.device("cuda"))
+        assert on_gpu == compare_steps(compiled, eager, ref, TOL, "fp64")
     assert on_gpu["verdict"] == "fail"

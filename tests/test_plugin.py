@@ -5,8 +5,9 @@ import re
 
 import pytest
 
-from perfgate.plugin.options import check_precompile, check_timing
 from perfgate.core.records_file import load_records
+from perfgate.plugin.options import check_precompile, check_timing
+
 from tiny_suite import FAST, fixture
 
 pytest.importorskip("torch")

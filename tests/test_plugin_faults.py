@@ -13,6 +13,7 @@ import pytest
 
 from perfgate.core.records_file import load_records
 from perfgate.measure.neighbours import parents
+
 from tiny_suite import FAST, fixture
 
 pytest.importorskip("torch")

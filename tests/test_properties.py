@@ -14,10 +14,11 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-import synthetic as syn
+from perfgate.cli import main
 from perfgate.core import validate
 from perfgate.judge.baseline import build_baseline, load_baseline
-from perfgate.cli import main
+
+import synthetic as syn
 
 KEY = (syn.H100, "pr")
 RUN = syn.run(5, noise=0.005, run_noise=0.002)

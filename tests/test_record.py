@@ -8,13 +8,14 @@ import sqlite3
 
 import pytest
 
-import synthetic as syn
-from perfgate.judge import history
 from perfgate.core import validate
-from perfgate.judge.baseline import fold_cell
 from perfgate.core.record import CLOCKS, FIELDS, Field, first_call_cache, names
 from perfgate.core.records_file import RecordFileError, append_record, iter_records, load_records
+from perfgate.judge.baseline import fold_cell
 from perfgate.render.report import shown
+from perfgate.store import history
+
+import synthetic as syn
 
 
 def _write(path, text):
@@ -31,7 +32,8 @@ def test_a_torn_last_line_keeps_every_whole_record(tmp_path):
 
 
 def test_a_bad_line_in_the_middle_names_file_and_line(tmp_path):
-    path = _write(tmp_path / "r.jsonl", '{"cell": "a", "status": "skipped"}\nnot json\n{"cell": "b", "status": "skipped"}\n')
+    path = _write(tmp_path / "r.jsonl",
+                  '{"cell": "a", "status": "skipped"}\nnot json\n{"cell": "b", "status": "skipped"}\n')
     with pytest.raises(RecordFileError, match=r"r.jsonl:2: not a JSON record"):
         load_records([path])
 
@@ -163,13 +165,16 @@ def test_first_call_cache_reads_what_the_first_compiled_call_found(fields, expec
 
 
 @pytest.mark.parametrize("lines, warned", [
-    (['{"cell": "a", "run_id": "r1", "status": "skipped"}'] * 2, "r.jsonl:2: cell a of run r1 already finished on line 1"),
-    (['{"cell": "a", "status": "skipped"}', '{"cell": "b", "status": "skipped"}', '{"cell": "a", "status": "skipped"}'],
+    (['{"cell": "a", "run_id": "r1", "status": "skipped"}'] * 2,
+     "r.jsonl:2: cell a of run r1 already finished on line 1"),
+    (['{"cell": "a", "status": "skipped"}', '{"cell": "b", "status": "skipped"}',
+      '{"cell": "a", "status": "skipped"}'],
      "r.jsonl:3: cell a already finished on line 1; the later record (line 3) is the one kept"),
     (['{"cell": "a", "run_id": "r1", "status": "failed", "reason": "did not finish: timing"}',
       '{"cell": "a", "run_id": "r1", "status": "skipped"}',
       '{"cell": "a", "run_id": "r1", "status": "skipped", "remeasure": "confirm"}'], None),
-    (['{"cell": "a", "run_id": "r1", "status": "skipped"}', '{"cell": "a", "run_id": "r2", "status": "skipped"}'], None),
+    (['{"cell": "a", "run_id": "r1", "status": "skipped"}',
+      '{"cell": "a", "run_id": "r2", "status": "skipped"}'], None),
 ], ids=["pasted-twice", "no-run-id", "checkpoint-final-confirm", "two-runs"])
 def test_a_cell_finished_twice_in_one_run_is_warned_of_by_its_lines(tmp_path, recwarn, lines, warned):
     path = _write(tmp_path / "r.jsonl", "\n".join(lines) + "\n")

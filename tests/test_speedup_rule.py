@@ -8,8 +8,9 @@ import math
 
 import pytest
 
+from perfgate.judge.rules import IMPROVEMENT, REGRESSION, HostTimeRule, SpeedupRule
+
 import gate_power
-from perfgate.judge.rules import REGRESSION, IMPROVEMENT, HostTimeRule, SpeedupRule
 
 RULE = SpeedupRule()
 T = -math.log(0.95)  # the 5 % threshold as a log drop

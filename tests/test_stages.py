@@ -3,11 +3,11 @@
 import numpy as np
 import pytest
 
-import synthetic as syn
-
 from perfgate.cli import main
 from perfgate.core.stages import CONFIRM, share, totals
 from perfgate.render.stage_account import cells_table, run_line
+
+import synthetic as syn
 
 
 def _record(cell="gpu-gpt2-train-inductor_default-amp_bf16", world=None, remeasure="", **stages):

@@ -8,11 +8,12 @@ from pathlib import Path
 
 import pytest
 
-import synthetic as syn
 from perfgate.judge import gate
 from perfgate.judge.baseline import build_baseline
 from perfgate.judge.triage import PERF_TESTS, TEST_OF_PHASE, triage
 from perfgate.render.report import markdown
+
+import synthetic as syn
 
 REPO = Path(__file__).resolve().parents[1]
 KEY = (syn.H100, "pr")

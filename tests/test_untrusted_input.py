@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
-import synthetic as syn
 from perfgate.cli import main
 from perfgate.judge.baseline import build_baseline, write_baseline
+
+import synthetic as syn
 
 KEY = (syn.H100, "pr")
 QUIET = {"noise": 0.005, "run_noise": 0.002}
@@ -86,7 +87,7 @@ def test_ab_with_0_processes_is_refused_before_anything_runs(tmp_path, capsys, h
 
 def _ab_run(tmp_path, run) -> Path:
     """A finished A/B run's directory, 2 processes a side, each results file one synthetic run."""
-    from perfgate.ab_env import Side
+    from perfgate.ab_env import ABEnvironment
     from perfgate.ab_run import plan, save_manifest
 
     out = tmp_path / "ab"
@@ -95,7 +96,7 @@ def _ab_run(tmp_path, run) -> Path:
         entry["state"], entry["rc"], entry["cold"] = "done", 0, entry["rep"] == 1
         (out / entry["results"]).parent.mkdir(parents=True, exist_ok=True)
         _write(out / entry["results"], run)
-    sides = {label: {**Side(label, "python").to_json(), "versions": {}, "tests": 1} for label in "AB"}
+    sides = {label: {**ABEnvironment(label, "python").to_json(), "versions": {}, "tests": 1} for label in "AB"}
     save_manifest(out, {"schema": 1, "sides": sides, "runs": runs, "processes": 2, "common_args": []})
     return out
 
@@ -263,7 +264,8 @@ def test_an_ab_run_whose_sides_measured_nothing_cannot_pass(tmp_path, capsys, ru
 
 
 @pytest.mark.parametrize("fingerprint, tier, marks", [
-    ("cpu-x86-64_torch2.14", "nightly", "cpu"), (syn.H100, "pr", "gpu and pr"), (syn.H100, "nightly", "gpu and nightly"),
+    ("cpu-x86-64_torch2.14", "nightly", "cpu"), (syn.H100, "pr", "gpu and pr"),
+    (syn.H100, "nightly", "gpu and nightly"),
 ], ids=["cpu", "gpu-pr", "gpu-nightly"])
 def test_the_hint_for_a_missing_baseline_names_its_directory_and_the_records_own_tier(tmp_path, capsys, run,
                                                                                       fingerprint, tier, marks):

@@ -101,7 +101,8 @@ def test_ci_script_runs_the_readme_test_command_verbatim_and_last():
 def plugin_options() -> set[str]:
     """The --perf-* options the plugin declares (read from perfgate/plugin/options.py's source: importing it needs no
     torch, but collecting its hooks here is not the point)."""
-    return set(re.findall(r'addoption\("(--perf-[a-z0-9-]+)"', (REPO / "perfgate" / "plugin" / "options.py").read_text()))
+    source = (REPO / "perfgate" / "plugin" / "options.py").read_text()
+    return set(re.findall(r'addoption\("(--perf-[a-z0-9-]+)"', source))
 
 
 def pytest_runs(workflow: dict) -> list[list[str]]:

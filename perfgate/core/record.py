@@ -8,8 +8,8 @@ are null. Imports no torch.
 Schemas (a record's `schema`): 8 adds the stage account (`stages`: seconds per stage of the run, summing to
 `wall_s`, which now includes an isolated cell's process start) and `remeasure`; its host clock takes as many
 rounds as fit the timed rounds' seconds (11 at least, 41 at most, each round the fastest of 5 single steps as
-before: the same figure, a wider interval where fewer rounds fit); 7 adds a data-parallel cell's step breakdown (compute, communication,
-GPU idle); 6 records the compile-cache hits and misses of the first compiled call
+before: the same figure, a wider interval where fewer rounds fit); 7 adds a data-parallel cell's step breakdown
+(compute, communication, GPU idle); 6 records the compile-cache hits and misses of the first compiled call
 (compile_cache_hits/_misses), so a kept cache's compile says whether it was cold; 5 keeps the GPU numerics
 judge out of the compiled peak, which schema 4 (commits 933ac49 to a208d78) counted (gpt2 infer on an H100
 read 11474 MiB for 1348); 4 gave a GPU cell's host clock up to 41 rounds (3: 11), which halves its in-run
@@ -24,6 +24,9 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
+
+from perfgate.core.clocks import CLOCKS as ALL_CLOCKS
+from perfgate.core.clocks import COMPUTE, DEVICE, HOST, WALL, Clock
 
 RECORD_SCHEMA = 8
 # Schemas whose compiled peak measured something else (see above): 1 without the compiled weights, 4 with
@@ -101,12 +104,18 @@ class Field:
     doc: str = ""
 
 
-def _ratio(clock: str, doc: str) -> tuple[Field, ...]:
-    """A clock's ratio field with its 95 % interval (fields `{clock}_lo`, `{clock}_hi`)."""
-    wall = clock == "speedup"
-    return (Field(clock, float, "x", "> 0", required=wall, fold="clock", column=wall, doc=doc),
-            Field(f"{clock}_lo", float, "x", "> 0", required=wall, column=wall, doc="its 95 % interval"),
-            Field(f"{clock}_hi", float, "x", "> 0", required=wall, column=wall))
+def _clock(clock: Clock, doc: str, rounds_doc: str = "", ms_doc: str = "") -> tuple[Field, ...]:
+    """A clock's fields (perfgate.core.clocks.Clock): eager's and compiled's rounds and their medians, and the
+    ratio with its 95 % interval. The wall clock's are required and history columns: every ok record has them."""
+    wall = clock is WALL
+    required = dict(required=True) if wall else {}
+    return (Field(clock.eager_rounds, list, "ms", "rounds", **required, default=[], doc=rounds_doc),
+            Field(clock.compiled_rounds, list, "ms", "rounds", **required, default=[]),
+            Field(clock.eager_ms, float, "ms", "> 0", **required, fold="median", column=wall, doc=ms_doc),
+            Field(clock.compiled_ms, float, "ms", "> 0", **required, fold="median", column=wall),
+            Field(clock.ratio, float, "x", "> 0", required=wall, fold="clock", column=wall, doc=doc),
+            Field(f"{clock.ratio}_lo", float, "x", "> 0", required=wall, column=wall, doc="its 95 % interval"),
+            Field(f"{clock.ratio}_hi", float, "x", "> 0", required=wall, column=wall))
 
 
 FIELDS: tuple[Field, ...] = (
@@ -140,25 +149,13 @@ FIELDS: tuple[Field, ...] = (
     Field("warmup_steps", int, "steps", ">= 0"),
     # The wall clock: CUDA events around back-to-back steps, so host stalls count. Eager and compiled rounds
     # are interleaved pairs; the speedup is the median of the per-round eager / compiled ratios.
-    Field("eager_round_ms", list, "ms", "rounds", required=True, default=[], doc="one per round"),
-    Field("compiled_round_ms", list, "ms", "rounds", required=True, default=[]),
-    Field("eager_ms", float, "ms", "> 0", required=True, fold="median", column=True, doc="median of the rounds"),
-    Field("compiled_ms", float, "ms", "> 0", required=True, fold="median", column=True),
-    *_ratio("speedup", "median of the per-round eager / compiled ratios"),
+    *_clock(WALL, "median of the per-round eager / compiled ratios", "one per round", "median of the rounds"),
     # The device clock (perfgate.measure.clocks): GPU-busy ms per step, the union of the step's kernel intervals
     # (CUPTI, through torch.profiler), median over profiled rounds.
-    Field("eager_device_round_ms", list, "ms", "rounds", default=[]),
-    Field("compiled_device_round_ms", list, "ms", "rounds", default=[]),
-    Field("eager_device_ms", float, "ms", "> 0", fold="median"),
-    Field("compiled_device_ms", float, "ms", "> 0", fold="median"),
-    *_ratio("device_speedup", "median of the per-round device ratios"),
+    *_clock(DEVICE, "median of the per-round device ratios"),
     # The host clock: ms to issue one step, from a synchronized, idle device to the step call's return,
     # each round the fastest of a few single steps (a stall only adds), median over rounds.
-    Field("eager_host_round_ms", list, "ms", "rounds", default=[]),
-    Field("compiled_host_round_ms", list, "ms", "rounds", default=[]),
-    Field("eager_host_ms", float, "ms", "> 0", fold="median"),
-    Field("compiled_host_ms", float, "ms", "> 0", fold="median"),
-    *_ratio("host_speedup", "eager host ms / compiled host ms, per round pair"),
+    *_clock(HOST, "eager host ms / compiled host ms, per round pair"),
     Field("busy_eager", float, "fraction", ">= 0", fold="median", doc="device ms / wall ms: the GPU-busy share"),
     Field("busy_compiled", float, "fraction", ">= 0", fold="median"),
     Field("bound_eager", str, doc='"device" | "host": bound_of(busy_eager)'),
@@ -210,11 +207,8 @@ FIELDS: tuple[Field, ...] = (
     # per rank communication (NCCL's kernels), its exposed part (no compute beside it: the all-reduce not
     # hidden, the wait for the slower rank) and GPU idle (the timed step less the busy union). The compute
     # clock is gated as the device clock is; the rest is not.
-    Field("eager_compute_round_ms", list, "ms", "rounds", default=[], doc="the ranks' mean, one per round"),
-    Field("compiled_compute_round_ms", list, "ms", "rounds", default=[]),
-    Field("eager_compute_ms", float, "ms", "> 0", fold="median"),
-    Field("compiled_compute_ms", float, "ms", "> 0", fold="median"),
-    *_ratio("compute_speedup", "median of the per-round compute ratios: a data-parallel cell's device clock"),
+    *_clock(COMPUTE, "median of the per-round compute ratios: a data-parallel cell's device clock",
+            "the ranks' mean, one per round"),
     Field("eager_comm_ms", float, "ms", ">= 0", fold="median", doc="the ranks' mean (each rank's: ddp_step_ranks)"),
     Field("compiled_comm_ms", float, "ms", ">= 0", fold="median"),
     Field("eager_comm_exposed_ms", float, "ms", ">= 0", fold="median"),
@@ -249,8 +243,9 @@ FIELDS: tuple[Field, ...] = (
           "gate refuses them"),
 )
 FIELD = {f.name: f for f in FIELDS}
-# The clocks' ratio fields (the wall clock's fields keep their older names: eager_ms, speedup, ...).
-CLOCKS = tuple(f.name for f in FIELDS if f.fold == "clock")
+# The clocks' ratio fields, in perfgate.core.clocks.CLOCKS order (the wall clock's keep their older names:
+# eager_ms, speedup, ...).
+CLOCKS = tuple(clock.ratio for clock in ALL_CLOCKS)
 
 
 def names(**match) -> tuple[str, ...]:

@@ -1,1 +1,2 @@
-"""The judging side: baselines, gate rules, the gate, history, change points, cell costs, the A/B verdict. Imports no torch; imports only perfgate.core."""
+"""The judging side: baselines, gate rules, the gate, change points, the A/B verdict. Imports no torch; imports
+only perfgate.core."""

@@ -28,13 +28,13 @@ import statistics
 from dataclasses import dataclass, field, replace
 from typing import Sequence
 
-from perfgate.judge.baseline import fold_cell
-from perfgate.judge.rules import IMPROVEMENT, REFRESH, REGRESSION, Finding, SpeedupRule, default_rules
 from perfgate.core.record import TIME_ALONE, nothing_measured
 from perfgate.core.stats import geomean, interval_sd, rel_spread, t_quantile, two_sample
 from perfgate.core.validate import checked
+from perfgate.judge.baseline import fold_cell
+from perfgate.judge.rules import IMPROVEMENT, REFRESH, REGRESSION, Finding, SpeedupRule, default_rules
 
-SIDES = ("A", "B")
+AB_SIDES = ("A", "B")
 # One-sided false-alarm rate of one timed comparison when nothing changed. An A/B run has no confirm round,
 # and a PR tier makes ~50 timed comparisons (10 cells x 5), so the per-comparison rate must be small for
 # the run's: tests/test_ab_verdict.py simulates both (docs/ab.md has the rates).
@@ -312,17 +312,17 @@ def versions(processes: Sequence[Process]) -> dict[str, str]:
     return {k: " / ".join(map(str, v)) for k, v in seen.items() if v}
 
 
-def judge(processes: Sequence[Process], rules: Sequence | None = None, alpha: float = ALPHA,
+def judge_ab(processes: Sequence[Process], rules: Sequence | None = None, alpha: float = ALPHA,
           descriptions: dict[str, str] | None = None) -> ABReport:
     """The verdict of an A/B run from its complete processes. Records are checked as the gate checks them
     (perfgate.core.validate.checked: impossible figures on an ok record make it a failed cell), and records
     timed by xdist workers that shared the machine (`unfit`) cannot be compared: exit 2."""
     rules = ab_rules() if rules is None else tuple(rules)
     processes = [replace(p, records=tuple(checked(r) for r in p.records)) for p in processes]
-    by_side = {s: sorted((p for p in processes if p.side == s), key=lambda p: p.rep) for s in SIDES}
-    cells = {s: {r["cell"] for p in by_side[s] for r in p.records} for s in SIDES}
+    by_side = {s: sorted((p for p in processes if p.side == s), key=lambda p: p.rep) for s in AB_SIDES}
+    cells = {s: {r["cell"] for p in by_side[s] for r in p.records} for s in AB_SIDES}
     errors = [f"{s} has {len(by_side[s])} complete process(es); a verdict needs 2 or more a side "
-              f"(perfgate ab --resume DIR runs the rest)" for s in SIDES if len(by_side[s]) < 2]
+              f"(perfgate ab --resume DIR runs the rest)" for s in AB_SIDES if len(by_side[s]) < 2]
     nothing = nothing_measured([r for p in processes for r in p.records]) if processes else None
     errors += [nothing] if nothing else []  # both sides skipping every cell (no GPU) once passed
     unfit = [(p.name, r) for p in processes for r in p.records if r.get("unfit")]
@@ -344,7 +344,7 @@ def judge(processes: Sequence[Process], rules: Sequence | None = None, alpha: fl
             regressions += [f for f in findings if f.kind == REGRESSION]
             improvements += [f for f in findings if f.kind == IMPROVEMENT]
     sides = {s: {"processes": len(by_side[s]), "versions": versions(by_side[s]),
-                 "description": (descriptions or {}).get(s, "")} for s in SIDES}
+                 "description": (descriptions or {}).get(s, "")} for s in AB_SIDES}
     report = ABReport(sides, rows, regressions, improvements, only_a, only_b, errors, alpha=alpha,
                       processes=list(processes))
     report.notes = _notes(report, rules)
@@ -360,7 +360,7 @@ def _notes(report: ABReport, rules: Sequence) -> list[str]:
             notes.append(f"{len(limited)} cell(s) noise-limited on {rule.label}: the processes of a side "
                          f"disagree so much that only a change past the line shown counts (more processes "
                          f"a side narrow it: --processes): {names}")
-    cold = [s for s in SIDES if not any(row.a.get("compile_cache") == "fresh" if s == "A" else
+    cold = [s for s in AB_SIDES if not any(row.a.get("compile_cache") == "fresh" if s == "A" else
                                         row.b.get("compile_cache") == "fresh" for row in report.rows)]
     if report.rows and cold:
         notes.append(f"no cold compile on side {', '.join(cold)} (its first process did not start with an "
@@ -386,5 +386,5 @@ def geomeans(report: ABReport, metric: str = "speedup") -> tuple[float | None, f
     return geomean([a for a, _ in pairs]), geomean([b for _, b in pairs]), len(pairs)
 
 
-__all__ = ["ABReport", "ABRow", "Comparison", "Process", "StepTimeRule", "ab_rules", "judge",
-           "judge_cell", "side_cell", "compare_timed", "ab_words", "geomeans", "versions", "ALPHA", "SIDES"]
+__all__ = ["ABReport", "ABRow", "Comparison", "Process", "StepTimeRule", "ab_rules", "judge_ab",
+           "judge_cell", "side_cell", "compare_timed", "ab_words", "geomeans", "versions", "ALPHA", "AB_SIDES"]

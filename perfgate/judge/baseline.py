@@ -32,9 +32,16 @@ import statistics
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from perfgate.core.record import (CLOCKS, HOST_ROUNDS_SCHEMA, TIME_ALONE, bound_of, compiled_peak_is_right, names,
-                                  unfiled)
 from perfgate.core.output import write_atomic
+from perfgate.core.record import (
+    CLOCKS,
+    HOST_ROUNDS_SCHEMA,
+    TIME_ALONE,
+    bound_of,
+    compiled_peak_is_right,
+    names,
+    unfiled,
+)
 from perfgate.core.stats import interval_sd, rel_spread
 from perfgate.core.validate import baseline_cell_problems, name_problem
 
@@ -372,7 +379,8 @@ def load_baseline(path: str | os.PathLike, fingerprint: str | None = None,
             wanted = baseline_path(path.parent, fingerprint or baseline.get("fingerprint"),
                                    tier or baseline.get("tier"))
             raise BaselineError(f"baseline {path} is for {name} {baseline.get(name)!r} but the results are "
-                                f"for {expected!r}; the expected file is {wanted}: {_how_to_make(wanted, fingerprint, tier)}")
+                                f"for {expected!r}; the expected file is {wanted}: "
+                                f"{_how_to_make(wanted, fingerprint, tier)}")
     return baseline
 
 
@@ -385,5 +393,6 @@ def resolve_baseline(path_or_dir: str | os.PathLike, fingerprint: str, tier: str
         path = baseline_path(path, fingerprint, tier)
     baseline = load_baseline(path, fingerprint, tier)
     if not baseline["cells"]:
-        raise BaselineError(f"baseline {path} holds no cells: nothing to gate against; {_how_to_make(path, fingerprint, tier)}")
+        raise BaselineError(f"baseline {path} holds no cells: nothing to gate against; "
+                            f"{_how_to_make(path, fingerprint, tier)}")
     return baseline

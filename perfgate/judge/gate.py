@@ -14,14 +14,29 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Iterable, Sequence
 
-from perfgate.judge.baseline import BaselineError, group_by_key, key_of, resolve_baseline
 from perfgate.core.record import FIELD, TIME_ALONE, nothing_measured, unfiled
-from perfgate.judge.rules import (ADVISORY, CLOCK_NAMES, DEFAULT_RULES, IMPROVEMENT, REFRESH, REGRESSION, CountRule,
-                            Finding, HostTimeRule, NumericsRule, RelativeRule, SpeedupRule, StatusRule,
-                            both_ok, changed_batch_advisory, default_rules,
-                            foreign_cpu_advisory)
 from perfgate.core.stats import geomean
 from perfgate.core.validate import checked
+from perfgate.judge.baseline import BaselineError, group_by_key, key_of, resolve_baseline
+from perfgate.judge.rules import (
+    ADVISORY,
+    CLOCK_NAMES,
+    DEFAULT_RULES,
+    IMPROVEMENT,
+    REFRESH,
+    REGRESSION,
+    CountRule,
+    Finding,
+    HostTimeRule,
+    NumericsRule,
+    RelativeRule,
+    SpeedupRule,
+    StatusRule,
+    both_ok,
+    changed_batch_advisory,
+    default_rules,
+    foreign_cpu_advisory,
+)
 
 # The rules are re-exported, so a caller builds a rule set from the gate alone (gate.default_rules(...));
 # listed here because pyflakes reads __all__, not noqa comments.

@@ -1,10 +1,10 @@
 """The gate's rules: small frozen objects (metric, direction, threshold), each with a `check(base_cell,
 cur_record)` that returns a Finding or None. Imports no torch.
 
-One ratio rule per clock (perfgate.core.record.CLOCKS), on log ratios against the baseline's run-to-run noise:
-wall `speedup` 5 %, device `device_speedup` 2.5 % (a data-parallel cell's `compute_speedup` too), host time
-(HostTimeRule) +15 %. Count, relative, numerics and status rules cover the rest. How the ratio rules
-decide, and why: docs/gate-power.md ("How the rules decide").
+One ratio rule per clock (perfgate.core.clocks defines each default line), on log ratios against the
+baseline's run-to-run noise: wall `speedup` 5 %, device `device_speedup` 2.5 % (a data-parallel cell's
+`compute_speedup` too), host time (HostTimeRule) +15 %. Count, relative, numerics and status rules cover the
+rest. How the ratio rules decide, and why: docs/gate-power.md ("How the rules decide").
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ import math
 from dataclasses import dataclass, replace
 from typing import Callable
 
+from perfgate.core import clocks
+from perfgate.core.clocks import COMPUTE, DEVICE, HOST, WALL
 from perfgate.core.record import compiled_peak_is_right
 from perfgate.core.stats import interval_sd
 
@@ -21,8 +23,8 @@ IMPROVEMENT = "improvement"
 ADVISORY = "advisory"               # reported, never fails the gate, never re-measured
 REFRESH = "refresh the baseline (perfgate baseline update)"
 
-# Each ratio metric's clock, as reports name it.
-CLOCK_NAMES = {"speedup": "wall", "device_speedup": "device", "host_speedup": "host", "compute_speedup": "compute"}
+# Each ratio metric's clock, as reports name it (perfgate.core.clocks defines them).
+CLOCK_NAMES = clocks.NAMES
 
 
 @dataclass(frozen=True)
@@ -72,9 +74,9 @@ class SpeedupRule:
     """A higher-is-better eager/compiled ratio of one clock: `metric` is speedup (wall), device_speedup or
     host_speedup, read with its `_lo`, `_hi`, `_runs` and `_spread` fields from the baseline cell."""
 
-    metric: str = "speedup"
+    metric: str = WALL.ratio
     direction: str = "higher"        # higher is better
-    threshold: float = 0.05          # fraction of the baseline ratio; the wall rule: gate.speedup_threshold wins
+    threshold: float = WALL.threshold  # fraction of the baseline ratio; the wall rule: gate.speedup_threshold wins
     z: float = 2.0                   # a drop must be this many sds of noise to count as real
     floor: float = 0.5               # and never smaller than this fraction of the threshold
     phases: tuple[str, ...] | None = None  # the phases whose cells have this clock (None: every phase)
@@ -187,9 +189,9 @@ class HostTimeRule(SpeedupRule):
     by more than `threshold` (0.15 = +15 %, host_speedup 13.0 % lower). The same test as SpeedupRule on
     log host_speedup; only the threshold and the words are in host time, which is what a reader acts on."""
 
-    metric: str = "host_speedup"
+    metric: str = HOST.ratio
     direction: str = "higher"        # of host_speedup: compiled host time relative to eager's is lower-better
-    threshold: float = 0.15          # growth of compiled host ms relative to eager's
+    threshold: float = HOST.threshold  # growth of compiled host ms relative to eager's
 
     def log_threshold(self, cur: dict) -> float:
         return math.log(1 + self.threshold)
@@ -340,21 +342,21 @@ class StatusRule:
         return None
 
 
-def default_rules(*, speedup: float = 0.05, device: float = 0.025, host: float = 0.15, memory: float = 0.20,
-                  compile_time: float = 0.50) -> tuple:
+def default_rules(*, speedup: float = WALL.threshold, device: float = DEVICE.threshold,
+                  host: float = HOST.threshold, memory: float = 0.20, compile_time: float = 0.50) -> tuple:
     """The gate's rules; thresholds are fractions (0.05 = 5 %). `speedup` and `device`: a drop of the wall
     and device speedups; `host`: a growth of compiled host time per step relative to eager's."""
     return (
         StatusRule(),
-        SpeedupRule("speedup", threshold=speedup),
+        SpeedupRule(WALL.ratio, threshold=speedup),
         # GPU busy ms move ~0.2 % between runs (H100), so the line sits near the threshold. 2.5 %, not 3 %: a
         # compiled step 3 % slower lowers the speedup by 2.9 % (1 - 1/1.03), which a 3 % line minus 2 sds
         # catches about half the time (H100: planted 3 %, read 2.8-3.0 %, vit_b16's 2.8 % passed).
-        SpeedupRule("device_speedup", threshold=device),
+        SpeedupRule(DEVICE.ratio, threshold=device),
         # A data-parallel cell's device clock: its GPU work but NCCL's (perfgate.measure.ddp_clocks). On one
         # rank it repeated to 0.1-0.4 % across H100 machines whose wall steps differed by up to 26 %, and read
         # a planted 3 % GPU loss as 2.9-3.0 % (docs/ddp.md).
-        SpeedupRule("compute_speedup", threshold=device, phases=("ddp",)),
+        SpeedupRule(COMPUTE.ratio, threshold=device, phases=COMPUTE.phases),
         # Host ms to issue a step move ~3 % per round with the machine's load: +15 % is a real cost.
         HostTimeRule(threshold=host),
         CountRule("graph_breaks"),

@@ -16,13 +16,27 @@ from typing import Callable
 import torch
 
 from perfgate.core.matrix import VARIANTS, Cell
-from perfgate.measure import artifacts, clocks, introspect, neighbours, reference, why
+from perfgate.measure import cache_artifacts, clocks, introspect, neighbours, reference, why
 from perfgate.measure.compile_cache import compile_cache
 from perfgate.measure.job import RunOptions
 from perfgate.measure.peaks import peak_tflops
-from perfgate.measure.pipeline import (CellRun, StageClock, announcer, build_eager, capture_eager,
-                                       first_compiled_call, guarded, judge_numerics, load_reference, prepare,
-                                       raise_if_wrong, start_record, timed_rounds, warm_compiled, warm_eager)
+from perfgate.measure.pipeline import (
+    CellRun,
+    StageClock,
+    announcer,
+    build_eager,
+    capture_eager,
+    first_compiled_call,
+    guarded,
+    judge_numerics,
+    load_reference,
+    prepare,
+    raise_if_wrong,
+    start_record,
+    timed_rounds,
+    warm_compiled,
+    warm_eager,
+)
 from perfgate.measure.steps import Side, build_model, compiled_side, sync
 
 
@@ -46,14 +60,14 @@ def run_cell(spec, cell: Cell, options: RunOptions, env: dict,
     def stages() -> None:
         why_dir = Path(options.profile_dir) / cell.id if options.profile_dir else None
         with (compile_cache(options.cache_dir, record, cell.precision),
-              why.compile_logs(why_dir and why_dir / "compile.log"), artifacts.fresh_recording()):
+              why.compile_logs(why_dir and why_dir / "compile.log"), cache_artifacts.fresh_recording()):
             saved[0] = _measure(run, record_compiled, why_dir)
 
     guarded(record, clock, stages)
     if saved[0] is not None:  # after clean-up: this process's models are freed while the child builds its own
         clock.enter("artifacts", f"{cell.id}: compiling from {len(saved[0])} bytes of cache artifacts in a "
                                  f"fresh process")
-        artifacts.measure_in_child(saved[0], cell, options, record,  # never raises: a note says what failed
+        cache_artifacts.measure_in_child(saved[0], cell, options, record,  # never raises: a note says what failed
                                    tf32=bool(env.get("tf32")))
         clock.stop()
     return record
@@ -97,7 +111,7 @@ def _measure(run: CellRun, record_compiled, why_dir: Path | None) -> bytes | Non
                          "trace_eager": str(why.trace(run.eager_step, why_dir / "trace-eager.json", device)),
                          "trace_compiled": str(why.trace(run.compiled_step, why_dir / "trace-compiled.json", device))}
     # Saved before the in-process warm compile below: the artifacts are what the cold compile left.
-    saved = artifacts.save(record) if options.warm_compile == "artifacts" else None
+    saved = cache_artifacts.save(record) if options.warm_compile == "artifacts" else None
     if options.warm_compile != "off":
         _warm_compile(run)
     raise_if_wrong(record, numerics_judged=options.numerics)

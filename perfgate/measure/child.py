@@ -42,14 +42,14 @@ def run_job(job, reporter: Reporter, rank: int | None, envs: dict, directory: Pa
     """Run one job; whether this process may take another."""
     from perfgate.core import zoo
     from perfgate.core.records_file import append_record
-    from perfgate.measure import artifacts, precompile
+    from perfgate.measure import cache_artifacts, precompile
     from perfgate.measure.cell import run_cell
     from perfgate.measure.devices import start_cell
     from perfgate.measure.env import environment
 
     sys.path[:] = list(job.sys_path) or sys.path
     if job.purpose == "artifacts":
-        reporter.emit({"result": artifacts.first_call(job)})
+        reporter.emit({"result": cache_artifacts.first_call(job)})
         return False
     if job.purpose == "precompile":
         precompile.compile_into(job)

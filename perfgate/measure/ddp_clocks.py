@@ -25,8 +25,15 @@ import torch
 import torch.distributed as dist
 
 from perfgate.core.record import error_line
-from perfgate.measure.clocks import (DEVICE_ROUNDS, LABEL, gpu_work_by_range, profiled_rounds, round_labels,
-                                     store_clock, union_ns)
+from perfgate.measure.clocks import (
+    DEVICE_ROUNDS,
+    LABEL,
+    gpu_work_by_range,
+    profiled_rounds,
+    round_labels,
+    store_clock,
+    union_ns,
+)
 from perfgate.measure.timing import Rounds
 
 COMM_KERNEL = "nccl"  # NCCL's kernels: ncclDevKernel_AllReduce_Sum_bf16_RING_LL (2.2x), ncclKernel_... before

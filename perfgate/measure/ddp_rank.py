@@ -33,10 +33,25 @@ from perfgate.measure import ddp_clocks, introspect, neighbours, reference
 from perfgate.measure.cell import store_throughput
 from perfgate.measure.compile_cache import clean_up, compile_cache
 from perfgate.measure.ddp import rank_device
-from perfgate.measure.pipeline import (CellFailure, CellRun, StageClock, announcer, build_eager, capture_eager,
-                                       cycling, first_compiled_call, guarded, judge_numerics, load_reference,
-                                       prepare, raise_if_wrong, start_record, timed_rounds, warm_compiled,
-                                       warm_eager)
+from perfgate.measure.pipeline import (
+    CellFailure,
+    CellRun,
+    StageClock,
+    announcer,
+    build_eager,
+    capture_eager,
+    cycling,
+    first_compiled_call,
+    guarded,
+    judge_numerics,
+    load_reference,
+    prepare,
+    raise_if_wrong,
+    start_record,
+    timed_rounds,
+    warm_compiled,
+    warm_eager,
+)
 from perfgate.measure.steps import Side, Task, build_model, cell_batches, to_device
 from perfgate.measure.timing import interleaved_rounds, steps_per_round, time_steps, warm_up
 

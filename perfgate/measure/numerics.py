@@ -66,7 +66,7 @@ def group_scales(truth: dict, initial: dict, device: torch.device | None = None)
     return {k: math.sqrt(total / count) if count else 0.0 for k, (total, count) in sums.items()}
 
 
-def judge(compiled: list[dict], eager: list[dict], reference: list[dict] | None, tolerance,
+def compare_steps(compiled: list[dict], eager: list[dict], reference: list[dict] | None, tolerance,
           reference_kind: str, initial: dict | None = None, device: torch.device | None = None) -> dict:
     """Compare captured steps. `reference` is None when no higher-precision copy fitted: then compiled is
     judged against eager with the tolerance's fallback_rtol. `initial` holds the parameters before the

@@ -21,7 +21,7 @@ from perfgate.core.record import UNFINISHED, error_line, new_record
 from perfgate.measure import faults, introspect, reference
 from perfgate.measure.compile_cache import clean_up
 from perfgate.measure.memory import Memory
-from perfgate.measure.numerics import judge
+from perfgate.measure.numerics import compare_steps
 from perfgate.measure.steps import Side, captured_steps, cell_batches, initial_state, sync
 from perfgate.measure.timing import Rounds, interleaved_rounds, steps_per_round, time_steps, warm_up
 
@@ -245,7 +245,7 @@ def judge_numerics(run: CellRun, adapt: Callable[[dict], dict] = lambda c: c, ju
     elif judged_here:
         tolerance = run.spec.tolerances[run.cell.precision]
         with run.memory.set_aside():
-            verdict = judge(run.compiled_captured, run.eager_captured, run.reference, tolerance,
+            verdict = compare_steps(run.compiled_captured, run.eager_captured, run.reference, tolerance,
                             run.reference_kind, initial=run.state, device=run.device)
         run.record["numerics"], run.record["numerics_detail"] = verdict.pop("verdict"), verdict
     run.compiled_captured, run.eager_captured, run.reference = [], [], None

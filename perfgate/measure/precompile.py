@@ -61,7 +61,7 @@ def run(shares: list[list[Cell]], *, cache_dir: str, registry: str, devices: lis
         try:
             failure = supervise([p for *_, p in procs], limit_s=limit_s, deaths_fail=False, started=started)
         except BaseException:  # Ctrl-C, a CI step's timeout: no process outlives the run; what it did is kept
-            for share, lines, proc in procs:
+            for share, lines, _proc in procs:
                 results += _lines(share, lines, "interrupted", stopped=True)
             _write(out, results)
             raise

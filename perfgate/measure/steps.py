@@ -12,8 +12,8 @@ import math
 import torch
 from torch import nn
 
-from perfgate.measure import faults
 from perfgate.core.matrix import PRECISIONS, VARIANTS
+from perfgate.measure import faults
 
 # GradScaler's default first scale (65536) overflows fp16 gradients in the first steps, so those steps are
 # skipped; the numerics check compares exactly those first two steps, so start lower and let it grow.

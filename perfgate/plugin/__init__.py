@@ -12,8 +12,8 @@ import logging
 
 import pytest
 
-from perfgate.plugin import options, selection
 from perfgate.core.matrix import UnknownNameError
+from perfgate.plugin import options, selection
 from perfgate.plugin.session import PerfSession
 
 SESSION_KEY = pytest.StashKey[PerfSession]()

@@ -95,9 +95,9 @@ def _cell_param(item) -> Cell | None:
 
 
 def shard(items: list, costs: dict[str, float], index: int, count: int) -> tuple[list, list]:
-    """Deal cells into shards of near-equal expected cost (perfgate.judge.costs.deal: the history's wall seconds,
+    """Deal cells into shards of near-equal expected cost (perfgate.plan.costs.deal: the history's wall seconds,
     else priors per variant), independent of collection order. Items that are not cells stay in shard 1."""
-    from perfgate.judge.costs import shard_of
+    from perfgate.plan.costs import shard_of
 
     mine = shard_of(sorted(costs), costs, index, count)
     keep, drop = [], []
@@ -112,7 +112,7 @@ def rotate(items: list, index: int, count: int) -> tuple[list, list]:
     """Slice `index` of `count`, dealt like a shard but by the priors per variant alone: the history's costs
     change with every night, and a deal that followed them would move cells between slices mid-rotation, so
     that some ran twice in a pass and some never."""
-    from perfgate.judge.costs import expected_s
+    from perfgate.plan.costs import expected_s
 
     return shard(items, expected_s(cells_of(items), {}), index, count)
 

@@ -16,7 +16,7 @@ import pytest
 
 from perfgate.core import matrix
 from perfgate.core.matrix import Cell
-from perfgate.judge.costs import gpus_held
+from perfgate.plan.costs import gpus_held
 from perfgate.plugin.selection import Selection
 
 
@@ -32,7 +32,7 @@ class PerfSession:
         self.worker = workerinput["workerid"] if workerinput else None
         self.workers = workerinput.get("workercount", 1) if workerinput else 1
         self.finished: dict[str, dict] = {}  # cell id -> its finished line and costs, for the xdist controller
-        self.progress = None  # a perfgate.judge.costs.Progress over the planned cells (plan())
+        self.progress = None  # a perfgate.plan.costs.Progress over the planned cells (plan())
         self.costs_known = 0  # of the planned cells, how many the costs history knows
         self.relay = None  # on an xdist controller: the perfgate.plugin.workers.ProgressRelay counting for it
         self.expected: dict[str, float] = {}  # cell id -> expected wall seconds
@@ -100,8 +100,8 @@ class PerfSession:
              remeasure: str = "") -> dict:
         import dataclasses
 
-        from perfgate.measure.devices import for_cell
         from perfgate.core.validate import checked
+        from perfgate.measure.devices import for_cell
         from perfgate.plugin.workers import finished_line
 
         options = self.options(cell, for_cell(cell.device_kind, self.worker))
@@ -174,9 +174,9 @@ class PerfSession:
         if cell.phase == "ddp":
             return (f"a data-parallel cell's ranks take {matrix.DDP_WORLD} GPUs, shared with the other "
                     f"{self.workers - 1} xdist worker(s)' cells: run ddp cells without -n")
-        from perfgate.plugin.workers import unfit_reason
-
         import torch
+
+        from perfgate.plugin.workers import unfit_reason
 
         gpus = torch.cuda.device_count() if cell.device_kind == "gpu" else 0
         return unfit_reason(cell.device_kind, self.workers, gpus)
@@ -242,8 +242,9 @@ class PerfSession:
 
     def expected_costs(self, cells: list[Cell]) -> dict[str, float]:
         """Expected wall seconds per cell: the --perf-costs (else --perf-history) database's median where the
-        cell ran, else a prior per variant (perfgate.judge.costs). Every shard of a split run must read the same."""
-        from perfgate.judge import costs, history
+        cell ran, else a prior per variant (perfgate.plan.costs). Every shard of a split run must read the same."""
+        from perfgate.plan import costs
+        from perfgate.store import history
 
         db = self.config.getoption("--perf-costs") or self.config.getoption("--perf-history")
         known = costs.known_costs(history.records(db)) if db and Path(db).is_file() else {}
@@ -253,7 +254,7 @@ class PerfSession:
     def plan(self, cells: list[Cell]) -> str:
         """The cells this process will run, for k/N and the ETA on each finished cell; returns the line that
         says what they are expected to cost, before the first starts."""
-        from perfgate.judge.costs import Progress, clock
+        from perfgate.plan.costs import Progress, hms
 
         self.expected = self.expected_costs(cells)
         self.progress = Progress(len(cells), sum(self.expected.values()))
@@ -261,8 +262,8 @@ class PerfSession:
             self.isolated_process().prestart()  # its imports overlap what comes before the first cell
         gpus = sum(1 for cell in cells if cell.device_kind == "gpu")
         return (f"perfgate: {len(cells)} cell(s) planned ({gpus} on a GPU), about "
-                f"{clock(sum(self.expected.values()))} expected in one process: {self.costs_known} from the "
-                f"costs history, {len(cells) - self.costs_known} from priors per variant (perfgate.judge.costs)")
+                f"{hms(sum(self.expected.values()))} expected in one process: {self.costs_known} from the "
+                f"costs history, {len(cells) - self.costs_known} from priors per variant (perfgate.plan.costs)")
 
     def precompile(self, cells: list[Cell]) -> str:
         """--perf-precompile N: fill --perf-cache-dir with the planned cells' compiles in N processes at once,
@@ -274,8 +275,8 @@ class PerfSession:
         import torch
 
         from perfgate.core import zoo
-        from perfgate.judge.costs import clock, precompile_shares
         from perfgate.measure import precompile, precompiled, reference
+        from perfgate.plan.costs import hms, precompile_shares
 
         workers = self.config.getoption("--perf-precompile")
         devices = precompile.cuda_devices()
@@ -302,10 +303,10 @@ class PerfSession:
                                  out=self.results_path.with_name(f"{self.results_path.stem}.precompile.json"))
         precompiled.mark(results, cache_dir, keys)
         self.precompile_s = time.monotonic() - started
-        failed = [r["cell"] + (f" (stopped after {clock(r['stopped_after_s'])})" if "stopped_after_s" in r else "")
+        failed = [r["cell"] + (f" (stopped after {hms(r['stopped_after_s'])})" if "stopped_after_s" in r else "")
                   for r in results if r["status"] != "ok"]
         return (f"perfgate: precompiled {len(results) - len(failed)} of {len(results)} cell(s) in "
-                f"{clock(time.monotonic() - started)} with {len([s for s in shares if s])} process(es)"
+                f"{hms(time.monotonic() - started)} with {len([s for s in shares if s])} process(es)"
                 + (f"; not compiled: {', '.join(failed)}" if failed else "") + already)
 
     def measure(self, cell: Cell, benchmark=None) -> dict:

@@ -1,5 +1,5 @@
 """The end of a perf session, on the controller: read this run's records back from the results files, then
-append them to the history, save them as a baseline and gate them, as the options ask.
+append them to the history, save them as a baseline and gate them, as the options ask. Imports no torch.
 
 Each step runs whatever the one before it did (a history that cannot be written never stops the gate).
 Exit status: 1 a regression, 2 unusable input (records, baseline), 3 a crash in perfgate (never 1).
@@ -11,11 +11,11 @@ import re
 import traceback
 from typing import TYPE_CHECKING
 
-from perfgate.judge import history
-from perfgate.judge.baseline import BaselineError, save_baselines
-from perfgate.judge.history import HistoryError
 from perfgate.core.output import OutputError
 from perfgate.core.records_file import RecordFileError, load_records
+from perfgate.judge.baseline import BaselineError, save_baselines
+from perfgate.store import history
+from perfgate.store.history import HistoryError
 
 if TYPE_CHECKING:  # annotations only: the plugin imports this module, never the reverse
     from perfgate.plugin.session import PerfSession

@@ -48,7 +48,7 @@ class ProgressRelay:
         self.write_line, self.workers, self.progress = write_line, workers, None
 
     def pytest_runtest_logreport(self, report) -> None:
-        from perfgate.judge.costs import Progress
+        from perfgate.plan.costs import Progress
 
         node = getattr(report, "node", None)
         worker = getattr(getattr(node, "gateway", None), "id", None)

@@ -17,14 +17,16 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Sequence
 
+from perfgate.core.clocks import BY_RATIO, DEVICE, HOST, WALL, shown_in
 from perfgate.core.output import write_atomic
-from perfgate.judge.ab_verdict import SIDES, ABReport, ABRow, Comparison, geomeans
-from perfgate.render.report import MAX_CHARS
+from perfgate.judge.ab_verdict import AB_SIDES, ABReport, ABRow, Comparison, geomeans
 from perfgate.judge.rules import CLOCK_NAMES
+from perfgate.render.report import MAX_CHARS
 
 VERDICT_ORDER = ("regression", "failed", "improvement", "ok")
-TIMED = (("speedup", "wall speedup"), ("device_speedup", "device speedup"),
-         ("host_speedup", "host: compiled / eager host time"), ("eager_ms", "eager ms"),
+# The timed columns: the clocks (a data-parallel cell's compute clock shows in the device column, as in the
+# gate's report), then the absolute step times.
+TIMED = (*((clock.ratio, clock.label) for clock in (WALL, DEVICE, HOST)), ("eager_ms", "eager ms"),
          ("compiled_ms", "compiled ms"))
 OTHER = (("compile_s", "compile s (cold)", ".1f"), ("graph_breaks", "graph breaks", "d"),
          ("recompiles", "recompiles", "d"), ("peak_mem_compiled_mb", "peak MiB compiled", ".0f"),
@@ -44,7 +46,7 @@ def _fmt(value, spec: str) -> str:
 
 
 def verdict_line(report: ABReport) -> str:
-    runs = " + ".join(str(report.sides[s]["processes"]) for s in SIDES)
+    runs = " + ".join(str(report.sides[s]["processes"]) for s in AB_SIDES)
     if report.errors:
         return f"**perfgate A/B: cannot compare** (exit 2), B against A, {runs} processes"
     state = "PASS" if not report.regressions else "FAIL"
@@ -55,7 +57,7 @@ def verdict_line(report: ABReport) -> str:
 def _sides_table(report: ABReport) -> list[str]:
     keys = ("torch", "transformers", "timm", "triton", "gpu")
     lines = ["| side | environment | " + " | ".join(keys) + " | processes |", "|---" * (len(keys) + 3) + "|"]
-    for label in SIDES:
+    for label in AB_SIDES:
         side = report.sides[label]
         versions = side.get("versions") or {}
         lines.append(f"| {label} | {escape(side.get('description') or '–')} | "
@@ -122,6 +124,9 @@ def _verdict(row: ABRow) -> str:
 def _timed_row(row: ABRow) -> str:
     cells = [escape(row.cell)]
     for metric, _ in TIMED:
+        column = BY_RATIO.get(metric)
+        if column is not None:
+            metric = shown_in(column, lambda clock: row.comparison(clock.ratio) is not None).ratio
         cells += _timed_cells(row.comparison(metric))
     return "| " + " | ".join([*cells, _verdict(row)]) + " |"
 
@@ -216,7 +221,7 @@ def html(report: ABReport, path: str | Path) -> None:
     process of each cell), and the A/B verdict where the gate's verdict goes."""
     from perfgate.render import html_report
 
-    caption = " · ".join(f"{s}: {report.sides[s].get('description') or '?'}" for s in SIDES)
+    caption = " · ".join(f"{s}: {report.sides[s].get('description') or '?'}" for s in AB_SIDES)
     page = html_report.build(representative(report, "A") + representative(report, "B"), caption=caption,
                              title="perfgate A/B report", sources=[f"{p.name}" for p in report.processes])
     page.gate_lines = [verdict_line(report).replace("**", "").replace("perfgate A/B ", ""),

@@ -23,17 +23,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
+from perfgate.core.matrix import PHASES
 from perfgate.core.record import first_call_cache
-from perfgate.judge import history
+from perfgate.core.stats import geomean
 from perfgate.judge.baseline import group_by_key
 from perfgate.judge.changepoint import series_changes
+from perfgate.judge.gate import GateReport, gate_run
+from perfgate.judge.rules import DEFAULT_RULES, REGRESSION, SpeedupRule
 from perfgate.judge.triage import bisect_hint
 from perfgate.render.charts import Bar, TrendChange, TrendLevel, TrendPoint, bar_chart, trend_chart
-from perfgate.judge.gate import GateReport, gate_run
 from perfgate.render.report import fmt, md_code, md_text, shown
-from perfgate.judge.rules import DEFAULT_RULES, REGRESSION, SpeedupRule
-from perfgate.core.matrix import PHASES
-from perfgate.core.stats import geomean
+from perfgate.store import history
 
 PHASE_ORDER = PHASES  # train, infer, ddp: the table's order and one geomean line each
 SPARK = "▁▂▃▄▅▆▇█"
@@ -215,7 +215,7 @@ def _drawn(point: dict, label: str, sublabel: str, mark: str) -> TrendPoint:
 
 
 def trend(cell: str, points: Sequence[dict], base_cell: dict | None,
-          rule: SpeedupRule = _wall_rule(DEFAULT_RULES)) -> Trend:
+          rule: SpeedupRule = _wall_rule(DEFAULT_RULES)) -> Trend:  # noqa: B008 (a frozen rule, made once)
     """One cell's trend chart and texts from its history (oldest first), its baseline cell (or None) and the
     gate's wall rule."""
     seg, ok, levels = _segment(points)

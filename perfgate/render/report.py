@@ -14,8 +14,9 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Sequence
 
-from perfgate.judge.gate import GateReport
+from perfgate.core.clocks import DEVICE, HOST, WALL, shown_in
 from perfgate.core.record import FIELD, compiled_peak_is_right
+from perfgate.judge.gate import GateReport
 from perfgate.judge.rules import CLOCK_NAMES
 from perfgate.judge.triage import triage
 
@@ -178,10 +179,10 @@ def _speedup(source) -> str:
 
 
 def _clock_row(row) -> str:
-    wall, device, host = (row.clock(m) for m in ("speedup", "device_speedup", "host_speedup"))
-    compute = row.clock("compute_speedup")
-    if compute is not None and compute.value is not None:  # a data-parallel cell's device clock
-        device = compute
+    def has(clock) -> bool:
+        return (c := row.clock(clock.ratio)) is not None and c.value is not None
+
+    wall, device, host = (row.clock(shown_in(column, has).ratio) for column in (WALL, DEVICE, HOST))
     interval = _speedup(row) if row.speedup is not None else "–"
     noise = fmt(row.noise, ".1%") + ("?" if row.run_to_run_known is False else "")
     cells = (md_code(row.cell), interval, fmt(row.baseline_speedup, ".3f"), _pct(row.change), _line(wall), noise,
@@ -208,7 +209,8 @@ def _head(report: GateReport) -> list[str]:
     lines += _section("Regressions", [f"- {md_code(f.cell)} ({_rule_name(f)}) {md_text(f.message)}"
                                       for f in report.regressions])
     lines += _section("Triage (what each flagged cell looks like, and the command that measures it again)",
-                      [f"- {md_code(t.cell)} **{t.kind}**: {md_text(t.why)}; {md_code(t.command)}; {md_text(t.env_text())}"
+                      [f"- {md_code(t.cell)} **{t.kind}**: {md_text(t.why)}; {md_code(t.command)}; "
+                       f"{md_text(t.env_text())}"
                        for t in triage(report)])
     lines += _section("Improvements", [f"- {md_code(f.cell)} {md_text(f.message)}" for f in report.improvements])
     lines += _section("Advisories (reported only: never fail the gate, not re-measured)",

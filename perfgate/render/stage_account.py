@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from perfgate.core.stages import CONFIRM, STAGES, totals
-from perfgate.judge.costs import clock, gpus_held
+from perfgate.plan.costs import gpus_held, hms
 from perfgate.render.report import md_text
 
 LABELS = {stage: stage.replace("_", " ") for stage in (*STAGES, CONFIRM)}
@@ -24,12 +24,12 @@ def run_line(records: Sequence[dict], precompile_s: float = 0.0) -> str | None:
     whole = sum(seconds.values())
     if not whole:
         return None
-    parts = ", ".join(f"{LABELS[stage]} {clock(s)} ({s / whole:.0%})"
+    parts = ", ".join(f"{LABELS[stage]} {hms(s)} ({s / whole:.0%})"
                       for stage, s in sorted(seconds.items(), key=lambda item: -item[1]) if s >= 0.5)
     unit = "GPU-time" if on_gpu else "time"
-    text = f"perfgate: where the cells' {clock(whole)} of {unit} went: {parts}"
+    text = f"perfgate: where the cells' {hms(whole)} of {unit} went: {parts}"
     if precompile_s:
-        text += f"; before them, the precompile took {clock(precompile_s)}"
+        text += f"; before them, the precompile took {hms(precompile_s)}"
     return text
 
 

@@ -92,10 +92,10 @@ class Progress:
         self.gpu_s += (wall_s or 0.0) * gpus
         done_wall = sum(wall for wall, _ in self.done.values())
         done_expected = sum(exp for _, exp in self.done.values())
-        text = f"[{len(self.done)}/{max(self.planned, len(self.done))}] elapsed {clock(self.clock() - self.started)}"
+        text = f"[{len(self.done)}/{max(self.planned, len(self.done))}] elapsed {hms(self.clock() - self.started)}"
         if len(self.done) < self.planned:
             left = max(self.planned_s - done_expected, 0.0)
-            text += f", about {clock(eta_s(left, done_expected, done_wall, self.workers))} left"
+            text += f", about {hms(eta_s(left, done_expected, done_wall, self.workers))} left"
         return text
 
     def slowest(self, count: int = 3) -> str:
@@ -104,7 +104,7 @@ class Progress:
 
     def summary(self) -> str:
         gpu = f"; {self.gpu_s / 60:.1f} GPU-minutes" if self.gpu_s else ""
-        return (f"perfgate: {len(self.done)} cell(s) in {clock(self.clock() - self.started)}{gpu}; slowest: "
+        return (f"perfgate: {len(self.done)} cell(s) in {hms(self.clock() - self.started)}{gpu}; slowest: "
                 f"{self.slowest()}")
 
 
@@ -120,7 +120,7 @@ def eta_s(left_expected: float, done_expected: float, done_wall: float, workers:
     return left_expected * ratio / max(workers, 1)
 
 
-def clock(seconds: float) -> str:
+def hms(seconds: float) -> str:
     """m:ss, or h:mm:ss."""
     minutes, secs = divmod(int(round(seconds)), 60)
     hours, minutes = divmod(minutes, 60)

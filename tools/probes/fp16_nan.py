@@ -1,6 +1,6 @@
 """Probe (device kit, not product): does a train step under CUDA graphs in amp_fp16 with GradScaler go
 non-finite, at which call, and through the engine's numerics path or its plain step as well?
-usage: python baselines/runs/probes/fp16_nan.py MODEL VARIANT PRECISION step|captured   (PROBE_KIND=cpu: tiny;
+usage: python tools/probes/fp16_nan.py MODEL VARIANT PRECISION step|captured   (PROBE_KIND=cpu: tiny;
 PROBE_BATCH=N: N samples per step instead of the cell's batch; PROBE_EAGER=1: the same steps, not compiled)
 Builds the compiled side as perfgate.measure.cell does (seed 0, TF32 on), runs 5 steps on the cell's two
 batches in turn ("captured": the first two through Side.captured_step, as the numerics check does) and prints

@@ -7,8 +7,8 @@ again; what it pays for the load and the first compiled call is what a new machi
 pays. Measured in this process the number would mean nothing: here the compile is as fast without them.
 
 The child finds the model by the registry's import path and the model's name (a spec holds lambdas and
-cannot be pickled), builds the side with the cell's own code (perfgate.measure.steps) and writes one JSON result. A child that fails
-or hangs never fails the cell: the record's compile_artifacts_note says why its time is null.
+cannot be pickled), builds the side with the cell's own code (perfgate.measure.steps) and writes one JSON result.
+A child that fails or hangs never fails the cell: the record's compile_artifacts_note says why its time is null.
 
 The fresh process is perfgate.measure.child, handed the cell as a job of purpose "artifacts".
 """

@@ -7,7 +7,7 @@ PROBE_WORLD=1 runs one rank instead, over NCCL, the product's path untouched: DD
 (its wrapper, the bucketing, the split graphs, a one-rank all-reduce) against the plain step; there the
 "scaling" is one-device step / DDP step (1.0: DDP costs nothing) and the times are the GPU's alone.
 PROBE_INJECT=KIND[:ARG] plants a test-only fault, as --perf-inject does (device_slow:3: 3 % more GPU work).
-usage: python baselines/runs/probes/ddp_one_gpu.py MODEL VARIANT PRECISION [CACHE_DIR]
+usage: python tools/probes/ddp_one_gpu.py MODEL VARIANT PRECISION [CACHE_DIR]
 prints the cell's record as one JSON line (PROBE_KIND=cpu: the CPU tier's cell, to try the probe itself).
 """
 import json
