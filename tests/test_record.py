@@ -79,6 +79,21 @@ def test_a_cut_off_rerun_never_hides_another_runs_finished_record(tmp_path):
     assert [r["run_id"] for r in load_records([rerun_cut, checkpoints])] == ["r4"]  # its run's final record
 
 
+def test_a_confirm_round_cut_off_never_hides_its_runs_finished_record(tmp_path):
+    """A CI step's limit stopped the gate's re-measure of a cell: the cell's own record stands (H100 lease AU,
+    2026-11-25: the killed confirm's checkpoint came last and read as the cell failing)."""
+    cut = {"cell": "a", "run_id": "r1", "status": "failed", "reason": "did not finish: during 'a: compiling'"}
+    confirmed = {"cell": "a", "run_id": "r1", "status": "ok", "remeasure": "confirm"}
+    first = {"cell": "a", "run_id": "r1", "status": "ok"}
+    def kept(name, *lines):
+        (record,) = load_records([_write(tmp_path / name, "\n".join(map(json.dumps, lines)) + "\n")])
+        return record.get("remeasure", ""), record["reason"].startswith("did not finish")
+
+    assert kept("cut.jsonl", first, {**cut, "remeasure": "confirm"}) == ("", False)
+    assert kept("done.jsonl", first, {**cut, "remeasure": "confirm"}, confirmed) == ("confirm", False)
+    assert kept("own.jsonl", first, cut) == ("", True)  # the run's own cut (not a re-measure) is what it reached
+
+
 # ---------------------------------------------------------------------------------------------- the field table
 
 def _ok_record() -> dict:

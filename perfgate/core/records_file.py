@@ -142,13 +142,15 @@ def _glued_record(line: str) -> dict | None:
 def load_records(paths: Iterable[str | os.PathLike]) -> list[dict]:
     """Records of several files (xdist workers, shards), one per cell: a later record of a cell replaces
     an earlier one (a re-run or a gate's confirm round), so merged files carry no duplicates. Except: the
-    checkpoint of another run's cell that was cut off ("did not finish": a call's limit, a kill) is no result
-    and never hides a finished record, whatever the order of the files."""
+    checkpoint of a cell that was cut off ("did not finish": a call's limit, a kill) is no result and never
+    hides a finished record of another run, whatever the order of the files, nor of its own run where the cut
+    was the gate's re-measure of the cell (a confirm round stopped by a CI step's limit)."""
     by_cell: dict[str, dict] = {}
     for path in paths:
         for record in iter_records(path):
             old = by_cell.get(record["cell"])
-            if old is None or old.get("run_id") == record.get("run_id") or unfinished(old) or not unfinished(record):
+            same_run = old is not None and old.get("run_id") == record.get("run_id") and not record.get("remeasure")
+            if old is None or same_run or unfinished(old) or not unfinished(record):
                 by_cell[record["cell"]] = record
     return list(by_cell.values())
 

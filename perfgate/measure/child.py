@@ -65,7 +65,7 @@ def run_job(job, reporter: Reporter, rank: int | None, envs: dict, directory: Pa
 
     def checkpoint(partial: dict) -> None:
         if job.results_path:
-            append_record(job.results_path, {**partial, "run_id": job.run_id})
+            append_record(job.results_path, {**partial, "run_id": job.run_id, "remeasure": job.remeasure})
         reporter.emit({"checkpoint": partial})
 
     record = run_cell(spec, job.cell, job.options, env, lambda m: reporter.emit({"progress": m}),

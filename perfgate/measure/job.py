@@ -72,6 +72,9 @@ class Job:
     world: int = 1
     artifacts_path: str | None = None
     sys_path: tuple[str, ...] = ()
+    # Why the gate measures this cell again ("confirm", "why-artifacts"), carried by its checkpoints: one left
+    # by a re-measure killed mid-way must not stand in the results file as the cell's own measurement.
+    remeasure: str = ""
 
     def __post_init__(self):
         if self.purpose not in PURPOSES:

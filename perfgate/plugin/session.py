@@ -108,9 +108,9 @@ class PerfSession:
         if profile_dir:
             options = dataclasses.replace(options, profile_dir=profile_dir)
         if self.isolates(cell):
-            record = self._run_isolated(spec, cell, options, record_compiled)
+            record = self._run_isolated(spec, cell, options, record_compiled, remeasure)
         else:
-            record = self._run_here(spec, cell, options, record_compiled)
+            record = self._run_here(spec, cell, options, record_compiled, remeasure)
         # NaN, inf or missing figures on an ok record: the cell failed, whatever run_cell thought.
         unfit = "; ".join(filter(None, (self.unfit(cell), record.get("unfit"))))  # the cell's own: neighbours
         issue = spec.known_issue(cell)
@@ -156,12 +156,12 @@ class PerfSession:
                                     f"{err.strerror or err}; the cells' lines above say what they measured")
             self.unwritten.append(record["cell"])
 
-    def _run_here(self, spec, cell: Cell, options, record_compiled) -> dict:
+    def _run_here(self, spec, cell: Cell, options, record_compiled, remeasure: str = "") -> dict:
         from perfgate.measure.cell import run_cell
         from perfgate.measure.devices import start_cell
 
         def checkpoint(partial: dict) -> None:  # superseded by the final record (a later one wins)
-            self.append({**partial, "run_id": self.run_id})
+            self.append({**partial, "run_id": self.run_id, "remeasure": remeasure})
 
         device = start_cell(options.device, self.tf32)
         return run_cell(spec, cell, options, self.environment(device), self._progress, record_compiled,
@@ -190,12 +190,13 @@ class PerfSession:
         return (self.config.getoption("--perf-cell-timeout") or spec.time_limit_s
                 or matrix.VARIANTS[cell.variant].time_limit_s)
 
-    def _run_isolated(self, spec, cell: Cell, options, record_compiled) -> dict:
+    def _run_isolated(self, spec, cell: Cell, options, record_compiled, remeasure: str = "") -> dict:
         from perfgate.measure.job import Job
         from perfgate.measure.launch import import_path
 
         job = Job(cell=cell, options=options, tf32=self.tf32, results_path=str(self.results_path),
-                  run_id=self.run_id, limit_s=self.time_limit_s(spec, cell), sys_path=tuple(import_path()))
+                  run_id=self.run_id, limit_s=self.time_limit_s(spec, cell), sys_path=tuple(import_path()),
+                  remeasure=remeasure)
         record = self.isolated_process().run(job, self._progress, record_compiled)
         if record.get("env"):  # what pytest-benchmark's machine_info shows, as an in-process cell leaves it
             self._envs.setdefault(options.device, record["env"])
