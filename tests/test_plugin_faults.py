@@ -299,3 +299,39 @@ def test_an_option_that_will_have_no_effect_is_said_at_the_start_and_the_end(sui
     out = suite.runpytest_inprocess(*FAST, "--collect-only", *args)
     assert out.ret == 0
     assert [line.strip().startswith(f"perfgate: {said}") for line in out.outlines if said in line] == [True, True]
+
+
+# A conftest whose second cell is interrupted (Ctrl-C, or SIGTERM from a CI step's limit), and whose gate
+# says whether it was handed a confirm round.
+INTERRUPTED_SECOND_CELL = '''
+pytest_plugins = ["perfgate.plugin"]
+import perfgate.judge.gate
+import perfgate.measure.cell
+
+_real_cell, _real_gate, _cells = perfgate.measure.cell.run_cell, perfgate.judge.gate.gate_run, []
+
+def run_cell(*args, **kwargs):
+    _cells.append(1)
+    if len(_cells) == 2:
+        raise KeyboardInterrupt
+    return _real_cell(*args, **kwargs)
+
+def gate_run(records, baseline, remeasure=None, **kwargs):
+    print(f"GATE: confirm round offered: {remeasure is not None}")
+    return _real_gate(records, baseline, remeasure, **kwargs)
+
+perfgate.measure.cell.run_cell = run_cell
+perfgate.judge.gate.gate_run = gate_run
+'''
+
+
+def test_an_interrupted_run_measures_nothing_more_and_is_judged_on_what_it_measured(suite):
+    """On H100 lease AU (2026-11-25) a `timeout` SIGTERM during the last cell was followed by a confirm
+    round, which compiled and timed again until the call was killed: a stopped run must stop."""
+    suite.makeconftest(INTERRUPTED_SECOND_CELL)
+    base = suite.path / "baselines"
+    base.mkdir()
+    out = suite.runpytest_subprocess(*FAST, f"--perf-baseline={base}", "-s")
+    out.stdout.fnmatch_lines(["*GATE: confirm round offered: False*",
+                              "*the run was interrupted: no confirm round and no why-artifacts*"])
+    assert out.ret == 2

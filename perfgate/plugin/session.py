@@ -329,9 +329,11 @@ class PerfSession:
             pytest.fail(f"{cell.id}: {record['reason']}", pytrace=False)
         return record
 
-    def gate(self, records: list[dict], baseline):
+    def gate(self, records: list[dict], baseline, interrupted: bool = False):
         """Gate this run. Cells whose speedup tripped are measured again in this process (a fresh compile)
-        and stay regressions only if they trip twice. Reports go to the terminal and --perf-report."""
+        and stay regressions only if they trip twice. Reports go to the terminal and --perf-report. An
+        `interrupted` run (Ctrl-C, SIGTERM from a CI step's limit) measures nothing more: it is judged on what
+        it measured, with no confirm round, and pytest's own exit status (2) says it was cut short."""
         from perfgate.judge.gate import gate_run
         from perfgate.render.report_files import write_reports
 
@@ -347,8 +349,11 @@ class PerfSession:
                     profiled[cell_id] = self._run(*self.ran[cell_id], profile_dir=why_dir, remeasure="confirm")
             return list(profiled.values())
 
-        outcome = gate_run(records, baseline, remeasure)
-        for cell_id in _flagged(outcome) - set(profiled):
+        outcome = gate_run(records, baseline, None if interrupted else remeasure)
+        if interrupted:
+            self.summary.append("perfgate: the run was interrupted: no confirm round and no why-artifacts; a "
+                                "tripped speedup rule stands unconfirmed")
+        for cell_id in set() if interrupted else _flagged(outcome) - set(profiled):
             if cell_id in self.ran:  # flagged by another rule: profile it for the reader, gate unchanged
                 self._progress(f"{cell_id}: flagged; writing why-artifacts")
                 profiled[cell_id] = self._run(*self.ran[cell_id], profile_dir=why_dir, remeasure="why-artifacts")

@@ -11,6 +11,8 @@ import re
 import traceback
 from typing import TYPE_CHECKING
 
+import pytest
+
 from perfgate.core.output import OutputError
 from perfgate.core.records_file import RecordFileError, load_records
 from perfgate.judge.baseline import BaselineError, save_baselines
@@ -36,7 +38,8 @@ def finish(session, perf: PerfSession) -> None:
     if save_dir:
         _step(session, perf, "write the baseline", lambda: _save_baseline(perf, records, save_dir))
     if baseline:
-        outcome = _step(session, perf, "gate the run", lambda: perf.gate(records, baseline))
+        interrupted = int(session.exitstatus) == int(pytest.ExitCode.INTERRUPTED)
+        outcome = _step(session, perf, "gate the run", lambda: perf.gate(records, baseline, interrupted))
         if outcome is not None:
             session.exitstatus = max(int(session.exitstatus), outcome.exit_code)
 
