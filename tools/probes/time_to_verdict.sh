@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# One device call of issue 37's measurements (docs/time-to-verdict.md), run from the repository root on a
+# GPU machine. Usage: tools/probes/time_to_verdict.sh STEP [LIMIT_S]
+#   cold    the PR tier gated against baselines/, precompile 4, from empty caches (.perfgate/cc, reference)
+#   warm    the same again with the caches the cold step left (A/A against the committed baseline)
+#   inject  the same with --perf-inject device_slow:3 (every cell must fail the device rule)
+#   precompile  only the precompile (--collect-only), from empty caches
+#   inject6 device_slow:3 on gpt2, vit_b16 and resnet50 (6 cells), warm, no precompile
+#   ab      perfgate ab, 3 + 3 processes, A/A, a 4-cell slice (resumable: --resume on a later call)
+# Logs and results under .perfgate/out/STEP; one tarball of them into $OUT.
+set -u
+step=$1; limit=${2:-540}
+export PYTHONPATH=$PWD TORCHINDUCTOR_CACHE_DIR=$PWD/.perfgate/inductor-default
+out=.perfgate/out/$step; mkdir -p "$out"
+{
+  date -u +%FT%TZ; cat /proc/sys/kernel/random/boot_id; lscpu | grep -m1 'Model name'; nproc
+  nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
+  python -c "import torch, transformers, timm, triton; print(torch.__version__, transformers.__version__, timm.__version__, triton.__version__)"
+} > "$out/host.txt" 2>&1
+cat "$out/host.txt"
+tier=(perftests -m "gpu and pr" -p no:randomly --perf-baseline baselines --perf-cache-dir .perfgate/cc)
+slice=(-k "gpt2 or vit_b16")
+t0=$(date +%s.%N)
+case $step in
+  cold|warm) timeout "$limit" python -m pytest "${tier[@]}" --perf-precompile 4 --perf-results "$out/results.jsonl" > "$out/log.txt" 2>&1 ;;
+  precompile) timeout -k 5 "$limit" python -m pytest perftests -m "gpu and pr" -p no:randomly --perf-cache-dir .perfgate/cc --collect-only -q --perf-precompile 4 --perf-results "$out/results.jsonl" > "$out/log.txt" 2>&1 ;;
+  inject6) timeout -k 5 "$limit" python -m pytest "${tier[@]}" -k "gpt2 or vit_b16 or resnet50" --perf-precompile 4 --perf-inject device_slow:3 --perf-results "$out/results.jsonl" > "$out/log.txt" 2>&1 ;;
+  inject) timeout "$limit" python -m pytest "${tier[@]}" --perf-precompile 4 --perf-inject device_slow:3 --perf-results "$out/results.jsonl" > "$out/log.txt" 2>&1 ;;
+  ab) if [ -f .perfgate/ab/manifest.json ]; then args=(--resume .perfgate/ab); else args=(--processes 3 --out .perfgate/ab -- perftests -m "gpu and pr" -p no:randomly "${slice[@]}"); fi
+      timeout "$limit" python -m perfgate.cli ab "${args[@]}" > "$out/log.txt" 2>&1
+      cp .perfgate/ab/manifest.json .perfgate/ab/report.md .perfgate/ab/report.json "$out/" 2>/dev/null; cp -r .perfgate/ab/results "$out/" 2>/dev/null ;;
+esac
+rc=$?
+t1=$(date +%s.%N)
+echo "step=$step rc=$rc wall_s=$(python -c "print(round($t1-$t0,1))")" | tee -a "$out/times.txt"
+grep -E "^perfgate:|PASS|FAIL|passed|failed" "$out/log.txt" | cut -c1-400 | tail -25
+tar czf "$OUT/$step.tgz" -C .perfgate/out "$step"
