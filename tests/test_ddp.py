@@ -100,6 +100,9 @@ def test_two_ranks_time_the_slowest_judge_numerics_and_count_ddp_splits_apart(dd
         assert record[f"scaling_{side}"] == pytest.approx(2 * record[f"single_{side}_ms"] / record[f"{side}_ms"],
                                                           rel=1e-3)
     assert len(record["peak_mem_eager_mb_ranks"]) == 2
+    # the stage account: the ranks' start, then the single-device stages and DDP's own, summing to wall_s
+    assert {"process_start", "build", "compile", "numerics", "timing", "scaling"} <= set(record["stages"])
+    assert sum(record["stages"].values()) == pytest.approx(record["wall_s"], abs=0.1)
     assert "no device clock or step breakdown" in record["clocks_note"] and record["compute_speedup"] is None
     assert not ranks_left
 
