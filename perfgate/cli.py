@@ -353,14 +353,14 @@ def cmd_bisect(args: argparse.Namespace) -> int:
             probe_dir = out / manifest["probes"][str(manifest["outcome"]["first_bad"])]["dir"]
             ab_report.html(ab_run.verdict(ab_run.load_manifest(probe_dir), probe_dir,
                                           BadRule.parse(manifest["rule"]).rules()), args.html)
-    except (BisectError, ABError) as err:
+        sys.stdout.write(bisect_report.write(manifest, out, args.markdown, args.json))
+    except (BisectError, ABError, OutputError) as err:
         print(f"perfgate bisect: cannot bisect: {err}", file=sys.stderr)
         return EXIT_CANNOT_COMPARE
     except KeyboardInterrupt:
         print(f"perfgate bisect: stopped; what was measured is in {out}: perfgate bisect --resume {out} carries on",
               file=sys.stderr)
         return EXIT_CANNOT_COMPARE
-    sys.stdout.write(bisect_report.write(manifest, out, args.markdown, args.json))
     return bisect_report.EXIT_CODES[manifest["outcome"]["outcome"]]
 
 

@@ -180,6 +180,17 @@ def test_the_report_names_the_pair_and_the_command_that_reproduces_it(tmp_path):
     assert json.loads((out / "report.json").read_text())["exit_code"] == 1
 
 
+def test_a_report_that_cannot_be_written_names_its_path_and_leaves_nothing_half_written(tmp_path):
+    """As every other output (docs/reliability.md): exit 2 naming the path, never a crash or a torn page."""
+    from perfgate.core.output import OutputError
+
+    manifest, out = manifest_of(tmp_path), tmp_path / "bisect"
+    manifest = bisect_run.run_bisect(out, lambda m: None, manifest=manifest, prober=fake_prober(5, []))
+    (tmp_path / "a-file").write_text("")
+    with pytest.raises(OutputError, match="a-file"):
+        bisect_report.write(manifest, out, markdown_path=str(tmp_path / "a-file" / "report.md"))
+
+
 def test_environment_steps_keep_their_order_and_say_what_each_side_runs(tmp_path):
     paths = [tmp_path / "tf-4", tmp_path / "tf-5"]
     for path in paths:

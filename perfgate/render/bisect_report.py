@@ -11,6 +11,7 @@ import json
 import shlex
 from pathlib import Path
 
+from perfgate.core.output import write_atomic
 from perfgate.judge.bisect_verdict import BadRule
 from perfgate.render.ab_report import escape
 
@@ -115,6 +116,5 @@ def write(manifest: dict, out: Path, markdown_path: str | None = None, json_path
     for path, content in ((out / "report.md", text), (out / "report.json", payload), (markdown_path, text),
                           (json_path, payload)):
         if path:
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
-            Path(path).write_text(content, encoding="utf-8")
+            write_atomic(path, content)  # OutputError names a path that cannot be written
     return text
