@@ -226,14 +226,15 @@ def probe(manifest: dict, out: Path, index: int, progress: Callable[[str], None]
                 raise BisectError(f"the range's ends cannot be compared: {err}") from None
             entry.update(verdict=UNSURE, why=f"cannot run: {err}")
             break
-        from perfgate.render import ab_report
+        from perfgate.render import ab_report, bisect_report
 
         ab_report.write(report, directory)
         reading = classify(report, rule)
-        entry["readings"].append({"processes": entry["processes"], "verdict": reading.verdict, "why": reading.why})
-        progress(f"step {index} reads {reading.verdict} at {entry['processes']} processes a side: {reading.why}")
+        why = bisect_report.reading_why(reading)
+        entry["readings"].append({"processes": entry["processes"], "verdict": reading.verdict, "why": why})
+        progress(f"step {index} reads {reading.verdict} at {entry['processes']} processes a side: {why}")
         if reading.verdict != UNSURE or entry["processes"] >= manifest["max_processes"]:
-            entry.update(verdict=reading.verdict, why=reading.why, cells=cell_summary(report, rule))
+            entry.update(verdict=reading.verdict, why=why, cells=cell_summary(report, rule))
             break
         entry["processes"] = min(manifest["max_processes"], entry["processes"] + MORE_PROCESSES)
         save(out, manifest)

@@ -9,9 +9,10 @@ import math
 import pytest
 
 from perfgate.core.stats import t_quantile, t_sf, two_sample
-from perfgate.judge.ab_verdict import ALPHA, Process, StepTimeRule, ab_rules, ab_words, judge_ab
+from perfgate.judge.ab_verdict import ALPHA, Process, StepTimeRule, ab_rules, judge_ab
 from perfgate.judge.rules import REGRESSION, SpeedupRule
 from perfgate.render import ab_report
+from perfgate.render.wording import ab_words
 
 import ab_power
 import synthetic as syn

@@ -26,13 +26,13 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass, field, replace
-from typing import Sequence
+from typing import ClassVar, Sequence
 
 from perfgate.core.record import TIME_ALONE, nothing_measured
 from perfgate.core.stats import geomean, interval_sd, rel_spread, t_quantile, two_sample
 from perfgate.core.validate import checked
 from perfgate.judge.baseline import fold_cell
-from perfgate.judge.rules import IMPROVEMENT, REFRESH, REGRESSION, Finding, SpeedupRule, default_rules
+from perfgate.judge.rules import AB, IMPROVEMENT, REGRESSION, Finding, SpeedupRule, default_rules
 
 AB_SIDES = ("A", "B")
 # One-sided false-alarm rate of one timed comparison when nothing changed. An A/B run has no confirm round,
@@ -53,6 +53,8 @@ class StepTimeRule(SpeedupRule):
     times out (a baseline comes from other machines, whose times follow the machine); an A/B run's two
     environments share one machine, and an upgrade that slows eager and compiled alike (the speedup
     unchanged) shows only here."""
+
+    form: ClassVar[str] = "step"    # its findings' terms (perfgate.render.wording): growth of ms per step
 
     metric: str = "compiled_ms"
     direction: str = "lower"
@@ -81,13 +83,6 @@ class StepTimeRule(SpeedupRule):
 
     def log_drop(self, ref: float, now: float) -> float:
         return math.log(now / ref)
-
-    def describe(self, base: dict, cur: dict) -> str:
-        ref, now = base[self.metric], cur[self.metric]
-        return f"{self.label} {now:.3f} vs {ref:.3f} ({self.change(ref, now):+.1%})"
-
-    def line_text(self, fraction: float, loss: bool) -> str:
-        return f"the {'+' if loss else '-'}{fraction:.1%} line"
 
 
 def ab_rules(*, step_time: float = 0.05, **thresholds) -> tuple:
@@ -246,32 +241,19 @@ def _not_compared(comparison: Comparison, note: str, kind: str | None = None) ->
     return replace(comparison, note=note, kind=kind)
 
 
-def _timed_message(rule: SpeedupRule, c: Comparison) -> str:
-    if c.change is None:
-        return f"{rule.label}: {c.note}"
-    loss = c.kind == REGRESSION
-    return (f"{rule.label} {c.a:.4g} → {c.b:.4g} ({c.change:+.1%}, {CONFIDENCE:.0%} interval {c.lo:+.1%} to "
-            f"{c.hi:+.1%}; t {c.t:+.1f} on {c.df} df, {c.n_a} vs {c.n_b} processes), past "
-            f"{rule.line_text(c.line, loss)}")
+def timed_finding(rule: SpeedupRule, cell_id: str, c: Comparison) -> Finding:
+    """A timed comparison that tripped, as a finding of side B against side A (a figure missing in B: `missing`)."""
+    form = rule.form if c.change is not None else "missing"
+    return Finding(cell_id, rule.metric, c.kind, c.a, c.b, c.line, form=form, loss=c.kind == REGRESSION, sides=AB,
+                   clock=rule.clock, label=rule.label, change=c.change, lo=c.lo, hi=c.hi, note=c.note,
+                   confidence=CONFIDENCE, t=c.t, df=c.df, processes=(c.n_a, c.n_b))
 
 
 # ---------------------------------------------------------------------------------------------- other rules
 
-def ab_words(message: str) -> str:
-    """A rule's message in A/B terms: the rules speak of "the baseline" and "now", and suggest refreshing it."""
-    for gate_words, ab in ((f"; {REFRESH}", ""), ("in the baseline", "in A"), (" now: ", " in B: "),
-                           (", ok now", ", ok in B")):
-        message = message.replace(gate_words, ab)
-    return message
-
-
 def _other_findings(rules: Sequence, a_cell: dict, b_cell: dict) -> list[Finding]:
-    found = []
-    for rule in rules:
-        finding = rule.check(a_cell, b_cell)
-        if finding is not None:
-            found.append(replace(finding, message=ab_words(finding.message)))
-    return found
+    """The untimed rules on one cell a side: the gate's findings, read as B against A."""
+    return [replace(finding, sides=AB) for rule in rules if (finding := rule.check(a_cell, b_cell)) is not None]
 
 
 # ---------------------------------------------------------------------------------------------- a cell
@@ -289,7 +271,7 @@ def judge_cell(cell_id: str, a_procs: Sequence[Process], b_procs: Sequence[Proce
             c = compare_timed(rule, cell_id, a_recs, b_recs, alpha)
             comparisons.append(c)
             if c.kind is not None:
-                findings.append(Finding(cell_id, rule.metric, c.kind, c.a, c.b, c.line, _timed_message(rule, c)))
+                findings.append(timed_finding(rule, cell_id, c))
     kinds = {f.kind for f in findings}
     verdict = (REGRESSION if REGRESSION in kinds else IMPROVEMENT if IMPROVEMENT in kinds
                else "ok" if a_cell["status"] == b_cell["status"] == "ok" else "failed")
@@ -387,4 +369,4 @@ def geomeans(report: ABReport, metric: str = "speedup") -> tuple[float | None, f
 
 
 __all__ = ["ABReport", "ABRow", "Comparison", "Process", "StepTimeRule", "ab_rules", "judge_ab",
-           "judge_cell", "side_cell", "compare_timed", "ab_words", "geomeans", "versions", "ALPHA", "AB_SIDES"]
+           "judge_cell", "side_cell", "compare_timed", "timed_finding", "geomeans", "versions", "ALPHA", "AB_SIDES"]

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from perfgate.judge.ab_verdict import ABReport, ab_rules
+from perfgate.judge.rules import Finding
 
 GOOD, BAD, UNSURE = "good", "bad", "unsure"
 # The gate's own rules, all of them: a probe is bad where `perfgate ab` would fail it (exit 1).
@@ -89,7 +90,9 @@ class BadRule:
 @dataclass(frozen=True)
 class ProbeReading:
     verdict: str                     # GOOD | BAD | UNSURE
-    why: str
+    why: str                         # for a BAD reading, the finding: perfgate.render.bisect_report.reading_why
+    finding: Finding | None = None   # BAD: the first regression under the rule
+    more: int = 0                    # BAD: how many more the rule found
 
 
 def classify(report: ABReport, rule: BadRule) -> ProbeReading:
@@ -98,9 +101,7 @@ def classify(report: ABReport, rule: BadRule) -> ProbeReading:
         return ProbeReading(UNSURE, f"cannot compare: {report.errors[0]}")
     tripped = [f for f in report.regressions if rule.metric in (GATE, f.metric)]
     if tripped:
-        first = tripped[0]
-        return ProbeReading(BAD, f"{first.cell}: {first.message}" + (f" (+{len(tripped) - 1} more)"
-                                                                       if len(tripped) > 1 else ""))
+        return ProbeReading(BAD, "", tripped[0], len(tripped) - 1)
     for row in report.rows:
         for metric in rule.watched():
             c = row.comparison(metric)

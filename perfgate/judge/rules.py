@@ -4,14 +4,15 @@ cur_record)` that returns a Finding or None. Imports no torch.
 One ratio rule per clock (perfgate.core.clocks defines each default line), on log ratios against the
 baseline's run-to-run noise: wall `speedup` 5 %, device `device_speedup` 2.5 % (a data-parallel cell's
 `compute_speedup` too), host time (HostTimeRule) +15 %. Count, relative, numerics and status rules cover the
-rest. How the ratio rules decide, and why: docs/gate-power.md ("How the rules decide").
+rest. How the ratio rules decide, and why: docs/gate-power.md ("How the rules decide"). A finding
+is data, the figures a rule judged by; its words live in perfgate.render.wording.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Callable
+from typing import Callable, ClassVar
 
 from perfgate.core import clocks
 from perfgate.core.clocks import COMPUTE, DEVICE, HOST, WALL
@@ -21,31 +22,73 @@ from perfgate.core.stats import interval_sd
 REGRESSION = "regression"
 IMPROVEMENT = "improvement"
 ADVISORY = "advisory"               # reported, never fails the gate, never re-measured
-REFRESH = "refresh the baseline (perfgate baseline update)"
+GATE, AB = "gate", "ab"             # what a finding compares: a baseline with now, or side A with side B
 
 # Each ratio metric's clock, as reports name it (perfgate.core.clocks defines them).
 CLOCK_NAMES = clocks.NAMES
 
 
 @dataclass(frozen=True)
+class Advisory:
+    """Why a finding only advises: `why` is foreign_cpu (`now` the run's host CPU, `was` the baseline's, `busy`
+    the compiled step's busy fraction of the GPU) or changed_batch (`was`, `now`: the baseline's batch and
+    this run's)."""
+
+    why: str
+    was: object
+    now: object
+    busy: float | None = None
+
+
+@dataclass(frozen=True)
 class Finding:
+    """What one rule found on one cell, as data (perfgate.render.wording words it). `form` names the rule's
+    terms: ratio (a speedup), host (compiled host time relative to eager's), step (ms per step), missing (a
+    clock lacking now), count, relative, numerics, status. For a ratio, host or step finding `change` and
+    `threshold` (the line crossed) are in the rule's terms; `lo`, `hi` bound the current ratio (gate) or the
+    change (A/B, with Student's t on `df` and the sides' `processes`)."""
+
     cell: str
     metric: str
     kind: str                       # REGRESSION | IMPROVEMENT | ADVISORY
-    baseline: object                # the baseline's value (number or verdict)
+    baseline: object                # the baseline's value (number or verdict); side A's in an A/B run
     current: object
     threshold: float | None         # fraction the rule used (effective, for the ratio rules); None for exact
-                                    # rules and for a clock missing now
-    message: str
+                                    # rules and for a clock lacking now
+    form: str = ""
+    loss: bool = True               # the rule saw a loss (a regression, before any advisory)
+    sides: str = GATE               # GATE | AB
+    clock: str = ""                 # the ratio rule's clock: "device"
+    label: str = ""                 # the ratio rule's figure: "device speedup", "eager ms per step"
+    change: float | None = None
+    lo: float | None = None
+    hi: float | None = None
+    sds: float | None = None        # gate: the drop in sds of noise (inf where the noise is 0)
+    sd: float | None = None         # gate: the noise sd of the log drop, and whether the baseline knew its
+    noise_known: bool = True        # run-to-run noise
+    host_ms: tuple = ()             # host form: (eager, compiled) host ms now, and in the baseline
+    note: str = ""                  # why a clock is missing; a status's reason; numerics' worst tensor
+    confidence: float | None = None  # A/B: the interval's confidence
+    t: float | None = None          # A/B: Student's t
+    df: int | None = None
+    processes: tuple = ()           # A/B: (n_a, n_b)
+    advisories: tuple[Advisory, ...] = ()
+
+    @property
+    def message(self) -> str:
+        """The finding in words, for a caller that holds only the finding; reports call the wording directly."""
+        from perfgate.render.wording import finding_text  # render words judge's findings (docs/architecture.md)
+
+        return finding_text(self)
 
 
 def both_ok(base: dict, cur: dict) -> bool:
     return base.get("status") == "ok" and cur.get("status") == "ok"
 
 
-def _finding(rule, base: dict, cur: dict, kind: str, threshold, message: str) -> Finding:
-    return Finding(cur["cell"], rule.metric, kind, base.get(rule.metric), cur.get(rule.metric),
-                   threshold, message)
+def _finding(rule, base: dict, cur: dict, kind: str, threshold, form: str, **figures) -> Finding:
+    return Finding(cur["cell"], rule.metric, kind, base.get(rule.metric), cur.get(rule.metric), threshold,
+                   form=form, loss=kind == REGRESSION, **figures)
 
 
 @dataclass(frozen=True)
@@ -73,6 +116,8 @@ class SpeedupNoise:
 class SpeedupRule:
     """A higher-is-better eager/compiled ratio of one clock: `metric` is speedup (wall), device_speedup or
     host_speedup, read with its `_lo`, `_hi`, `_runs` and `_spread` fields from the baseline cell."""
+
+    form: ClassVar[str] = "ratio"   # its findings' terms (perfgate.render.wording): a speedup's drop or gain
 
     metric: str = WALL.ratio
     direction: str = "higher"        # higher is better
@@ -153,34 +198,27 @@ class SpeedupRule:
         """Both ok and both carry this clock: the rule judges the numbers."""
         return both_ok(base, cur) and bool(base.get(self.metric)) and bool(cur.get(self.metric))
 
-    def describe(self, base: dict, cur: dict) -> str:
-        ref, now = base[self.metric], cur[self.metric]
-        lo, hi = cur.get(f"{self.metric}_lo") or now, cur.get(f"{self.metric}_hi") or now
-        return f"{self.label} {now:.3f}x [{lo:.3f}, {hi:.3f}] vs baseline {ref:.3f}x ({now / ref - 1:+.1%})"
-
-    def line_text(self, fraction: float, loss: bool) -> str:
-        return f"the {fraction:.1%} {'drop' if loss else 'gain'} line"
+    def figures(self, base: dict, cur: dict) -> dict:
+        """What a finding of this rule carries besides its change and noise (HostTimeRule adds host ms)."""
+        return {}
 
     def check(self, base: dict, cur: dict) -> Finding | None:
         ref, now = base.get(self.metric), cur.get(self.metric)
         if not both_ok(base, cur) or not ref or not self.applies(cur):
             return None  # nothing to compare, or the baseline has no such clock (old, or CPU): not compared
         if not now or now <= 0:
-            note = cur.get("clocks_note") or "no reason given"
-            return _finding(self, base, cur, REGRESSION, None, f"{self.clock} clock missing now: {note}")
+            return _finding(self, base, cur, REGRESSION, None, "missing", clock=self.clock, label=self.label,
+                            note=cur.get("clocks_note") or "")
         significance, size, noise = self.lines(base, cur)
         line = max(significance, size)
         d = self.log_drop(ref, now)
         if abs(d) <= line:
             return None
-        unknown = "" if noise.known else ", run-to-run noise unknown"
-        evidence = (f"{self.describe(base, cur)}; {abs(d) / noise.sigma if noise.sigma else math.inf:.1f} "
-                    f"noise sds (sd {noise.sigma:.1%}{unknown})")
-        eff = self.fraction(line, loss=d > 0)
-        if d > 0:
-            return _finding(self, base, cur, REGRESSION, eff, f"{evidence}, past {self.line_text(eff, True)}")
-        return _finding(self, base, cur, IMPROVEMENT, eff,
-                        f"{evidence}, past {self.line_text(eff, False)}; {REFRESH}")
+        return _finding(self, base, cur, REGRESSION if d > 0 else IMPROVEMENT, self.fraction(line, loss=d > 0),
+                        self.form, clock=self.clock, label=self.label, change=self.change(ref, now),
+                        lo=cur.get(f"{self.metric}_lo") or now, hi=cur.get(f"{self.metric}_hi") or now,
+                        sds=abs(d) / noise.sigma if noise.sigma else math.inf, sd=noise.sigma,
+                        noise_known=noise.known, **self.figures(base, cur))
 
 
 @dataclass(frozen=True)
@@ -188,6 +226,8 @@ class HostTimeRule(SpeedupRule):
     """The host clock: compiled host ms to issue a step relative to eager's (1 / host_speedup) must not grow
     by more than `threshold` (0.15 = +15 %, host_speedup 13.0 % lower). The same test as SpeedupRule on
     log host_speedup; only the threshold and the words are in host time, which is what a reader acts on."""
+
+    form: ClassVar[str] = "host"    # compiled host time relative to eager's: its growth or fall
 
     metric: str = HOST.ratio
     direction: str = "higher"        # of host_speedup: compiled host time relative to eager's is lower-better
@@ -204,21 +244,9 @@ class HostTimeRule(SpeedupRule):
         """Change of compiled host time relative to eager's; positive is a loss (+0.15: 15 % more)."""
         return ref / now - 1
 
-    def describe(self, base: dict, cur: dict) -> str:
-        ref, now = base[self.metric], cur[self.metric]
-        lo, hi = cur.get(f"{self.metric}_lo") or now, cur.get(f"{self.metric}_hi") or now
-        return (f"compiled host time per step relative to eager {self.change(ref, now):+.1%} (host ms eager "
-                f"-> compiled {host_ms_text(cur)} now, {host_ms_text(base)} in the baseline; host speedup "
-                f"{now:.3f}x [{lo:.3f}, {hi:.3f}] vs {ref:.3f}x)")
-
-    def line_text(self, fraction: float, loss: bool) -> str:
-        return f"the {'+' if loss else '-'}{fraction:.1%} line"
-
-
-def host_ms_text(record: dict) -> str:
-    """"20.10 -> 39.40 ms": host ms to issue one step, eager -> compiled ("?" where unknown)."""
-    eager, compiled = record.get("eager_host_ms"), record.get("compiled_host_ms")
-    return " -> ".join("?" if v is None else f"{v:.2f}" for v in (eager, compiled)) + " ms"
+    def figures(self, base: dict, cur: dict) -> dict:
+        """Host ms to issue one step, (eager, compiled), now and in the baseline: what a reader acts on."""
+        return {"host_ms": tuple((r.get("eager_host_ms"), r.get("compiled_host_ms")) for r in (cur, base))}
 
 
 def foreign_cpu_advisory(rule, finding: Finding, cur: dict, host_cpus) -> Finding:
@@ -229,11 +257,8 @@ def foreign_cpu_advisory(rule, finding: Finding, cur: dict, host_cpus) -> Findin
             or finding.current is None or not cpu or not host_cpus or cpu in host_cpus
             or cur.get("bound") != "host"):
         return finding
-    busy = cur.get("busy_compiled")
-    busy_text = f" ({100 * busy:.0f} % GPU-busy)" if busy is not None else ""
-    return replace(finding, kind=ADVISORY,
-                   message=f"{finding.message}; advisory only: host-bound{busy_text} and measured on "
-                           f"{cpu}, while the baseline ran on {', '.join(host_cpus)}")
+    why = Advisory("foreign_cpu", tuple(host_cpus), cpu, cur.get("busy_compiled"))
+    return replace(finding, kind=ADVISORY, advisories=(*finding.advisories, why))
 
 
 def changed_batch_advisory(rule, finding: Finding, base: dict, cur: dict) -> Finding:
@@ -245,8 +270,7 @@ def changed_batch_advisory(rule, finding: Finding, base: dict, cur: dict) -> Fin
     if (isinstance(rule, (CountRule, NumericsRule, StatusRule)) or finding.kind not in (REGRESSION, IMPROVEMENT)
             or was is None or now is None or was == now):
         return finding
-    return replace(finding, kind=ADVISORY, message=f"{finding.message}; advisory only: batch {was} in the "
-                                                   f"baseline, {now} now; {REFRESH}")
+    return replace(finding, kind=ADVISORY, advisories=(*finding.advisories, Advisory("changed_batch", was, now)))
 
 
 @dataclass(frozen=True)
@@ -262,11 +286,10 @@ class CountRule:
         ref, now = base.get(self.metric), cur.get(self.metric)
         if not both_ok(base, cur) or ref is None or now is None:
             return None
-        text = f"{self.metric.replace('_', ' ')} {ref} -> {now}"
         if now > ref + self.threshold:
-            return _finding(self, base, cur, REGRESSION, None, text)
+            return _finding(self, base, cur, REGRESSION, None, "count")
         if now < ref:
-            return _finding(self, base, cur, IMPROVEMENT, None, f"{text}; {REFRESH}")
+            return _finding(self, base, cur, IMPROVEMENT, None, "count")
         return None
 
 
@@ -297,9 +320,8 @@ class RelativeRule:
         change = now / ref - 1
         if abs(now - ref) <= self.min_delta or abs(change) <= self.threshold:
             return None
-        text = f"{self.metric} {ref:.4g} -> {now:.4g} ({change:+.1%}, threshold {self.threshold:.0%})"
         kind = REGRESSION if change > 0 else IMPROVEMENT
-        return _finding(self, base, cur, kind, self.threshold, text if change > 0 else f"{text}; {REFRESH}")
+        return _finding(self, base, cur, kind, self.threshold, "relative", change=change)
 
 
 @dataclass(frozen=True)
@@ -317,10 +339,9 @@ class NumericsRule:
             return None
         if now == "fail" and ref != "fail":
             worst = (cur.get("numerics_detail") or {}).get("worst")
-            detail = f" (worst: {worst})" if worst else ""
-            return _finding(self, base, cur, REGRESSION, None, f"numerics {ref} -> fail{detail}")
+            return _finding(self, base, cur, REGRESSION, None, "numerics", note=worst or "")
         if ref == "fail" and now == "pass":
-            return _finding(self, base, cur, IMPROVEMENT, None, f"numerics fail -> pass; {REFRESH}")
+            return _finding(self, base, cur, IMPROVEMENT, None, "numerics")
         return None
 
 
@@ -335,10 +356,9 @@ class StatusRule:
     def check(self, base: dict, cur: dict) -> Finding | None:
         ref, now = base.get("status"), cur.get("status")
         if ref == "ok" and now != "ok":
-            return _finding(self, base, cur, REGRESSION, None,
-                            f"ok in the baseline, {now} now: {cur.get('reason') or 'no reason given'}")
+            return _finding(self, base, cur, REGRESSION, None, "status", note=cur.get("reason") or "")
         if ref != "ok" and now == "ok":
-            return _finding(self, base, cur, IMPROVEMENT, None, f"{ref} in the baseline, ok now; {REFRESH}")
+            return _finding(self, base, cur, IMPROVEMENT, None, "status")
         return None
 
 

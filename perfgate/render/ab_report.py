@@ -22,6 +22,7 @@ from perfgate.core.output import write_atomic
 from perfgate.judge.ab_verdict import AB_SIDES, ABReport, ABRow, Comparison, geomeans
 from perfgate.judge.rules import CLOCK_NAMES
 from perfgate.render.report import MAX_CHARS
+from perfgate.render.wording import finding_json, finding_text
 
 VERDICT_ORDER = ("regression", "failed", "improvement", "ok")
 # The timed columns: the clocks (a data-parallel cell's compute clock shows in the device column, as in the
@@ -78,7 +79,7 @@ def _section(title: str, lines: Sequence[str]) -> list[str]:
 
 def _finding_line(finding) -> str:
     rule = CLOCK_NAMES.get(finding.metric, finding.metric.replace("_", " "))
-    return f"- {escape(finding.cell)} ({escape(rule)}) {escape(finding.message)}"
+    return f"- {escape(finding.cell)} ({escape(rule)}) {escape(finding_text(finding))}"
 
 
 def _head(report: ABReport) -> list[str]:
@@ -178,8 +179,8 @@ def to_json(report: ABReport) -> dict:
         "errors": list(report.errors),
         "only_in_a": list(report.only_in_a),
         "only_in_b": list(report.only_in_b),
-        "regressions": [asdict(f) for f in report.regressions],
-        "improvements": [asdict(f) for f in report.improvements],
+        "regressions": [finding_json(f) for f in report.regressions],
+        "improvements": [finding_json(f) for f in report.improvements],
         "notes": list(report.notes),
         "rows": [asdict(row) for row in report.rows],
     }
@@ -225,8 +226,8 @@ def html(report: ABReport, path: str | Path) -> None:
     page = html_report.build(representative(report, "A") + representative(report, "B"), caption=caption,
                              title="perfgate A/B report", sources=[f"{p.name}" for p in report.processes])
     page.gate_lines = [verdict_line(report).replace("**", "").replace("perfgate A/B ", ""),
-                       *(f"regression {f.cell}: {f.message}" for f in report.regressions),
-                       *(f"improvement {f.cell}: {f.message}" for f in report.improvements),
+                       *(f"regression {f.cell}: {finding_text(f)}" for f in report.regressions),
+                       *(f"improvement {f.cell}: {finding_text(f)}" for f in report.improvements),
                        *(f"cannot compare: {e}" for e in report.errors)]
     page.gate_failed = report.exit_code == 1
     page.notes += report.notes

@@ -12,10 +12,19 @@ import shlex
 from pathlib import Path
 
 from perfgate.core.output import write_atomic
-from perfgate.judge.bisect_verdict import BadRule
+from perfgate.judge.bisect_verdict import BadRule, ProbeReading
 from perfgate.render.ab_report import escape
+from perfgate.render.wording import finding_text
 
 EXIT_CODES = {"found": 1, "no_bad_step": 0, "unsettled": 2}   # the gate's: 1 a regression, 2 cannot say
+
+
+def reading_why(reading: ProbeReading) -> str:
+    """Why a probe reads as it does: a bad probe's first regression (and how many more), else its reason."""
+    if reading.finding is None:
+        return reading.why
+    more = f" (+{reading.more} more)" if reading.more else ""
+    return f"{reading.finding.cell}: {finding_text(reading.finding)}{more}"
 
 
 def ab_command(manifest: dict, a: int, b: int) -> str:

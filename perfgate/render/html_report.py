@@ -33,6 +33,7 @@ from perfgate.judge.rules import DEFAULT_RULES, REGRESSION, SpeedupRule
 from perfgate.judge.triage import bisect_hint
 from perfgate.render.charts import Bar, TrendChange, TrendLevel, TrendPoint, bar_chart, trend_chart
 from perfgate.render.report import fmt, md_code, md_text, shown
+from perfgate.render.wording import finding_text
 from perfgate.store import history
 
 PHASE_ORDER = PHASES  # train, infer, ddp: the table's order and one geomean line each
@@ -271,8 +272,8 @@ def _gate(records: Sequence[dict], baseline_location, rules: Sequence, notes: li
 def _gate_lines(report: GateReport) -> list[str]:
     lines = [f"{'FAIL' if report.exit_code else 'PASS'} {report.fingerprint} ({report.tier}): "
              f"{len(report.regressions)} regression(s), {len(report.improvements)} improvement(s)"]
-    lines += [f"regression {f.cell}: {f.message}" for f in report.regressions]
-    return lines + [f"advisory {f.cell} (never fails the gate): {f.message}" for f in report.advisories]
+    lines += [f"regression {f.cell}: {finding_text(f)}" for f in report.regressions]
+    return lines + [f"advisory {f.cell} (never fails the gate): {finding_text(f)}" for f in report.advisories]
 
 
 def _table_row(record: dict, verdict: str | None) -> dict:

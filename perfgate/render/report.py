@@ -19,6 +19,7 @@ from perfgate.core.record import FIELD, compiled_peak_is_right
 from perfgate.judge.gate import GateReport
 from perfgate.judge.rules import CLOCK_NAMES
 from perfgate.judge.triage import triage
+from perfgate.render.wording import finding_json, finding_text
 
 # A GitHub PR comment holds 65 536 characters; keep a margin for the CLI's other reports and headers.
 MAX_CHARS = 60_000
@@ -206,15 +207,15 @@ def _tables(rows: Sequence) -> list[str]:
 
 def _head(report: GateReport) -> list[str]:
     lines = [verdict_line(report), "", geomean_line(report), ""]
-    lines += _section("Regressions", [f"- {md_code(f.cell)} ({_rule_name(f)}) {md_text(f.message)}"
+    lines += _section("Regressions", [f"- {md_code(f.cell)} ({_rule_name(f)}) {md_text(finding_text(f))}"
                                       for f in report.regressions])
     lines += _section("Triage (what each flagged cell looks like, and the command that measures it again)",
                       [f"- {md_code(t.cell)} **{t.kind}**: {md_text(t.why)}; {md_code(t.command)}; "
                        f"{md_text(t.env_text())}"
                        for t in triage(report)])
-    lines += _section("Improvements", [f"- {md_code(f.cell)} {md_text(f.message)}" for f in report.improvements])
+    lines += _section("Improvements", [f"- {md_code(f.cell)} {md_text(finding_text(f))}" for f in report.improvements])
     lines += _section("Advisories (reported only: never fail the gate, not re-measured)",
-                      [f"- {md_code(f.cell)} {md_text(f.message)}" for f in report.advisories])
+                      [f"- {md_code(f.cell)} {md_text(finding_text(f))}" for f in report.advisories])
     lines += _section("Missing (in the baseline, not in this run; not gated)",
                       [f"- {md_code(c)}" for c in report.missing])
     lines += _section("New (not in the baseline; not gated)", [f"- {md_code(c)}" for c in report.new])
@@ -259,9 +260,9 @@ def to_json(report: GateReport) -> dict:
         "geomean_speedup": report.geomean_speedup,
         "geomean_baseline": report.geomean_baseline,
         "baseline_runs": report.baseline_runs,
-        "regressions": [asdict(f) for f in report.regressions],
-        "improvements": [asdict(f) for f in report.improvements],
-        "advisories": [asdict(f) for f in report.advisories],
+        "regressions": [finding_json(f) for f in report.regressions],
+        "improvements": [finding_json(f) for f in report.improvements],
+        "advisories": [finding_json(f) for f in report.advisories],
         "missing": list(report.missing),
         "new": list(report.new),
         "failed": list(report.failed),
