@@ -19,15 +19,17 @@ from typing import Sequence
 
 # Options the A/B run sets for every process itself: a side or the common args must not.
 OWNED_OPTIONS = ("--perf-results", "--perf-cache-dir", "--perf-baseline")
-PROBE_TIMEOUT_S = 300      # importing a CUDA torch from a cold disk can take a minute
-COLLECT_TIMEOUT_S = 600    # collection imports the zoo (transformers, timm)
+PROBE_TIMEOUT_S = 300  # importing a CUDA torch from a cold disk can take a minute
+COLLECT_TIMEOUT_S = 600  # collection imports the zoo (transformers, timm)
 # The probe imports torch and reports the versions a reader of the verdict wants to see.
-PROBE = ("import importlib.metadata as m, json, torch\n"
-         "def v(d):\n"
-         "    try:\n        return m.version(d)\n"
-         "    except m.PackageNotFoundError:\n        return None\n"
-         "print(json.dumps({'torch': torch.__version__, 'transformers': v('transformers'), 'timm': v('timm'),"
-         " 'triton': v('triton') or v('pytorch-triton')}))\n")
+PROBE = (
+    "import importlib.metadata as m, json, torch\n"
+    "def v(d):\n"
+    "    try:\n        return m.version(d)\n"
+    "    except m.PackageNotFoundError:\n        return None\n"
+    "print(json.dumps({'torch': torch.__version__, 'transformers': v('transformers'), 'timm': v('timm'),"
+    " 'triton': v('triton') or v('pytorch-triton')}))\n"
+)
 
 
 class ABError(Exception):
@@ -36,11 +38,11 @@ class ABError(Exception):
 
 @dataclass(frozen=True)
 class ABEnvironment:
-    label: str                                  # "A" | "B"
-    python: str                                 # the interpreter, e.g. /opt/venv-base/bin/python
-    rev: str | None = None                      # a git revision of this repository, or None: the checkout
-    env: tuple[tuple[str, str], ...] = ()       # extra environment variables
-    args: tuple[str, ...] = ()                  # pytest arguments for this side only
+    label: str  # "A" | "B"
+    python: str  # the interpreter, e.g. /opt/venv-base/bin/python
+    rev: str | None = None  # a git revision of this repository, or None: the checkout
+    env: tuple[tuple[str, str], ...] = ()  # extra environment variables
+    args: tuple[str, ...] = ()  # pytest arguments for this side only
 
     def describe(self) -> str:
         parts = [self.python, f"revision {self.rev}" if self.rev else "this checkout"]
@@ -50,13 +52,23 @@ class ABEnvironment:
         return "; ".join(parts)
 
     def to_json(self) -> dict:
-        return {"label": self.label, "python": self.python, "rev": self.rev, "env": dict(self.env),
-                "args": list(self.args)}
+        return {
+            "label": self.label,
+            "python": self.python,
+            "rev": self.rev,
+            "env": dict(self.env),
+            "args": list(self.args),
+        }
 
     @classmethod
     def from_json(cls, data: dict) -> "ABEnvironment":
-        return cls(data["label"], data["python"], data.get("rev"), tuple((data.get("env") or {}).items()),
-                   tuple(data.get("args") or ()))
+        return cls(
+            data["label"],
+            data["python"],
+            data.get("rev"),
+            tuple((data.get("env") or {}).items()),
+            tuple(data.get("args") or ()),
+        )
 
 
 def side_from_options(label: str, python: str | None, rev: str | None, env: Sequence[str], args: str) -> ABEnvironment:
@@ -84,27 +96,38 @@ def check_args(args: Sequence[str], where: str) -> None:
     """Refuse the options the A/B run owns (one results file and one compile cache per process)."""
     owned = sorted({a.split("=")[0] for a in args if a.split("=")[0] in OWNED_OPTIONS})
     if owned:
-        raise ABError(f"{where} set {', '.join(owned)}: perfgate ab sets these itself for each process "
-                      f"(a results file per process, a compile cache per side); drop them")
+        raise ABError(
+            f"{where} set {', '.join(owned)}: perfgate ab sets these itself for each process "
+            f"(a results file per process, a compile cache per side); drop them"
+        )
 
 
 def check_python(side: ABEnvironment) -> None:
     if not Path(side.python).is_file() or not os.access(side.python, os.X_OK):
-        raise ABError(f"side {side.label}: the interpreter {side.python} does not exist or is not executable "
-                      f"(--{side.label.lower()}-python wants a venv's bin/python)")
+        raise ABError(
+            f"side {side.label}: the interpreter {side.python} does not exist or is not executable "
+            f"(--{side.label.lower()}-python wants a venv's bin/python)"
+        )
 
 
 def probe(side: ABEnvironment) -> dict:
     """The versions the side's interpreter sees; ABError when it cannot import torch."""
     try:
-        proc = subprocess.run([side.python, "-c", PROBE], capture_output=True, text=True,
-                              timeout=PROBE_TIMEOUT_S, env={**os.environ, **dict(side.env)})
+        proc = subprocess.run(
+            [side.python, "-c", PROBE],
+            capture_output=True,
+            text=True,
+            timeout=PROBE_TIMEOUT_S,
+            env={**os.environ, **dict(side.env)},
+        )
     except (OSError, subprocess.TimeoutExpired) as err:
         raise ABError(f"side {side.label}: could not run {side.python}: {err}") from None
     if proc.returncode != 0:
         last = (proc.stderr.strip().splitlines() or ["no error output"])[-1]
-        raise ABError(f"side {side.label}: {side.python} cannot import torch ({last}); install torch (and the "
-                      f"zoo's packages: pip install -e \".[models,test]\") into that environment")
+        raise ABError(
+            f"side {side.label}: {side.python} cannot import torch ({last}); install torch (and the "
+            f'zoo\'s packages: pip install -e ".[models,test]") into that environment'
+        )
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
@@ -117,13 +140,18 @@ def repo_root(cwd: Path) -> Path | None:
 def resolve_rev(repo: Path | None, side: ABEnvironment) -> str:
     """The commit a side's revision names; ABError when there is no such revision."""
     if repo is None:
-        raise ABError(f"side {side.label}: --{side.label.lower()}-rev {side.rev} needs a git checkout of this "
-                      f"repository as the working directory")
-    proc = subprocess.run(["git", "rev-parse", "--verify", "--quiet", f"{side.rev}^{{commit}}"], cwd=repo,
-                          capture_output=True, text=True)
+        raise ABError(
+            f"side {side.label}: --{side.label.lower()}-rev {side.rev} needs a git checkout of this "
+            f"repository as the working directory"
+        )
+    proc = subprocess.run(
+        ["git", "rev-parse", "--verify", "--quiet", f"{side.rev}^{{commit}}"], cwd=repo, capture_output=True, text=True
+    )
     if proc.returncode != 0:
-        raise ABError(f"side {side.label}: revision {side.rev!r} does not exist in {repo} (git fetch it first, "
-                      f"or name a branch, tag or commit that does)")
+        raise ABError(
+            f"side {side.label}: revision {side.rev!r} does not exist in {repo} (git fetch it first, "
+            f"or name a branch, tag or commit that does)"
+        )
     return proc.stdout.strip()
 
 
@@ -132,8 +160,9 @@ def checkout(repo: Path, sha: str, path: Path) -> None:
     if (path / ".git").exists():
         return
     path.parent.mkdir(parents=True, exist_ok=True)
-    proc = subprocess.run(["git", "worktree", "add", "--detach", str(path), sha], cwd=repo, capture_output=True,
-                          text=True)
+    proc = subprocess.run(
+        ["git", "worktree", "add", "--detach", str(path), sha], cwd=repo, capture_output=True, text=True
+    )
     if proc.returncode != 0:
         raise ABError(f"git worktree add {path} {sha[:12]} failed: {proc.stderr.strip()}")
 
@@ -166,16 +195,23 @@ def collect(side: ABEnvironment, root: Path, import_root: Path, common: Sequence
     # (-qq) or a tree (-v), where no id can be read
     command = [side.python, "-m", "pytest", "--collect-only", *common, *side.args, "--verbosity=-1"]
     try:
-        proc = subprocess.run(command, cwd=root, capture_output=True, text=True, timeout=COLLECT_TIMEOUT_S,
-                              env=side_environ(side, import_root))
+        proc = subprocess.run(
+            command,
+            cwd=root,
+            capture_output=True,
+            text=True,
+            timeout=COLLECT_TIMEOUT_S,
+            env=side_environ(side, import_root),
+        )
     except subprocess.TimeoutExpired:
-        raise ABError(f"side {side.label}: collecting took over {COLLECT_TIMEOUT_S} s: {shlex.join(command)}") \
-            from None
+        raise ABError(f"side {side.label}: collecting took over {COLLECT_TIMEOUT_S} s: {shlex.join(command)}") from None
     ids = [line.strip() for line in proc.stdout.splitlines() if "::" in line and not line.startswith(" ")]
     if proc.returncode != 0 or not ids:
         tail = "\n  ".join((proc.stdout + proc.stderr).strip().splitlines()[-8:])
-        raise ABError(f"side {side.label}: pytest selects no tests or cannot collect (exit {proc.returncode}) "
-                      f"in {root}: {shlex.join(command)}\n  {tail}")
+        raise ABError(
+            f"side {side.label}: pytest selects no tests or cannot collect (exit {proc.returncode}) "
+            f"in {root}: {shlex.join(command)}\n  {tail}"
+        )
     return ids
 
 
@@ -185,6 +221,8 @@ def check_same_tests(collected: dict[str, Sequence[str]]) -> None:
     a, b = (set(collected[label]) for label in ("A", "B"))
     if a != b:
         only_a, only_b = sorted(a - b), sorted(b - a)
-        raise ABError("A and B select different tests (narrow the common args, or make the sides agree):\n"
-                      + "".join(f"  only in A: {t}\n" for t in only_a)
-                      + "".join(f"  only in B: {t}\n" for t in only_b))
+        raise ABError(
+            "A and B select different tests (narrow the common args, or make the sides agree):\n"
+            + "".join(f"  only in A: {t}\n" for t in only_a)
+            + "".join(f"  only in B: {t}\n" for t in only_b)
+        )

@@ -40,10 +40,10 @@ from perfgate.core.records_file import RecordFileError, load_records
 from perfgate.judge.ab_verdict import AB_SIDES, ABReport, Process, judge_ab
 
 MANIFEST_SCHEMA = 1
-MIN_PROCESSES = 2      # a side's spread between processes needs 2 at least
+MIN_PROCESSES = 2  # a side's spread between processes needs 2 at least
 DEFAULT_PROCESSES = 3  # Student's q at df 2 (2 a side) is 22.3: a verdict needs 3 a side (docs/ab.md)
 COMPLETE = ("done", "crashed")
-STOP_WAIT_S = 30       # how long a stopped run waits for its pytest to end before killing it
+STOP_WAIT_S = 30  # how long a stopped run waits for its pytest to end before killing it
 
 
 def now_text() -> str:
@@ -55,6 +55,7 @@ def default_out(kind: str = "ab") -> Path:
 
 
 # ---------------------------------------------------------------------------------------------- manifest
+
 
 def save_manifest(out: Path, manifest: dict, name: str = "manifest.json") -> None:
     """Atomically (temp file, fsync, rename): a kill mid-write leaves the previous manifest."""
@@ -73,12 +74,15 @@ def load_manifest(out: Path) -> dict:
     try:
         manifest = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as err:  # ValueError: not JSON, or not UTF-8 text
-        raise ABError(f"{path}: not an A/B run's manifest ({err}); --resume wants the directory of a run "
-                      f"that perfgate ab started") from None
+        raise ABError(
+            f"{path}: not an A/B run's manifest ({err}); --resume wants the directory of a run that perfgate ab started"
+        ) from None
     problem = manifest_problem(manifest)
     if problem:
-        raise ABError(f"{path}: not an A/B run's manifest: {problem}; --resume and --judge want the directory "
-                      f"of a run that perfgate ab started")
+        raise ABError(
+            f"{path}: not an A/B run's manifest: {problem}; --resume and --judge want the directory "
+            f"of a run that perfgate ab started"
+        )
     return manifest
 
 
@@ -90,15 +94,25 @@ def manifest_problem(manifest) -> str | None:
     if manifest.get("schema") != MANIFEST_SCHEMA:
         return f"schema {manifest.get('schema')!r}, expected {MANIFEST_SCHEMA}"
     sides, runs = manifest.get("sides"), manifest.get("runs")
-    if not (isinstance(sides, dict) and all(isinstance(sides.get(s), dict) and isinstance(sides[s].get("python"), str)
-                                            for s in AB_SIDES)):
+    if not (
+        isinstance(sides, dict)
+        and all(isinstance(sides.get(s), dict) and isinstance(sides[s].get("python"), str) for s in AB_SIDES)
+    ):
         return f"'sides' must hold {' and '.join(AB_SIDES)}, each with its 'python'"
-    if not (isinstance(runs, list) and isinstance(manifest.get("processes"), int)
-            and isinstance(manifest.get("common_args"), list)):
+    if not (
+        isinstance(runs, list)
+        and isinstance(manifest.get("processes"), int)
+        and isinstance(manifest.get("common_args"), list)
+    ):
         return "'runs' (a list), 'processes' (a number) and 'common_args' (a list) expected"
     for run in runs:
-        if not (isinstance(run, dict) and run.get("side") in AB_SIDES and isinstance(run.get("rep"), int)
-                and isinstance(run.get("name"), str) and isinstance(run.get("state"), str)):
+        if not (
+            isinstance(run, dict)
+            and run.get("side") in AB_SIDES
+            and isinstance(run.get("rep"), int)
+            and isinstance(run.get("name"), str)
+            and isinstance(run.get("state"), str)
+        ):
             return f"process {run!r:.80}: needs a name, a side ({', '.join(AB_SIDES)}), a rep number and a state"
         for key in ("results", "log"):
             if not _inside_run(run.get(key)):
@@ -113,8 +127,10 @@ def _inside_run(value) -> bool:
 def check_processes(processes: int | None) -> None:
     """Refuse fewer than MIN_PROCESSES a side (None: the default); 0 once ran the default 3 and passed."""
     if processes is not None and processes < MIN_PROCESSES:
-        raise ABError(f"--processes {processes}: a side needs {MIN_PROCESSES} processes at least (3 or more "
-                      f"advised: docs/ab.md says what each number can detect)")
+        raise ABError(
+            f"--processes {processes}: a side needs {MIN_PROCESSES} processes at least (3 or more "
+            f"advised: docs/ab.md says what each number can detect)"
+        )
 
 
 def plan(processes: int, runs: Sequence[dict] = ()) -> list[dict]:
@@ -127,13 +143,25 @@ def plan(processes: int, runs: Sequence[dict] = ()) -> list[dict]:
         for side in AB_SIDES:
             name = f"{side}-{rep}"
             if name not in have:
-                planned.append({"name": name, "side": side, "rep": rep, "state": "pending", "rc": None,
-                                "cold": None, "started": None, "finished": None,
-                                "results": f"results/{name}.jsonl", "log": f"logs/{name}.log"})
+                planned.append(
+                    {
+                        "name": name,
+                        "side": side,
+                        "rep": rep,
+                        "state": "pending",
+                        "rc": None,
+                        "cold": None,
+                        "started": None,
+                        "finished": None,
+                        "results": f"results/{name}.jsonl",
+                        "log": f"logs/{name}.log",
+                    }
+                )
     return planned
 
 
 # ---------------------------------------------------------------------------------------------- set-up
+
 
 def prepare(out: Path, sides: Sequence[ABEnvironment], common: Sequence[str], processes: int, cwd: Path) -> dict:
     """Check both sides and write a new run's manifest; ABError on anything an A/B run cannot use, before
@@ -141,8 +169,9 @@ def prepare(out: Path, sides: Sequence[ABEnvironment], common: Sequence[str], pr
     importing torch in each interpreter and collecting the tests, once where both sides would ask alike.
     A refused run removes the worktrees it added (git would keep them registered)."""
     if (out / "manifest.json").exists():
-        raise ABError(f"{out} holds an A/B run already: continue it with perfgate ab --resume {out}, or "
-                      f"give another --out")
+        raise ABError(
+            f"{out} holds an A/B run already: continue it with perfgate ab --resume {out}, or give another --out"
+        )
     ab_env.check_args(common, "the common pytest args")
     for side in sides:
         ab_env.check_args(side.args, f"--{side.label.lower()}-args")
@@ -158,14 +187,22 @@ def prepare(out: Path, sides: Sequence[ABEnvironment], common: Sequence[str], pr
         for path in worktrees.values():
             ab_env.remove_worktree(repo, path)
         raise
-    manifest = {"schema": MANIFEST_SCHEMA, "created": now_text(), "cwd": str(cwd), "common_args": list(common),
-                "sides": entries, "processes": processes, "runs": runs}
+    manifest = {
+        "schema": MANIFEST_SCHEMA,
+        "created": now_text(),
+        "cwd": str(cwd),
+        "common_args": list(common),
+        "sides": entries,
+        "processes": processes,
+        "runs": runs,
+    }
     save_manifest(out, manifest)
     return manifest
 
 
-def _set_up(sides: Sequence[ABEnvironment], common: Sequence[str], repo: Path | None, cwd: Path, shas: dict,
-            worktrees: dict) -> dict[str, dict]:
+def _set_up(
+    sides: Sequence[ABEnvironment], common: Sequence[str], repo: Path | None, cwd: Path, shas: dict, worktrees: dict
+) -> dict[str, dict]:
     """Each side's manifest entry: its versions (probed), its checkout, the tests it selects (which must be
     the same on both sides)."""
     probed, collected, entries = {}, {}, {}
@@ -178,8 +215,14 @@ def _set_up(sides: Sequence[ABEnvironment], common: Sequence[str], repo: Path | 
         root, import_root = ab_env.side_root(repo, cwd, worktree), worktree or repo or cwd
         same = (side.python, side.env, sha, side.args)
         collected[same] = collected.get(same) or ab_env.collect(side, root, import_root, common)
-        entries[side.label] = {**side.to_json(), "sha": sha, "root": str(root), "import_root": str(import_root),
-                               "versions": probed[key], "tests": collected[same]}
+        entries[side.label] = {
+            **side.to_json(),
+            "sha": sha,
+            "root": str(root),
+            "import_root": str(import_root),
+            "versions": probed[key],
+            "tests": collected[same],
+        }
     ab_env.check_same_tests({label: entry["tests"] for label, entry in entries.items()})
     for entry in entries.values():
         entry["tests"] = len(entry["tests"])
@@ -188,14 +231,22 @@ def _set_up(sides: Sequence[ABEnvironment], common: Sequence[str], repo: Path | 
 
 # ---------------------------------------------------------------------------------------------- running
 
+
 def command(manifest: dict, out: Path, run: dict) -> list[str]:
     side = manifest["sides"][run["side"]]
     # A side's later processes skip the numerics check its first complete process made (they cost their
     # timing, not the reference and the judge again); a run from before this key judged in every process.
     numerics = [] if run.get("judges_numerics", True) else ["--perf-numerics=off"]
-    return [side["python"], "-m", "pytest", *manifest["common_args"], *side["args"],
-            f"--perf-results={(out / run['results']).resolve()}",
-            f"--perf-cache-dir={(out / 'cache' / run['side']).resolve()}", *numerics]
+    return [
+        side["python"],
+        "-m",
+        "pytest",
+        *manifest["common_args"],
+        *side["args"],
+        f"--perf-results={(out / run['results']).resolve()}",
+        f"--perf-cache-dir={(out / 'cache' / run['side']).resolve()}",
+        *numerics,
+    ]
 
 
 def _set_aside(out: Path, run: dict) -> None:
@@ -212,8 +263,11 @@ def _set_aside(out: Path, run: dict) -> None:
 def _results_files(out: Path, run: dict) -> list[Path]:
     """A process's results: its file and, under xdist, one per worker (<stem>.gwN.jsonl)."""
     results = out / run["results"]
-    return sorted(p for p in results.parent.glob(f"{results.stem}*.jsonl")
-                  if p == results or (p.name.startswith(f"{results.stem}.gw") and "interrupted" not in p.name))
+    return sorted(
+        p
+        for p in results.parent.glob(f"{results.stem}*.jsonl")
+        if p == results or (p.name.startswith(f"{results.stem}.gw") and "interrupted" not in p.name)
+    )
 
 
 def _cache_is_cold(manifest: dict, out: Path, side: str) -> bool:
@@ -259,14 +313,21 @@ class _Stopper:
             raise _Stopped("SIGTERM while starting a process")
 
 
-def run_one(manifest: dict, out: Path, run: dict, progress: Callable[[str], None],
-            stopper: _Stopper | None = None) -> None:
+def run_one(
+    manifest: dict, out: Path, run: dict, progress: Callable[[str], None], stopper: _Stopper | None = None
+) -> None:
     """Run one process to its end, keeping the manifest current; re-raises when this run is stopped."""
     if run["state"] in ("running", "interrupted") or _results_files(out, run):
         _set_aside(out, run)
     first = not any(r["side"] == run["side"] and r["state"] in COMPLETE for r in manifest["runs"])
-    run.update(state="running", rc=None, cold=_cache_is_cold(manifest, out, run["side"]), judges_numerics=first,
-               started=now_text(), finished=None)
+    run.update(
+        state="running",
+        rc=None,
+        cold=_cache_is_cold(manifest, out, run["side"]),
+        judges_numerics=first,
+        started=now_text(),
+        finished=None,
+    )
     save_manifest(out, manifest)
     started, child = time.monotonic(), None
     try:
@@ -283,8 +344,10 @@ def run_one(manifest: dict, out: Path, run: dict, progress: Callable[[str], None
         raise
     run.update(state="done" if rc in (0, 1) else "crashed", rc=rc, finished=now_text())
     save_manifest(out, manifest)
-    progress(f"{run['name']} {run['state']} (exit {rc}) in {time.monotonic() - started:.0f} s: "
-             f"{_count_records(out, run)} record(s); log {out / run['log']}")
+    progress(
+        f"{run['name']} {run['state']} (exit {rc}) in {time.monotonic() - started:.0f} s: "
+        f"{_count_records(out, run)} record(s); log {out / run['log']}"
+    )
 
 
 def _start(manifest: dict, out: Path, run: dict) -> subprocess.Popen:
@@ -292,8 +355,13 @@ def _start(manifest: dict, out: Path, run: dict) -> subprocess.Popen:
     side = manifest["sides"][run["side"]]
     (out / "logs").mkdir(parents=True, exist_ok=True)
     with open(out / run["log"], "w", encoding="utf-8") as log:
-        return subprocess.Popen(command(manifest, out, run), cwd=side["root"], stdout=log, stderr=subprocess.STDOUT,
-                                env=ab_env.side_environ(ABEnvironment.from_json(side), Path(side["import_root"])))
+        return subprocess.Popen(
+            command(manifest, out, run),
+            cwd=side["root"],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=ab_env.side_environ(ABEnvironment.from_json(side), Path(side["import_root"])),
+        )
 
 
 def _stop(child: subprocess.Popen) -> None:
@@ -327,6 +395,7 @@ def run_pending(manifest: dict, out: Path, progress: Callable[[str], None]) -> N
 
 # ---------------------------------------------------------------------------------------------- verdict
 
+
 def complete_processes(manifest: dict, out: Path) -> list[Process]:
     processes = []
     for run in manifest["runs"]:
@@ -346,16 +415,26 @@ def verdict(manifest: dict, out: Path, rules: Sequence | None = None) -> ABRepor
     report = judge_ab(complete_processes(manifest, out), rules=rules, descriptions=descriptions)
     for run in manifest["runs"]:
         if run["state"] == "crashed":
-            report.notes.append(f"process {run['name']} crashed (exit {run['rc']}); its lost cells count as "
-                                f"failures of side {run['side']}: see {out / run['log']}")
+            report.notes.append(
+                f"process {run['name']} crashed (exit {run['rc']}); its lost cells count as "
+                f"failures of side {run['side']}: see {out / run['log']}"
+            )
         elif run["state"] not in COMPLETE:
             report.notes.append(f"process {run['name']} is {run['state']}: perfgate ab --resume {out} runs it")
     return report
 
 
-def run_ab(out: Path, progress: Callable[[str], None], *, sides: Sequence[ABEnvironment] = (),
-           common: Sequence[str] = (), processes: int | None = None, resume: bool = False, cwd: Path | None = None,
-           rules: Sequence | None = None) -> ABReport:
+def run_ab(
+    out: Path,
+    progress: Callable[[str], None],
+    *,
+    sides: Sequence[ABEnvironment] = (),
+    common: Sequence[str] = (),
+    processes: int | None = None,
+    resume: bool = False,
+    cwd: Path | None = None,
+    rules: Sequence | None = None,
+) -> ABReport:
     """A new A/B run in `out` (or, with resume, the one there, extended to `processes` a side when given),
     run to its end and judged."""
     check_processes(processes)
@@ -366,11 +445,14 @@ def run_ab(out: Path, progress: Callable[[str], None], *, sides: Sequence[ABEnvi
             manifest["processes"] = max(processes, manifest["processes"])
             save_manifest(out, manifest)
     else:
-        manifest = prepare(out, sides, common, DEFAULT_PROCESSES if processes is None else processes,
-                           (cwd or Path.cwd()).resolve())
+        manifest = prepare(
+            out, sides, common, DEFAULT_PROCESSES if processes is None else processes, (cwd or Path.cwd()).resolve()
+        )
     for label in AB_SIDES:
         side = manifest["sides"][label]
-        progress(f"side {label}: {ABEnvironment.from_json(side).describe()} (torch {side['versions'].get('torch')}, "
-                 f"{side['tests']} test(s))")
+        progress(
+            f"side {label}: {ABEnvironment.from_json(side).describe()} (torch {side['versions'].get('torch')}, "
+            f"{side['tests']} test(s))"
+        )
     run_pending(manifest, out, progress)
     return verdict(manifest, out, rules)

@@ -25,35 +25,48 @@ from perfgate.ab_env import ABEnvironment, ABError
 from perfgate.judge.bisect_verdict import UNSURE, BadRule, BisectError, classify, probes_left, search
 
 MANIFEST_SCHEMA = 1
-MORE_PROCESSES = 2      # an unsure probe gets this many more processes a side, up to --max-processes
-PIP_TIMEOUT_S = 1800    # a CUDA torch wheel is ~1 GB
+MORE_PROCESSES = 2  # an unsure probe gets this many more processes a side, up to --max-processes
+PIP_TIMEOUT_S = 1800  # a CUDA torch wheel is ~1 GB
 
 
 @dataclass(frozen=True)
 class Step:
     """One step of the range: what side B runs when it is probed (side A when it is the good end)."""
 
-    name: str                                   # short, for a directory: "1a2b3c4d" or "03"
-    label: str                                  # for a reader: "1a2b3c4d fix the loss" or a path
+    name: str  # short, for a directory: "1a2b3c4d" or "03"
+    label: str  # for a reader: "1a2b3c4d fix the loss" or a path
     python: str
     rev: str | None = None
     env: tuple[tuple[str, str], ...] = ()
-    pip: str | None = None                      # a requirement set installed into env's PYTHONPATH dir
+    pip: str | None = None  # a requirement set installed into env's PYTHONPATH dir
 
     def side(self, label: str) -> ABEnvironment:
         return ABEnvironment(label, self.python, self.rev, self.env)
 
     def to_json(self) -> dict:
-        return {"name": self.name, "label": self.label, "python": self.python, "rev": self.rev,
-                "env": dict(self.env), "pip": self.pip}
+        return {
+            "name": self.name,
+            "label": self.label,
+            "python": self.python,
+            "rev": self.rev,
+            "env": dict(self.env),
+            "pip": self.pip,
+        }
 
     @classmethod
     def from_json(cls, data: dict) -> "Step":
-        return cls(data["name"], data["label"], data["python"], data.get("rev"),
-                   tuple((data.get("env") or {}).items()), data.get("pip"))
+        return cls(
+            data["name"],
+            data["label"],
+            data["python"],
+            data.get("rev"),
+            tuple((data.get("env") or {}).items()),
+            data.get("pip"),
+        )
 
 
 # ---------------------------------------------------------------------------------------------- the range
+
 
 def _git(repo: Path, *args: str) -> str:
     proc = subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True)
@@ -69,11 +82,13 @@ def commit_steps(cwd: Path, good: str, bad: str, python: str) -> list[Step]:
         raise BisectError(f"--good/--bad name commits, but {cwd} is not in a git checkout of this repository")
     shas = []
     for flag, rev in (("--good", good), ("--bad", bad)):
-        proc = subprocess.run(["git", "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}"], cwd=repo,
-                              capture_output=True, text=True)
+        proc = subprocess.run(
+            ["git", "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}"], cwd=repo, capture_output=True, text=True
+        )
         if proc.returncode != 0:
-            raise BisectError(f"{flag} {rev!r}: no such commit in {repo} (git fetch it, or name a branch, tag "
-                              f"or commit that exists)")
+            raise BisectError(
+                f"{flag} {rev!r}: no such commit in {repo} (git fetch it, or name a branch, tag or commit that exists)"
+            )
         shas.append(proc.stdout.strip())
     if subprocess.run(["git", "merge-base", "--is-ancestor", *shas], cwd=repo).returncode != 0:
         raise BisectError(f"--good {good} is not an ancestor of --bad {bad}: the range must run forward in history")
@@ -85,8 +100,7 @@ def commit_steps(cwd: Path, good: str, bad: str, python: str) -> list[Step]:
     return steps
 
 
-def env_steps(pythons: Sequence[str], paths: Sequence[str], pips: Sequence[str], python: str,
-              out: Path) -> list[Step]:
+def env_steps(pythons: Sequence[str], paths: Sequence[str], pips: Sequence[str], python: str, out: Path) -> list[Step]:
     """Steps of one kind, in the order given: interpreters, PYTHONPATH directories or pip requirement sets."""
     kinds = [k for k, v in (("--step-python", pythons), ("--step-path", paths), ("--step-pip", pips)) if v]
     if len(kinds) != 1:
@@ -106,14 +120,24 @@ def env_steps(pythons: Sequence[str], paths: Sequence[str], pips: Sequence[str],
     return steps
 
 
-def steps_from(cwd: Path, out: Path, python: str, good: str | None, bad: str | None, pythons: Sequence[str],
-               paths: Sequence[str], pips: Sequence[str]) -> list[Step]:
+def steps_from(
+    cwd: Path,
+    out: Path,
+    python: str,
+    good: str | None,
+    bad: str | None,
+    pythons: Sequence[str],
+    paths: Sequence[str],
+    pips: Sequence[str],
+) -> list[Step]:
     """The range the command line names: commits (--good/--bad) or environments of one kind."""
     if bool(good) != bool(bad):
         raise BisectError("--good and --bad go together: the last good and the first known bad commit")
     if good and (pythons or paths or pips):
-        raise BisectError("give commits (--good/--bad) or environments (--step-python, --step-path, --step-pip), "
-                          "not both: a range is ordered along one thing")
+        raise BisectError(
+            "give commits (--good/--bad) or environments (--step-python, --step-path, --step-pip), "
+            "not both: a range is ordered along one thing"
+        )
     return commit_steps(cwd, good, bad, python) if good else env_steps(pythons, paths, pips, python, out)
 
 
@@ -122,8 +146,18 @@ def install(step: Step, pip_args: Sequence[str], progress: Callable[[str], None]
     target = Path(dict(step.env)["PYTHONPATH"])
     if (target / ".perfgate-installed").exists():
         return
-    command = [step.python, "-m", "pip", "install", "--no-deps", "--upgrade", "--target", str(target),
-               *pip_args, *shlex.split(step.pip or "")]
+    command = [
+        step.python,
+        "-m",
+        "pip",
+        "install",
+        "--no-deps",
+        "--upgrade",
+        "--target",
+        str(target),
+        *pip_args,
+        *shlex.split(step.pip or ""),
+    ]
     progress(f"installing {step.label}: {shlex.join(command)}")
     proc = subprocess.run(command, capture_output=True, text=True, timeout=PIP_TIMEOUT_S)
     if proc.returncode != 0:
@@ -132,6 +166,7 @@ def install(step: Step, pip_args: Sequence[str], progress: Callable[[str], None]
 
 
 # ---------------------------------------------------------------------------------------------- manifest
+
 
 def save(out: Path, manifest: dict) -> None:
     ab_run.save_manifest(out, manifest, "bisect.json")  # atomic: a kill mid-write keeps the previous one
@@ -142,30 +177,50 @@ def load(out: Path) -> dict:
     try:
         manifest = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as err:
-        raise BisectError(f"{path}: not a bisection's manifest ({err}); --resume wants a directory that "
-                          f"perfgate bisect started") from None
+        raise BisectError(
+            f"{path}: not a bisection's manifest ({err}); --resume wants a directory that perfgate bisect started"
+        ) from None
     if manifest.get("schema") != MANIFEST_SCHEMA:
         raise BisectError(f"{path}: manifest schema {manifest.get('schema')!r}, expected {MANIFEST_SCHEMA}")
     return manifest
 
 
-def new_manifest(out: Path, steps: Sequence[Step], common: Sequence[str], rule: BadRule, processes: int,
-                 max_processes: int, pip_args: Sequence[str], cwd: Path) -> dict:
+def new_manifest(
+    out: Path,
+    steps: Sequence[Step],
+    common: Sequence[str],
+    rule: BadRule,
+    processes: int,
+    max_processes: int,
+    pip_args: Sequence[str],
+    cwd: Path,
+) -> dict:
     if (out / "bisect.json").exists():
-        raise BisectError(f"{out} holds a bisection already: continue it with perfgate bisect --resume {out}, "
-                          f"or give another --out")
+        raise BisectError(
+            f"{out} holds a bisection already: continue it with perfgate bisect --resume {out}, or give another --out"
+        )
     if processes < ab_run.MIN_PROCESSES:
-        raise BisectError(f"--processes {processes}: a probe needs {ab_run.MIN_PROCESSES} processes a side at "
-                          f"least, 3 for a verdict that matters (docs/ab.md)")
+        raise BisectError(
+            f"--processes {processes}: a probe needs {ab_run.MIN_PROCESSES} processes a side at "
+            f"least, 3 for a verdict that matters (docs/ab.md)"
+        )
     if max_processes < processes:
         raise BisectError(f"--max-processes {max_processes} is below --processes {processes}")
     if len(steps) < 2:
         raise BisectError(f"the range holds {len(steps)} step(s): it needs a good and a bad end")
     ab_env.check_args(common, "the pytest args")
-    return {"schema": MANIFEST_SCHEMA, "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-            "cwd": str(cwd), "common_args": list(common), "rule": rule.text(), "processes": processes,
-            "max_processes": max_processes, "pip_args": list(pip_args), "steps": [s.to_json() for s in steps],
-            "probes": {}}
+    return {
+        "schema": MANIFEST_SCHEMA,
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "cwd": str(cwd),
+        "common_args": list(common),
+        "rule": rule.text(),
+        "processes": processes,
+        "max_processes": max_processes,
+        "pip_args": list(pip_args),
+        "steps": [s.to_json() for s in steps],
+        "probes": {},
+    }
 
 
 def settled(manifest: dict) -> dict[int, str]:
@@ -189,38 +244,53 @@ def cost_line(manifest: dict, out: Path) -> str:
     left = probes_left(len(manifest["steps"]), settled(manifest))
     per_probe = 2 * manifest["processes"]
     seconds = process_seconds(manifest, out)
-    text = (f"cost: at most {left} probe(s) left x {per_probe} processes (up to {2 * manifest['max_processes']} "
-            f"where a probe is unsure) = {left * per_probe} processes")
+    text = (
+        f"cost: at most {left} probe(s) left x {per_probe} processes (up to {2 * manifest['max_processes']} "
+        f"where a probe is unsure) = {left * per_probe} processes"
+    )
     if not seconds:
         return text + "; a process's cost is measured by the first one"
     mean = sum(seconds) / len(seconds)
-    return (text + f" x {mean:.0f} s a process (mean of {len(seconds)} measured) = ~{left * per_probe * mean / 60:.1f} "
-            f"min; spent so far {sum(seconds) / 60:.1f} min")
+    return (
+        text + f" x {mean:.0f} s a process (mean of {len(seconds)} measured) = ~{left * per_probe * mean / 60:.1f} "
+        f"min; spent so far {sum(seconds) / 60:.1f} min"
+    )
 
 
 # ---------------------------------------------------------------------------------------------- probing
+
 
 def probe(manifest: dict, out: Path, index: int, progress: Callable[[str], None]) -> None:
     """Probe one step (A = the good end, B = the step) until its verdict is settled: re-measured with more
     processes while unsure, up to --max-processes; kept unsure (a skip) past that."""
     steps = [Step.from_json(s) for s in manifest["steps"]]
     step, rule = steps[index], BadRule.parse(manifest["rule"])
-    entry = manifest["probes"].setdefault(str(index), {"dir": f"probes/{index:02d}-{step.name}",
-                                                       "processes": manifest["processes"], "readings": []})
+    entry = manifest["probes"].setdefault(
+        str(index), {"dir": f"probes/{index:02d}-{step.name}", "processes": manifest["processes"], "readings": []}
+    )
     save(out, manifest)
     directory = out / entry["dir"]
     cwd = Path(manifest["cwd"])
     while True:
         started = (directory / "manifest.json").exists()
-        progress(f"probe step {index} ({step.label}) against step 0, {entry['processes']} processes a side; "
-                 f"{cost_line(manifest, out)}")
+        progress(
+            f"probe step {index} ({step.label}) against step 0, {entry['processes']} processes a side; "
+            f"{cost_line(manifest, out)}"
+        )
         try:
             for s in (steps[0], step):
                 if s.pip:
                     install(s, manifest["pip_args"], progress)
-            report = ab_run.run_ab(directory, lambda m: progress(f"  {m}"), sides=[steps[0].side("A"),
-                                   step.side("B")], common=manifest["common_args"], processes=entry["processes"],
-                                   resume=started, cwd=cwd, rules=rule.rules())
+            report = ab_run.run_ab(
+                directory,
+                lambda m: progress(f"  {m}"),
+                sides=[steps[0].side("A"), step.side("B")],
+                common=manifest["common_args"],
+                processes=entry["processes"],
+                resume=started,
+                cwd=cwd,
+                rules=rule.rules(),
+            )
         except ABError as err:
             if not manifest["probes"].keys() - {str(index)} and not started:
                 raise BisectError(f"the range's ends cannot be compared: {err}") from None
@@ -251,29 +321,59 @@ def cell_summary(report, rule: BadRule) -> list[dict]:
         for metric in dict.fromkeys([*rule.watched(), *row.tripped]):
             c = row.comparison(metric)
             if c is not None:
-                rows.append({"cell": row.cell, "metric": metric, "label": c.label, "a": c.a, "b": c.b,
-                             "change": c.change, "lo": c.lo, "hi": c.hi, "line": c.line, "kind": c.kind,
-                             "noise_limited": c.noise_limited, "note": c.note, "n_a": c.n_a, "n_b": c.n_b})
+                rows.append(
+                    {
+                        "cell": row.cell,
+                        "metric": metric,
+                        "label": c.label,
+                        "a": c.a,
+                        "b": c.b,
+                        "change": c.change,
+                        "lo": c.lo,
+                        "hi": c.hi,
+                        "line": c.line,
+                        "kind": c.kind,
+                        "noise_limited": c.noise_limited,
+                        "note": c.note,
+                        "n_a": c.n_a,
+                        "n_b": c.n_b,
+                    }
+                )
             elif metric in row.tripped:
-                rows.append({"cell": row.cell, "metric": metric, "label": metric, "kind": "regression",
-                             "a": row.a.get(metric), "b": row.b.get(metric)})
+                rows.append(
+                    {
+                        "cell": row.cell,
+                        "metric": metric,
+                        "label": metric,
+                        "kind": "regression",
+                        "a": row.a.get(metric),
+                        "b": row.b.get(metric),
+                    }
+                )
     return rows
 
 
-def run_bisect(out: Path, progress: Callable[[str], None], *, manifest: dict | None = None,
-               prober: Callable = probe) -> dict:
+def run_bisect(
+    out: Path, progress: Callable[[str], None], *, manifest: dict | None = None, prober: Callable = probe
+) -> dict:
     """Carry the bisection in `out` to its end (a new one: `manifest` from new_manifest); returns the manifest
     with its outcome. `prober` runs one probe (tests pass a fake)."""
     if manifest is None:
         manifest = load(out)
     save(out, manifest)
-    progress(f"{len(manifest['steps'])} steps, {manifest['steps'][0]['label']} (good) .. "
-             f"{manifest['steps'][-1]['label']} (bad); bad means {BadRule.parse(manifest['rule']).describe()}")
+    progress(
+        f"{len(manifest['steps'])} steps, {manifest['steps'][0]['label']} (good) .. "
+        f"{manifest['steps'][-1]['label']} (bad); bad means {BadRule.parse(manifest['rule']).describe()}"
+    )
     progress(cost_line(manifest, out))
     while (state := search(len(manifest["steps"]), settled(manifest))).next is not None:
         prober(manifest, out, state.next, progress)
         save(out, manifest)
-    manifest["outcome"] = {"outcome": state.outcome, "last_good": state.last_good, "first_bad": state.first_bad,
-                           "suspects": list(state.suspects)}
+    manifest["outcome"] = {
+        "outcome": state.outcome,
+        "last_good": state.last_good,
+        "first_bad": state.first_bad,
+        "suspects": list(state.suspects),
+    }
     save(out, manifest)
     return manifest

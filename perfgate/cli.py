@@ -90,16 +90,19 @@ def cmd_baseline_update(args: argparse.Namespace) -> int:
         print(f"perfgate: cannot update the baseline: {err}", file=sys.stderr)
         return EXIT_CANNOT_COMPARE
     if not written:  # exit 0 with nothing written read as success to a CI step
-        print(f"perfgate: cannot update the baseline: no records in {', '.join(map(str, args.results))}",
-              file=sys.stderr)
+        print(
+            f"perfgate: cannot update the baseline: no records in {', '.join(map(str, args.results))}", file=sys.stderr
+        )
         return EXIT_CANNOT_COMPARE
     for path in written:
         baseline = json.loads(path.read_text(encoding="utf-8"))
         statuses = [c["status"] for c in baseline["cells"].values()]
         print(f"wrote {path}: {len(statuses)} cell(s), {statuses.count('ok')} ok, from {baseline['runs']} run(s)")
         if baseline["runs"] < ADVISED_RUNS:
-            print(f"  note: fewer than {ADVISED_RUNS} runs: the gate cannot tell run-to-run noise from a "
-                  f"regression well; give it {ADVISED_RUNS} or more runs, each its own pytest session")
+            print(
+                f"  note: fewer than {ADVISED_RUNS} runs: the gate cannot tell run-to-run noise from a "
+                f"regression well; give it {ADVISED_RUNS} or more runs, each its own pytest session"
+            )
     for line in disagreements(sources):
         print(f"  warning: {line}")
     return 0
@@ -159,13 +162,25 @@ def cmd_history_show(args: argparse.Namespace) -> int:
         return EXIT_CANNOT_COMPARE
     if not points:
         known = sorted({cell for cell, _ in history.cells(args.db)})
-        print(f"perfgate: no history for {args.cell} in {args.db}; cells there: {', '.join(known) or 'none'}",
-              file=sys.stderr)
+        print(
+            f"perfgate: no history for {args.cell} in {args.db}; cells there: {', '.join(known) or 'none'}",
+            file=sys.stderr,
+        )
         return EXIT_CANNOT_COMPARE
     marks = _change_marks(points) if args.metric == "speedup" else {}
     rows = [("date", "commit", "run", "fingerprint", "status", args.metric, "")]
-    rows += [(str(p["date"]), (p["commit"] or "–")[:12], str(p["run_id"])[:12], p["fingerprint"], p["status"],
-              _metric_text(p, args.metric), marks.get(i, "")) for i, p in enumerate(points)]
+    rows += [
+        (
+            str(p["date"]),
+            (p["commit"] or "–")[:12],
+            str(p["run_id"])[:12],
+            p["fingerprint"],
+            p["status"],
+            _metric_text(p, args.metric),
+            marks.get(i, ""),
+        )
+        for i, p in enumerate(points)
+    ]
     print(text_table(rows))
     if args.metric == "speedup":
         from perfgate.judge.changepoint import series_changes
@@ -181,8 +196,10 @@ def cmd_report(args: argparse.Namespace) -> int:
     from perfgate.render import html_report
 
     if not (args.html or args.markdown or args.modes or args.cells or args.stages):
-        print("perfgate: report: give --html OUT.html, --markdown OUT.md, --modes, --cells and/or --stages",
-              file=sys.stderr)
+        print(
+            "perfgate: report: give --html OUT.html, --markdown OUT.md, --modes, --cells and/or --stages",
+            file=sys.stderr,
+        )
         return EXIT_CANNOT_COMPARE
     try:
         records = _records(args.results)
@@ -201,9 +218,14 @@ def cmd_report(args: argparse.Namespace) -> int:
             print(stage_account.run_line(records) or "perfgate: no stage account in these records")
         if not (args.html or args.markdown):
             return 0
-        report = html_report.build(records, db_path=args.db, baseline=args.baseline,
-                                   caption=args.caption or "", sources=[Path(p).name for p in args.results],
-                                   title=args.title)
+        report = html_report.build(
+            records,
+            db_path=args.db,
+            baseline=args.baseline,
+            caption=args.caption or "",
+            sources=[Path(p).name for p in args.results],
+            title=args.title,
+        )
         html_report.write(report, args.html, args.markdown)
     except (RecordFileError, history.HistoryError, OutputError) as err:
         print(f"perfgate: cannot make the report: {err}", file=sys.stderr)
@@ -227,14 +249,14 @@ def _add_history_parser(sub) -> None:
     show.add_argument("cell", metavar="CELL", help="a cell id, e.g. gpt2-train-inductor_default-amp_bf16")
     show.add_argument("--db", default=history.DEFAULT_DB, help=f"the database (default: {history.DEFAULT_DB})")
     show.add_argument("--fingerprint", help="only this environment (default: all)")
-    show.add_argument("--metric", default="speedup", choices=history.METRICS,
-                      help="what to list (default: speedup)")
+    show.add_argument("--metric", default="speedup", choices=history.METRICS, help="what to list (default: speedup)")
     show.set_defaults(func=cmd_history_show)
 
 
 def _add_report_parser(sub) -> None:
-    rep = sub.add_parser("report", help="one self-contained HTML page and/or a Markdown digest of results, "
-                                        "with trends from the history")
+    rep = sub.add_parser(
+        "report", help="one self-contained HTML page and/or a Markdown digest of results, with trends from the history"
+    )
     rep.add_argument("results", nargs="+", metavar="RESULTS", help="results files; a later record of a cell wins")
     rep.add_argument("--db", help="history database for the trend charts (default: none, no trends)")
     rep.add_argument("--baseline", metavar="PATH_OR_DIR", help="mark the gate's verdicts against this baseline")
@@ -242,15 +264,27 @@ def _add_report_parser(sub) -> None:
     rep.add_argument("--title", default="perfgate report", help="the page title")
     rep.add_argument("--html", metavar="OUT.html", help="write the HTML page here")
     rep.add_argument("--markdown", metavar="OUT.md", help="write the Markdown digest here")
-    rep.add_argument("--modes", action="store_true", help="print per model and precision a Markdown table of "
-                     "eager and each compile mode: first call (compile) s and MiB, train and inference ms and "
-                     "speedups")
-    rep.add_argument("--cells", action="store_true", help="print a Markdown table with one row per cell: both "
-                     "speedups, step times, first call and warm compile s, both peaks, graph breaks, recompiles, "
-                     "numerics, status, wall cost and reason")
-    rep.add_argument("--stages", action="store_true", help="print a Markdown table with one row per cell: its "
-                     "wall seconds by stage (process start, build, reference, compile, numerics, warm-up, timing, "
-                     "clocks, ...) and the timed rounds' share, then the run's totals by stage")
+    rep.add_argument(
+        "--modes",
+        action="store_true",
+        help="print per model and precision a Markdown table of "
+        "eager and each compile mode: first call (compile) s and MiB, train and inference ms and "
+        "speedups",
+    )
+    rep.add_argument(
+        "--cells",
+        action="store_true",
+        help="print a Markdown table with one row per cell: both "
+        "speedups, step times, first call and warm compile s, both peaks, graph breaks, recompiles, "
+        "numerics, status, wall cost and reason",
+    )
+    rep.add_argument(
+        "--stages",
+        action="store_true",
+        help="print a Markdown table with one row per cell: its "
+        "wall seconds by stage (process start, build, reference, compile, numerics, warm-up, timing, "
+        "clocks, ...) and the timed rounds' share, then the run's totals by stage",
+    )
     rep.set_defaults(func=cmd_report)
 
 
@@ -265,61 +299,100 @@ def cmd_ab(args: argparse.Namespace) -> int:
     out = Path(args.judge or args.resume or args.out or ab_run.default_out())
     try:
         if args.judge:  # a run cut by a time limit, judged here: resuming on another machine would mix two
-            if args.resume or args.processes is not None or args.pytest_args or any(
-                    getattr(args, f"{s}_{k}") for s in "ab" for k in ("python", "rev", "env", "args")):
-                raise ABError("--judge DIR judges the run in DIR as it stands: give no sides, --resume, "
-                              "--processes or pytest args")
+            if (
+                args.resume
+                or args.processes is not None
+                or args.pytest_args
+                or any(getattr(args, f"{s}_{k}") for s in "ab" for k in ("python", "rev", "env", "args"))
+            ):
+                raise ABError(
+                    "--judge DIR judges the run in DIR as it stands: give no sides, --resume, "
+                    "--processes or pytest args"
+                )
             report = ab_run.verdict(ab_run.load_manifest(out), out)
             sys.stdout.write(ab_report.write(report, out, args.markdown, args.json, args.html))
             return report.exit_code
         ab_run.check_processes(args.processes)
-        sides = [side_from_options(label, *(getattr(args, f"{label.lower()}_{k}") for k in ("python", "rev", "env",
-                                                                                           "args")))
-                 for label in ("A", "B")]
-        if args.resume and (args.pytest_args or any(s.rev or s.env or s.args or args.a_python or args.b_python
-                                                    for s in sides)):
+        sides = [
+            side_from_options(label, *(getattr(args, f"{label.lower()}_{k}") for k in ("python", "rev", "env", "args")))
+            for label in ("A", "B")
+        ]
+        if args.resume and (
+            args.pytest_args or any(s.rev or s.env or s.args or args.a_python or args.b_python for s in sides)
+        ):
             raise ABError("--resume DIR carries on the run as its manifest says: give no sides or pytest args")
-        report = ab_run.run_ab(out, progress, sides=sides, common=args.pytest_args, processes=args.processes,
-                               resume=bool(args.resume))
+        report = ab_run.run_ab(
+            out, progress, sides=sides, common=args.pytest_args, processes=args.processes, resume=bool(args.resume)
+        )
         sys.stdout.write(ab_report.write(report, out, args.markdown, args.json, args.html))
     except (ABError, OutputError) as err:
         print(f"perfgate ab: cannot compare: {err}", file=sys.stderr)
         return EXIT_CANNOT_COMPARE
     except KeyboardInterrupt:
-        print(f"perfgate ab: stopped; what was measured is in {out}: perfgate ab --resume {out} carries on",
-              file=sys.stderr)
+        print(
+            f"perfgate ab: stopped; what was measured is in {out}: perfgate ab --resume {out} carries on",
+            file=sys.stderr,
+        )
         return EXIT_CANNOT_COMPARE
     return report.exit_code
 
 
 def _add_ab_parser(sub) -> None:
-    ab = sub.add_parser("ab", help="run the cells under two environments A and B, alternating processes on "
-                                   "this machine, and judge B against A; exit 0 pass, 1 regression, 2 cannot "
-                                   "compare (docs/ab.md)",
-                        description="Pytest args after -- select the cells for both sides, e.g. "
-                                    "-- perftests -m \"gpu and pr\" -p no:randomly")
+    ab = sub.add_parser(
+        "ab",
+        help="run the cells under two environments A and B, alternating processes on "
+        "this machine, and judge B against A; exit 0 pass, 1 regression, 2 cannot "
+        "compare (docs/ab.md)",
+        description="Pytest args after -- select the cells for both sides, e.g. "
+        '-- perftests -m "gpu and pr" -p no:randomly',
+    )
     for s, label in (("a", "A"), ("b", "B")):
-        ab.add_argument(f"--{s}-python", metavar="PY",
-                        help=f"side {label}'s interpreter, a venv's bin/python (default: this one)")
-        ab.add_argument(f"--{s}-rev", metavar="REV", help=f"side {label} runs this git revision of the repository "
-                        "(checked out under DIR/worktrees; default: the working tree)")
-        ab.add_argument(f"--{s}-env", metavar="NAME=VALUE", action="append", default=[],
-                        help=f"an environment variable for side {label} (repeatable)")
-        ab.add_argument(f"--{s}-args", metavar="ARGS", default="",
-                        help=f"pytest args for side {label} only, one shell-quoted string, e.g. "
-                             f"--{s}-args=--perf-inject=device_slow:3")
-    ab.add_argument("--processes", type=int, metavar="N",
-                    help="processes per side, at least 2 (default 3; with --resume: raise it to add pairs)")
+        ab.add_argument(
+            f"--{s}-python", metavar="PY", help=f"side {label}'s interpreter, a venv's bin/python (default: this one)"
+        )
+        ab.add_argument(
+            f"--{s}-rev",
+            metavar="REV",
+            help=f"side {label} runs this git revision of the repository "
+            "(checked out under DIR/worktrees; default: the working tree)",
+        )
+        ab.add_argument(
+            f"--{s}-env",
+            metavar="NAME=VALUE",
+            action="append",
+            default=[],
+            help=f"an environment variable for side {label} (repeatable)",
+        )
+        ab.add_argument(
+            f"--{s}-args",
+            metavar="ARGS",
+            default="",
+            help=f"pytest args for side {label} only, one shell-quoted string, e.g. "
+            f"--{s}-args=--perf-inject=device_slow:3",
+        )
+    ab.add_argument(
+        "--processes",
+        type=int,
+        metavar="N",
+        help="processes per side, at least 2 (default 3; with --resume: raise it to add pairs)",
+    )
     ab.add_argument("--out", metavar="DIR", help="the run's directory (default: .perfgate/ab-<UTC time>)")
     ab.add_argument("--resume", metavar="DIR", help="carry on the A/B run in DIR, then judge it")
-    ab.add_argument("--judge", metavar="DIR", help="judge the A/B run in DIR as it stands, running nothing (a run "
-                    "stopped by a time limit: its complete processes; a side needs 2 for the timed rules)")
+    ab.add_argument(
+        "--judge",
+        metavar="DIR",
+        help="judge the A/B run in DIR as it stands, running nothing (a run "
+        "stopped by a time limit: its complete processes; a side needs 2 for the timed rules)",
+    )
     ab.add_argument("--markdown", metavar="FILE", help="also write the Markdown verdict here")
     ab.add_argument("--json", metavar="FILE", help="also write the verdict as JSON here")
-    ab.add_argument("--html", metavar="OUT.html", help="also write an HTML report of the run: a section per side, "
-                    "the verdict on top (a finished run: perfgate ab --resume DIR --html OUT.html)")
-    ab.add_argument("pytest_args", nargs="*", metavar="-- PYTEST_ARGS",
-                    help="pytest args for both sides (after --)")
+    ab.add_argument(
+        "--html",
+        metavar="OUT.html",
+        help="also write an HTML report of the run: a section per side, "
+        "the verdict on top (a finished run: perfgate ab --resume DIR --html OUT.html)",
+    )
+    ab.add_argument("pytest_args", nargs="*", metavar="-- PYTEST_ARGS", help="pytest args for both sides (after --)")
     ab.set_defaults(func=cmd_ab)
 
 
@@ -337,65 +410,116 @@ def cmd_bisect(args: argparse.Namespace) -> int:
     try:
         if args.resume:
             if range_given or args.pytest_args:
-                raise BisectError("--resume DIR carries on the bisection as its bisect.json says: give no range "
-                                  "or pytest args")
+                raise BisectError(
+                    "--resume DIR carries on the bisection as its bisect.json says: give no range or pytest args"
+                )
             manifest = None
         else:
             rule = BadRule.parse(args.rule)
-            steps = bisect_run.steps_from(Path.cwd(), out, args.python or sys.executable, args.good, args.bad,
-                                          args.step_python, args.step_path, args.step_pip)
+            steps = bisect_run.steps_from(
+                Path.cwd(),
+                out,
+                args.python or sys.executable,
+                args.good,
+                args.bad,
+                args.step_python,
+                args.step_path,
+                args.step_pip,
+            )
             processes = args.processes or 3
-            manifest = bisect_run.new_manifest(out, steps, args.pytest_args, rule, processes,
-                                               args.max_processes or max(processes, 5),
-                                               shlex.split(args.pip_args or ""), Path.cwd().resolve())
+            manifest = bisect_run.new_manifest(
+                out,
+                steps,
+                args.pytest_args,
+                rule,
+                processes,
+                args.max_processes or max(processes, 5),
+                shlex.split(args.pip_args or ""),
+                Path.cwd().resolve(),
+            )
         manifest = bisect_run.run_bisect(out, progress, manifest=manifest)
         if args.html and manifest["outcome"]["first_bad"] is not None:
             probe_dir = out / manifest["probes"][str(manifest["outcome"]["first_bad"])]["dir"]
-            ab_report.html(ab_run.verdict(ab_run.load_manifest(probe_dir), probe_dir,
-                                          BadRule.parse(manifest["rule"]).rules()), args.html)
+            ab_report.html(
+                ab_run.verdict(ab_run.load_manifest(probe_dir), probe_dir, BadRule.parse(manifest["rule"]).rules()),
+                args.html,
+            )
         sys.stdout.write(bisect_report.write(manifest, out, args.markdown, args.json))
     except (BisectError, ABError, OutputError) as err:
         print(f"perfgate bisect: cannot bisect: {err}", file=sys.stderr)
         return EXIT_CANNOT_COMPARE
     except KeyboardInterrupt:
-        print(f"perfgate bisect: stopped; what was measured is in {out}: perfgate bisect --resume {out} carries on",
-              file=sys.stderr)
+        print(
+            f"perfgate bisect: stopped; what was measured is in {out}: perfgate bisect --resume {out} carries on",
+            file=sys.stderr,
+        )
         return EXIT_CANNOT_COMPARE
     return bisect_report.EXIT_CODES[manifest["outcome"]["outcome"]]
 
 
 def _add_bisect_parser(sub) -> None:
-    bis = sub.add_parser("bisect", help="find the first bad step of a range of commits or environments, each "
-                                        "probe an A/B run against the good end; exit 1 found, 0 no bad step, "
-                                        "2 cannot say (docs/bisect.md)",
-                         description="Pytest args after -- select the cells, as for perfgate ab, e.g. "
-                                     "-- perftests -m \"gpu and pr\" --perf-models gpt2 -k infer -p no:randomly")
+    bis = sub.add_parser(
+        "bisect",
+        help="find the first bad step of a range of commits or environments, each "
+        "probe an A/B run against the good end; exit 1 found, 0 no bad step, "
+        "2 cannot say (docs/bisect.md)",
+        description="Pytest args after -- select the cells, as for perfgate ab, e.g. "
+        '-- perftests -m "gpu and pr" --perf-models gpt2 -k infer -p no:randomly',
+    )
     bis.add_argument("--good", metavar="REV", help="the last good commit of this repository (the range's start)")
     bis.add_argument("--bad", metavar="REV", help="a bad commit, after --good (the range's end)")
-    bis.add_argument("--step-python", metavar="PY", action="append", default=[],
-                     help="an interpreter (a venv's bin/python) as a step, repeated in order: good first, bad last")
-    bis.add_argument("--step-path", metavar="DIR", action="append", default=[],
-                     help="a directory put first on PYTHONPATH as a step (e.g. pip install --target), in order")
-    bis.add_argument("--step-pip", metavar="REQS", action="append", default=[],
-                     help="a pip requirement set as a step, e.g. \"transformers==4.57.1\", installed with --no-deps "
-                          "into DIR/envs/NN when probed, in order")
-    bis.add_argument("--pip-args", metavar="ARGS", help="extra pip install args for --step-pip, one shell-quoted "
-                     "string, e.g. \"--no-index --find-links wheels\"")
+    bis.add_argument(
+        "--step-python",
+        metavar="PY",
+        action="append",
+        default=[],
+        help="an interpreter (a venv's bin/python) as a step, repeated in order: good first, bad last",
+    )
+    bis.add_argument(
+        "--step-path",
+        metavar="DIR",
+        action="append",
+        default=[],
+        help="a directory put first on PYTHONPATH as a step (e.g. pip install --target), in order",
+    )
+    bis.add_argument(
+        "--step-pip",
+        metavar="REQS",
+        action="append",
+        default=[],
+        help='a pip requirement set as a step, e.g. "transformers==4.57.1", installed with --no-deps '
+        "into DIR/envs/NN when probed, in order",
+    )
+    bis.add_argument(
+        "--pip-args",
+        metavar="ARGS",
+        help='extra pip install args for --step-pip, one shell-quoted string, e.g. "--no-index --find-links wheels"',
+    )
     bis.add_argument("--python", metavar="PY", help="the interpreter of commit, path and pip steps (default: this one)")
-    bis.add_argument("--rule", default="gate", metavar="RULE",
-                     help="what makes a step bad: gate (any of the gate's rules, default), METRIC or METRIC:PCT, "
-                          "e.g. device_speedup:2.5 or speedup (the nightly's change points are on speedup)")
-    bis.add_argument("--processes", type=int, metavar="N",
-                     help="processes a side of each probe (default 3, at least 2)")
-    bis.add_argument("--max-processes", type=int, metavar="M",
-                     help="an unsure probe is measured again with 2 more a side, up to M (default max(N, 5))")
+    bis.add_argument(
+        "--rule",
+        default="gate",
+        metavar="RULE",
+        help="what makes a step bad: gate (any of the gate's rules, default), METRIC or METRIC:PCT, "
+        "e.g. device_speedup:2.5 or speedup (the nightly's change points are on speedup)",
+    )
+    bis.add_argument(
+        "--processes", type=int, metavar="N", help="processes a side of each probe (default 3, at least 2)"
+    )
+    bis.add_argument(
+        "--max-processes",
+        type=int,
+        metavar="M",
+        help="an unsure probe is measured again with 2 more a side, up to M (default max(N, 5))",
+    )
     bis.add_argument("--out", metavar="DIR", help="the bisection's directory (default: .perfgate/bisect-<UTC time>)")
     bis.add_argument("--resume", metavar="DIR", help="carry on the bisection in DIR")
     bis.add_argument("--markdown", metavar="FILE", help="also write the Markdown report here")
     bis.add_argument("--json", metavar="FILE", help="also write the report as JSON here")
     bis.add_argument("--html", metavar="OUT.html", help="the HTML A/B report of the probe that read the first bad step")
-    bis.add_argument("pytest_args", nargs="*", metavar="-- PYTEST_ARGS",
-                     help="pytest args for every process (after --)")
+    bis.add_argument(
+        "pytest_args", nargs="*", metavar="-- PYTEST_ARGS", help="pytest args for every process (after --)"
+    )
     bis.set_defaults(func=cmd_bisect)
 
 
@@ -403,11 +527,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="perfgate", description="torch.compile performance gate")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    cmp = sub.add_parser("compare", help="compare results with a baseline; exit 0 pass, 1 regression, "
-                                         "2 cannot compare")
+    cmp = sub.add_parser("compare", help="compare results with a baseline; exit 0 pass, 1 regression, 2 cannot compare")
     cmp.add_argument("results", nargs="+", metavar="RESULTS", help="results files (JSON lines)")
-    cmp.add_argument("--baseline", required=True, metavar="PATH_OR_DIR",
-                     help="a baseline file, or a directory holding <fingerprint>_<tier>.json files")
+    cmp.add_argument(
+        "--baseline",
+        required=True,
+        metavar="PATH_OR_DIR",
+        help="a baseline file, or a directory holding <fingerprint>_<tier>.json files",
+    )
     cmp.add_argument("--markdown", metavar="FILE", help="also write the Markdown report here")
     cmp.add_argument("--json", metavar="FILE", help="also write the report as JSON here")
     cmp.set_defaults(func=cmd_compare)
@@ -415,8 +542,12 @@ def build_parser() -> argparse.ArgumentParser:
     base = sub.add_parser("baseline", help="make baselines")
     base_sub = base.add_subparsers(dest="action", required=True)
     upd = base_sub.add_parser("update", help="fold results files of independent runs into baselines")
-    upd.add_argument("results", nargs="+", metavar="RESULTS",
-                     help="results files; records group into runs by run_id, else one file is one run")
+    upd.add_argument(
+        "results",
+        nargs="+",
+        metavar="RESULTS",
+        help="results files; records group into runs by run_id, else one file is one run",
+    )
     upd.add_argument("--dir", default="baselines", help="where baseline files go (default: baselines)")
     upd.set_defaults(func=cmd_baseline_update)
 
@@ -436,8 +567,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return args.func(args)
     except Exception:  # noqa: BLE001 - a crash must not exit 1, which a CI reads as "regression"
         traceback.print_exc()
-        print(f"perfgate: internal error in `perfgate {args.command}` (exit {EXIT_INTERNAL_ERROR}): a bug in "
-              f"perfgate, not a verdict on the results; the traceback is above", file=sys.stderr)
+        print(
+            f"perfgate: internal error in `perfgate {args.command}` (exit {EXIT_INTERNAL_ERROR}): a bug in "
+            f"perfgate, not a verdict on the results; the traceback is above",
+            file=sys.stderr,
+        )
         return EXIT_INTERNAL_ERROR
 
 

@@ -40,26 +40,34 @@ DEVICE_NOISE = "~0.25 % (its own)"
 
 def compile_noise(total: float) -> float:
     """The compile-to-compile factor that gives a speedup sd of `total` between processes."""
-    return math.sqrt(max(total ** 2 - IN_RUN_SD ** 2, 0.0))
+    return math.sqrt(max(total**2 - IN_RUN_SD**2, 0.0))
 
 
 @dataclass(frozen=True)
 class Rates:
     runs: int
-    runs_failed: int          # runs with any regression (what fails a PR)
+    runs_failed: int  # runs with any regression (what fails a PR)
     cells: int
-    cells_caught: int         # cells with a regression on any rule
-    clock_caught: int         # cells with a regression on the planted clock's rule
+    cells_caught: int  # cells with a regression on any rule
+    clock_caught: int  # cells with a regression on the planted clock's rule
 
     def text(self) -> str:
-        return (f"{100 * self.runs_failed / self.runs:.1f} % of runs / {100 * self.cells_caught / self.cells:.1f} "
-                f"% of cells ({100 * self.clock_caught / self.cells:.1f} % on the clock)")
+        return (
+            f"{100 * self.runs_failed / self.runs:.1f} % of runs / {100 * self.cells_caught / self.cells:.1f} "
+            f"% of cells ({100 * self.clock_caught / self.cells:.1f} % on the clock)"
+        )
 
 
 def processes(side: str, first_seed: int, n: int, noise: float, overrides: dict | None = None) -> list[Process]:
-    return [Process(side, rep, tuple(syn.run(first_seed + rep, cell_list=CELLS, run_noise=compile_noise(noise),
-                                             overrides=overrides)), cold=rep == 1)
-            for rep in range(1, n + 1)]
+    return [
+        Process(
+            side,
+            rep,
+            tuple(syn.run(first_seed + rep, cell_list=CELLS, run_noise=compile_noise(noise), overrides=overrides)),
+            cold=rep == 1,
+        )
+        for rep in range(1, n + 1)
+    ]
 
 
 def planted(loss: float, clock: str) -> dict:
@@ -68,12 +76,13 @@ def planted(loss: float, clock: str) -> dict:
         return {}
     if clock == "speedup":
         return {c.id: {"speedup": syn.PROFILE[c.model][1] * (1 - loss)} for c in CELLS}
-    return {c.id: {"device_speedup": syn.PROFILE[c.model][1] * syn.EAGER_BUSY / syn.BUSY[c.model] * (1 - loss)}
-            for c in CELLS}
+    return {
+        c.id: {"device_speedup": syn.PROFILE[c.model][1] * syn.EAGER_BUSY / syn.BUSY[c.model] * (1 - loss)}
+        for c in CELLS
+    }
 
 
-def simulate(trials: int, n: int, noise: float, loss: float = 0.0, clock: str = "speedup",
-             seed: int = 0) -> Rates:
+def simulate(trials: int, n: int, noise: float, loss: float = 0.0, clock: str = "speedup", seed: int = 0) -> Rates:
     runs_failed = cells_caught = clock_caught = 0
     for trial in range(trials):
         base = 10_000 * (seed + trial)
@@ -85,17 +94,24 @@ def simulate(trials: int, n: int, noise: float, loss: float = 0.0, clock: str = 
 
 
 def table(trials: int) -> str:
-    rows = ["| processes a side | clock | noise (sd between processes) | true loss in B | runs failed | cells "
-            "caught (any rule) | cells caught on that clock |", "|---|---|---|---|---|---|---|"]
-    for clock, noises, losses in (("speedup", (0.01, 0.03), (0.0, 0.05, 0.10)),
-                                  ("device_speedup", (0.01,), (0.0, 0.03))):
+    rows = [
+        "| processes a side | clock | noise (sd between processes) | true loss in B | runs failed | cells "
+        "caught (any rule) | cells caught on that clock |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for clock, noises, losses in (
+        ("speedup", (0.01, 0.03), (0.0, 0.05, 0.10)),
+        ("device_speedup", (0.01,), (0.0, 0.03)),
+    ):
         for n in (3, 5):
             for noise in noises:
                 for loss in losses:
                     r = simulate(trials, n, noise, loss, clock)
                     label, noise_text = ("wall", f"{noise:.0%}") if clock == "speedup" else ("device", DEVICE_NOISE)
-                    rows.append(f"| {n} | {label} | {noise_text} | {loss:.0%} | {r.runs_failed}/{r.runs} | "
-                                f"{100 * r.cells_caught / r.cells:.1f} % | {100 * r.clock_caught / r.cells:.1f} % |")
+                    rows.append(
+                        f"| {n} | {label} | {noise_text} | {loss:.0%} | {r.runs_failed}/{r.runs} | "
+                        f"{100 * r.cells_caught / r.cells:.1f} % | {100 * r.clock_caught / r.cells:.1f} % |"
+                    )
     return "\n".join(rows)
 
 

@@ -29,8 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from perfgate.judge.changepoint import segment  # noqa: E402
 
-STEP = 0.05          # the planted loss: the speedup 5 % lower
-NEAR = 2             # points: a change point this close to the step finds it
+STEP = 0.05  # the planted loss: the speedup 5 % lower
+NEAR = 2  # points: a change point this close to the step finds it
 PLANTED = ("slow", "inject", "planted", "graph-break", "AB", "ab")
 
 
@@ -44,14 +44,17 @@ def otava_points(values: np.ndarray, min_magnitude: float = 0.0) -> list[int]:
     # the raw speedups, as otava's users feed it (its min_magnitude is a change relative to the mean); a
     # list, not an array: otava 0.8.0's split step raises ValueError on a numpy array (seen on every 30- and
     # 100-point series tried)
-    points, _ = compute_change_points([float(v) for v in values], window_len=50, max_pvalue=0.001,
-                                      min_magnitude=min_magnitude)
+    points, _ = compute_change_points(
+        [float(v) for v in values], window_len=50, max_pvalue=0.001, min_magnitude=min_magnitude
+    )
     return [int(cp.index) for cp in points]
 
 
-METHODS = {"perfgate (binary segmentation)": perfgate_points,
-           "otava E-Divisive (window 50, p 0.001)": otava_points,
-           "otava E-Divisive, min magnitude 2 %": lambda values: otava_points(values, 0.02)}
+METHODS = {
+    "perfgate (binary segmentation)": perfgate_points,
+    "otava E-Divisive (window 50, p 0.001)": otava_points,
+    "otava E-Divisive, min magnitude 2 %": lambda values: otava_points(values, 0.02),
+}
 
 
 def series(rng: np.random.Generator, n: int, noise: float, step: bool) -> np.ndarray:
@@ -119,8 +122,7 @@ def main() -> None:
     for metric in ("speedup", "device_speedup"):
         print(f"\nreal H100 history, {metric}:")
         for cell, n, found in real_history(root, metric):
-            print(f"  {cell} ({n} points): " + "; ".join(f"{name} {points}" for name, points in
-                                                         found.items()))
+            print(f"  {cell} ({n} points): " + "; ".join(f"{name} {points}" for name, points in found.items()))
 
 
 if __name__ == "__main__":

@@ -35,9 +35,9 @@ import synthetic as syn
 
 BASELINE_RUNS = (3, 5, 8)
 ROUNDS = 15
-CELLS = syn.cells()               # 10 cells per seed
+CELLS = syn.cells()  # 10 cells per seed
 KEY = (syn.H100, "pr")
-GPU_SECTION = "## On the GPU"     # docs/gate-power.md from this heading on is written by hand, kept
+GPU_SECTION = "## On the GPU"  # docs/gate-power.md from this heading on is written by hand, kept
 
 
 @dataclass(frozen=True)
@@ -45,11 +45,11 @@ class Clock:
     """One clock's set-up: its metric, the record() keywords of its noise, and the rows of its table."""
 
     metric: str
-    round_noise: float            # per-round sd on each side's ms
-    noise_keys: tuple[str, str]   # record() keywords: per-round noise, compile-to-compile noise
+    round_noise: float  # per-round sd on each side's ms
+    noise_keys: tuple[str, str]  # record() keywords: per-round noise, compile-to-compile noise
     losses: tuple[float, ...]
-    noises: tuple[float, ...]     # run-to-run sd of the measured ratio (log), in-run noise included
-    with_clocks: bool             # records need the device and host clocks (the wall rule's rates do not)
+    noises: tuple[float, ...]  # run-to-run sd of the measured ratio (log), in-run noise included
+    with_clocks: bool  # records need the device and host clocks (the wall rule's rates do not)
 
     def true_value(self, model: str) -> float:
         speedup = syn.PROFILE[model][1]
@@ -58,8 +58,9 @@ class Clock:
 
 WALL = Clock("speedup", 0.02, ("noise", "run_noise"), (0.0, 0.03, 0.05, 0.07, 0.10), (0.01, 0.03), False)
 # GPU-busy ms moved ~0.2 % between runs on an H100; 1 % is a pessimistic row.
-DEVICE = Clock("device_speedup", 0.003, ("device_noise", "device_run_noise"), (0.0, 0.01, 0.02, 0.03, 0.05),
-               (0.002, 0.01), True)
+DEVICE = Clock(
+    "device_speedup", 0.003, ("device_noise", "device_run_noise"), (0.0, 0.01, 0.02, 0.03, 0.05), (0.002, 0.01), True
+)
 ROUND_NOISE = WALL.round_noise
 
 
@@ -72,27 +73,37 @@ def in_run_sd(noise: float = ROUND_NOISE, rounds: int = ROUNDS, seed: int = 0, t
 
 def run_noise_for(total: float, round_noise: float = ROUND_NOISE) -> float:
     """The compile-to-compile factor that gives `total` run-to-run sd on top of the in-run noise."""
-    return math.sqrt(max(total ** 2 - in_run_sd(round_noise) ** 2, 0.0))
+    return math.sqrt(max(total**2 - in_run_sd(round_noise) ** 2, 0.0))
 
 
 @dataclass
 class Tally:
     cells: int = 0
-    once: int = 0                 # a regression of the clock under test in the first compare
-    confirmed: int = 0            # and again in the confirm round
-    improvements: int = 0         # an improvement of that clock flagged (a false one when loss is 0)
+    once: int = 0  # a regression of the clock under test in the first compare
+    confirmed: int = 0  # and again in the confirm round
+    improvements: int = 0  # an improvement of that clock flagged (a false one when loss is 0)
     noise_limited: int = 0
 
     def pct(self, count: int) -> str:
         return f"{100 * count / self.cells:.1f} %"
 
 
-def trial(seed: int, loss: float, noise: float, rules=gate.DEFAULT_RULES, n_runs: int = 3,
-          clock: Clock = WALL, outlier: float = 0.0) -> Tally:
+def trial(
+    seed: int,
+    loss: float,
+    noise: float,
+    rules=gate.DEFAULT_RULES,
+    n_runs: int = 3,
+    clock: Clock = WALL,
+    outlier: float = 0.0,
+) -> Tally:
     """10 cells under one baseline; every cell carries the same true loss on `clock`. `outlier`: the
     baseline's last run measures every cell's ratio this much higher (0.2: 20 %), as one odd process does."""
-    kwargs = dict(zip(clock.noise_keys, (clock.round_noise, run_noise_for(noise, clock.round_noise))),
-                  rounds=ROUNDS, with_clocks=clock.with_clocks)
+    kwargs = dict(
+        zip(clock.noise_keys, (clock.round_noise, run_noise_for(noise, clock.round_noise))),
+        rounds=ROUNDS,
+        with_clocks=clock.with_clocks,
+    )
     runs = syn.runs(n_runs - 1, first_seed=seed * 10, **kwargs)
     odd = {c.id: {clock.metric: clock.true_value(c.model) * (1 + outlier)} for c in CELLS} if outlier else {}
     runs.append(syn.run(seed * 10 + n_runs - 1, overrides=odd, **kwargs))
@@ -104,15 +115,24 @@ def trial(seed: int, loss: float, noise: float, rules=gate.DEFAULT_RULES, n_runs
     final = gate.confirm(first, again) if suspects else first
     mine = [f for f in first.regressions if f.metric == clock.metric]
     return Tally(
-        cells=len(CELLS), once=len(mine),
+        cells=len(CELLS),
+        once=len(mine),
         confirmed=sum(f.metric == clock.metric for f in final.regressions),
         improvements=sum(f.metric == clock.metric for f in first.improvements),
         noise_limited=sum(bool(r.clock(clock.metric) and r.clock(clock.metric).noise_limited) for r in first.rows),
     )
 
 
-def tally(loss: float, noise: float, n_cells: int, first_seed: int, rules=gate.DEFAULT_RULES,
-          n_runs: int = 3, clock: Clock = WALL, outlier: float = 0.0) -> Tally:
+def tally(
+    loss: float,
+    noise: float,
+    n_cells: int,
+    first_seed: int,
+    rules=gate.DEFAULT_RULES,
+    n_runs: int = 3,
+    clock: Clock = WALL,
+    outlier: float = 0.0,
+) -> Tally:
     total = Tally()
     for seed in range(first_seed, first_seed + math.ceil(n_cells / len(CELLS))):
         t = trial(seed, loss, noise, rules, n_runs, clock, outlier)
@@ -174,8 +194,15 @@ def sample_sd(values) -> float | None:
 
 ESTIMATORS = (("robust (MAD)", stats.rel_spread), ("sample sd", sample_sd))
 # (true loss, noise, outlier): the estimator comparison's rows, 5-run baselines.
-ESTIMATOR_ROWS = ((0.0, 0.01, 0.0), (0.0, 0.03, 0.0), (0.05, 0.01, 0.0), (0.05, 0.03, 0.0), (0.0, 0.01, 0.2),
-                  (0.05, 0.01, 0.2), (0.10, 0.01, 0.2))
+ESTIMATOR_ROWS = (
+    (0.0, 0.01, 0.0),
+    (0.0, 0.03, 0.0),
+    (0.05, 0.01, 0.0),
+    (0.05, 0.03, 0.0),
+    (0.0, 0.01, 0.2),
+    (0.05, 0.01, 0.2),
+    (0.10, 0.01, 0.2),
+)
 
 
 def estimator_section(n_cells: int, seed_base: int, n_runs: int = 5) -> list[str]:
@@ -223,15 +250,22 @@ def section(clock: Clock, n_cells: int, aa_cells: int, seed_base: int) -> list[s
         "|---|---|" + "---|" * (len(BASELINE_RUNS) + 1),
     ]
     for noise in clock.noises:
-        lines += [rate_row(loss, noise, n_cells, seed=seed_base + 1000 * (i + 1) + int(noise * 1e4), clock=clock)
-                  for i, loss in enumerate(clock.losses)]
-    lines += ["", f"A/A (nothing changed), {aa_cells} cells per row: cells tripped / confirmed (false "
-              f"alarms that fail the gate) / {clock.metric} gains flagged (not re-measured, never fail the "
-              "gate).", "",
-              "| noise | cells | " + " | ".join(f"{n} runs" for n in BASELINE_RUNS) + " |",
-              "|---|---|" + "---|" * len(BASELINE_RUNS)]
-    lines += [aa_row(noise, aa_cells, seed=seed_base + 50_000 + int(noise * 1e4), clock=clock)
-              for noise in clock.noises]
+        lines += [
+            rate_row(loss, noise, n_cells, seed=seed_base + 1000 * (i + 1) + int(noise * 1e4), clock=clock)
+            for i, loss in enumerate(clock.losses)
+        ]
+    lines += [
+        "",
+        f"A/A (nothing changed), {aa_cells} cells per row: cells tripped / confirmed (false "
+        f"alarms that fail the gate) / {clock.metric} gains flagged (not re-measured, never fail the "
+        "gate).",
+        "",
+        "| noise | cells | " + " | ".join(f"{n} runs" for n in BASELINE_RUNS) + " |",
+        "|---|---|" + "---|" * len(BASELINE_RUNS),
+    ]
+    lines += [
+        aa_row(noise, aa_cells, seed=seed_base + 50_000 + int(noise * 1e4), clock=clock) for noise in clock.noises
+    ]
     return lines + [""]
 
 

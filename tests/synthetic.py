@@ -28,8 +28,13 @@ A100 = "nvidia-a100-sxm4-80gb_torch2.11_cuda12"
 
 MODELS = ("resnet50", "vit_b16", "gpt2", "bert_base", "segformer_b2")
 # (eager ms per step, true speedup) per model; compiled ms = eager / speedup.
-PROFILE = {"resnet50": (59.6, 2.3), "vit_b16": (41.0, 1.45), "gpt2": (33.0, 1.6), "bert_base": (21.0, 1.3),
-           "segformer_b2": (48.0, 1.05)}
+PROFILE = {
+    "resnet50": (59.6, 2.3),
+    "vit_b16": (41.0, 1.45),
+    "gpt2": (33.0, 1.6),
+    "bert_base": (21.0, 1.3),
+    "segformer_b2": (48.0, 1.05),
+}
 # GPU-busy fraction of the compiled step (device ms / wall ms) per model: resnet50 as measured on an H100
 # lease (61 %), the others spread over host- and device-bound. Eager steps are device-bound (97 %).
 BUSY = {"resnet50": 0.61, "vit_b16": 0.71, "gpt2": 0.80, "bert_base": 0.93, "segformer_b2": 0.97}
@@ -42,17 +47,30 @@ EPYC = "AMD EPYC 9654 96-Core Processor"
 
 
 def env(fingerprint: str = H100, gpu: str | None = "NVIDIA H100 80GB HBM3", cpu_model: str | None = XEON) -> dict:
-    return {"fingerprint": fingerprint, "gpu": gpu, "driver": "580.65", "cuda": "13.0",
-            "torch": "2.11.0+cu130", "triton": "3.5.0", "transformers": "5.17.0", "timm": "1.0.20",
-            "python": "3.11.9", "host": "runner-1", "tf32": False, "cpu_model": cpu_model, "cpu_cores": 16}
+    return {
+        "fingerprint": fingerprint,
+        "gpu": gpu,
+        "driver": "580.65",
+        "cuda": "13.0",
+        "torch": "2.11.0+cu130",
+        "triton": "3.5.0",
+        "transformers": "5.17.0",
+        "timm": "1.0.20",
+        "python": "3.11.9",
+        "host": "runner-1",
+        "tf32": False,
+        "cpu_model": cpu_model,
+        "cpu_cores": 16,
+    }
 
 
 def med(values) -> float:
     return float(statistics.median(values))
 
 
-def _ratio_clock(rng: np.random.Generator, eager_ms: float, compiled_ms: float, noise: float, run_noise: float,
-                 rounds: int):
+def _ratio_clock(
+    rng: np.random.Generator, eager_ms: float, compiled_ms: float, noise: float, run_noise: float, rounds: int
+):
     """(eager rounds, compiled rounds, interval of their per-round ratio) for one clock of one run."""
     compiled_ms *= float(np.exp(rng.normal(0.0, run_noise)))
     eager = eager_ms * np.exp(rng.normal(0.0, noise, rounds))
@@ -61,33 +79,55 @@ def _ratio_clock(rng: np.random.Generator, eager_ms: float, compiled_ms: float, 
     return eager, compiled, bootstrap_median(eager / compiled, resamples=300)
 
 
-def clocks(cell: Cell, rng: np.random.Generator, wall_eager_ms: float, wall_compiled_ms: float, *,
-           device_speedup: float | None = None, host_growth: float = 1.0, device_noise: float = 0.003,
-           device_run_noise: float = 0.002, host_noise: float = 0.03, host_run_noise: float = 0.01,
-           rounds: int = 15) -> dict:
+def clocks(
+    cell: Cell,
+    rng: np.random.Generator,
+    wall_eager_ms: float,
+    wall_compiled_ms: float,
+    *,
+    device_speedup: float | None = None,
+    host_growth: float = 1.0,
+    device_noise: float = 0.003,
+    device_run_noise: float = 0.002,
+    host_noise: float = 0.03,
+    host_run_noise: float = 0.01,
+    rounds: int = 15,
+) -> dict:
     """The device and host fields of a record. `device_speedup`: the true device ratio (default from the
     profile); `host_growth`: compiled host ms relative to eager's, times this (1.2 = 20 % more)."""
     profile_eager, profile_speedup = PROFILE.get(cell.model, (30.0, 1.5))
     busy = BUSY.get(cell.model, 0.9)
     eager_ms = profile_eager * (1.0 if cell.phase == "train" else 0.35)
     device_speedup = device_speedup or profile_speedup * EAGER_BUSY / busy
-    eager_dev, compiled_dev, dev = _ratio_clock(rng, eager_ms * EAGER_BUSY, eager_ms * EAGER_BUSY / device_speedup,
-                                                device_noise, device_run_noise, rounds)
+    eager_dev, compiled_dev, dev = _ratio_clock(
+        rng, eager_ms * EAGER_BUSY, eager_ms * EAGER_BUSY / device_speedup, device_noise, device_run_noise, rounds
+    )
     issue = HOST_BOUND_HOST if bound_of(busy) == "host" else DEVICE_BOUND_HOST
-    eager_host, compiled_host, host = _ratio_clock(rng, eager_ms * EAGER_HOST,
-                                                   eager_ms / profile_speedup * issue * host_growth,
-                                                   host_noise, host_run_noise, rounds)
+    eager_host, compiled_host, host = _ratio_clock(
+        rng, eager_ms * EAGER_HOST, eager_ms / profile_speedup * issue * host_growth, host_noise, host_run_noise, rounds
+    )
     busy_eager = min(med(eager_dev) / wall_eager_ms, 1.0)
     busy_compiled = min(med(compiled_dev) / wall_compiled_ms, 1.0)
     return dict(
-        eager_device_round_ms=eager_dev.tolist(), compiled_device_round_ms=compiled_dev.tolist(),
-        eager_device_ms=med(eager_dev), compiled_device_ms=med(compiled_dev),
-        device_speedup=dev.median, device_speedup_lo=dev.lo, device_speedup_hi=dev.hi,
-        eager_host_round_ms=eager_host.tolist(), compiled_host_round_ms=compiled_host.tolist(),
-        eager_host_ms=med(eager_host), compiled_host_ms=med(compiled_host),
-        host_speedup=host.median, host_speedup_lo=host.lo, host_speedup_hi=host.hi,
-        busy_eager=busy_eager, busy_compiled=busy_compiled, bound_eager=bound_of(busy_eager),
-        bound=bound_of(busy_compiled), clocks_note="",
+        eager_device_round_ms=eager_dev.tolist(),
+        compiled_device_round_ms=compiled_dev.tolist(),
+        eager_device_ms=med(eager_dev),
+        compiled_device_ms=med(compiled_dev),
+        device_speedup=dev.median,
+        device_speedup_lo=dev.lo,
+        device_speedup_hi=dev.hi,
+        eager_host_round_ms=eager_host.tolist(),
+        compiled_host_round_ms=compiled_host.tolist(),
+        eager_host_ms=med(eager_host),
+        compiled_host_ms=med(compiled_host),
+        host_speedup=host.median,
+        host_speedup_lo=host.lo,
+        host_speedup_hi=host.hi,
+        busy_eager=busy_eager,
+        busy_compiled=busy_compiled,
+        bound_eager=bound_of(busy_eager),
+        bound=bound_of(busy_compiled),
+        clocks_note="",
     )
 
 
@@ -96,13 +136,22 @@ def cells(models=MODELS, phases=("train", "infer"), tier: str = "pr") -> list[Ce
     return [Cell(m, p, "inductor_default", "amp_bf16", "gpu", tier) for m in models for p in phases]
 
 
-CLOCK_KEYWORDS = ("device_speedup", "host_growth", "device_noise", "device_run_noise", "host_noise",
-                  "host_run_noise")
+CLOCK_KEYWORDS = ("device_speedup", "host_growth", "device_noise", "device_run_noise", "host_noise", "host_run_noise")
 
 
-def record(cell: Cell, *, rng: np.random.Generator, speedup: float | None = None, eager_ms: float | None = None,
-           noise: float = 0.02, run_noise: float = 0.01, rounds: int = 15, environment: dict | None = None,
-           with_clocks: bool = True, **fields) -> dict:
+def record(
+    cell: Cell,
+    *,
+    rng: np.random.Generator,
+    speedup: float | None = None,
+    eager_ms: float | None = None,
+    noise: float = 0.02,
+    run_noise: float = 0.01,
+    rounds: int = 15,
+    environment: dict | None = None,
+    with_clocks: bool = True,
+    **fields,
+) -> dict:
     """An ok record for `cell`; CLOCK_KEYWORDS go to `clocks`, other keyword `fields` override anything
     afterwards (graph_breaks=1, ...; busy_compiled=0.95 sets `bound` to match unless bound is given).
     with_clocks=False leaves the device and host fields null (half the cost: for wall-only tallies)."""
@@ -118,13 +167,31 @@ def record(cell: Cell, *, rng: np.random.Generator, speedup: float | None = None
     interval = bootstrap_median(eager / compiled, resamples=1000)
     rec = new_record(cell, environment or env())
     rec.update(
-        status="ok", reason="", started_at="2026-01-02T03:04:05Z", wall_s=80.0, steps_per_round=8,
-        rounds=rounds, warmup_steps=20, eager_round_ms=eager.tolist(), compiled_round_ms=compiled.tolist(),
-        eager_ms=float(statistics.median(eager)), compiled_ms=float(statistics.median(compiled)),
-        speedup=interval.median, speedup_lo=interval.lo, speedup_hi=interval.hi,
-        compile_s=40.0, compile_warm_s=6.0, compile_cache="fresh", graph_count=1, graph_breaks=0,
-        recompiles=0, break_reasons=[], peak_mem_eager_mb=9000.0, peak_mem_compiled_mb=7000.0,
-        numerics="pass", numerics_detail={"reference": "fp64", "worst": "loss", "checks": []},
+        status="ok",
+        reason="",
+        started_at="2026-01-02T03:04:05Z",
+        wall_s=80.0,
+        steps_per_round=8,
+        rounds=rounds,
+        warmup_steps=20,
+        eager_round_ms=eager.tolist(),
+        compiled_round_ms=compiled.tolist(),
+        eager_ms=float(statistics.median(eager)),
+        compiled_ms=float(statistics.median(compiled)),
+        speedup=interval.median,
+        speedup_lo=interval.lo,
+        speedup_hi=interval.hi,
+        compile_s=40.0,
+        compile_warm_s=6.0,
+        compile_cache="fresh",
+        graph_count=1,
+        graph_breaks=0,
+        recompiles=0,
+        break_reasons=[],
+        peak_mem_eager_mb=9000.0,
+        peak_mem_compiled_mb=7000.0,
+        numerics="pass",
+        numerics_detail={"reference": "fp64", "worst": "loss", "checks": []},
     )
     if with_clocks:
         rec.update(clocks(cell, clock_rng, rec["eager_ms"], rec["compiled_ms"], rounds=rounds, **clock_kwargs))
@@ -134,20 +201,43 @@ def record(cell: Cell, *, rng: np.random.Generator, speedup: float | None = None
     return rec
 
 
-DEVICE_FIELDS = ("eager_device_ms", "compiled_device_ms", "device_speedup", "device_speedup_lo",
-                 "device_speedup_hi", "busy_eager", "busy_compiled", "bound_eager", "bound")
+DEVICE_FIELDS = (
+    "eager_device_ms",
+    "compiled_device_ms",
+    "device_speedup",
+    "device_speedup_lo",
+    "device_speedup_hi",
+    "busy_eager",
+    "busy_compiled",
+    "bound_eager",
+    "bound",
+)
 
 
 def without_device(rec: dict, note: str = "no CUDA device: no device clock") -> dict:
     """`rec` as the measuring side writes it when the device clock is lost (a profiler error) or absent
     (the CPU tier): device and busy fields null, the rounds empty, clocks_note saying why."""
-    return {**rec, **dict.fromkeys(DEVICE_FIELDS), "eager_device_round_ms": [], "compiled_device_round_ms": [],
-            "clocks_note": note}
+    return {
+        **rec,
+        **dict.fromkeys(DEVICE_FIELDS),
+        "eager_device_round_ms": [],
+        "compiled_device_round_ms": [],
+        "clocks_note": note,
+    }
 
 
-CLOCK_FIELDS = DEVICE_FIELDS + ("eager_device_round_ms", "compiled_device_round_ms", "eager_host_ms",
-                                "compiled_host_ms", "eager_host_round_ms", "compiled_host_round_ms", "host_speedup",
-                                "host_speedup_lo", "host_speedup_hi", "clocks_note")
+CLOCK_FIELDS = DEVICE_FIELDS + (
+    "eager_device_round_ms",
+    "compiled_device_round_ms",
+    "eager_host_ms",
+    "compiled_host_ms",
+    "eager_host_round_ms",
+    "compiled_host_round_ms",
+    "host_speedup",
+    "host_speedup_lo",
+    "host_speedup_hi",
+    "clocks_note",
+)
 
 
 def before_clocks(rec: dict) -> dict:
@@ -155,8 +245,9 @@ def before_clocks(rec: dict) -> dict:
     return {k: v for k, v in rec.items() if k not in CLOCK_FIELDS} | {"schema": 2}
 
 
-def failed(cell: Cell, reason: str = "CUDA out of memory", status: str = "failed",
-           environment: dict | None = None) -> dict:
+def failed(
+    cell: Cell, reason: str = "CUDA out of memory", status: str = "failed", environment: dict | None = None
+) -> dict:
     rec = new_record(cell, environment or env())
     rec.update(status=status, reason=reason)
     return rec

@@ -27,8 +27,19 @@ REPO = Path(__file__).resolve().parents[1]
 CELL = "cpu-vit_b16-infer-aot_eager-fp32"
 # Both sides' pytest: the one cheap cell, warm-compile timing off (it would compile a second time), and 15
 # timed rounds (under a second; the CPU plan's 5-9 leave the in-run intervals, each side's noise floor, wide).
-PYTEST_ARGS = ["--", "perftests", "-m", "cpu", "-k", "vit_b16 and infer", "-p", "no:randomly",
-               "--perf-warm-compile=off", "--perf-min-rounds=15", "--perf-max-rounds=15"]
+PYTEST_ARGS = [
+    "--",
+    "perftests",
+    "-m",
+    "cpu",
+    "-k",
+    "vit_b16 and infer",
+    "-p",
+    "no:randomly",
+    "--perf-warm-compile=off",
+    "--perf-min-rounds=15",
+    "--perf-max-rounds=15",
+]
 
 
 @pytest.fixture
@@ -49,6 +60,7 @@ def cells_of(path: Path) -> dict[str, dict]:
 
 # ---------------------------------------------------------------------------------------------- end to end
 
+
 # The two end-to-end runs judge real timings from 2 processes a side, and the verdict's line (Student's t,
 # df 2) is wide: a side whose processes disagree hides even B's 30x. Beside another xdist worker on the
 # 2-core box, B's two speedups came out 0.041x and 0.027x (eager 1.34 and 0.89 ms a step) and the
@@ -62,7 +74,11 @@ def test_a_a_passes(in_repo, tmp_path, capsys):
     assert "**perfgate A/B PASS**: 0 regression(s), 0 improvement(s) in 1 cell(s)" in text
     runs = manifest(out)["runs"]
     assert [(r["name"], r["state"], r["rc"]) for r in runs] == [
-        ("A-1", "done", 0), ("B-1", "done", 0), ("A-2", "done", 0), ("B-2", "done", 0)]
+        ("A-1", "done", 0),
+        ("B-1", "done", 0),
+        ("A-2", "done", 0),
+        ("B-2", "done", 0),
+    ]
     assert runs[0]["cold"] and runs[1]["cold"]  # each side's cache starts empty (aot_eager leaves it so)
     for run in runs:  # one results file a process, a compile cache a side
         record = cells_of(out / run["results"])[CELL]
@@ -75,8 +91,12 @@ def test_a_a_passes(in_repo, tmp_path, capsys):
     assert report["exit_code"] == 0 and [r["cell"] for r in report["rows"]] == [CELL]
     assert report["rows"][0]["a"]["numerics"] == report["rows"][0]["b"]["numerics"] == "pass"
     assert any("numerics, the processes that judged it (A-1, B-1" in note for note in report["notes"])
-    assert {c["metric"] for c in report["rows"][0]["comparisons"] if c["change"] is not None} == \
-        {"speedup", "host_speedup", "eager_ms", "compiled_ms"}  # the CPU has no device clock
+    assert {c["metric"] for c in report["rows"][0]["comparisons"] if c["change"] is not None} == {
+        "speedup",
+        "host_speedup",
+        "eager_ms",
+        "compiled_ms",
+    }  # the CPU has no device clock
 
 
 def _wait_for(condition, timeout_s: float = 240.0) -> None:
@@ -91,8 +111,18 @@ def test_slowdown_in_b_is_caught_after_a_kill_and_a_resume(in_repo, tmp_path):
     """B's compiled step sleeps 30 ms more (a ~1 ms step): the run is stopped (SIGTERM, as a cancelled CI
     job) while B-1 runs, keeps A-1, and --resume re-runs B-1 and the rest; the verdict is a regression."""
     out = tmp_path / "ab"
-    command = [sys.executable, "-m", "perfgate.cli", "ab", "--processes", "2", "--out", str(out),
-               "--b-args=--perf-inject=slow:30", *PYTEST_ARGS]
+    command = [
+        sys.executable,
+        "-m",
+        "perfgate.cli",
+        "ab",
+        "--processes",
+        "2",
+        "--out",
+        str(out),
+        "--b-args=--perf-inject=slow:30",
+        *PYTEST_ARGS,
+    ]
     first = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     _wait_for(lambda: (out / "manifest.json").exists() and manifest(out)["runs"][1]["state"] == "running")
     first.send_signal(signal.SIGTERM)
@@ -101,8 +131,13 @@ def test_slowdown_in_b_is_caught_after_a_kill_and_a_resume(in_repo, tmp_path):
     stopped = {r["name"]: r for r in manifest(out)["runs"]}
     assert stopped["A-1"]["state"] == "done" and stopped["B-1"]["state"] == "interrupted"
 
-    resumed = subprocess.run([sys.executable, "-m", "perfgate.cli", "ab", "--resume", str(out)], cwd=REPO,
-                             capture_output=True, text=True, timeout=300)
+    resumed = subprocess.run(
+        [sys.executable, "-m", "perfgate.cli", "ab", "--resume", str(out)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert resumed.returncode == 1, resumed.stdout + resumed.stderr
     runs = {r["name"]: r for r in manifest(out)["runs"]}
     assert runs["A-1"]["started"] == stopped["A-1"]["started"]  # kept, not measured again
@@ -115,6 +150,7 @@ def test_slowdown_in_b_is_caught_after_a_kill_and_a_resume(in_repo, tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------- bad input
+
 
 def _refused(args: list[str], capsys, *words: str) -> str:
     assert main(["ab", *args]) == 2
@@ -135,26 +171,38 @@ def test_fewer_than_2_processes_owned_options_and_bad_env_are_refused(tmp_path, 
 
 
 def test_an_interpreter_that_is_missing_or_lacks_torch_is_refused(tmp_path, capsys):
-    _refused(["--out", str(tmp_path / "ab"), "--b-python", str(tmp_path / "nope" / "python"), "--", "perftests"],
-             capsys, "side B", "nope/python does not exist")
+    _refused(
+        ["--out", str(tmp_path / "ab"), "--b-python", str(tmp_path / "nope" / "python"), "--", "perftests"],
+        capsys,
+        "side B",
+        "nope/python does not exist",
+    )
     bare = tmp_path / "bare"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True, timeout=120)
-    _refused(["--out", str(tmp_path / "ab"), "--a-python", str(bare / "bin" / "python"), "--", "perftests"],
-             capsys, "side A", "cannot import torch", "ModuleNotFoundError")
+    _refused(
+        ["--out", str(tmp_path / "ab"), "--a-python", str(bare / "bin" / "python"), "--", "perftests"],
+        capsys,
+        "side A",
+        "cannot import torch",
+        "ModuleNotFoundError",
+    )
 
 
 def test_a_revision_that_does_not_exist_is_refused(in_repo, tmp_path, capsys):
-    _refused(["--out", str(tmp_path / "ab"), "--b-rev", "no-such-branch-0123", "--", "perftests"], capsys,
-             "side B: revision 'no-such-branch-0123' does not exist")
+    _refused(
+        ["--out", str(tmp_path / "ab"), "--b-rev", "no-such-branch-0123", "--", "perftests"],
+        capsys,
+        "side B: revision 'no-such-branch-0123' does not exist",
+    )
 
 
-SUITE = textwrap.dedent('''
+SUITE = textwrap.dedent("""
     import pytest
 
     @pytest.mark.parametrize("n", {params})
     def test_cell(n):
         pass
-''')
+""")
 
 
 @pytest.fixture
@@ -173,8 +221,11 @@ def zoo_repo(tmp_path, monkeypatch) -> Path:
 
 
 def test_sides_that_select_different_cells_are_refused_and_listed(zoo_repo, tmp_path, capsys):
-    err = _refused(["--out", str(tmp_path / "ab"), "--a-args=-k 1", "--b-args=-k 2", "--", "test_zoo.py"], capsys,
-                   "A and B select different tests")
+    err = _refused(
+        ["--out", str(tmp_path / "ab"), "--a-args=-k 1", "--b-args=-k 2", "--", "test_zoo.py"],
+        capsys,
+        "A and B select different tests",
+    )
     assert "only in A: test_zoo.py::test_cell[1]\n" in err and "only in B: test_zoo.py::test_cell[2]\n" in err
 
 
@@ -211,7 +262,8 @@ def test_the_plan_grows_on_resume_and_crashed_processes_count(tmp_path, capsys):
     save_manifest(tmp_path, manifest)
     report = verdict(manifest, tmp_path)
     assert report.exit_code == 2 and report.errors == [
-        "B has 1 complete process(es); a verdict needs 2 or more a side (perfgate ab --resume DIR runs the rest)"]
+        "B has 1 complete process(es); a verdict needs 2 or more a side (perfgate ab --resume DIR runs the rest)"
+    ]
     assert any(n.startswith("process B-1 crashed (exit -11)") for n in report.notes)
     assert any(n == f"process B-2 is interrupted: perfgate ab --resume {tmp_path} runs it" for n in report.notes)
     # --judge: the same verdict from the command line, running nothing (B-2 stays interrupted)

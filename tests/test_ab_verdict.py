@@ -27,8 +27,12 @@ def side(label: str, n: int = 3, first_seed: int = 0, cells=GPT2, per_process=No
     out = []
     for rep in range(1, n + 1):
         extra = per_process(rep) if per_process else {}
-        records = syn.run(first_seed + 100 * rep + (0 if label == "A" else 7), cell_list=cells,
-                          overrides={c.id: extra for c in cells}, **{**QUIET, **kwargs})
+        records = syn.run(
+            first_seed + 100 * rep + (0 if label == "A" else 7),
+            cell_list=cells,
+            overrides={c.id: extra for c in cells},
+            **{**QUIET, **kwargs},
+        )
         out.append(Process(label, rep, tuple(records), cold=rep == 1))
     return out
 
@@ -39,8 +43,18 @@ def findings(report, metric=None):
 
 # ---------------------------------------------------------------------------------------------- Student's t
 
-@pytest.mark.parametrize("df, p, table", [(1, 0.975, 12.706), (2, 0.999, 22.327), (4, 0.975, 2.776),
-                                          (4, 0.999, 7.173), (7, 0.995, 3.499), (30, 0.975, 2.042)])
+
+@pytest.mark.parametrize(
+    "df, p, table",
+    [
+        (1, 0.975, 12.706),
+        (2, 0.999, 22.327),
+        (4, 0.975, 2.776),
+        (4, 0.999, 7.173),
+        (7, 0.995, 3.499),
+        (30, 0.975, 2.042),
+    ],
+)
 def test_t_quantiles_match_the_tables(df, p, table):
     assert t_quantile(p, df) == pytest.approx(table, abs=5e-4)
     assert t_sf(table, df) == pytest.approx(1 - p, rel=2e-3)
@@ -52,7 +66,7 @@ def test_two_sample_pools_equal_sides_and_floors_the_spread():
     lo, hi = test.interval()
     assert lo < test.diff < hi < 0
     floored = two_sample([1.0, 1.0], [1.0, 1.0], floor_a=0.01, floor_b=0.02)
-    assert floored.se == pytest.approx(math.sqrt(0.01 ** 2 / 2 + 0.02 ** 2 / 2)) and floored.t == 0
+    assert floored.se == pytest.approx(math.sqrt(0.01**2 / 2 + 0.02**2 / 2)) and floored.t == 0
     assert two_sample([1.0, 1.1, 1.2], [1.0, 1.5]).df < 3  # unequal sides: Welch's df, rounded down
     with pytest.raises(ValueError, match="2 or more"):
         two_sample([1.0], [1.0, 1.1])
@@ -60,12 +74,14 @@ def test_two_sample_pools_equal_sides_and_floors_the_spread():
 
 # ---------------------------------------------------------------------------------------------- the rules
 
+
 def test_a_a_passes_with_every_rule_compared():
     report = judge_ab(side("A") + side("B"))
     assert report.exit_code == 0 and not report.regressions and not report.errors
     (row,) = report.rows
-    assert [c.metric for c in row.comparisons] == [r.metric for r in ab_rules() if isinstance(r, SpeedupRule)
-                                                   and r.phases is None]  # not the data-parallel cells' compute
+    assert [c.metric for c in row.comparisons] == [
+        r.metric for r in ab_rules() if isinstance(r, SpeedupRule) and r.phases is None
+    ]  # not the data-parallel cells' compute
     assert all(c.change is not None and c.lo <= c.change <= c.hi for c in row.comparisons)
     assert all(c.df == 4 and c.n_a == c.n_b == 3 for c in row.comparisons)
 
@@ -99,16 +115,17 @@ def test_a_device_loss_of_3_percent_is_caught_with_3_processes():
 
 
 def test_a_clock_lost_in_b_is_a_regression():
-    lost = [Process("B", p.rep, tuple(syn.without_device(r, "profiler failed") for r in p.records), p.cold)
-            for p in side("B")]
+    lost = [
+        Process("B", p.rep, tuple(syn.without_device(r, "profiler failed") for r in p.records), p.cold)
+        for p in side("B")
+    ]
     report = judge_ab(side("A") + lost)
     (finding,) = findings(report, "device_speedup")
     assert finding.kind == REGRESSION and "missing in B (profiler failed)" in finding.message
 
 
 def test_counts_numerics_and_memory_use_the_gates_rules_in_ab_words():
-    report = judge_ab(side("A") + side("B", graph_breaks=2, recompiles=1, numerics="fail",
-                                     peak_mem_compiled_mb=9000.0))
+    report = judge_ab(side("A") + side("B", graph_breaks=2, recompiles=1, numerics="fail", peak_mem_compiled_mb=9000.0))
     found = {f.metric: f.message for f in report.regressions}
     assert found["graph_breaks"] == "graph breaks 0 -> 2" and found["recompiles"] == "recompiles 0 -> 1"
     assert found["numerics"].startswith("numerics pass -> fail")
@@ -157,8 +174,7 @@ def test_the_models_own_wall_threshold_is_used():
 
 def test_ab_words():
     assert ab_words("ok in the baseline, failed now: boom") == "ok in A, failed in B: boom"
-    assert ab_words("graph breaks 2 -> 1; refresh the baseline (perfgate baseline update)") == \
-        "graph breaks 2 -> 1"
+    assert ab_words("graph breaks 2 -> 1; refresh the baseline (perfgate baseline update)") == "graph breaks 2 -> 1"
 
 
 def test_step_time_rule_is_lower_better():
@@ -175,6 +191,7 @@ def test_a_line_from_absurd_round_times_does_not_overflow():
 
 # ---------------------------------------------------------------------------------------------- reports
 
+
 def test_markdown_escapes_and_orders_regressions_first():
     reason = "boom | <details> *bold* [link](x) `code`"
     both = syn.cells(models=["gpt2", "vit_b16"], phases=["train"])
@@ -185,8 +202,10 @@ def test_markdown_escapes_and_orders_regressions_first():
     assert text.startswith("**perfgate A/B FAIL**: 1 regression(s)") and "B against A, 3 + 3 processes" in text
     assert "<details>" not in text and "\\<details\\>" in text and "boom \\| " in text
     rows = [line for line in text.splitlines() if line.startswith(("| gpt2", "| vit"))]
-    assert [r.split(" | ")[0] for r in rows] == ["| vit\\_b16-train-inductor\\_default-amp\\_bf16",
-                                                 "| gpt2-train-inductor\\_default-amp\\_bf16"] * 2
+    assert [r.split(" | ")[0] for r in rows] == [
+        "| vit\\_b16-train-inductor\\_default-amp\\_bf16",
+        "| gpt2-train-inductor\\_default-amp\\_bf16",
+    ] * 2
     columns = {line.count("|") - line.count("\\|") for line in rows[:2]}
     assert columns == {len(ab_report.TIMED) * 2 + 3}  # the escaped | in the reason splits no column
     payload = json.loads(json.dumps(ab_report.to_json(report)))
@@ -195,6 +214,7 @@ def test_markdown_escapes_and_orders_regressions_first():
 
 
 # ---------------------------------------------------------------------------------------------- rates
+
 
 def test_a_a_with_realistic_noise_almost_never_fails():
     """The PR slice (10 cells), 3 processes a side, every cell's wall speedup moving 3 % between processes

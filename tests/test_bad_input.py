@@ -49,31 +49,35 @@ def _results(tmp_path, **fields):
 
 
 def _compare(tmp_path, baseline_file, capsys, **fields):
-    rc = main(["compare", _results(tmp_path, **fields), "--baseline", baseline_file,
-               "--json", str(tmp_path / "g.json")])
+    rc = main(
+        ["compare", _results(tmp_path, **fields), "--baseline", baseline_file, "--json", str(tmp_path / "g.json")]
+    )
     out = capsys.readouterr()
     report = json.loads((tmp_path / "g.json").read_text())["reports"] if rc in (0, 1) else None
     return rc, out, report
 
 
-@pytest.mark.parametrize("fields, named", [
-    ({"speedup": math.nan}, "speedup nan"),
-    ({"speedup": 0.0}, "speedup 0.0"),
-    ({"speedup": -math.inf}, "speedup -inf"),
-    ({"speedup": math.inf}, "speedup inf"),
-    ({"speedup": None}, "speedup missing"),
-    ({"speedup_lo": math.nan, "speedup_hi": math.nan}, "speedup_lo nan"),
-    ({"compile_s": math.nan}, "compile_s nan"),
-    ({"compiled_ms": -3.0}, "compiled_ms -3.0"),
-    ({"compiled_round_ms": [10.0, math.nan]}, "compiled_round_ms holds nan"),
-    ({"peak_mem_compiled_mb": math.inf}, "peak_mem_compiled_mb inf"),
-    ({"device_speedup": 0.0}, "device_speedup 0.0"),
-    ({"graph_breaks": -1}, "graph_breaks -1"),
-    ({"recompiles": 10**30}, "recompiles 1000000000000000000000000000000"),  # past 2**53: no JSON count
-    ({"speedup_lo": 2.5, "speedup_hi": 2.0}, "interval [2.5, 2.0] is upside down"),
-], ids=lambda v: v if isinstance(v, str) else None)
-def test_impossible_figures_on_an_ok_record_fail_the_cell_and_the_gate(tmp_path, baseline_file, capsys, fields,
-                                                                       named):
+@pytest.mark.parametrize(
+    "fields, named",
+    [
+        ({"speedup": math.nan}, "speedup nan"),
+        ({"speedup": 0.0}, "speedup 0.0"),
+        ({"speedup": -math.inf}, "speedup -inf"),
+        ({"speedup": math.inf}, "speedup inf"),
+        ({"speedup": None}, "speedup missing"),
+        ({"speedup_lo": math.nan, "speedup_hi": math.nan}, "speedup_lo nan"),
+        ({"compile_s": math.nan}, "compile_s nan"),
+        ({"compiled_ms": -3.0}, "compiled_ms -3.0"),
+        ({"compiled_round_ms": [10.0, math.nan]}, "compiled_round_ms holds nan"),
+        ({"peak_mem_compiled_mb": math.inf}, "peak_mem_compiled_mb inf"),
+        ({"device_speedup": 0.0}, "device_speedup 0.0"),
+        ({"graph_breaks": -1}, "graph_breaks -1"),
+        ({"recompiles": 10**30}, "recompiles 1000000000000000000000000000000"),  # past 2**53: no JSON count
+        ({"speedup_lo": 2.5, "speedup_hi": 2.0}, "interval [2.5, 2.0] is upside down"),
+    ],
+    ids=lambda v: v if isinstance(v, str) else None,
+)
+def test_impossible_figures_on_an_ok_record_fail_the_cell_and_the_gate(tmp_path, baseline_file, capsys, fields, named):
     rc, out, report = _compare(tmp_path, baseline_file, capsys, **fields)
     assert rc == 1, out.err
     (finding,) = [f for f in report[0]["regressions"] if f["cell"] == CELL]
@@ -82,29 +86,36 @@ def test_impossible_figures_on_an_ok_record_fail_the_cell_and_the_gate(tmp_path,
     assert "NaN" not in json.dumps(report[0]["rows"]) and "Infinity" not in json.dumps(report[0]["rows"])
 
 
-@pytest.mark.parametrize("fields, named", [
-    ({"speedup": "fast"}, "speedup: 'fast' is not a number"),
-    ({"speedup": True}, "speedup: True is not a number"),
-    ({"status": "great"}, "status: 'great' is not one of ok, failed, skipped"),
-    ({"compiled_round_ms": "10,11"}, "compiled_round_ms"),
-    ({"env": ["gpu"]}, "env:"),
-    ({"env": {"fingerprint": 7}}, "env.fingerprint: 7 is not a safe name"),
-])
-def test_a_value_of_the_wrong_kind_is_unusable_input_named_by_file_line_cell_field(tmp_path, baseline_file,
-                                                                                    capsys, fields, named):
+@pytest.mark.parametrize(
+    "fields, named",
+    [
+        ({"speedup": "fast"}, "speedup: 'fast' is not a number"),
+        ({"speedup": True}, "speedup: True is not a number"),
+        ({"status": "great"}, "status: 'great' is not one of ok, failed, skipped"),
+        ({"compiled_round_ms": "10,11"}, "compiled_round_ms"),
+        ({"env": ["gpu"]}, "env:"),
+        ({"env": {"fingerprint": 7}}, "env.fingerprint: 7 is not a safe name"),
+    ],
+)
+def test_a_value_of_the_wrong_kind_is_unusable_input_named_by_file_line_cell_field(
+    tmp_path, baseline_file, capsys, fields, named
+):
     rc, out, _ = _compare(tmp_path, baseline_file, capsys, **fields)
     assert rc == 2 and "Traceback" not in out.err
     assert "r.jsonl:" in out.err and f"cell '{CELL}'" in out.err and named in out.err
 
 
-@pytest.mark.parametrize("edit, named", [
-    (lambda c: c.update(speedup="2.3"), "speedup: '2.3' is not a finite number > 0"),
-    (lambda c: c.update(speedup=None), "speedup: missing on an ok cell"),
-    (lambda c: c.update(device_speedup_runs=[2.4, -1]), "device_speedup_runs"),
-    (lambda c: c.update(graph_breaks=0.5), "graph_breaks: 0.5 is not a whole number"),
-    (lambda c: c.update(host_speedup_spread=308.0), "host_speedup_spread: 308.0 is past 10"),
-    (lambda c: c.update(status="fine"), "status: 'fine'"),
-])
+@pytest.mark.parametrize(
+    "edit, named",
+    [
+        (lambda c: c.update(speedup="2.3"), "speedup: '2.3' is not a finite number > 0"),
+        (lambda c: c.update(speedup=None), "speedup: missing on an ok cell"),
+        (lambda c: c.update(device_speedup_runs=[2.4, -1]), "device_speedup_runs"),
+        (lambda c: c.update(graph_breaks=0.5), "graph_breaks: 0.5 is not a whole number"),
+        (lambda c: c.update(host_speedup_spread=308.0), "host_speedup_spread: 308.0 is past 10"),
+        (lambda c: c.update(status="fine"), "status: 'fine'"),
+    ],
+)
 def test_a_malformed_baseline_cell_is_unusable_input(tmp_path, base, capsys, edit, named):
     broken = json.loads(json.dumps(base))
     edit(broken["cells"][CELL])
@@ -229,8 +240,7 @@ def test_records_that_the_writer_produces_pass_the_check(tmp_path):
     assert all(r["status"] == "ok" for r in load_records([path]))
 
 
-def test_records_timed_by_workers_that_shared_the_machine_are_never_gated_or_folded(tmp_path, baseline_file,
-                                                                                    capsys):
+def test_records_timed_by_workers_that_shared_the_machine_are_never_gated_or_folded(tmp_path, baseline_file, capsys):
     path = _results(tmp_path, unfit="timed by one of 2 xdist workers on 1 GPU(s): workers shared a GPU")
     assert main(["compare", path, "--baseline", baseline_file]) == 2
     assert main(["baseline", "update", path, "--dir", str(tmp_path / "b")]) == 2

@@ -75,8 +75,14 @@ def test_each_clock_folds_like_the_speedup(three_runs, folded, metric):
 def test_device_and_host_times_busy_and_bound_fold_as_medians(three_runs, folded):
     recs = [next(r for r in run if r["cell"] == RESNET) for run in three_runs]
     cell = folded["cells"][RESNET]
-    for name in ("eager_device_ms", "compiled_device_ms", "eager_host_ms", "compiled_host_ms", "busy_eager",
-                 "busy_compiled"):
+    for name in (
+        "eager_device_ms",
+        "compiled_device_ms",
+        "eager_host_ms",
+        "compiled_host_ms",
+        "busy_eager",
+        "busy_compiled",
+    ):
         assert cell[name] == pytest.approx(statistics.median(r[name] for r in recs), rel=1e-3), name
     assert cell["busy_compiled"] == pytest.approx(0.61, abs=0.02) and cell["bound"] == "host"
     assert folded["cells"]["segformer_b2-train-inductor_default-amp_bf16"]["bound"] == "device"
@@ -91,7 +97,7 @@ def test_spread_has_a_floor_at_the_runs_own_noise():
         rec.update(speedup=speedup, speedup_lo=speedup / 1.02, speedup_hi=speedup * 1.02)
     cell = bl.build_baseline(runs)[KEY]["cells"][RESNET]
     assert rel_spread(cell["speedup_runs"]) < 0.001
-    assert cell["speedup_spread"] == pytest.approx(math.log(1.02 ** 2) / 3.92, rel=0.01)
+    assert cell["speedup_spread"] == pytest.approx(math.log(1.02**2) / 3.92, rel=0.01)
 
 
 def test_header_lists_the_host_cpus():
@@ -150,8 +156,12 @@ def test_runs_that_disagree_on_a_peak_or_a_graph_count_are_named():
 
 
 def test_max_over_runs_and_numerics_need_every_run():
-    runs = [syn.run(1), syn.run(2, overrides={RESNET: dict(graph_breaks=2, peak_mem_compiled_mb=7500.0,
-                                                              numerics="fail", compile_s=61.0)})]
+    runs = [
+        syn.run(1),
+        syn.run(
+            2, overrides={RESNET: dict(graph_breaks=2, peak_mem_compiled_mb=7500.0, numerics="fail", compile_s=61.0)}
+        ),
+    ]
     cell = bl.build_baseline(runs)[KEY]["cells"][RESNET]
     assert (cell["graph_breaks"], cell["peak_mem_compiled_mb"], cell["compile_s"]) == (2, 7500.0, 61.0)
     assert cell["numerics"] == "fail"
@@ -162,12 +172,16 @@ def test_single_run_has_no_spread():
     assert cell["speedup_spread"] is None and len(cell["speedup_runs"]) == 1
 
 
-@pytest.mark.parametrize("statuses, expected", [(["failed", "failed"], "failed"), (["skipped", "skipped"], "skipped"),
-                                                 (["failed", "ok"], "ok")])
+@pytest.mark.parametrize(
+    "statuses, expected",
+    [(["failed", "failed"], "failed"), (["skipped", "skipped"], "skipped"), (["failed", "ok"], "ok")],
+)
 def test_failed_cells_kept_with_reason(statuses, expected):
     cell = syn.cells()[0]
-    runs = [syn.run(i, overrides={cell.id: syn.failed(cell, f"reason {i}", s) if s != "ok" else {}})
-            for i, s in enumerate(statuses)]
+    runs = [
+        syn.run(i, overrides={cell.id: syn.failed(cell, f"reason {i}", s) if s != "ok" else {}})
+        for i, s in enumerate(statuses)
+    ]
     folded = bl.build_baseline(runs)[KEY]["cells"][cell.id]
     assert folded["status"] == expected
     if expected == "ok":
@@ -235,13 +249,16 @@ def _other_tier(path):
     bl.write_baseline(path, {"schema": 1, "fingerprint": syn.H100, "tier": "nightly", "cells": {}})
 
 
-@pytest.mark.parametrize("spoil, words", [
-    (None, ["no baseline at", "perfgate baseline update RESULTS... --dir ", "--perf-save-baseline"]),
-    (_corrupt, ["not valid JSON"]),
-    (_old_schema, ["schema 0"]),
-    (_foreign, [f"fingerprint '{syn.A100}'"]),
-    (_other_tier, ["tier 'nightly'"]),
-])
+@pytest.mark.parametrize(
+    "spoil, words",
+    [
+        (None, ["no baseline at", "perfgate baseline update RESULTS... --dir ", "--perf-save-baseline"]),
+        (_corrupt, ["not valid JSON"]),
+        (_old_schema, ["schema 0"]),
+        (_foreign, [f"fingerprint '{syn.A100}'"]),
+        (_other_tier, ["tier 'nightly'"]),
+    ],
+)
 def test_unusable_baseline_names_the_expected_file(tmp_path, spoil, words):
     expected = bl.baseline_path(tmp_path, *KEY)
     given = tmp_path / "given.json" if spoil in (_foreign, _other_tier) else expected
@@ -267,6 +284,7 @@ def test_record_without_fingerprint_is_refused():
 
 # ------------------------------------------------------------------------------------------------ run ids
 
+
 def test_new_record_carries_a_run_id():
     cell = syn.cells()[0]
     assert new_record(cell, syn.env())["run_id"] is None
@@ -286,7 +304,7 @@ def test_sessions_appended_to_one_file_are_separate_runs():
     one_file = syn.run(1, run_id="s1") + syn.run(2, run_id="s2") + syn.run(3, run_id="s3")
     folded = bl.build_baseline([one_file])[KEY]
     assert folded["runs"] == 3
-    speedups = [next(r["speedup"] for r in one_file[i * 10:(i + 1) * 10] if r["cell"] == RESNET) for i in range(3)]
+    speedups = [next(r["speedup"] for r in one_file[i * 10 : (i + 1) * 10] if r["cell"] == RESNET) for i in range(3)]
     assert folded["cells"][RESNET]["speedup_runs"] == pytest.approx(speedups, rel=1e-3)
     assert folded["cells"][RESNET]["speedup_spread"] is not None
 

@@ -36,6 +36,7 @@ def bisect_with(oracle, steps: int = 8) -> tuple[object, list[int]]:
 
 # ---------------------------------------------------------------------------------------------- the search
 
+
 @pytest.mark.parametrize("culprit", range(1, 8), ids=lambda c: f"culprit-step-{c}")
 def test_the_search_finds_the_first_bad_step_in_at_most_4_probes(culprit):
     state, probed = bisect_with(lambda i: BAD if i >= culprit else GOOD)
@@ -49,8 +50,11 @@ def test_a_range_whose_last_step_is_good_has_no_bad_step_after_one_probe():
     assert (state.outcome, probed) == ("no_bad_step", [7])
 
 
-@pytest.mark.parametrize("unsure, suspects", [({3}, (3, 4)), ({3, 2}, (2, 3, 4)), ({7}, tuple(range(1, 8)))],
-                         ids=["one-skipped", "two-skipped", "bad-end-unsure"])
+@pytest.mark.parametrize(
+    "unsure, suspects",
+    [({3}, (3, 4)), ({3, 2}, (2, 3, 4)), ({7}, tuple(range(1, 8)))],
+    ids=["one-skipped", "two-skipped", "bad-end-unsure"],
+)
 def test_unsure_steps_are_skipped_and_named_as_suspects(unsure, suspects):
     state, _ = bisect_with(lambda i: UNSURE if i in unsure else BAD if i >= 4 else GOOD)
     assert (state.outcome, state.suspects) == ("unsettled", suspects)
@@ -69,46 +73,97 @@ def test_a_range_without_two_ends_is_refused(steps):
 
 # ---------------------------------------------------------------------------------------------- the rule
 
-@pytest.mark.parametrize("text, metric, threshold", [("gate", "gate", None), ("speedup", "speedup", None),
-                                                     ("device_speedup:2.5", "device_speedup", 0.025),
-                                                     ("graph_breaks", "graph_breaks", None)])
+
+@pytest.mark.parametrize(
+    "text, metric, threshold",
+    [
+        ("gate", "gate", None),
+        ("speedup", "speedup", None),
+        ("device_speedup:2.5", "device_speedup", 0.025),
+        ("graph_breaks", "graph_breaks", None),
+    ],
+)
 def test_rules_parse(text, metric, threshold):
     rule = BadRule.parse(text)
     assert (rule.metric, rule.threshold) == (metric, pytest.approx(threshold) if threshold else None)
     assert BadRule.parse(rule.text()) == rule
 
 
-@pytest.mark.parametrize("text, words", [("wall", "unknown metric 'wall'; valid: gate, speedup"),
-                                         ("speedup:x", "not a percentage"), ("speedup:0", "above 0"),
-                                         ("graph_breaks:3", "takes no threshold")])
+@pytest.mark.parametrize(
+    "text, words",
+    [
+        ("wall", "unknown metric 'wall'; valid: gate, speedup"),
+        ("speedup:x", "not a percentage"),
+        ("speedup:0", "above 0"),
+        ("graph_breaks:3", "takes no threshold"),
+    ],
+)
 def test_bad_rules_are_refused_with_the_valid_ones(text, words):
     with pytest.raises(BisectError, match=words.replace("(", r"\(")):
         BadRule.parse(text)
 
 
 def procs(label: str, n: int, speedup: float, run_noise: float = 0.002) -> list[Process]:
-    return [Process(label, rep, tuple(syn.run(rep * 10 + (label == "B"), cell_list=GPT2, noise=0.005,
-                                              run_noise=run_noise, overrides={GPT2[0].id: {"speedup": speedup}})),
-                    rep == 1) for rep in range(1, n + 1)]
+    return [
+        Process(
+            label,
+            rep,
+            tuple(
+                syn.run(
+                    rep * 10 + (label == "B"),
+                    cell_list=GPT2,
+                    noise=0.005,
+                    run_noise=run_noise,
+                    overrides={GPT2[0].id: {"speedup": speedup}},
+                )
+            ),
+            rep == 1,
+        )
+        for rep in range(1, n + 1)
+    ]
 
 
-@pytest.mark.parametrize("b_speedup, n, run_noise, rule, verdict", [
-    (1.5, 3, 0.002, "gate", GOOD), (1.2, 3, 0.002, "gate", BAD), (1.2, 3, 0.002, "speedup:5", BAD),
-    (1.2, 3, 0.002, "graph_breaks", GOOD), (1.5, 2, 0.05, "speedup", UNSURE), (1.5, 1, 0.002, "gate", UNSURE)],
-    ids=["same-is-good", "20pct-slower-is-bad", "bad-on-its-rule", "another-rule-ignores-it",
-         "noise-limited-is-unsure", "one-process-cannot-compare"])
+@pytest.mark.parametrize(
+    "b_speedup, n, run_noise, rule, verdict",
+    [
+        (1.5, 3, 0.002, "gate", GOOD),
+        (1.2, 3, 0.002, "gate", BAD),
+        (1.2, 3, 0.002, "speedup:5", BAD),
+        (1.2, 3, 0.002, "graph_breaks", GOOD),
+        (1.5, 2, 0.05, "speedup", UNSURE),
+        (1.5, 1, 0.002, "gate", UNSURE),
+    ],
+    ids=[
+        "same-is-good",
+        "20pct-slower-is-bad",
+        "bad-on-its-rule",
+        "another-rule-ignores-it",
+        "noise-limited-is-unsure",
+        "one-process-cannot-compare",
+    ],
+)
 def test_a_probe_reads_good_bad_or_unsure_under_its_rule(b_speedup, n, run_noise, rule, verdict):
-    report = judge_ab(procs("A", max(n, 2), 1.5, run_noise) + procs("B", n, b_speedup, run_noise),
-                   rules=BadRule.parse(rule).rules())
+    report = judge_ab(
+        procs("A", max(n, 2), 1.5, run_noise) + procs("B", n, b_speedup, run_noise), rules=BadRule.parse(rule).rules()
+    )
     assert classify(report, BadRule.parse(rule)).verdict == verdict
 
 
 # ---------------------------------------------------------------------------------------------- the runner
 
+
 def manifest_of(tmp_path: Path, steps: int = 8, **kw) -> dict:
     step_list = [Step(f"{i:02d}", f"step {i}", "/usr/bin/python3") for i in range(steps)]
-    return bisect_run.new_manifest(tmp_path / "bisect", step_list, ["perftests", "-k", "gpt2"], BadRule.parse("gate"),
-                                   kw.get("processes", 3), kw.get("max_processes", 5), [], tmp_path)
+    return bisect_run.new_manifest(
+        tmp_path / "bisect",
+        step_list,
+        ["perftests", "-k", "gpt2"],
+        BadRule.parse("gate"),
+        kw.get("processes", 3),
+        kw.get("max_processes", 5),
+        [],
+        tmp_path,
+    )
 
 
 def fake_prober(culprit: int, calls: list[int], stop_at: int | None = None):
@@ -116,8 +171,14 @@ def fake_prober(culprit: int, calls: list[int], stop_at: int | None = None):
         calls.append(index)
         if index == stop_at:
             raise KeyboardInterrupt
-        manifest["probes"][str(index)] = {"dir": f"probes/{index:02d}", "processes": 3, "readings": [],
-                                          "verdict": BAD if index >= culprit else GOOD, "why": "fake"}
+        manifest["probes"][str(index)] = {
+            "dir": f"probes/{index:02d}",
+            "processes": 3,
+            "readings": [],
+            "verdict": BAD if index >= culprit else GOOD,
+            "why": "fake",
+        }
+
     return prober
 
 
@@ -127,8 +188,12 @@ def test_a_stopped_bisection_resumes_without_probing_a_settled_step_again(tmp_pa
         bisect_run.run_bisect(out, print, manifest=manifest, prober=fake_prober(5, calls, stop_at=3))
     assert calls == [7, 3] and json.loads((out / "bisect.json").read_text())["probes"].keys() == {"7"}
     done = bisect_run.run_bisect(out, print, prober=fake_prober(5, calls))
-    assert calls == [7, 3, 3, 5, 4] and done["outcome"] == {"outcome": "found", "last_good": 4, "first_bad": 5,
-                                                            "suspects": []}
+    assert calls == [7, 3, 3, 5, 4] and done["outcome"] == {
+        "outcome": "found",
+        "last_good": 4,
+        "first_bad": 5,
+        "suspects": [],
+    }
 
 
 class FakeAB:
@@ -175,8 +240,9 @@ def test_the_report_names_the_pair_and_the_command_that_reproduces_it(tmp_path):
     manifest = bisect_run.run_bisect(out, lambda m: None, manifest=manifest, prober=fake_prober(5, []))
     text = bisect_report.write(manifest, out)
     assert text.startswith("**perfgate bisect: first bad step 5: `step 5`**, last good step 4: `step 4`")
-    assert "perfgate ab --a-python /usr/bin/python3 --b-python /usr/bin/python3 --processes 3 -- perftests -k gpt2" \
-        in text
+    assert (
+        "perfgate ab --a-python /usr/bin/python3 --b-python /usr/bin/python3 --processes 3 -- perftests -k gpt2" in text
+    )
     assert json.loads((out / "report.json").read_text())["exit_code"] == 1
 
 
@@ -197,15 +263,18 @@ def test_environment_steps_keep_their_order_and_say_what_each_side_runs(tmp_path
         path.mkdir()
     steps = bisect_run.env_steps([], [str(p) for p in paths], [], "/usr/bin/python3", tmp_path / "b")
     assert [dict(s.env)["PYTHONPATH"] for s in steps] == [str(p) for p in paths]
-    pips = bisect_run.env_steps([], [], ["transformers==4.57.1", "transformers==5.17.0"], "/usr/bin/python3",
-                                tmp_path / "b")
+    pips = bisect_run.env_steps(
+        [], [], ["transformers==4.57.1", "transformers==5.17.0"], "/usr/bin/python3", tmp_path / "b"
+    )
     assert [(s.pip, dict(s.env)["PYTHONPATH"]) for s in pips] == [
         ("transformers==4.57.1", str((tmp_path / "b" / "envs" / "00").resolve())),
-        ("transformers==5.17.0", str((tmp_path / "b" / "envs" / "01").resolve()))]
+        ("transformers==5.17.0", str((tmp_path / "b" / "envs" / "01").resolve())),
+    ]
     assert Step.from_json(pips[1].to_json()) == pips[1]
 
 
 # ---------------------------------------------------------------------------------------------- bad input
+
 
 @pytest.fixture
 def tiny_repo(tmp_path) -> Path:
@@ -221,19 +290,33 @@ def tiny_repo(tmp_path) -> Path:
     return repo
 
 
-@pytest.mark.parametrize("args, words", [
-    (["--good", "main~2"], "--good and --bad go together"),
-    (["--good", "nope", "--bad", "main"], "--good 'nope': no such commit"),
-    (["--good", "main", "--bad", "side"], "is not an ancestor of --bad side"),
-    (["--good", "main", "--bad", "main"], "holds 1 step(s)"),
-    (["--good", "main~2", "--bad", "main", "--rule", "wall"], "unknown metric 'wall'"),
-    (["--good", "main~2", "--bad", "main", "--processes", "1"], "--processes 1: a probe needs 2"),
-    (["--good", "main~2", "--bad", "main", "--processes", "4", "--max-processes", "3"], "is below --processes 4"),
-    (["--step-path", "/nonexistent", "--step-path", "/"], "--step-path /nonexistent: no such directory"),
-    (["--step-path", "/", "--step-python", "/bin/sh"], "one kind of step"),
-    (["--good", "main~2", "--bad", "main", "--", "--perf-results=x"], "perfgate ab sets these itself"),
-], ids=["good-without-bad", "no-such-commit", "not-an-ancestor", "one-step", "bad-rule", "one-process",
-        "max-below-processes", "missing-path", "two-kinds", "owned-option"])
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["--good", "main~2"], "--good and --bad go together"),
+        (["--good", "nope", "--bad", "main"], "--good 'nope': no such commit"),
+        (["--good", "main", "--bad", "side"], "is not an ancestor of --bad side"),
+        (["--good", "main", "--bad", "main"], "holds 1 step(s)"),
+        (["--good", "main~2", "--bad", "main", "--rule", "wall"], "unknown metric 'wall'"),
+        (["--good", "main~2", "--bad", "main", "--processes", "1"], "--processes 1: a probe needs 2"),
+        (["--good", "main~2", "--bad", "main", "--processes", "4", "--max-processes", "3"], "is below --processes 4"),
+        (["--step-path", "/nonexistent", "--step-path", "/"], "--step-path /nonexistent: no such directory"),
+        (["--step-path", "/", "--step-python", "/bin/sh"], "one kind of step"),
+        (["--good", "main~2", "--bad", "main", "--", "--perf-results=x"], "perfgate ab sets these itself"),
+    ],
+    ids=[
+        "good-without-bad",
+        "no-such-commit",
+        "not-an-ancestor",
+        "one-step",
+        "bad-rule",
+        "one-process",
+        "max-below-processes",
+        "missing-path",
+        "two-kinds",
+        "owned-option",
+    ],
+)
 def test_bad_input_is_refused_with_exit_2_before_anything_runs(tiny_repo, monkeypatch, tmp_path, capsys, args, words):
     monkeypatch.chdir(tiny_repo)
     assert main(["bisect", "--out", str(tmp_path / "b"), *args]) == 2
@@ -244,8 +327,18 @@ def test_bad_input_is_refused_with_exit_2_before_anything_runs(tiny_repo, monkey
 # ---------------------------------------------------------------------------------------------- the CPU proof
 
 PROOF_FILES = ("conftest.py", "pyproject.toml", "perfgate", "perftests", "fixtures")
-CELL_ARGS = ["perftests", "-m", "cpu", "-k", "vit_b16 and infer", "-p", "no:randomly", "--perf-warm-compile=off",
-             "--perf-min-rounds=15", "--perf-max-rounds=15"]
+CELL_ARGS = [
+    "perftests",
+    "-m",
+    "cpu",
+    "-k",
+    "vit_b16 and infer",
+    "-p",
+    "no:randomly",
+    "--perf-warm-compile=off",
+    "--perf-min-rounds=15",
+    "--perf-max-rounds=15",
+]
 
 
 def throwaway_repo(root: Path, culprit: int | None, commits: int = 8) -> Path:
@@ -255,8 +348,11 @@ def throwaway_repo(root: Path, culprit: int | None, commits: int = 8) -> Path:
     repo.mkdir()
     for name in PROOF_FILES:
         src = REPO / name
-        (shutil.copytree(src, repo / name, ignore=shutil.ignore_patterns("__pycache__")) if src.is_dir()
-         else shutil.copy(src, repo / name))
+        (
+            shutil.copytree(src, repo / name, ignore=shutil.ignore_patterns("__pycache__"))
+            if src.is_dir()
+            else shutil.copy(src, repo / name)
+        )
     git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"]
     subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
     for n in range(commits):
@@ -265,8 +361,11 @@ def throwaway_repo(root: Path, culprit: int | None, commits: int = 8) -> Path:
             toml = (repo / "pyproject.toml").read_text()
             (repo / "pyproject.toml").write_text(toml.replace('addopts = "', 'addopts = "--perf-inject=slow:30 ', 1))
         subprocess.run([*git, "add", "-A"], cwd=repo, check=True)
-        subprocess.run([*git, "commit", "-q", "-m", f"step {n}" + (" plants a slowdown" if n == culprit else "")],
-                       cwd=repo, check=True)
+        subprocess.run(
+            [*git, "commit", "-q", "-m", f"step {n}" + (" plants a slowdown" if n == culprit else "")],
+            cwd=repo,
+            check=True,
+        )
     return repo
 
 
@@ -279,8 +378,25 @@ def test_cpu_proof_a_planted_slowdown_is_bisected_to_its_commit(tmp_path, monkey
     monkeypatch.setenv("OMP_NUM_THREADS", "1")  # two torch thread pools on 2 shared cores: see test_ab_run.py
     # 2 processes a side, 3 where unsure; a 80 % drop of the wall speedup is the line: the CPU proves the
     # plumbing (30x), not the statistics (tests above and docs/ab.md)
-    code = main(["bisect", "--good", "HEAD~7", "--bad", "HEAD", "--rule", "speedup:80", "--processes", "2",
-                 "--max-processes", "3", "--out", str(tmp_path / "b"), "--", *CELL_ARGS])
+    code = main(
+        [
+            "bisect",
+            "--good",
+            "HEAD~7",
+            "--bad",
+            "HEAD",
+            "--rule",
+            "speedup:80",
+            "--processes",
+            "2",
+            "--max-processes",
+            "3",
+            "--out",
+            str(tmp_path / "b"),
+            "--",
+            *CELL_ARGS,
+        ]
+    )
     report = json.loads((tmp_path / "b" / "report.json").read_text())
     if culprit is None:
         assert (code, report["outcome"]["outcome"], list(report["probes"])) == (0, "no_bad_step", ["7"])

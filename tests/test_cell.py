@@ -21,8 +21,9 @@ from perfgate.measure.cell import run_cell  # noqa: E402
 from perfgate.measure.job import RunOptions  # noqa: E402
 from perfgate.measure.timing import CPU_PLAN  # noqa: E402
 
-OPTIONS = RunOptions(device="cpu", plan=CPU_PLAN.replace(min_rounds=3, max_rounds=3, target_round_ms=2.0),
-                     warm_compile="off")
+OPTIONS = RunOptions(
+    device="cpu", plan=CPU_PLAN.replace(min_rounds=3, max_rounds=3, target_round_ms=2.0), warm_compile="off"
+)
 ENV = {"gpu": None, "fingerprint": "cpu-test"}
 
 
@@ -31,9 +32,17 @@ def _batch(config, size, generator):
 
 
 def _spec(predict=lambda m, b: m(b["x"]), **changes) -> ModelSpec:
-    spec = ModelSpec(name="mlp", description="tiny", build=lambda c: nn.Sequential(nn.Linear(8, 2)),
-                     make_batch=_batch, predict=predict, loss=lambda m, b: F.cross_entropy(m(b["x"]), b["y"]),
-                     blocks=lambda m: list(m), unit="samples", sizes={"cpu": Size({}, batch=4)})
+    spec = ModelSpec(
+        name="mlp",
+        description="tiny",
+        build=lambda c: nn.Sequential(nn.Linear(8, 2)),
+        make_batch=_batch,
+        predict=predict,
+        loss=lambda m, b: F.cross_entropy(m(b["x"]), b["y"]),
+        blocks=lambda m: list(m),
+        unit="samples",
+        sizes={"cpu": Size({}, batch=4)},
+    )
     return dataclasses.replace(spec, **changes)
 
 
@@ -60,14 +69,17 @@ def test_a_record_says_its_batch():
     assert _run(_spec(), phase="train")["batch"] == 4
 
 
-@pytest.mark.parametrize("phase, variant, device_kind, batch", [
-    ("train", "inductor_reduce_overhead", "gpu", 2),
-    ("train", "inductor_max_autotune", "gpu", 2),
-    ("train", "cudagraphs", "gpu", 2),
-    ("train", "inductor_max_autotune_no_cudagraphs", "gpu", 8),
-    ("infer", "inductor_reduce_overhead", "gpu", 8),
-    ("train", "inductor_reduce_overhead", "cpu", 4),
-])
+@pytest.mark.parametrize(
+    "phase, variant, device_kind, batch",
+    [
+        ("train", "inductor_reduce_overhead", "gpu", 2),
+        ("train", "inductor_max_autotune", "gpu", 2),
+        ("train", "cudagraphs", "gpu", 2),
+        ("train", "inductor_max_autotune_no_cudagraphs", "gpu", 8),
+        ("infer", "inductor_reduce_overhead", "gpu", 8),
+        ("train", "inductor_reduce_overhead", "cpu", 4),
+    ],
+)
 def test_only_a_train_step_under_cuda_graphs_takes_the_cuda_graph_batch(phase, variant, device_kind, batch):
     spec = _spec(sizes={"cpu": Size({}, batch=4), "gpu": Size({}, batch=8, cuda_graph_train_batch=2)})
     assert spec.size(Cell("mlp", phase, variant, "amp_bf16", device_kind)).batch == batch
@@ -83,6 +95,7 @@ def test_the_numerics_judge_is_set_aside_from_the_compiled_peak(monkeypatch):
     """The judge's fp64 temporaries on the GPU are not the compiled side's memory (schema 4 counted them:
     gpt2 infer read 11474 MiB for 1348 on an H100): the cell judges inside Memory.set_aside."""
     from perfgate.measure import pipeline as cell_module
+
     events = []
 
     class Recording(cell_module.Memory):
@@ -107,6 +120,7 @@ def test_a_set_aside_block_leaves_the_peak_before_it_and_after_it(monkeypatch):
     """Memory's arithmetic on a fake CUDA allocator (MiB): 100 resident, a side peaks at 300, a set-aside
     block at 900, the side again at 250; its peak is 300 - 100."""
     from perfgate.measure.memory import MIB, Memory
+
     state = {"now": 100 * MIB, "peak": 100 * MIB}
 
     def allocate(mib):
@@ -146,8 +160,7 @@ def test_an_error_inside_the_model_becomes_a_reason_not_a_crash():
 
 
 def test_nan_in_the_compiled_output_fails_numerics():
-    spec = _spec(predict=lambda m, b: m(b["x"]) / (b["x"].sum() * 0) if torch.compiler.is_compiling()
-                 else m(b["x"]))
+    spec = _spec(predict=lambda m, b: m(b["x"]) / (b["x"].sum() * 0) if torch.compiler.is_compiling() else m(b["x"]))
     record = _run(spec)
     assert record["status"] == "failed" and record["numerics"] == "fail"
     assert "non-finite" in str(record["numerics_detail"]["checks"])
@@ -155,8 +168,13 @@ def test_nan_in_the_compiled_output_fails_numerics():
 
 def test_checkpoints_keep_what_a_killed_cell_had_measured():
     seen = []
-    record = run_cell(_spec(), Cell("mlp", "infer", "aot_eager", "fp32", "cpu"), OPTIONS, ENV,
-                      checkpoint=lambda partial: seen.append(dict(partial)))
+    record = run_cell(
+        _spec(),
+        Cell("mlp", "infer", "aot_eager", "fp32", "cpu"),
+        OPTIONS,
+        ENV,
+        checkpoint=lambda partial: seen.append(dict(partial)),
+    )
     assert record["status"] == "ok" and record["reason"] == ""
     assert [p["status"] for p in seen] == ["failed"] * len(seen) and len(seen) >= 3
     assert seen[0]["reason"].endswith("building'") and seen[1]["reason"].endswith("numerics reference'")
@@ -189,8 +207,9 @@ def test_a_broken_fresh_process_leaves_the_cell_ok_with_a_note():
 def test_a_fresh_process_past_its_time_is_killed_with_a_note():
     record = {}
     options = dataclasses.replace(OPTIONS, registry=f"{__name__}:REGISTRY")
-    cache_artifacts.measure_in_child(b"", Cell("mlp", "infer", "inductor_default", "fp32", "cpu"), options, record,
-                               timeout_s=0.2)  # the child is still importing torch
+    cache_artifacts.measure_in_child(
+        b"", Cell("mlp", "infer", "inductor_default", "fp32", "cpu"), options, record, timeout_s=0.2
+    )  # the child is still importing torch
     assert record == {"compile_artifacts_note": "fresh process: timed out after 0.2 s"}
 
 
@@ -211,6 +230,7 @@ def test_inductor_config_reaches_torch_compile_as_options():
 
 def test_a_recompile_records_the_guard_that_failed():
     from perfgate.measure import introspect
+
     introspect.reset_compiler()
     double = torch.compile(lambda x: x * 2, backend="eager", dynamic=False)
     double(torch.ones(2))
@@ -235,11 +255,19 @@ def test_a_precompiled_cell_finds_its_compile_in_the_kept_cache(tmp_path):
     """--perf-precompile's children fill the cache; the cell's own first call then hits it, and says so."""
     cell = Cell("mlp", "infer", "inductor_default", "fp32", "cpu")
     cache = str(tmp_path / "cache")
-    lines = precompile.run([[cell], [Cell("mlp", "infer", "aot_eager", "fp32", "cpu")]], cache_dir=cache,
-                           registry=f"{__name__}:REGISTRY", devices=[], tf32=False,
-                           out=tmp_path / "pre.json", limit_s=120)
+    lines = precompile.run(
+        [[cell], [Cell("mlp", "infer", "aot_eager", "fp32", "cpu")]],
+        cache_dir=cache,
+        registry=f"{__name__}:REGISTRY",
+        devices=[],
+        tf32=False,
+        out=tmp_path / "pre.json",
+        limit_s=120,
+    )
     assert [(line["cell"], line["status"]) for line in lines] == [
-        (cell.id, "ok"), ("cpu-mlp-infer-aot_eager-fp32", "ok")]
+        (cell.id, "ok"),
+        ("cpu-mlp-infer-aot_eager-fp32", "ok"),
+    ]
     assert lines[0]["misses"] > 0 and lines[0]["first_call_s"] > 0  # it compiled, cold
     assert json.loads((tmp_path / "pre.json").read_text()) == lines
     record = run_cell(REGISTRY["mlp"], cell, dataclasses.replace(OPTIONS, cache_dir=cache), ENV)
@@ -249,15 +277,29 @@ def test_a_precompiled_cell_finds_its_compile_in_the_kept_cache(tmp_path):
 
 def test_a_precompile_child_that_cannot_start_fails_its_cells_with_the_reason(tmp_path):
     cell = Cell("mlp", "infer", "inductor_default", "fp32", "cpu")
-    (line,) = precompile.run([[cell]], cache_dir=str(tmp_path), registry="no_such_zoo:REGISTRY", devices=[],
-                             tf32=False, out=tmp_path / "pre.json", limit_s=120)
+    (line,) = precompile.run(
+        [[cell]],
+        cache_dir=str(tmp_path),
+        registry="no_such_zoo:REGISTRY",
+        devices=[],
+        tf32=False,
+        out=tmp_path / "pre.json",
+        limit_s=120,
+    )
     assert line["status"] == "failed" and "No module named 'no_such_zoo'" in line["reason"]
 
 
 def test_a_precompile_child_past_its_time_is_killed_and_its_cells_say_so(tmp_path):
     cell = Cell("mlp", "infer", "inductor_default", "fp32", "cpu")
-    (line,) = precompile.run([[cell]], cache_dir=str(tmp_path), registry=f"{__name__}:REGISTRY", devices=[],
-                             tf32=False, out=tmp_path / "pre.json", limit_s=0.2)  # still importing torch
+    (line,) = precompile.run(
+        [[cell]],
+        cache_dir=str(tmp_path),
+        registry=f"{__name__}:REGISTRY",
+        devices=[],
+        tf32=False,
+        out=tmp_path / "pre.json",
+        limit_s=0.2,
+    )  # still importing torch
     assert line == {"cell": cell.id, "status": "failed", "reason": "not compiled: timed out after 0.2 s (not started)"}
 
 
@@ -271,8 +313,15 @@ def test_at_the_limit_every_child_left_is_killed_at_once_and_says_so(tmp_path, m
         real_kill(*procs)
 
     monkeypatch.setattr(precompile, "kill_groups", kill)
-    lines = precompile.run([[c] for c in cells], cache_dir=str(tmp_path), registry=f"{__name__}:REGISTRY",
-                           devices=[], tf32=False, out=tmp_path / "pre.json", limit_s=0.2)
+    lines = precompile.run(
+        [[c] for c in cells],
+        cache_dir=str(tmp_path),
+        registry=f"{__name__}:REGISTRY",
+        devices=[],
+        tf32=False,
+        out=tmp_path / "pre.json",
+        limit_s=0.2,
+    )
     assert [line["reason"] for line in lines] == ["not compiled: timed out after 0.2 s (not started)"] * 2
     assert kills == [2]
 
@@ -293,12 +342,20 @@ def test_an_interrupted_precompile_kills_its_children_and_keeps_its_lines(tmp_pa
     monkeypatch.setattr(precompile, "spawn", keep)
     monkeypatch.setattr(launch.time, "sleep", interrupted)
     with pytest.raises(KeyboardInterrupt):
-        precompile.run([[cell]], cache_dir=str(tmp_path), registry=f"{__name__}:REGISTRY", devices=[],
-                       tf32=False, out=tmp_path / "pre.json", limit_s=120)
+        precompile.run(
+            [[cell]],
+            cache_dir=str(tmp_path),
+            registry=f"{__name__}:REGISTRY",
+            devices=[],
+            tf32=False,
+            out=tmp_path / "pre.json",
+            limit_s=120,
+        )
     (child,) = children
     assert child.poll() == -signal.SIGKILL
     assert json.loads((tmp_path / "pre.json").read_text()) == [
-        {"cell": cell.id, "status": "failed", "reason": "not compiled: interrupted (not started)"}]
+        {"cell": cell.id, "status": "failed", "reason": "not compiled: interrupted (not started)"}
+    ]
 
 
 def test_a_stopped_precompile_says_how_long_the_cell_in_hand_had_compiled(tmp_path):
@@ -306,14 +363,26 @@ def test_a_stopped_precompile_says_how_long_the_cell_in_hand_had_compiled(tmp_pa
     done, cut, later = (Cell("mlp", phase, "inductor_default", "fp32", "cpu") for phase in ("infer", "train", "ddp"))
     now = time.time()
     lines = tmp_path / "0.jsonl"
-    lines.write_text("".join(json.dumps(line) + "\n" for line in (
-        {"cell": done.id, "started_at": now - 20.0}, {"cell": done.id, "status": "ok", "wall_s": 8.0},
-        {"cell": cut.id, "started_at": now - 12.0})))
+    lines.write_text(
+        "".join(
+            json.dumps(line) + "\n"
+            for line in (
+                {"cell": done.id, "started_at": now - 20.0},
+                {"cell": done.id, "status": "ok", "wall_s": 8.0},
+                {"cell": cut.id, "started_at": now - 12.0},
+            )
+        )
+    )
     assert precompile._lines([done, cut, later], lines, "timed out after 20 s", stopped=True) == [
         {"cell": done.id, "status": "ok", "wall_s": 8.0},
-        {"cell": cut.id, "status": "failed", "reason": "not compiled: timed out after 20 s",
-         "stopped_after_s": pytest.approx(12.0, abs=1.0)},
-        {"cell": later.id, "status": "failed", "reason": "not compiled: timed out after 20 s (not started)"}]
+        {
+            "cell": cut.id,
+            "status": "failed",
+            "reason": "not compiled: timed out after 20 s",
+            "stopped_after_s": pytest.approx(12.0, abs=1.0),
+        },
+        {"cell": later.id, "status": "failed", "reason": "not compiled: timed out after 20 s (not started)"},
+    ]
 
 
 def test_an_interrupt_kills_every_child_before_waiting_for_any(monkeypatch):
@@ -351,6 +420,7 @@ def test_a_kept_cache_holds_one_inductor_cache_per_precision(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------- stages, reference
+
 
 def test_a_records_stages_account_for_its_wall_time():
     record = _run(_spec(), phase="train")
@@ -408,7 +478,8 @@ def test_a_reference_key_changes_with_what_the_reference_depends_on(change, monk
 
 
 def test_numerics_off_skips_the_check_and_says_so():
-    record = run_cell(_spec(), Cell("mlp", "train", "aot_eager", "fp32", "cpu"),
-                      dataclasses.replace(OPTIONS, numerics=False), ENV)
+    record = run_cell(
+        _spec(), Cell("mlp", "train", "aot_eager", "fp32", "cpu"), dataclasses.replace(OPTIONS, numerics=False), ENV
+    )
     assert (record["status"], record["numerics"]) == ("ok", "skipped")
     assert record["reference_cache"].startswith("skipped")

@@ -37,10 +37,19 @@ def test_a_data_parallel_cell_shows_its_compute_clock_in_the_ab_device_column():
     def side(label, compute):
         out = []
         for rep in range(1, 4):
-            extra = {"phase": "ddp", COMPUTE.ratio: compute * (1 + rep / 1000), f"{COMPUTE.ratio}_lo": compute * 0.999,
-                     f"{COMPUTE.ratio}_hi": compute * 1.003}
-            records = syn.run(100 * rep + (label == "B"), cell_list=cells, overrides={c.id: extra for c in cells},
-                              noise=0.005, run_noise=0.002)
+            extra = {
+                "phase": "ddp",
+                COMPUTE.ratio: compute * (1 + rep / 1000),
+                f"{COMPUTE.ratio}_lo": compute * 0.999,
+                f"{COMPUTE.ratio}_hi": compute * 1.003,
+            }
+            records = syn.run(
+                100 * rep + (label == "B"),
+                cell_list=cells,
+                overrides={c.id: extra for c in cells},
+                noise=0.005,
+                run_noise=0.002,
+            )
             out.append(Process(label, rep, tuple(records), cold=rep == 1))
         return out
 

@@ -36,8 +36,11 @@ def base():
 
 def device_loss(ids, factor):
     """Overrides that make the device ratio of `ids` truly `factor` times the profile's (0.97 = 3 % loss)."""
-    return {cid: {"device_speedup": syn.PROFILE[m][1] * syn.EAGER_BUSY / syn.BUSY[m] * factor}
-            for cid in ids for m in [cid.split("-")[0]]}
+    return {
+        cid: {"device_speedup": syn.PROFILE[m][1] * syn.EAGER_BUSY / syn.BUSY[m] * factor}
+        for cid in ids
+        for m in [cid.split("-")[0]]
+    }
 
 
 def kinds(report, pool=("regressions", "improvements", "advisories")):
@@ -88,8 +91,10 @@ def test_a_baseline_without_a_clock_does_not_compare_it_and_says_so():
     assert report.passed and kinds(report) == []
     assert row(report, RESNET).clock("device_speedup").threshold is None
     notes = [n for n in report.notes if "predates" in n]
-    assert [n.split(" clock")[0] for n in notes] == ["the baseline predates the device",
-                                                     "the baseline predates the host"]
+    assert [n.split(" clock")[0] for n in notes] == [
+        "the baseline predates the device",
+        "the baseline predates the host",
+    ]
     assert "10 cell(s)" in notes[0] and "remake the baseline" in notes[0]
 
 
@@ -110,8 +115,10 @@ def test_a_foreign_host_cpu_turns_wall_findings_of_host_bound_cells_into_advisor
     assert (row(report, RESNET).bound, row(report, BERT).bound) == ("host", "device")
     assert kinds(report, ["advisories"]) == [(RESNET, "speedup", ADVISORY)]
     # The device-bound cell and the device clock gate as usual.
-    assert kinds(report, ["regressions"]) == [(BERT, "speedup", "regression"),
-                                              (GPT2_INFER, "device_speedup", "regression")]
+    assert kinds(report, ["regressions"]) == [
+        (BERT, "speedup", "regression"),
+        (GPT2_INFER, "device_speedup", "regression"),
+    ]
     assert row(report, RESNET).verdict == "advisory" and RESNET not in gate.speedup_suspects(report)
     assert syn.XEON in report.advisories[0].message and syn.EPYC in report.advisories[0].message
     note = next(n for n in report.notes if n.startswith("host CPU"))
@@ -122,12 +129,15 @@ def test_a_foreign_host_cpu_turns_wall_findings_of_host_bound_cells_into_advisor
 
 
 def test_advisories_alone_pass_the_gate(base):
-    run = now(42, environment=syn.env(cpu_model=syn.EPYC),
-              overrides={RESNET: {"speedup": syn.PROFILE["resnet50"][1] * 0.8}})
+    run = now(
+        42, environment=syn.env(cpu_model=syn.EPYC), overrides={RESNET: {"speedup": syn.PROFILE["resnet50"][1] * 0.8}}
+    )
     report = gate.compare(run, base)
     assert report.passed and report.exit_code == 0 and len(report.advisories) == 1
-    unknown = gate.compare(now(42, environment=syn.env(cpu_model=None),
-                               overrides={RESNET: {"speedup": syn.PROFILE["resnet50"][1] * 0.8}}), base)
+    unknown = gate.compare(
+        now(42, environment=syn.env(cpu_model=None), overrides={RESNET: {"speedup": syn.PROFILE["resnet50"][1] * 0.8}}),
+        base,
+    )
     assert not unknown.passed  # an unknown CPU is no evidence of a foreign one
 
 

@@ -45,13 +45,13 @@ def test_busy_time_per_range_ignores_annotations_and_kernels_outside():
     events = [
         Event("perfgate-clock:eager:0", 0, 1_000_000, "user_annotation"),
         Event("k1", 100_000, 300_000, "kernel"),
-        Event("k2", 200_000, 400_000, "kernel"),            # overlaps k1 (a second stream): 0.3 ms in all
+        Event("k2", 200_000, 400_000, "kernel"),  # overlaps k1 (a second stream): 0.3 ms in all
         Event("memcpy", 500_000, 600_000, "gpu_memcpy"),
         # inductor's own record_function shows on the GPU as an annotation spanning the gaps: not busy time
         Event("## Call CompiledFxGraph ##", 100_000, 900_000, "gpu_user_annotation"),
         Event("perfgate-clock:compiled:0", 2_000_000, 3_000_000, "user_annotation"),
         Event("k3", 2_100_000, 2_150_000, "kernel"),
-        Event("late", 3_500_000, 3_600_000, "kernel"),      # after every range: belongs to none
+        Event("late", 3_500_000, 3_600_000, "kernel"),  # after every range: belongs to none
     ]
     busy = busy_ms_by_range(events, ["perfgate-clock:eager:0", "perfgate-clock:compiled:0"])
     assert busy == pytest.approx({"perfgate-clock:eager:0": 0.4, "perfgate-clock:compiled:0": 0.05})
@@ -81,7 +81,7 @@ def test_bound_of_busy_fraction():
 def test_cpu_clocks_fill_host_and_say_why_device_is_absent():
     record = new_record(Cell("m", "train", "inductor_default", "fp32", "cpu"), {})
     slow = lambda _i: sum(range(20_000))  # noqa: E731 - a step with host work
-    fast = lambda _i: sum(range(2_000))   # noqa: E731
+    fast = lambda _i: sum(range(2_000))  # noqa: E731
     clocks.measure_device(record, slow, fast, torch.device("cpu"))
     clocks.measure_host(record, slow, fast, torch.device("cpu"), seconds=60.0)
     assert record["host_speedup"] > 2
@@ -93,8 +93,10 @@ def test_cpu_clocks_fill_host_and_say_why_device_is_absent():
 def test_host_rounds_stop_at_their_time_budget_but_never_below_the_minimum():
     step = lambda _i: None  # noqa: E731 - a step with no work: a round takes microseconds
     assert len(clocks.host_rounds(step, step, torch.device("cpu"), rounds=41).compiled_ms) == 41
-    assert len(clocks.host_rounds(step, step, torch.device("cpu"), rounds=41, seconds=0.0).compiled_ms) == \
-        clocks.HOST_MIN_ROUNDS
+    assert (
+        len(clocks.host_rounds(step, step, torch.device("cpu"), rounds=41, seconds=0.0).compiled_ms)
+        == clocks.HOST_MIN_ROUNDS
+    )
     assert len(clocks.host_rounds(step, step, torch.device("cpu"), rounds=3, seconds=0.0).compiled_ms) == 3
 
 

@@ -11,8 +11,9 @@ def _cell(model="gpt2", phase="train", variant="inductor_default", kind="gpu"):
 
 
 def test_priors_rank_the_variants_as_measured():
-    default, autotune, regional = (costs.prior_s(_cell(variant=v)) for v in
-                                   ("inductor_default", "inductor_max_autotune", "inductor_regional"))
+    default, autotune, regional = (
+        costs.prior_s(_cell(variant=v)) for v in ("inductor_default", "inductor_max_autotune", "inductor_regional")
+    )
     assert regional < default < autotune and costs.prior_s(_cell(phase="infer")) < default
 
 
@@ -28,9 +29,19 @@ def test_known_costs_are_medians_of_finished_records_only():
 def test_shards_of_equal_cost_beat_round_robin_on_an_uneven_tier():
     """The PR tier's cells with one slow model (captioner train ~250 s): cost dealing keeps the shards
     within the slowest cell of each other; round-robin by id puts the two slowest cells together."""
-    measured = {"captioner-train": 250.0, "gpt2-train": 60.0, "gpt2-infer": 25.0, "resnet50-train": 45.0,
-                "resnet50-infer": 15.0, "segformer_b2-train": 190.0, "segformer_b2-infer": 40.0,
-                "upernet-train": 90.0, "upernet-infer": 30.0, "vit_b16-train": 40.0, "vit_b16-infer": 20.0}
+    measured = {
+        "captioner-train": 250.0,
+        "gpt2-train": 60.0,
+        "gpt2-infer": 25.0,
+        "resnet50-train": 45.0,
+        "resnet50-infer": 15.0,
+        "segformer_b2-train": 190.0,
+        "segformer_b2-infer": 40.0,
+        "upernet-train": 90.0,
+        "upernet-infer": 30.0,
+        "vit_b16-train": 40.0,
+        "vit_b16-infer": 20.0,
+    }
     shards = costs.deal(measured, 2)
     assert sorted(c for shard in shards for c in shard) == sorted(measured)
     loads = [sum(measured[c] for c in shard) for shard in shards]
@@ -55,8 +66,10 @@ def test_progress_counts_and_scales_the_eta_by_how_fast_cells_really_ran():
     progress.finish("d", 60.0, 100.0, gpus=2)
     progress.finish("e", 30.0, 100.0, gpus=1)
     assert "; 2.5 GPU-minutes; slowest:" in progress.summary()
-    assert [costs.gpus_held(r) for r in ({"device_kind": "gpu", "world_size": 2}, {"device_kind": "gpu"},
-                                         {"device_kind": "cpu"})] == [2, 1, 0]
+    assert [
+        costs.gpus_held(r)
+        for r in ({"device_kind": "gpu", "world_size": 2}, {"device_kind": "gpu"}, {"device_kind": "cpu"})
+    ] == [2, 1, 0]
     assert costs.eta_s(200.0, 100.0, 50.0, workers=2) == 50.0
 
 
@@ -72,10 +85,16 @@ def test_the_history_feeds_the_costs(tmp_path):
 def test_precompile_keeps_a_models_variants_in_one_share_dearest_first():
     """max-autotune-no-cudagraphs compiles max-autotune's kernels again: in the same child, after it, it finds
     them in the cache; in another child at the same time it would autotune them all a second time."""
-    cells = [_cell(model, phase, variant) for model in ("gpt2", "vit_b16") for phase in ("train", "infer")
-             for variant in ("inductor_max_autotune_no_cudagraphs", "inductor_max_autotune")]
-    expected = {cell.id: (400.0 if cell.variant == "inductor_max_autotune" else 100.0) *
-                (2 if cell.phase == "train" else 1) for cell in cells}
+    cells = [
+        _cell(model, phase, variant)
+        for model in ("gpt2", "vit_b16")
+        for phase in ("train", "infer")
+        for variant in ("inductor_max_autotune_no_cudagraphs", "inductor_max_autotune")
+    ]
+    expected = {
+        cell.id: (400.0 if cell.variant == "inductor_max_autotune" else 100.0) * (2 if cell.phase == "train" else 1)
+        for cell in cells
+    }
     dealt = costs.precompile_shares(cells, expected, 4)
     assert sorted(len(share) for share in dealt) == [2, 2, 2, 2]
     for share in dealt:

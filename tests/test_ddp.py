@@ -14,7 +14,7 @@ from tiny_suite import FAST
 
 pytest.importorskip("torch")
 
-DDP_SUITE = '''
+DDP_SUITE = """
 import pytest
 import torch
 import torch.nn.functional as F
@@ -55,7 +55,7 @@ def test_no_rank_is_left_while_the_session_goes_on():
     import subprocess, tempfile
     left = subprocess.run(["pgrep", "-af", "perfgate.measure.child .*--rank"], capture_output=True, text=True).stdout
     assert tempfile.gettempdir() not in left
-'''
+"""
 
 
 @pytest.fixture
@@ -72,16 +72,20 @@ def ddp_suite(pytester, monkeypatch):
     (pytester.path / "tmp").mkdir()
     monkeypatch.setenv("TMPDIR", str(pytester.path / "tmp"))
     pytester.makeconftest('pytest_plugins = ["perfgate.plugin"]')
-    pytester.makeini("[pytest]\nperf_registry = test_ddp_suite:REGISTRY\n"
-                     "markers =\n    gpu: g\n    cpu: c\n    pr: p\n    nightly: n\n")
+    pytester.makeini(
+        "[pytest]\nperf_registry = test_ddp_suite:REGISTRY\n"
+        "markers =\n    gpu: g\n    cpu: c\n    pr: p\n    nightly: n\n"
+    )
 
     def run(*args, limit_s: float = 300.0):
         pytester.makepyfile(test_ddp_suite=DDP_SUITE.replace("LIMIT", repr(limit_s)))
         results = pytester.path / "r.jsonl"
         out = pytester.runpytest_subprocess(*FAST, f"--perf-results={results}", *args)
-        left = subprocess.run(["pgrep", "-af", "perfgate.measure.child .*--rank"], capture_output=True,
-                              text=True).stdout
+        left = subprocess.run(
+            ["pgrep", "-af", "perfgate.measure.child .*--rank"], capture_output=True, text=True
+        ).stdout
         return out, load_records([results]), [line for line in left.splitlines() if str(pytester.path) in line]
+
     return run
 
 
@@ -97,8 +101,9 @@ def test_two_ranks_time_the_slowest_judge_numerics_and_count_ddp_splits_apart(dd
     assert record["recompiles"] == 0
     for side in ("eager", "compiled"):
         assert record[f"single_{side}_ms"] > 0
-        assert record[f"scaling_{side}"] == pytest.approx(2 * record[f"single_{side}_ms"] / record[f"{side}_ms"],
-                                                          rel=1e-3)
+        assert record[f"scaling_{side}"] == pytest.approx(
+            2 * record[f"single_{side}_ms"] / record[f"{side}_ms"], rel=1e-3
+        )
     assert len(record["peak_mem_eager_mb_ranks"]) == 2
     # the stage account: the ranks' start, then the single-device stages and DDP's own, summing to wall_s
     assert {"process_start", "build", "compile", "numerics", "timing", "scaling"} <= set(record["stages"])
@@ -146,8 +151,10 @@ def test_ddp_gpu_cells_skip_with_a_reason_on_one_gpu(monkeypatch):
         def add_marker(self, mark):
             self.marks.append(mark)
 
-    ddp, train = Item(Cell("gpt2", "ddp", "inductor_ddp_optimizer", "amp_bf16")), \
-        Item(Cell("gpt2", "train", "inductor_default", "amp_bf16"))
+    ddp, train = (
+        Item(Cell("gpt2", "ddp", "inductor_ddp_optimizer", "amp_bf16")),
+        Item(Cell("gpt2", "train", "inductor_default", "amp_bf16")),
+    )
     skip_gpu_cells_without_cuda([ddp, train])
     assert not train.marks
     (mark,) = ddp.marks
@@ -184,8 +191,9 @@ def test_the_compiled_autograd_variant_traces_the_backward_of_a_train_step():
     batch = {"x": torch.randn(4, 16), "y": torch.randint(0, 16, (4,))}
     introspect.reset_compiler()
     with torch._dynamo.config.patch(compiled_autograd=True):
-        side = Side(Spec, torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.Tanh()), "train", "fp32",
-                    torch.device("cpu"))
+        side = Side(
+            Spec, torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.Tanh()), "train", "fp32", torch.device("cpu")
+        )
         side.compile(variant)
         side.step(batch)
         side.captured_step(batch)

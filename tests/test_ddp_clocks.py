@@ -14,10 +14,12 @@ MS = 1_000_000  # ns
 
 
 def test_compute_excludes_nccl_and_exposed_communication_is_what_no_compute_hides():
-    work = [(0, 4 * MS, "ampere_bf16_gemm"),
-            (3 * MS, 6 * MS, "ncclDevKernel_AllReduce_Sum_bf16_RING_LL"),  # 1 ms beside the gemm, 2 ms alone
-            (7 * MS, 8 * MS, "Memcpy DtoD (Device -> Device)"),
-            (7 * MS, 9 * MS, "ncclKernel_AllReduce_RING_LL_Sum_float")]   # 1 ms beside the copy, 1 ms alone
+    work = [
+        (0, 4 * MS, "ampere_bf16_gemm"),
+        (3 * MS, 6 * MS, "ncclDevKernel_AllReduce_Sum_bf16_RING_LL"),  # 1 ms beside the gemm, 2 ms alone
+        (7 * MS, 8 * MS, "Memcpy DtoD (Device -> Device)"),
+        (7 * MS, 9 * MS, "ncclKernel_AllReduce_RING_LL_Sum_float"),
+    ]  # 1 ms beside the copy, 1 ms alone
     compute, comm, exposed = split_ms(sorted(work))
     assert (compute, comm, exposed) == pytest.approx((5.0, 5.0, 3.0))
 
@@ -50,9 +52,10 @@ def test_a_rank_s_rounds_are_per_step_and_per_side():
 
 
 def test_store_gives_the_compute_clock_and_each_rank_s_parts_that_add_up_to_the_wall_step():
-    ranks = [{"steps": 3, "eager": [(10.0, 4.0, 1.0)] * 3, "compiled": [(5.0, 4.0, 3.0), (5.2, 4.0, 3.0),
-                                                                     (4.8, 4.0, 3.0)]},
-             {"steps": 3, "eager": [(10.2, 4.0, 2.0)] * 3, "compiled": [(5.0, 4.0, 5.0)] * 3}]
+    ranks = [
+        {"steps": 3, "eager": [(10.0, 4.0, 1.0)] * 3, "compiled": [(5.0, 4.0, 3.0), (5.2, 4.0, 3.0), (4.8, 4.0, 3.0)]},
+        {"steps": 3, "eager": [(10.2, 4.0, 2.0)] * 3, "compiled": [(5.0, 4.0, 5.0)] * 3},
+    ]
     record = {"eager_ms": 14.0, "compiled_ms": 12.0}
     store(record, ranks)
     assert record["eager_compute_ms"] == pytest.approx(10.1)
@@ -61,8 +64,8 @@ def test_store_gives_the_compute_clock_and_each_rank_s_parts_that_add_up_to_the_
     assert record["compute_speedup_lo"] <= record["compute_speedup"] <= record["compute_speedup_hi"]
     rank1 = record["ddp_step_ranks"]["compiled"][1]
     assert rank1 == {"compute_ms": 5.0, "comm_ms": 4.0, "comm_exposed_ms": 5.0, "gpu_idle_ms": 2.0}
-    assert record["compiled_comm_exposed_ms"] == pytest.approx(4.0)   # the ranks' mean: (3 + 5) / 2
-    assert record["compiled_gpu_idle_ms"] == pytest.approx(3.0)       # (12 - 5 - 3, 12 - 5 - 5)
+    assert record["compiled_comm_exposed_ms"] == pytest.approx(4.0)  # the ranks' mean: (3 + 5) / 2
+    assert record["compiled_gpu_idle_ms"] == pytest.approx(3.0)  # (12 - 5 - 3, 12 - 5 - 5)
     assert record["eager_gpu_idle_ms"] == pytest.approx((3.0 + 1.8) / 2)
 
 

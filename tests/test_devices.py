@@ -25,8 +25,7 @@ def test_a_cpu_cell_runs_on_the_cpu_and_leaves_the_fp32_policy_alone(fp32_policy
 
 def test_each_xdist_worker_gets_its_own_gpu(monkeypatch):
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
-    assert [devices.for_cell("gpu", w) for w in (None, "gw0", "gw1", "gw2")] == ["cuda:0", "cuda:0", "cuda:1",
-                                                                                "cuda:0"]
+    assert [devices.for_cell("gpu", w) for w in (None, "gw0", "gw1", "gw2")] == ["cuda:0", "cuda:0", "cuda:1", "cuda:0"]
 
 
 @pytest.mark.parametrize("tf32, precision", [(True, "high"), (False, "highest")])

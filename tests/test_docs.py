@@ -75,7 +75,7 @@ def test_every_relative_link_and_anchor_resolves(page):
 def plugin_options() -> set[str]:
     """The --perf-* options the plugin declares (from its source, as tests/test_workflows.py reads them)."""
     source = (REPO / "perfgate" / "plugin" / "options.py").read_text()
-    return set(re.findall(r'addoption\("(--perf-[a-z0-9-]+)"', source))
+    return set(re.findall(r'addoption\(\s*"(--perf-[a-z0-9-]+)"', source))
 
 
 @pages
@@ -130,8 +130,18 @@ def test_every_perfgate_command_and_flag_named_exists(page):
     assert not wrong, wrong
 
 
-ROOTS = ("perfgate/", "tests/", "fixtures/", "perftests/", "baselines/", "docs/", ".ci/", ".github/", "conftest.py",
-         "pyproject.toml")
+ROOTS = (
+    "perfgate/",
+    "tests/",
+    "fixtures/",
+    "perftests/",
+    "baselines/",
+    "docs/",
+    ".ci/",
+    ".github/",
+    "conftest.py",
+    "pyproject.toml",
+)
 
 
 def expand(pattern: str) -> list[str]:
@@ -139,8 +149,9 @@ def expand(pattern: str) -> list[str]:
     match = re.search(r"\{([^{}]*)\}", pattern)
     if not match:
         return [pattern]
-    return [p for alt in match.group(1).split(",")
-            for p in expand(pattern[:match.start()] + alt + pattern[match.end():])]
+    return [
+        p for alt in match.group(1).split(",") for p in expand(pattern[: match.start()] + alt + pattern[match.end() :])
+    ]
 
 
 def missing_path(span: str) -> str | None:
@@ -150,8 +161,9 @@ def missing_path(span: str) -> str | None:
         if not glob.glob(str(REPO / one)) and not glob.glob(f"{REPO / one}*"):  # or a name's stem: `runs/…-pr-X`
             return f"{one}: no such path"
         name = re.escape(test).replace(r"\*", r"\w*")  # test_impossible_figures_*: any test of that name
-        if test and not any(re.search(rf"^\s*(async )?def {name}\b", Path(f).read_text(), re.M)
-                            for f in glob.glob(str(REPO / one))):
+        if test and not any(
+            re.search(rf"^\s*(async )?def {name}\b", Path(f).read_text(), re.M) for f in glob.glob(str(REPO / one))
+        ):
             return f"{span}: no such test"
     return None
 
@@ -172,8 +184,7 @@ def python_name_missing(dotted: str) -> str | None:
         module = base.with_suffix(".py") if base.with_suffix(".py").exists() else base / "__init__.py"
         if module.exists():
             rest = parts[cut:]
-            if rest and not re.search(rf"^\s*(def|class)\s+{rest[0]}\b|^{rest[0]}\b\s*[:=]",
-                                      module.read_text(), re.M):
+            if rest and not re.search(rf"^\s*(def|class)\s+{rest[0]}\b|^{rest[0]}\b\s*[:=]", module.read_text(), re.M):
                 return f"{dotted}: {module.relative_to(REPO)} defines no {rest[0]}"
             return None
     return f"{dotted}: no such module"
@@ -181,8 +192,11 @@ def python_name_missing(dotted: str) -> str | None:
 
 @pages
 def test_every_python_name_named_exists(page):
-    names = {m for s in INLINE.findall(prose(page.read_text()))
-             for m in re.findall(r"\b(?:perfgate|fixtures)(?:\.[A-Za-z_]\w*)+", s)}
+    names = {
+        m
+        for s in INLINE.findall(prose(page.read_text()))
+        for m in re.findall(r"\b(?:perfgate|fixtures)(?:\.[A-Za-z_]\w*)+", s)
+    }
     missing = [m for name in sorted(names) if (m := python_name_missing(name))]
     assert not missing, missing
 
@@ -237,11 +251,15 @@ def test_options_page_lists_every_option():
     assert plugin_options() <= listed, f"options docs/options.md leaves out: {sorted(plugin_options() - listed)}"
 
 
-@pytest.mark.parametrize(("option", "valid"), [
-    ("--perf-variants", lambda: set(matrix.VARIANTS)),
-    ("--perf-precisions", lambda: set(matrix.PRECISIONS)),
-    ("--perf-models", lambda: set(__import__("fixtures").REGISTRY)),
-], ids=["variants", "precisions", "models"])
+@pytest.mark.parametrize(
+    ("option", "valid"),
+    [
+        ("--perf-variants", lambda: set(matrix.VARIANTS)),
+        ("--perf-precisions", lambda: set(matrix.PRECISIONS)),
+        ("--perf-models", lambda: set(__import__("fixtures").REGISTRY)),
+    ],
+    ids=["variants", "precisions", "models"],
+)
 def test_options_page_lists_exactly_the_valid_values(option, valid):
     assert table_values("docs/options.md", option) == valid()
 

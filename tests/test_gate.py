@@ -86,10 +86,16 @@ def test_improvement_is_flagged_and_passes(base):
     assert report.passed and "refresh the baseline" in report.improvements[0].message
 
 
-@pytest.mark.parametrize("metric, factor, fails", [
-    ("peak_mem_compiled_mb", 1.25, True), ("peak_mem_eager_mb", 1.25, True),
-    ("peak_mem_compiled_mb", 1.15, False), ("compile_s", 1.6, True), ("compile_s", 1.4, False),
-])
+@pytest.mark.parametrize(
+    "metric, factor, fails",
+    [
+        ("peak_mem_compiled_mb", 1.25, True),
+        ("peak_mem_eager_mb", 1.25, True),
+        ("peak_mem_compiled_mb", 1.15, False),
+        ("compile_s", 1.6, True),
+        ("compile_s", 1.4, False),
+    ],
+)
 def test_relative_rules(base, metric, factor, fails):
     value = base["cells"][RESNET][metric] * factor
     report = gate.compare(now(42, overrides={RESNET: {metric: value}}), base)
@@ -97,8 +103,7 @@ def test_relative_rules(base, metric, factor, fails):
 
 
 def test_compile_time_compared_only_with_the_same_cache(base):
-    report = gate.compare(now(42, overrides={RESNET: {"compile_s": 400.0, "compile_cache": "persistent"}}),
-                          base)
+    report = gate.compare(now(42, overrides={RESNET: {"compile_s": 400.0, "compile_cache": "persistent"}}), base)
     assert report.passed
 
 
@@ -106,7 +111,8 @@ def test_compiled_memory_of_an_old_schema_record_is_not_compared(base):
     """Schema-1 records left the compiled weights out of the compiled peak: -60 % there is no improvement."""
     low = base["cells"][RESNET]["peak_mem_compiled_mb"] * 0.4
     assert kinds(gate.compare(now(42, overrides={RESNET: {"peak_mem_compiled_mb": low}}), base)) == [
-        (RESNET, "peak_mem_compiled_mb", "improvement")]
+        (RESNET, "peak_mem_compiled_mb", "improvement")
+    ]
     assert kinds(gate.compare(now(42, overrides={RESNET: {"peak_mem_compiled_mb": low, "schema": 1}}), base)) == []
     # Schema 4 counted the numerics judge's GPU temporaries in it (+10 GB on gpt2 infer): no regression either.
     high = base["cells"][RESNET]["peak_mem_compiled_mb"] * 8
@@ -118,8 +124,11 @@ def test_a_cell_whose_batch_changed_gates_only_what_the_batch_does_not_move():
     """The zoo gave the cell another batch (gpt2_xl's CUDA-graph train step went from 4 to 2): its speedup and
     memory are another cell's, so their findings are advisories; a new graph break is still a regression."""
     base = baseline_of(overrides={RESNET: {"batch": 4}})
-    moved = {"batch": 2, "peak_mem_compiled_mb": base["cells"][RESNET]["peak_mem_compiled_mb"] * 0.5,
-             "graph_breaks": base["cells"][RESNET]["graph_breaks"] + 1}
+    moved = {
+        "batch": 2,
+        "peak_mem_compiled_mb": base["cells"][RESNET]["peak_mem_compiled_mb"] * 0.5,
+        "graph_breaks": base["cells"][RESNET]["graph_breaks"] + 1,
+    }
     report = gate.compare(now(42, overrides={RESNET: {**slower([RESNET], 0.8)[RESNET], **moved}}), base)
     assert kinds(report) == [(RESNET, "graph_breaks", "regression")]
     advised = {f.metric: f.message for f in report.advisories if f.cell == RESNET}
@@ -143,8 +152,7 @@ def test_numerics_pass_to_fail_fails(base):
 
 @pytest.mark.parametrize("status", ["failed", "skipped"])
 def test_cell_failing_now_fails_with_its_reason(base, status):
-    report = gate.compare(now(42, overrides={RESNET: syn.failed(CELLS[0], "CUDA out of memory", status)}),
-                          base)
+    report = gate.compare(now(42, overrides={RESNET: syn.failed(CELLS[0], "CUDA out of memory", status)}), base)
     assert kinds(report) == [(RESNET, "status", "regression")]
     assert "CUDA out of memory" in report.regressions[0].message
     assert report.failed == [RESNET]
@@ -171,8 +179,9 @@ def test_missing_and_new_cells_are_listed_and_pass(base):
 
 def noisy_baseline(spreads, cell=RESNET):
     """Runs in which `cell`'s speedup is its profile's times `spreads[i]`, with almost no noise within a run."""
-    return build_baseline([syn.run(60 + i, run_noise=0.0, noise=0.002, overrides=slower([cell], s))
-                           for i, s in enumerate(spreads)])[KEY]
+    return build_baseline(
+        [syn.run(60 + i, run_noise=0.0, noise=0.002, overrides=slower([cell], s)) for i, s in enumerate(spreads)]
+    )[KEY]
 
 
 def test_noisy_baseline_raises_the_line_past_the_threshold():
@@ -186,7 +195,7 @@ def test_noisy_baseline_raises_the_line_past_the_threshold():
     assert report.passed
     row = next(r for r in report.rows if r.cell == RESNET)
     cur = next(r for r in run if r["cell"] == RESNET)
-    sigma = math.sqrt(spread ** 2 * (1 + 1 / 5) + (math.log(cur["speedup_hi"] / cur["speedup_lo"]) / 3.92) ** 2)
+    sigma = math.sqrt(spread**2 * (1 + 1 / 5) + (math.log(cur["speedup_hi"] / cur["speedup_lo"]) / 3.92) ** 2)
     assert row.noise == pytest.approx(sigma) and row.run_to_run_known
     assert row.noise_limited and row.threshold == pytest.approx(1 - math.exp(-2 * sigma)) and row.threshold > 0.08
     note = next(note for note in report.notes if "noise-limited" in note)
@@ -275,11 +284,12 @@ def test_a_data_parallel_cell_is_gated_on_its_compute_clock_and_only_it_is():
     cell_list = [ddp, CELLS[0]]
 
     def compute(value, ids=(ddp.id, RESNET)):
-        return {cid: {"compute_speedup": value, "compute_speedup_lo": value * 0.995,
-                      "compute_speedup_hi": value * 1.005} for cid in ids}
+        return {
+            cid: {"compute_speedup": value, "compute_speedup_lo": value * 0.995, "compute_speedup_hi": value * 1.005}
+            for cid in ids
+        }
 
-    runs = [syn.run(11 + i, cell_list=cell_list, overrides=compute(1.9 * (1 + 0.002 * i)), **QUIET)
-            for i in range(3)]
+    runs = [syn.run(11 + i, cell_list=cell_list, overrides=compute(1.9 * (1 + 0.002 * i)), **QUIET) for i in range(3)]
     base = build_baseline(runs)[KEY]
     assert base["cells"][ddp.id]["compute_speedup"] == pytest.approx(1.9038, rel=1e-3)
     report = gate.compare(syn.run(42, cell_list=cell_list, overrides=compute(1.9 * 0.95), **QUIET), base)

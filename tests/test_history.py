@@ -30,6 +30,7 @@ def nightly(seed: int, day: int, **kwargs) -> list[dict]:
 
 # ---------------------------------------------------------------------------------------------- history
 
+
 def test_append_and_series_roundtrip(tmp_path):
     db = tmp_path / "h.sqlite"
     assert history.append(db, nightly(1, 3), commit="c3") == 4
@@ -45,8 +46,10 @@ def test_append_and_series_roundtrip(tmp_path):
 
 def test_a_cells_checkpoints_become_one_row_the_final_record(tmp_path):
     final = nightly(1, 3)
-    partial = [{**r, "status": "failed", "reason": "did not finish: the process ended during 'timing'",
-                "speedup": None} for r in final]
+    partial = [
+        {**r, "status": "failed", "reason": "did not finish: the process ended during 'timing'", "speedup": None}
+        for r in final
+    ]
     assert history.append(tmp_path / "h.sqlite", partial + final) == len(final)
     assert history.series(tmp_path / "h.sqlite", GPT2)[0]["status"] == "ok"
 
@@ -55,11 +58,11 @@ def test_append_is_idempotent_per_run_and_cell(tmp_path):
     db = tmp_path / "h.sqlite"
     run = nightly(1, 3)
     history.append(db, run, commit="abc")
-    history.append(db, run, commit=None)          # the same run again, e.g. by the plugin and by CI
+    history.append(db, run, commit=None)  # the same run again, e.g. by the plugin and by CI
     points = history.series(db, GPT2)
     assert len(points) == 1 and points[0]["commit"] == "abc"  # a later append without a commit keeps it
     confirm = [{**r, "speedup": 1.01} for r in run if r["cell"] == GPT2]
-    history.append(db, confirm)                   # a confirm round in the same run replaces the record
+    history.append(db, confirm)  # a confirm round in the same run replaces the record
     assert [p["speedup"] for p in history.series(db, GPT2)] == [1.01]
 
 
@@ -98,8 +101,7 @@ def test_stored_record_drops_per_tensor_checks(tmp_path):
     run[0]["numerics_detail"] = {"reference": "fp64", "worst": "loss", "checks": [{"name": "w"}] * 50}
     history.append(db, run)
     with sqlite3.connect(db) as conn:
-        stored = json.loads(conn.execute("SELECT record FROM results WHERE cell = ?", (run[0]["cell"],))
-                            .fetchone()[0])
+        stored = json.loads(conn.execute("SELECT record FROM results WHERE cell = ?", (run[0]["cell"],)).fetchone()[0])
     assert stored["numerics_detail"] == {"reference": "fp64", "worst": "loss"}
     assert stored["eager_round_ms"] == run[0]["eager_round_ms"]
 
@@ -124,7 +126,7 @@ def test_shards_and_workers_merge_without_loss_or_duplicates(tmp_path):
     cells = syn.cells()
     files = []
     for shard in (1, 2):
-        mine = cells[shard - 1::2]
+        mine = cells[shard - 1 :: 2]
         records = stamped(syn.run(shard, cell_list=mine), f"shard{shard}", 5)
         for worker in (0, 1):
             path = tmp_path / f"results-shard{shard}-rep1.gw{worker}.jsonl"
@@ -141,6 +143,7 @@ def test_shards_and_workers_merge_without_loss_or_duplicates(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------- CLI
+
 
 def test_cli_history_show(tmp_path, capsys):
     db = tmp_path / "h.sqlite"
@@ -184,10 +187,12 @@ def test_two_appends_that_race_to_create_the_database_both_land(tmp_path, monkey
     def racing_connect(*args, **kwargs):
         conn = connect(*args, **kwargs)
         if not raced:
+
             def other_append_first(statement: str) -> None:
                 if "INTO meta" in statement and not raced:
                     raced.append(statement)
                     history.append(db, nightly(2, 2))  # the other process, start to commit
+
             conn.set_trace_callback(other_append_first)
         return conn
 
@@ -220,6 +225,7 @@ def test_a_history_database_that_cannot_be_opened_is_named_and_exit_2(tmp_path, 
 
 # ---------------------------------------------------------------------------------------------- change points
 
+
 def steps(levels: list[tuple[int, float]], noise: float, seed: int) -> np.ndarray:
     """Speedups: `n` points at each level, multiplicative noise of `noise` relative sd."""
     rng = np.random.default_rng(seed)
@@ -247,7 +253,7 @@ def test_flat_series_short_series_and_small_steps():
     assert segment([2.0, 1.0]).change_points == ()  # too few points to know the noise
     assert segment([]).levels == ()
     small = steps([(15, 2.0), (15, 2.0 * (1 + MIN_SHIFT / 2))], 0.001, seed=6)
-    assert segment(small).change_points == ()       # clear, but smaller than anyone should look at
+    assert segment(small).change_points == ()  # clear, but smaller than anyone should look at
 
 
 def test_noise_estimate_is_robust_to_a_step_and_floored():
@@ -263,8 +269,8 @@ def test_one_odd_point_inside_a_level_is_an_outlier():
 
 def test_a_point_with_a_wide_interval_counts_less():
     values = [2.0, 2.01, 1.99, 2.0, 1.6, 2.0, 2.01, 1.99]
-    assert segment(values[:5]).change_points           # a new level at the newest point ...
-    own = [0.0] * 4 + [0.3]                            # ... unless that point's own interval is +-60 %
+    assert segment(values[:5]).change_points  # a new level at the newest point ...
+    own = [0.0] * 4 + [0.3]  # ... unless that point's own interval is +-60 %
     assert segment(values[:5], own).change_points == ()
 
 
@@ -281,7 +287,7 @@ def test_power_for_a_sustained_5_percent_step(n, noise, found_min):
     found = 0
     for _ in range(300):
         x = rng.normal(0, noise, n)
-        x[n // 2:] += np.log(0.95)
+        x[n // 2 :] += np.log(0.95)
         found += any(abs(cp.index - n // 2) <= 1 for cp in segment(np.exp(x)).change_points)
     assert found / 300 >= found_min
 
@@ -294,9 +300,18 @@ def test_history_show_and_the_report_mark_the_same_change_points():
     from perfgate.render import html_report
 
     values = [2.0, 2.01, 1.99, 2.0, 2.01, 1.88, 1.87, 1.89, 1.88]
-    points = [{"status": "ok", "speedup": v, "speedup_lo": v * (0.999 if i < 5 else 0.6),
-               "speedup_hi": v * (1.001 if i < 5 else 1.6), "date": f"2026-01-0{i + 1}", "run_id": f"r{i}",
-               "commit": None} for i, v in enumerate(values)]
+    points = [
+        {
+            "status": "ok",
+            "speedup": v,
+            "speedup_lo": v * (0.999 if i < 5 else 0.6),
+            "speedup_hi": v * (1.001 if i < 5 else 1.6),
+            "date": f"2026-01-0{i + 1}",
+            "run_id": f"r{i}",
+            "commit": None,
+        }
+        for i, v in enumerate(values)
+    ]
     assert segment(values).change_points  # unweighted, the drop would be one
     assert cli._change_marks(points) == {} and html_report.trend("c", points, None).changes == ()
     points[5:] = [{**p, "speedup_lo": p["speedup"] * 0.999, "speedup_hi": p["speedup"] * 1.001} for p in points[5:]]

@@ -26,18 +26,21 @@ import synthetic as syn
 
 REPO = Path(__file__).resolve().parents[1]
 # The H100 records these tests' expectations were worked out on (later runs in that folder add cells).
-RUNS = [REPO / "baselines" / "runs" / name for name in (
-    "h100-20261122-aa-gated.jsonl",
-    "h100-20261122-captioner-strategies.jsonl",
-    "h100-20261122-nightly-vit_b16-infer-fp16.jsonl",
-    "h100-20261122-planted-slow1ms.jsonl",
-    "h100-20261122-pr-run1.jsonl",
-    "h100-20261122-pr-run1b.jsonl",
-    "h100-20261122-pr-run2.jsonl",
-    "h100-20261122-pr-run3.jsonl",
-    "h100-20261122-profiled-graph-break.jsonl",
-    "h100-20261122-regional-compiled-optimizer.jsonl",
-)]
+RUNS = [
+    REPO / "baselines" / "runs" / name
+    for name in (
+        "h100-20261122-aa-gated.jsonl",
+        "h100-20261122-captioner-strategies.jsonl",
+        "h100-20261122-nightly-vit_b16-infer-fp16.jsonl",
+        "h100-20261122-planted-slow1ms.jsonl",
+        "h100-20261122-pr-run1.jsonl",
+        "h100-20261122-pr-run1b.jsonl",
+        "h100-20261122-pr-run2.jsonl",
+        "h100-20261122-pr-run3.jsonl",
+        "h100-20261122-profiled-graph-break.jsonl",
+        "h100-20261122-regional-compiled-optimizer.jsonl",
+    )
+]
 WINDOW = (1400, 2000)  # px: the width the page is laid out for
 BAR_RGB = (0x4C, 0x78, 0xA8)  # --bar in the template
 
@@ -105,6 +108,7 @@ def parse(page: str) -> Elements:
 
 # ---------------------------------------------------------------------------------------------- content
 
+
 def test_page_is_self_contained_and_has_every_chart(real, runs23_baseline):
     records, db = real
     page = html_report.render_html(html_report.build(records, db_path=db, baseline=runs23_baseline))
@@ -122,14 +126,15 @@ def test_bars_and_their_numbers_match_the_records(real):
     bars = [a for t, a in parsed.tags if t == "rect" and a.get("class", "").startswith("bar")]
     ok = [r for r in records if r["status"] == "ok"]
     assert len(bars) == 3 * len(ok)  # speedup, compile time, memory ratio
-    speedups = {a["data-cell"]: float(a["data-value"]) for a in bars[:len(ok)]}
+    speedups = {a["data-cell"]: float(a["data-value"]) for a in bars[: len(ok)]}
     assert speedups == {r["cell"]: pytest.approx(r["speedup"], rel=1e-5) for r in ok}
-    texts = dict(parsed.values[:len(ok)])
+    texts = dict(parsed.values[: len(ok)])
     for r in ok:
         assert texts[r["cell"]] == f"{r['speedup']:.3f}× [{r['speedup_lo']:.3f}, {r['speedup_hi']:.3f}]"
-    memory = {a["data-cell"]: float(a["data-value"]) for a in bars[2 * len(ok):]}
-    assert memory == {r["cell"]: pytest.approx(r["peak_mem_compiled_mb"] / r["peak_mem_eager_mb"], rel=1e-5)
-                      for r in ok}
+    memory = {a["data-cell"]: float(a["data-value"]) for a in bars[2 * len(ok) :]}
+    assert memory == {
+        r["cell"]: pytest.approx(r["peak_mem_compiled_mb"] / r["peak_mem_eager_mb"], rel=1e-5) for r in ok
+    }
 
 
 def test_compile_bars_name_the_compiles_again_in_process_and_from_artifacts():
@@ -146,8 +151,9 @@ def test_failed_cells_are_listed_with_their_reason_escaped(tmp_path):
     report = html_report.build(records)
     page = html_report.render_html(report)
     assert "<script>x" not in page and "OOM &lt;script&gt;x&lt;/script&gt;" in page
-    assert [a["data-cell"] for t, a in parse(page).tags if t == "rect" and a["class"].split()[0] == "bar"][0] \
-        == cells[1].id
+    assert [a["data-cell"] for t, a in parse(page).tags if t == "rect" and a["class"].split()[0] == "bar"][0] == cells[
+        1
+    ].id
     assert f"- failed `{cells[0].id}`: OOM &lt;script>x&lt;/script>" in html_report.render_markdown(report)
 
 
@@ -183,8 +189,7 @@ def test_gate_verdicts_colour_the_bars(tmp_path):
     report = html_report.build(records, baseline=base_dir)
     assert report.gate_failed and report.gate_lines[0].startswith("FAIL")
     page = html_report.render_html(report)
-    red = [a["data-cell"] for t, a in parse(page).tags
-           if t == "rect" and "verdict-regression" in a.get("class", "")]
+    red = [a["data-cell"] for t, a in parse(page).tags if t == "rect" and "verdict-regression" in a.get("class", "")]
     assert red == [resnet]
     assert 'class="gate fail"' in page
 
@@ -196,16 +201,20 @@ def test_a_custom_threshold_reaches_the_html_verdict(tmp_path, capsys):
     base_dir = quiet_baseline(tmp_path)
     slower = {"speedup": 2.3 * 0.97}
     plain = syn.run(7, noise=0.005, run_noise=0.002, overrides={RESNET: slower})
-    own = syn.write_run(tmp_path / "own.jsonl", syn.run(7, noise=0.005, run_noise=0.002, overrides={
-        RESNET: {**slower, "gate": {"speedup_threshold": 0.02}}}))
+    own = syn.write_run(
+        tmp_path / "own.jsonl",
+        syn.run(7, noise=0.005, run_noise=0.002, overrides={RESNET: {**slower, "gate": {"speedup_threshold": 0.02}}}),
+    )
     assert main(["compare", syn.write_run(tmp_path / "plain.jsonl", plain), "--baseline", str(base_dir)]) == 0
     assert main(["compare", own, "--baseline", str(base_dir)]) == 1
     capsys.readouterr()
     assert not html_report.build(plain, baseline=base_dir).gate_failed
     strict = gate.default_rules(speedup=0.02)
     assert gate.gate_run(plain, base_dir, rules=strict).exit_code == 1
-    for report in (html_report.build(load_records([own]), baseline=base_dir),
-                   html_report.build(plain, baseline=base_dir, rules=strict)):
+    for report in (
+        html_report.build(load_records([own]), baseline=base_dir),
+        html_report.build(plain, baseline=base_dir, rules=strict),
+    ):
         assert report.gate_failed and report.gate_lines[0].startswith(f"FAIL {syn.H100} (pr): 1 regression(s)")
         verdicts = {row["cell"]: row["verdict"] for section in report.sections for row in section.table}
         assert verdicts.pop(RESNET) == "regression" and set(verdicts.values()) == {"ok"}
@@ -215,8 +224,7 @@ def test_unfit_records_get_no_verdict_as_compare_refuses_them(tmp_path):
     records = [{**r, "unfit": "2 xdist workers shared 2 CPU cores"} for r in syn.run(7, noise=0.005)]
     report = html_report.build(records, baseline=quiet_baseline(tmp_path))
     assert report.gate_lines == [] and not report.gate_failed
-    assert any(f"no verdicts for {syn.H100} (pr): 10 record(s) are unfit for a timing gate" in n
-               for n in report.notes)
+    assert any(f"no verdicts for {syn.H100} (pr): 10 record(s) are unfit for a timing gate" in n for n in report.notes)
 
 
 def test_a_custom_rule_set_marks_the_trend_points(tmp_path):
@@ -248,16 +256,33 @@ def test_verdicts_stay_with_their_environment(tmp_path):
     assert any("1 record(s) without env.fingerprint" in n for n in report.notes)
     assert any(f"no verdicts for {syn.A100} (pr)" in n for n in report.notes)
     # The BaselineError's message whole, with how to make the missing baseline.
-    assert any(f"no verdicts for {syn.A100} (pr): no baseline at" in n and "perfgate baseline update" in n
-               for n in report.notes)
+    assert any(
+        f"no verdicts for {syn.A100} (pr): no baseline at" in n and "perfgate baseline update" in n
+        for n in report.notes
+    )
 
 
 def test_cli_report_writes_both_files(tmp_path, capsys):
     latest, db = step_history(tmp_path)
     results = syn.write_run(tmp_path / "latest.jsonl", latest)
     out_html, out_md = tmp_path / "out" / "report.html", tmp_path / "out" / "report.md"
-    assert main(["report", results, "--db", str(db), "--html", str(out_html), "--markdown", str(out_md),
-                 "--caption", "a caption"]) == 0
+    assert (
+        main(
+            [
+                "report",
+                results,
+                "--db",
+                str(db),
+                "--html",
+                str(out_html),
+                "--markdown",
+                str(out_md),
+                "--caption",
+                "a caption",
+            ]
+        )
+        == 0
+    )
     assert "a caption" in out_html.read_text() and out_md.read_text().startswith("## perfgate report")
     assert main(["report", results]) == 2
     assert "--html" in capsys.readouterr().err
@@ -275,16 +300,24 @@ def test_template_is_packaged():
 
 # ---------------------------------------------------------------------------------------------- browser
 
+
 def chromium() -> str | None:
-    for name in (os.environ.get("PERFGATE_CHROMIUM"), "chromium", "chromium-browser", "google-chrome",
-                 "google-chrome-stable"):
+    for name in (
+        os.environ.get("PERFGATE_CHROMIUM"),
+        "chromium",
+        "chromium-browser",
+        "google-chrome",
+        "google-chrome-stable",
+    ):
         if name and shutil.which(name):
             return shutil.which(name)
     return None
 
 
-needs_browser = pytest.mark.skipif(chromium() is None, reason="no Chromium or Chrome on PATH (set "
-                                   "PERFGATE_CHROMIUM, or `apt-get install chromium`; .ci/run installs it)")
+needs_browser = pytest.mark.skipif(
+    chromium() is None,
+    reason="no Chromium or Chrome on PATH (set PERFGATE_CHROMIUM, or `apt-get install chromium`; .ci/run installs it)",
+)
 
 # Appended to a copy of the page: measures what the browser laid out and writes it into the DOM, which
 # --dump-dom then prints. The page itself has no script.
@@ -311,9 +344,17 @@ document.getElementById('probe').textContent = JSON.stringify({
 
 
 def browser(args: list[str], tmp_path: Path) -> subprocess.CompletedProcess:
-    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-             "--disable-component-update", "--disable-sync", "--no-first-run",
-             f"--user-data-dir={tmp_path / 'chromium-profile'}", f"--window-size={WINDOW[0]},{WINDOW[1]}"]
+    flags = [
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--no-first-run",
+        f"--user-data-dir={tmp_path / 'chromium-profile'}",
+        f"--window-size={WINDOW[0]},{WINDOW[1]}",
+    ]
     proc = subprocess.run([chromium(), *flags, *args], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     return proc
@@ -340,8 +381,9 @@ def proportional(bars: list[dict], records: dict[str, float]) -> None:
 @needs_browser
 def test_browser_shows_the_records(real, runs23_baseline, tmp_path):
     records, db = real
-    page = html_report.render_html(html_report.build(records, db_path=db, baseline=runs23_baseline,
-                                                     caption="seven H100 runs of one day"))
+    page = html_report.render_html(
+        html_report.build(records, db_path=db, baseline=runs23_baseline, caption="seven H100 runs of one day")
+    )
     seen = rendered(page, tmp_path)
     assert seen["scrollWidth"] <= WINDOW[0] and "seven H100 runs of one day" in seen["text"]
     for chart in seen["charts"]:
@@ -350,10 +392,11 @@ def test_browser_shows_the_records(real, runs23_baseline, tmp_path):
     for phase in ("train", "infer"):
         mine = {r["cell"]: r["speedup"] for r in ok if r["phase"] == phase}
         proportional([b for b in seen["bars"] if b["chart"] == f"speedup {phase}"], mine)
-    proportional([b for b in seen["bars"] if b["chart"] == "compile seconds"],
-                 {r["cell"]: r["compile_s"] for r in ok})
-    proportional([b for b in seen["bars"] if b["chart"] == "memory ratio"],
-                 {r["cell"]: r["peak_mem_compiled_mb"] / r["peak_mem_eager_mb"] for r in ok})
+    proportional([b for b in seen["bars"] if b["chart"] == "compile seconds"], {r["cell"]: r["compile_s"] for r in ok})
+    proportional(
+        [b for b in seen["bars"] if b["chart"] == "memory ratio"],
+        {r["cell"]: r["peak_mem_compiled_mb"] / r["peak_mem_eager_mb"] for r in ok},
+    )
     shown = {v["cell"]: v["text"] for v in seen["values"] if v["chart"].startswith("speedup ")}
     assert shown == {r["cell"]: f"{r['speedup']:.3f}× [{r['speedup_lo']:.3f}, {r['speedup_hi']:.3f}]" for r in ok}
     assert all(v["width"] > 20 for v in seen["values"])  # the numbers are drawn, not clipped away

@@ -74,7 +74,7 @@ def test_no_module_imports_itself_back():
         state[m] = 1
         for n in GRAPH.get(m, ()):
             if state.get(n) == 1:
-                raise AssertionError("import cycle: " + " -> ".join(path[path.index(n):] + [n]))
+                raise AssertionError("import cycle: " + " -> ".join(path[path.index(n) :] + [n]))
             if n not in state:
                 visit(n, path + [n])
         state[m] = 2
@@ -86,12 +86,14 @@ def test_no_module_imports_itself_back():
 
 def test_every_module_has_a_layer():
     top = {p.stem for p in PKG.glob("*.py")} - {"__init__"}
-    assert top == {"cli", "ab_run", "ab_env", "bisect_run"}, \
+    assert top == {"cli", "ab_run", "ab_env", "bisect_run"}, (
         f"modules at perfgate's top belong in a layer: {sorted(top)}"
+    )
 
 
 @pytest.mark.parametrize("low, high", sorted(LAZY_UP))
 def test_the_one_arrow_up_reaches_a_module_that_imports_core_alone(low, high):
     assert high in MODULES and high not in TOP[low], f"{low} may import {high} lazily only"
-    assert {layer_of(m) for m in GRAPH[high] if m != "perfgate"} <= {"core"}, \
+    assert {layer_of(m) for m in GRAPH[high] if m != "perfgate"} <= {"core"}, (
         f"{high} is read lazily by {low}: it may import perfgate.core only, or a cycle can close through it"
+    )

@@ -23,17 +23,29 @@ def _runner(stdout: str = "", error: Exception | None = None):
         if error is not None:
             raise error
         return subprocess.CompletedProcess(argv, 0, stdout=stdout)
+
     return run
 
 
 def test_the_listing_reads_uuid_pid_and_mib_and_skips_what_it_cannot_read():
     rows = nb.compute_processes(_runner(SMI.format(me=1) + "No running processes found\n"))
-    assert rows == [("GPU-aaaa", 1, 5364.0), ("GPU-aaaa", 595, 17000.0), ("GPU-bbbb", 601, 1440.0),
-                    ("GPU-aaaa", 700, None)]
+    assert rows == [
+        ("GPU-aaaa", 1, 5364.0),
+        ("GPU-aaaa", 595, 17000.0),
+        ("GPU-bbbb", 601, 1440.0),
+        ("GPU-aaaa", 700, None),
+    ]
 
 
-@pytest.mark.parametrize("error", [FileNotFoundError("nvidia-smi"), subprocess.TimeoutExpired("nvidia-smi", 10),
-                                   subprocess.CalledProcessError(9, "nvidia-smi")], ids=["missing", "hung", "failed"])
+@pytest.mark.parametrize(
+    "error",
+    [
+        FileNotFoundError("nvidia-smi"),
+        subprocess.TimeoutExpired("nvidia-smi", 10),
+        subprocess.CalledProcessError(9, "nvidia-smi"),
+    ],
+    ids=["missing", "hung", "failed"],
+)
 def test_no_listing_is_none_not_an_empty_gpu(error):
     assert nb.compute_processes(_runner(error=error)) is None
 
@@ -68,8 +80,10 @@ def test_own_processes_are_the_ancestors_and_descendants_not_the_siblings():
 def test_a_rank_rooted_at_its_launcher_counts_the_other_ranks_and_their_workers_as_its_own():
     """DDP ranks are siblings under the process that started them: one rank's stray context on another's
     GPU is the cell's own, not a neighbour. A rank's own compile workers stay its own."""
-    sleeper = ("import subprocess, sys, time; "
-               "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)']); time.sleep(30)")
+    sleeper = (
+        "import subprocess, sys, time; "
+        "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)']); time.sleep(30)"
+    )
     a, b = (subprocess.Popen([sys.executable, "-c", sleeper]) for _ in range(2))
     workers: set[int] = set()
     try:
@@ -103,8 +117,10 @@ def test_a_watch_keeps_every_neighbour_it_saw_and_the_reason_names_them():
     watch.sample()
     assert watch.found == [{"pid": 595, "mib": 18000.0}, {"pid": 700, "mib": None}]
     reason = nb.unfit_reason(watch.found)
-    assert reason.startswith("2 other process(es) held the GPU while this cell was timed: pid 595 (18000 MiB), "
-                             "pid 700;") and "nvidia-smi" in reason
+    assert (
+        reason.startswith("2 other process(es) held the GPU while this cell was timed: pid 595 (18000 MiB), pid 700;")
+        and "nvidia-smi" in reason
+    )
 
 
 def test_a_watch_that_could_not_tell_says_none_and_refuses_nothing():

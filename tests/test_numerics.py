@@ -63,10 +63,14 @@ def _gradient_step(bias_eager_noise: float, bias_compiled_noise: float, scale_er
     weight = torch.randn(4096, generator=g, dtype=torch.float64)
     bias = torch.zeros(768, dtype=torch.float64)
     ref = {"grad.weight": weight, "grad.bias": bias}
-    eager = {"grad.weight": weight + 1e-2 * torch.randn(4096, generator=g, dtype=torch.float64),
-             "grad.bias": bias_eager_noise * torch.randn(768, generator=g, dtype=torch.float64)}
-    compiled = {"grad.weight": weight * (1 + scale_error) + 1e-2 * torch.randn(4096, generator=g, dtype=torch.float64),
-                "grad.bias": bias_compiled_noise * torch.randn(768, generator=g, dtype=torch.float64)}
+    eager = {
+        "grad.weight": weight + 1e-2 * torch.randn(4096, generator=g, dtype=torch.float64),
+        "grad.bias": bias_eager_noise * torch.randn(768, generator=g, dtype=torch.float64),
+    }
+    compiled = {
+        "grad.weight": weight * (1 + scale_error) + 1e-2 * torch.randn(4096, generator=g, dtype=torch.float64),
+        "grad.bias": bias_compiled_noise * torch.randn(768, generator=g, dtype=torch.float64),
+    }
     return [compiled], [eager], [ref]
 
 
@@ -78,8 +82,13 @@ def test_zero_true_gradient_is_judged_at_its_groups_scale():
     bias = next(c for c in verdict["checks"] if c["name"] == "step0.grad.bias")
     assert bias["group_scale"] == pytest.approx((4096 / (4096 + 768)) ** 0.5, rel=0.05)  # the weight's RMS, pooled
     # Judged alone it is its own group: the per-tensor rule sees noise 400x eager's and fails it.
-    alone = compare_steps([{"grad.bias": compiled[0]["grad.bias"]}], [{"grad.bias": eager[0]["grad.bias"]}],
-                  [{"grad.bias": ref[0]["grad.bias"]}], TOL, "fp64")
+    alone = compare_steps(
+        [{"grad.bias": compiled[0]["grad.bias"]}],
+        [{"grad.bias": eager[0]["grad.bias"]}],
+        [{"grad.bias": ref[0]["grad.bias"]}],
+        TOL,
+        "fp64",
+    )
     assert alone["verdict"] == "fail"
 
 
@@ -96,13 +105,17 @@ def _parameter_step(live_error: float, dead_noise: float):
     `dead_noise`. The live weight's compiled update is off by `live_error` typical updates (RMS)."""
     g = torch.Generator().manual_seed(3)
     lr = 1e-4
-    initial = {"weight": 0.02 * torch.randn(4096, generator=g, dtype=torch.float64),
-               "bias": torch.zeros(768, dtype=torch.float64)}
+    initial = {
+        "weight": 0.02 * torch.randn(4096, generator=g, dtype=torch.float64),
+        "bias": torch.zeros(768, dtype=torch.float64),
+    }
     update = 2 * lr * torch.sign(torch.randn(4096, generator=g, dtype=torch.float64))
     ref = {"param.weight": initial["weight"] + update, "param.bias": initial["bias"].clone()}
     eager = {name: value.clone() for name, value in ref.items()}
-    compiled = {"param.weight": ref["param.weight"] + live_error * 2 * lr * torch.sign(torch.randn(4096, generator=g)),
-                "param.bias": dead_noise * torch.randn(768, generator=g, dtype=torch.float64)}
+    compiled = {
+        "param.weight": ref["param.weight"] + live_error * 2 * lr * torch.sign(torch.randn(4096, generator=g)),
+        "param.bias": dead_noise * torch.randn(768, generator=g, dtype=torch.float64),
+    }
     return [compiled], [eager], [ref], initial
 
 

@@ -46,32 +46,38 @@ def test_a_planted_numerics_fault_fails_the_cell(suite):
     assert record["reason"].startswith("numerics:")
 
 
-@pytest.mark.parametrize("option, valid", [
-    ("--perf-variants=inductor_fast", "inductor_default"),
-    ("--perf-precisions=fp8", "amp_bf16"),
-    ("--perf-shard=3/2", "1 <= I <= N"),
-    ("--perf-rotate=0/9", "--perf-rotate='0/9': expected I/N"),
-    ("--perf-inject=explode", "numerics"),
-    ("--perf-inject=host_slow:nan", "finite number"),
-    ("--perf-min-rounds=0", "rounds must be 1 or more"),
-    ("--perf-precompile=0", "--perf-precompile=0: the number of processes must be 1 or more"),
-    ("--perf-precompile=4", "--perf-precompile=4 needs --perf-cache-dir DIR"),
-])
+@pytest.mark.parametrize(
+    "option, valid",
+    [
+        ("--perf-variants=inductor_fast", "inductor_default"),
+        ("--perf-precisions=fp8", "amp_bf16"),
+        ("--perf-shard=3/2", "1 <= I <= N"),
+        ("--perf-rotate=0/9", "--perf-rotate='0/9': expected I/N"),
+        ("--perf-inject=explode", "numerics"),
+        ("--perf-inject=host_slow:nan", "finite number"),
+        ("--perf-min-rounds=0", "rounds must be 1 or more"),
+        ("--perf-precompile=0", "--perf-precompile=0: the number of processes must be 1 or more"),
+        ("--perf-precompile=4", "--perf-precompile=4 needs --perf-cache-dir DIR"),
+    ],
+)
 def test_bad_options_name_the_value_and_the_valid_ones(suite, option, valid):
     out = suite.runpytest_inprocess(option)
     assert out.ret == pytest.ExitCode.USAGE_ERROR
     assert valid in out.stderr.str()
 
 
-@pytest.mark.parametrize("min_rounds, max_rounds, round_ms, message", [
-    (0, None, None, "--perf-min-rounds=0: rounds must be 1 or more"),
-    (-5, None, None, "--perf-min-rounds=-5"),
-    (None, 0, None, "--perf-max-rounds=0"),
-    (1000, 2, None, "--perf-min-rounds=1000 is more than --perf-max-rounds=2"),
-    (None, None, 0.0, "--perf-round-ms=0.0"),
-    (None, None, float("nan"), "--perf-round-ms=nan"),
-    (None, None, float("inf"), "--perf-round-ms=inf"),
-])
+@pytest.mark.parametrize(
+    "min_rounds, max_rounds, round_ms, message",
+    [
+        (0, None, None, "--perf-min-rounds=0: rounds must be 1 or more"),
+        (-5, None, None, "--perf-min-rounds=-5"),
+        (None, 0, None, "--perf-max-rounds=0"),
+        (1000, 2, None, "--perf-min-rounds=1000 is more than --perf-max-rounds=2"),
+        (None, None, 0.0, "--perf-round-ms=0.0"),
+        (None, None, float("nan"), "--perf-round-ms=nan"),
+        (None, None, float("inf"), "--perf-round-ms=inf"),
+    ],
+)
 def test_timing_options_that_cannot_mean_what_they_say_are_refused(min_rounds, max_rounds, round_ms, message):
     with pytest.raises(ValueError, match=re.escape(message)):
         check_timing(min_rounds, max_rounds, round_ms)
@@ -94,15 +100,22 @@ def test_saved_baseline_then_gate(suite):
     """The first run also has a stray file beside its results, which must not stop the session end."""
     base, results = suite.path / "baselines", suite.path / "r.jsonl"
     (suite.path / "r-crashed.jsonl").write_text("not json\n")  # shares the stem, belongs to no session
-    first = suite.runpytest_subprocess(*FAST, "-k", "infer", f"--perf-results={results}",
-                                       f"--perf-save-baseline={base}")
+    first = suite.runpytest_subprocess(
+        *FAST, "-k", "infer", f"--perf-results={results}", f"--perf-save-baseline={base}"
+    )
     first.assert_outcomes(passed=1)
     assert first.ret == 0
     (saved,) = base.glob("*.json")
     assert saved.name.startswith("cpu-") and saved.name.endswith("_nightly.json")
     assert "cpu-mlp-infer-aot_eager-fp32" in json.loads(saved.read_text())["cells"]
-    gated = suite.runpytest_subprocess(*FAST, "-k", "infer", "--perf-inject=graph_break",
-                                       f"--perf-baseline={base}", f"--perf-report={suite.path / 'rep'}")
+    gated = suite.runpytest_subprocess(
+        *FAST,
+        "-k",
+        "infer",
+        "--perf-inject=graph_break",
+        f"--perf-baseline={base}",
+        f"--perf-report={suite.path / 'rep'}",
+    )
     assert gated.ret == 1  # graph breaks went up: a regression whatever the timing noise
     assert "graph breaks 0 -> 3" in (suite.path / "rep" / "report.md").read_text()
     why = suite.path / "rep" / "why" / "cpu-mlp-infer-aot_eager-fp32"
@@ -111,8 +124,14 @@ def test_saved_baseline_then_gate(suite):
 
 
 def test_a_planted_graph_break_is_counted_and_profiled(suite):
-    out = suite.runpytest_subprocess(*FAST, "-k", "train", "--perf-inject=graph_break",
-                                     f"--perf-profile={suite.path / 'why'}", f"--perf-results={suite.path / 'r.jsonl'}")
+    out = suite.runpytest_subprocess(
+        *FAST,
+        "-k",
+        "train",
+        "--perf-inject=graph_break",
+        f"--perf-profile={suite.path / 'why'}",
+        f"--perf-results={suite.path / 'r.jsonl'}",
+    )
     out.assert_outcomes(passed=1)
     why = suite.path / "why" / "cpu-mlp-train-aot_eager-fp32"
     for name in ("trace-eager.json", "trace-compiled.json"):
@@ -136,8 +155,12 @@ def test_shards_split_the_matrix_without_overlap(suite):
     assert ids[0] | ids[1] == {line for line in everything.stdout.lines if "::" in line}
     # what the run expects to cost, said before the first cell: no history here, so every cost is a prior
     n = len(ids[0] | ids[1])
-    everything.stdout.fnmatch_lines([f"perfgate: {n} cell(s) planned ({n} on a GPU), about *:* expected in one "
-                                     f"process: 0 from the costs history, {n} from priors per variant*"])
+    everything.stdout.fnmatch_lines(
+        [
+            f"perfgate: {n} cell(s) planned ({n} on a GPU), about *:* expected in one "
+            f"process: 0 from the costs history, {n} from priors per variant*"
+        ]
+    )
 
 
 def test_rotation_slices_cover_the_matrix_once_and_shards_split_a_slice(suite):
@@ -149,7 +172,7 @@ def test_rotation_slices_cover_the_matrix_once_and_shards_split_a_slice(suite):
     assert halves[0] and halves[1] and not halves[0] & halves[1] and halves[0] | halves[1] == slices[1]
 
 
-KILLED_MID_CELL = '''
+KILLED_MID_CELL = """
 import os
 
 import perfgate.measure.pipeline
@@ -162,7 +185,7 @@ def _killed(*args, **kwargs):
 
 
 perfgate.measure.pipeline.warm_up = _killed  # the first timing of the eager side, after "numerics reference"
-'''
+"""
 
 
 @pytest.mark.parametrize("verbosity", [["-q"], []], ids=["quiet", "default"])
@@ -177,8 +200,12 @@ def test_progress_reaches_a_redirected_stdout_before_a_kill(suite, monkeypatch, 
 
 
 def test_precompile_refuses_xdist_workers_that_would_each_fill_the_cache():
-    with pytest.raises(ValueError, match=re.escape("--perf-precompile=4 does not run under -n 2: precompile in a "
-                                                   "step of its own (add --collect-only)")):
+    with pytest.raises(
+        ValueError,
+        match=re.escape(
+            "--perf-precompile=4 does not run under -n 2: precompile in a step of its own (add --collect-only)"
+        ),
+    ):
         check_precompile(4, "cache", 2)
     check_precompile(4, "cache", None)  # in range: no error
 
@@ -192,10 +219,12 @@ def test_precompiled_cells_find_their_compiles_and_their_records_say_so(suite, t
     """End to end on an inductor CPU cell: the line that says what was compiled, its .precompile.json,
     and the cell's first call warm from the kept cache."""
     from tiny_suite import TINY_SUITE
+
     suite.makepyfile(test_tiny=TINY_SUITE.replace('cpu_variants=("aot_eager",)', 'cpu_variants=("inductor_default",)'))
     results = tmp_path / "r.jsonl"
-    out = suite.runpytest_subprocess(*FAST, "-k", "infer", "--perf-precompile=2", f"--perf-cache-dir={tmp_path / 'c'}",
-                                     f"--perf-results={results}")
+    out = suite.runpytest_subprocess(
+        *FAST, "-k", "infer", "--perf-precompile=2", f"--perf-cache-dir={tmp_path / 'c'}", f"--perf-results={results}"
+    )
     out.assert_outcomes(passed=1)
     out.stdout.fnmatch_lines(["*perfgate: precompiled 1 of 1 cell(s) in *:* with 1 process(es)*"])
     (line,) = json.loads((tmp_path / "r.precompile.json").read_text())

@@ -9,8 +9,10 @@ import pytest
 from perfgate.core.matrix import Cell
 from perfgate.measure import precompiled
 
-CELLS = [Cell("gpt2", "train", "inductor_default", "amp_bf16", "gpu"),
-         Cell("gpt2", "infer", "inductor_default", "amp_bf16", "gpu")]
+CELLS = [
+    Cell("gpt2", "train", "inductor_default", "amp_bf16", "gpu"),
+    Cell("gpt2", "infer", "inductor_default", "amp_bf16", "gpu"),
+]
 REGISTRY = "fixtures.zoo:REGISTRY"
 
 
@@ -22,8 +24,9 @@ def _keys(**changes):
 def test_a_cell_precompiled_ok_is_held_and_one_that_failed_is_compiled_again(tmp_path):
     keys = _keys()
     assert precompiled.split(CELLS, str(tmp_path), keys) == (CELLS, [])
-    precompiled.mark([{"cell": CELLS[0].id, "status": "ok"}, {"cell": CELLS[1].id, "status": "failed"}],
-                     str(tmp_path), keys)
+    precompiled.mark(
+        [{"cell": CELLS[0].id, "status": "ok"}, {"cell": CELLS[1].id, "status": "failed"}], str(tmp_path), keys
+    )
     assert precompiled.split(CELLS, str(tmp_path), keys) == ([CELLS[1]], [CELLS[0]])
 
 
@@ -48,9 +51,19 @@ def test_a_torn_marker_is_compiled_again(tmp_path):
 
 def test_the_key_is_the_same_in_another_process():
     """A set of paths iterates in hash-seed order: the key must not (an H100 run's markers never matched)."""
-    code = ("from perfgate.core.matrix import Cell; from perfgate.measure import precompiled; "
-            "print(precompiled.key(Cell('gpt2', 'train', 'inductor_default', 'amp_bf16', 'gpu'), True, 'G', "
-            f"{REGISTRY!r}))")
-    keys = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                           env={**os.environ, "PYTHONHASHSEED": seed}).stdout for seed in ("1", "2")}
+    code = (
+        "from perfgate.core.matrix import Cell; from perfgate.measure import precompiled; "
+        "print(precompiled.key(Cell('gpt2', 'train', 'inductor_default', 'amp_bf16', 'gpu'), True, 'G', "
+        f"{REGISTRY!r}))"
+    )
+    keys = {
+        subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            check=True,
+            env={**os.environ, "PYTHONHASHSEED": seed},
+        ).stdout
+        for seed in ("1", "2")
+    }
     assert len(keys) == 1

@@ -23,16 +23,25 @@ import synthetic as syn
 KEY = (syn.H100, "pr")
 RUN = syn.run(5, noise=0.005, run_noise=0.002)
 BASE = build_baseline(syn.runs(3, first_seed=21, noise=0.005, run_noise=0.002))[KEY]
-RECORD_FIELDS = (validate.NUMBER_FIELDS + validate.ROUND_FIELDS + validate.TEXT_FIELDS
-                 + ("status", "numerics", "env", "run_id", "tier"))
+RECORD_FIELDS = (
+    validate.NUMBER_FIELDS
+    + validate.ROUND_FIELDS
+    + validate.TEXT_FIELDS
+    + ("status", "numerics", "env", "run_id", "tier")
+)
 CELL_FIELDS = validate.BASELINE_POSITIVE + validate.BASELINE_NONNEGATIVE + ("status", "speedup_runs", "numerics")
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 values = st.one_of(
-    st.floats(allow_nan=True, allow_infinity=True), st.integers(-10**6, 10**6), st.none(), st.booleans(),
-    st.text(max_size=8), st.sampled_from([math.nan, math.inf, -math.inf, 0.0, -1.0, 1e308]),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.integers(-(10**6), 10**6),
+    st.none(),
+    st.booleans(),
+    st.text(max_size=8),
+    st.sampled_from([math.nan, math.inf, -math.inf, 0.0, -1.0, 1e308]),
     st.lists(st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=3)), max_size=3),
-    st.dictionaries(st.text(max_size=3), st.integers(), max_size=2))
+    st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
+)
 
 
 class _Deleted:
@@ -43,10 +52,17 @@ class _Deleted:
 
 
 DELETED = _Deleted()
-edits = st.lists(st.tuples(st.integers(0, len(RUN) - 1), st.sampled_from(RECORD_FIELDS),
-                           st.one_of(values, st.just(DELETED))), min_size=1, max_size=4)
-cell_edits = st.lists(st.tuples(st.sampled_from(sorted(BASE["cells"])), st.sampled_from(CELL_FIELDS),
-                                st.one_of(values, st.just(DELETED))), max_size=3)
+edits = st.lists(
+    st.tuples(st.integers(0, len(RUN) - 1), st.sampled_from(RECORD_FIELDS), st.one_of(values, st.just(DELETED))),
+    min_size=1,
+    max_size=4,
+)
+cell_edits = st.lists(
+    st.tuples(
+        st.sampled_from(sorted(BASE["cells"])), st.sampled_from(CELL_FIELDS), st.one_of(values, st.just(DELETED))
+    ),
+    max_size=3,
+)
 
 
 def _edited(records, changes):
@@ -72,8 +88,10 @@ def _bad_cells(records) -> set[str]:
 @SETTINGS
 @given(changes=edits, base_changes=cell_edits)
 @example(changes=[(0, "graph_breaks", 0.0)], base_changes=[])  # a count as a float: rendered with "d"
-@example(changes=[(0, "eager_ms", None)],  # a spread that overflowed exp() of the gate's line (3000 examples)
-         base_changes=[("bert_base-infer-inductor_default-amp_bf16", "host_speedup_spread", 308.0)])
+@example(
+    changes=[(0, "eager_ms", None)],  # a spread that overflowed exp() of the gate's line (3000 examples)
+    base_changes=[("bert_base-infer-inductor_default-amp_bf16", "host_speedup_spread", 308.0)],
+)
 def test_compare_never_crashes_and_never_passes_a_bad_cell(tmp_path_factory, changes, base_changes):
     tmp = tmp_path_factory.mktemp("cmp")
     records = _edited(RUN, changes)
@@ -81,8 +99,16 @@ def test_compare_never_crashes_and_never_passes_a_bad_cell(tmp_path_factory, cha
     for cid, name, value in base_changes:
         base["cells"][cid].pop(name, None) if value is DELETED else base["cells"][cid].__setitem__(name, value)
     (tmp / "base.json").write_text(json.dumps(base))
-    rc = main(["compare", _write(tmp / "r.jsonl", records), "--baseline", str(tmp / "base.json"),
-               "--json", str(tmp / "g.json")])
+    rc = main(
+        [
+            "compare",
+            _write(tmp / "r.jsonl", records),
+            "--baseline",
+            str(tmp / "base.json"),
+            "--json",
+            str(tmp / "g.json"),
+        ]
+    )
     assert rc in (0, 1, 2)
     if rc == 2:
         return  # refused as unusable input, with a message
@@ -145,8 +171,10 @@ def test_a_cell_selected_and_not_measured_never_passes(tmp_path_factory, skips):
     """`skips`: which cells the generator marked skipped, each with its environment kept or not. Every
     baseline cell is ok, so the expected exit follows from the generator alone."""
     tmp = tmp_path_factory.mktemp("skip")
-    records = [dict(r, status="skipped", reason="no CUDA device", env=r["env"] if skips[i] else {})
-               if i in skips else r for i, r in enumerate(RUN)]
+    records = [
+        dict(r, status="skipped", reason="no CUDA device", env=r["env"] if skips[i] else {}) if i in skips else r
+        for i, r in enumerate(RUN)
+    ]
     (tmp / "base.json").write_text(json.dumps(BASE))
     rc = main(["compare", _write(tmp / "r.jsonl", records), "--baseline", str(tmp / "base.json")])
     if len(skips) == len(RUN) or not all(skips.values()):
@@ -160,8 +188,11 @@ def test_a_cell_selected_and_not_measured_never_passes(tmp_path_factory, skips):
 # A results file as killed writers leave it: whole records, each maybe after a torn one (a prefix of a
 # record's line) that the next writer either glued its record onto (before issue 36) or appended after.
 LINES = [json.dumps(r, sort_keys=True) for r in RUN]
-pieces = st.lists(st.tuples(st.integers(0, len(RUN) - 1), st.one_of(st.none(), st.floats(0.0, 0.999)),
-                            st.booleans()), min_size=1, max_size=8)
+pieces = st.lists(
+    st.tuples(st.integers(0, len(RUN) - 1), st.one_of(st.none(), st.floats(0.0, 0.999)), st.booleans()),
+    min_size=1,
+    max_size=8,
+)
 
 
 @SETTINGS
@@ -178,7 +209,7 @@ def test_every_whole_record_survives_torn_lines_and_later_appends(tmp_path_facto
         if cut is not None:  # a writer killed mid-line, at least one character in and one short of the end
             torn = LINES[(index + 1) % len(LINES)]
             with path.open("a", encoding="utf-8") as fh:
-                fh.write(torn[:max(1, int(cut * len(torn)))])
+                fh.write(torn[: max(1, int(cut * len(torn)))])
         if cut is not None and glued:  # the old writer: the next record on the torn line
             with path.open("a", encoding="utf-8") as fh:
                 fh.write(LINES[index] + "\n")
@@ -187,7 +218,7 @@ def test_every_whole_record_survives_torn_lines_and_later_appends(tmp_path_facto
         whole.append(RUN[index]["cell"])
     if torn_tail is not None:
         with path.open("a", encoding="utf-8") as fh:
-            fh.write(LINES[0][:max(1, int(torn_tail * len(LINES[0])))])
+            fh.write(LINES[0][: max(1, int(torn_tail * len(LINES[0])))])
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the warnings name the torn lines; what is kept is the property
         assert [r["cell"] for r in iter_records(path)] == whole
@@ -199,8 +230,9 @@ def test_every_whole_record_survives_torn_lines_and_later_appends(tmp_path_facto
 def test_report_never_crashes_on_bad_records(tmp_path_factory, changes):
     tmp = tmp_path_factory.mktemp("rep")
     records = _edited(RUN, changes)
-    rc = main(["report", _write(tmp / "r.jsonl", records), "--html", str(tmp / "r.html"),
-               "--markdown", str(tmp / "r.md")])
+    rc = main(
+        ["report", _write(tmp / "r.jsonl", records), "--html", str(tmp / "r.html"), "--markdown", str(tmp / "r.md")]
+    )
     assert rc in (0, 2)
     if rc == 0:
         digest = (tmp / "r.md").read_text()

@@ -32,14 +32,18 @@ def test_a_torn_last_line_keeps_every_whole_record(tmp_path):
 
 
 def test_a_bad_line_in_the_middle_names_file_and_line(tmp_path):
-    path = _write(tmp_path / "r.jsonl",
-                  '{"cell": "a", "status": "skipped"}\nnot json\n{"cell": "b", "status": "skipped"}\n')
+    path = _write(
+        tmp_path / "r.jsonl", '{"cell": "a", "status": "skipped"}\nnot json\n{"cell": "b", "status": "skipped"}\n'
+    )
     with pytest.raises(RecordFileError, match=r"r.jsonl:2: not a JSON record"):
         load_records([path])
 
 
-@pytest.mark.parametrize("line", ['{"cell": ]', '{"cell": "a"} trailing', '["cell"]x', "\x00\x01"],
-                         ids=["bad-json", "trailing-text", "not-an-object", "control-bytes"])
+@pytest.mark.parametrize(
+    "line",
+    ['{"cell": ]', '{"cell": "a"} trailing', '["cell"]x', "\x00\x01"],
+    ids=["bad-json", "trailing-text", "not-an-object", "control-bytes"],
+)
 def test_a_line_that_was_never_a_record_is_not_forgiven_anywhere(tmp_path, line):
     path = _write(tmp_path / "r.jsonl", '{"cell": "a", "status": "skipped"}\n' + line + "\n")
     with pytest.raises(RecordFileError, match=r"r.jsonl:2"):
@@ -57,8 +61,12 @@ def test_an_append_after_a_torn_last_line_starts_a_new_line_and_loses_nothing(tm
 
 def test_a_whole_record_an_older_writer_glued_onto_a_torn_one_is_kept(tmp_path):
     torn = '{"cell": "c1", "env": {"fingerprint": "x"}, "sta'
-    path = _write(tmp_path / "r.jsonl", '{"cell": "c0", "status": "skipped"}\n' + torn
-                  + '{"cell": "c2", "env": {"fingerprint": "x"}, "status": "skipped"}\n')
+    path = _write(
+        tmp_path / "r.jsonl",
+        '{"cell": "c0", "status": "skipped"}\n'
+        + torn
+        + '{"cell": "c2", "env": {"fingerprint": "x"}, "status": "skipped"}\n',
+    )
     with pytest.warns(UserWarning, match=r"r.jsonl:2: .* the whole record written after it on that line was kept"):
         records = load_records([path])
     assert [r["cell"] for r in records] == ["c0", "c2"]
@@ -85,6 +93,7 @@ def test_a_confirm_round_cut_off_never_hides_its_runs_finished_record(tmp_path):
     cut = {"cell": "a", "run_id": "r1", "status": "failed", "reason": "did not finish: during 'a: compiling'"}
     confirmed = {"cell": "a", "run_id": "r1", "status": "ok", "remeasure": "confirm"}
     first = {"cell": "a", "run_id": "r1", "status": "ok"}
+
     def kept(name, *lines):
         (record,) = load_records([_write(tmp_path / name, "\n".join(map(json.dumps, lines)) + "\n")])
         return record.get("remeasure", ""), record["reason"].startswith("did not finish")
@@ -96,14 +105,16 @@ def test_a_confirm_round_cut_off_never_hides_its_runs_finished_record(tmp_path):
 
 # ---------------------------------------------------------------------------------------------- the field table
 
+
 def _ok_record() -> dict:
     return syn.run(1, cell_list=syn.cells(models=["gpt2"], phases=["train"]))[0]
 
 
 def _bad_value(field: Field):
     """A value that field's check refuses: a wrong kind (shape), or a figure that cannot be a measurement."""
-    return {"text": 5, "choice": "maybe", "object": [1], "> 0": 0.0, ">= 0": -1.0, "count": 0.5,
-            "rounds": [1.0, -2.0]}[field.check]
+    return {"text": 5, "choice": "maybe", "object": [1], "> 0": 0.0, ">= 0": -1.0, "count": 0.5, "rounds": [1.0, -2.0]}[
+        field.check
+    ]
 
 
 @pytest.mark.parametrize("field", [f for f in FIELDS if f.check], ids=lambda f: f.name)
@@ -167,30 +178,54 @@ def test_a_report_names_only_fields_of_the_table():
     assert shown(_ok_record(), "graph_breaks") == "0" and shown({}, "compile_s") == "–"
 
 
-@pytest.mark.parametrize("fields, expected", [
-    ({"compile_cache": "fresh"}, "cold"),  # before schema 6: a fresh dir is cold
-    ({"compile_cache": "persistent"}, "kept cache"),  # before schema 6: it may have been warm
-    ({"compile_cache": "persistent", "compile_cache_hits": 0, "compile_cache_misses": 3}, "cold"),
-    ({"compile_cache": "persistent", "compile_cache_hits": 3, "compile_cache_misses": 0}, "warm"),
-    ({"compile_cache": "persistent", "compile_cache_hits": 1, "compile_cache_misses": 2}, "partly warm"),
-    ({"compile_cache": "persistent", "compile_cache_hits": 0, "compile_cache_misses": 0}, "no cache"),  # aot_eager
-])
+@pytest.mark.parametrize(
+    "fields, expected",
+    [
+        ({"compile_cache": "fresh"}, "cold"),  # before schema 6: a fresh dir is cold
+        ({"compile_cache": "persistent"}, "kept cache"),  # before schema 6: it may have been warm
+        ({"compile_cache": "persistent", "compile_cache_hits": 0, "compile_cache_misses": 3}, "cold"),
+        ({"compile_cache": "persistent", "compile_cache_hits": 3, "compile_cache_misses": 0}, "warm"),
+        ({"compile_cache": "persistent", "compile_cache_hits": 1, "compile_cache_misses": 2}, "partly warm"),
+        ({"compile_cache": "persistent", "compile_cache_hits": 0, "compile_cache_misses": 0}, "no cache"),  # aot_eager
+    ],
+)
 def test_first_call_cache_reads_what_the_first_compiled_call_found(fields, expected):
     assert first_call_cache(fields) == expected
 
 
-@pytest.mark.parametrize("lines, warned", [
-    (['{"cell": "a", "run_id": "r1", "status": "skipped"}'] * 2,
-     "r.jsonl:2: cell a of run r1 already finished on line 1"),
-    (['{"cell": "a", "status": "skipped"}', '{"cell": "b", "status": "skipped"}',
-      '{"cell": "a", "status": "skipped"}'],
-     "r.jsonl:3: cell a already finished on line 1; the later record (line 3) is the one kept"),
-    (['{"cell": "a", "run_id": "r1", "status": "failed", "reason": "did not finish: timing"}',
-      '{"cell": "a", "run_id": "r1", "status": "skipped"}',
-      '{"cell": "a", "run_id": "r1", "status": "skipped", "remeasure": "confirm"}'], None),
-    (['{"cell": "a", "run_id": "r1", "status": "skipped"}',
-      '{"cell": "a", "run_id": "r2", "status": "skipped"}'], None),
-], ids=["pasted-twice", "no-run-id", "checkpoint-final-confirm", "two-runs"])
+@pytest.mark.parametrize(
+    "lines, warned",
+    [
+        (
+            ['{"cell": "a", "run_id": "r1", "status": "skipped"}'] * 2,
+            "r.jsonl:2: cell a of run r1 already finished on line 1",
+        ),
+        (
+            [
+                '{"cell": "a", "status": "skipped"}',
+                '{"cell": "b", "status": "skipped"}',
+                '{"cell": "a", "status": "skipped"}',
+            ],
+            "r.jsonl:3: cell a already finished on line 1; the later record (line 3) is the one kept",
+        ),
+        (
+            [
+                '{"cell": "a", "run_id": "r1", "status": "failed", "reason": "did not finish: timing"}',
+                '{"cell": "a", "run_id": "r1", "status": "skipped"}',
+                '{"cell": "a", "run_id": "r1", "status": "skipped", "remeasure": "confirm"}',
+            ],
+            None,
+        ),
+        (
+            [
+                '{"cell": "a", "run_id": "r1", "status": "skipped"}',
+                '{"cell": "a", "run_id": "r2", "status": "skipped"}',
+            ],
+            None,
+        ),
+    ],
+    ids=["pasted-twice", "no-run-id", "checkpoint-final-confirm", "two-runs"],
+)
 def test_a_cell_finished_twice_in_one_run_is_warned_of_by_its_lines(tmp_path, recwarn, lines, warned):
     path = _write(tmp_path / "r.jsonl", "\n".join(lines) + "\n")
     load_records([path])

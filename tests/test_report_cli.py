@@ -36,10 +36,14 @@ def base():
 def mixed(base):
     """A report with a regression, an improvement, a failed, a missing and a new cell."""
     cells = syn.cells()
-    overrides = {**slower(RESNET, 0.85), **slower("gpt2-train-inductor_default-amp_bf16", 1.2),
-                 cells[2].id: syn.failed(cells[2], "CUDA out of memory")}
-    run = syn.run(5, cell_list=cells[:-1] + syn.cells(models=["llama_tiny"], phases=["train"]),
-                  overrides=overrides, **QUIET)
+    overrides = {
+        **slower(RESNET, 0.85),
+        **slower("gpt2-train-inductor_default-amp_bf16", 1.2),
+        cells[2].id: syn.failed(cells[2], "CUDA out of memory"),
+    }
+    run = syn.run(
+        5, cell_list=cells[:-1] + syn.cells(models=["llama_tiny"], phases=["train"]), overrides=overrides, **QUIET
+    )
     return gate.compare(run, base)
 
 
@@ -48,14 +52,16 @@ def test_markdown_order_and_verdict(mixed):
     lines = text.splitlines()
     assert lines[0].startswith("**perfgate FAIL**") and f"{syn.H100}, tier pr" in lines[0]
     assert lines[2].startswith("Geomean speedup ") and "vs baseline" in lines[2]
-    order = [text.index(h) for h in ("#### Regressions", "#### Improvements", "#### Missing", "#### New",
-                                     "#### Failed", "#### All cells")]
+    order = [
+        text.index(h)
+        for h in ("#### Regressions", "#### Improvements", "#### Missing", "#### New", "#### Failed", "#### All cells")
+    ]
     assert order == sorted(order)
     assert "CUDA out of memory" in text
     clocks, rest = [line for line in lines if line.startswith("| cell |")]
     assert clocks.count("|") == len(report.CLOCK_COLUMNS) + 1 and rest.count("|") == len(report.COLUMNS) + 1
     assert "device speedup" in clocks and "host ms eager → compiled" in clocks and "busy" in clocks
-    table = lines[lines.index(clocks) + 2:]
+    table = lines[lines.index(clocks) + 2 :]
     row = next(r for r in mixed.rows if r.cell == RESNET)
     # Which rule tripped, the wall line and noise, and why the wall clock is shaky here: host-bound.
     assert table[0].startswith(f"| `{RESNET}`") and table[0].endswith("| **regression** (wall) |")
@@ -136,6 +142,7 @@ def test_to_json(mixed):
 
 # ------------------------------------------------------------------------------------------------ CLI
 
+
 def write_runs(directory, n, first_seed=100, **kwargs):
     return [syn.write_run(directory / f"run{i}.jsonl", syn.run(first_seed + i, **kwargs)) for i in range(n)]
 
@@ -192,8 +199,17 @@ def test_compare_each_tier(tmp_path, capsys):
     both = syn.cells() + syn.cells(models=["gpt2"], tier="nightly")
     runs = write_runs(tmp_path, 2, cell_list=both)
     assert main(["baseline", "update", *runs, "--dir", str(tmp_path / "b")]) == 0
-    assert main(["compare", syn.write_run(tmp_path / "now.jsonl", syn.run(9, cell_list=both)),
-                 "--baseline", str(tmp_path / "b")]) == 0
+    assert (
+        main(
+            [
+                "compare",
+                syn.write_run(tmp_path / "now.jsonl", syn.run(9, cell_list=both)),
+                "--baseline",
+                str(tmp_path / "b"),
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "tier pr)" in out and "tier nightly)" in out
 
@@ -203,11 +219,14 @@ def _foreign(path):
     return path
 
 
-@pytest.mark.parametrize("make, words", [
-    (lambda d: d, ["no baseline at", "perfgate baseline update", "--perf-save-baseline"]),
-    (lambda d: (baseline_path(d, *KEY).write_text("{not json"), d)[1], ["not valid JSON"]),
-    (lambda d: _foreign(d / "a100.json"), [syn.A100]),
-])
+@pytest.mark.parametrize(
+    "make, words",
+    [
+        (lambda d: d, ["no baseline at", "perfgate baseline update", "--perf-save-baseline"]),
+        (lambda d: (baseline_path(d, *KEY).write_text("{not json"), d)[1], ["not valid JSON"]),
+        (lambda d: _foreign(d / "a100.json"), [syn.A100]),
+    ],
+)
 def test_cannot_compare_exits_2_naming_the_expected_file(tmp_path, capsys, make, words):
     results = syn.write_run(tmp_path / "r.jsonl", syn.run(3))
     (tmp_path / "b").mkdir()
@@ -228,8 +247,9 @@ def test_unreadable_results_exit_2(tmp_path, capsys, content, words):
 
 def test_results_table(tmp_path, capsys):
     cells = syn.cells(models=["gpt2"])
-    path = syn.write_run(tmp_path / "r.jsonl", syn.run(3, cell_list=cells,
-                                                         overrides={cells[1].id: syn.failed(cells[1], "boom")}))
+    path = syn.write_run(
+        tmp_path / "r.jsonl", syn.run(3, cell_list=cells, overrides={cells[1].id: syn.failed(cells[1], "boom")})
+    )
     assert main(["results", path]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].split()[:3] == ["cell", "status", "eager"] and len(lines) == 3
@@ -258,20 +278,22 @@ def torch_free_modules() -> list[str]:
 def test_data_side_imports_no_torch():
     modules = torch_free_modules()
     assert {"perfgate.cli", "perfgate.judge.gate", "perfgate.render.html_report", "perfgate.ab_run"} <= set(modules)
-    code = ("import importlib, sys\n"
-            "class Block:\n"
-            "    def find_spec(self, name, path=None, target=None):\n"
-            "        if name == 'torch' or name.startswith('torch.'):\n"
-            "            raise ImportError('imported torch')\n"
-            "sys.meta_path.insert(0, Block())\n"
-            f"for name in {modules!r}:\n"
-            "    try:\n"
-            "        importlib.import_module(name)\n"
-            "    except ImportError as e:\n"
-            "        print(name, e)\n"
-            "import perfgate.render.html_report as h\n"
-            "h.render_html(h.build([]))  # jinja2 too\n"
-            "assert 'torch' not in sys.modules\n")
+    code = (
+        "import importlib, sys\n"
+        "class Block:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'torch' or name.startswith('torch.'):\n"
+        "            raise ImportError('imported torch')\n"
+        "sys.meta_path.insert(0, Block())\n"
+        f"for name in {modules!r}:\n"
+        "    try:\n"
+        "        importlib.import_module(name)\n"
+        "    except ImportError as e:\n"
+        "        print(name, e)\n"
+        "import perfgate.render.html_report as h\n"
+        "h.render_html(h.build([]))  # jinja2 too\n"
+        "assert 'torch' not in sys.modules\n"
+    )
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0 and not proc.stdout, proc.stdout + proc.stderr
 

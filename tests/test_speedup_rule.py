@@ -17,21 +17,34 @@ T = -math.log(0.95)  # the 5 % threshold as a log drop
 
 
 def base_cell(spread=0.01, runs=(1.98, 2.0, 2.02), lo=1.97, hi=2.03, speedup=2.0):
-    return {"status": "ok", "speedup": speedup, "speedup_runs": list(runs), "speedup_spread": spread,
-            "runs_ok": len(runs), "speedup_lo": lo, "speedup_hi": hi}
+    return {
+        "status": "ok",
+        "speedup": speedup,
+        "speedup_runs": list(runs),
+        "speedup_spread": spread,
+        "runs_ok": len(runs),
+        "speedup_lo": lo,
+        "speedup_hi": hi,
+    }
 
 
 def current(speedup, rel_halfwidth=0.01, **fields):
     """A record whose 95 % interval is speedup * exp(+-rel_halfwidth)."""
-    return {"cell": "c", "status": "ok", "speedup": speedup, "speedup_lo": speedup * math.exp(-rel_halfwidth),
-            "speedup_hi": speedup * math.exp(rel_halfwidth), **fields}
+    return {
+        "cell": "c",
+        "status": "ok",
+        "speedup": speedup,
+        "speedup_lo": speedup * math.exp(-rel_halfwidth),
+        "speedup_hi": speedup * math.exp(rel_halfwidth),
+        **fields,
+    }
 
 
 def test_sigma_combines_run_to_run_and_the_current_interval():
     noise = RULE.noise(base_cell(spread=0.02), current(1.9, rel_halfwidth=0.0196))
     assert noise.known and noise.n_runs == 3
     assert noise.current == pytest.approx(0.01)
-    assert noise.sigma == pytest.approx(math.sqrt(0.02 ** 2 * (1 + 1 / 3) + 0.01 ** 2))
+    assert noise.sigma == pytest.approx(math.sqrt(0.02**2 * (1 + 1 / 3) + 0.01**2))
 
 
 @pytest.mark.parametrize("spread, which", [(0.003, "size"), (0.03, "significance")])
@@ -86,13 +99,26 @@ def test_per_record_threshold_and_rule_parameters():
 
 def clock_cell(metric, spread=0.01, value=2.0, **fields):
     """A baseline cell that has `metric` (and only it) with the given run-to-run spread."""
-    return {"status": "ok", metric: value, f"{metric}_runs": [value] * 5, f"{metric}_spread": spread,
-            f"{metric}_lo": value / 1.01, f"{metric}_hi": value * 1.01, **fields}
+    return {
+        "status": "ok",
+        metric: value,
+        f"{metric}_runs": [value] * 5,
+        f"{metric}_spread": spread,
+        f"{metric}_lo": value / 1.01,
+        f"{metric}_hi": value * 1.01,
+        **fields,
+    }
 
 
 def clock_current(metric, value, rel_halfwidth=0.01, **fields):
-    return {"cell": "c", "status": "ok", metric: value, f"{metric}_lo": value * math.exp(-rel_halfwidth),
-            f"{metric}_hi": value * math.exp(rel_halfwidth), **fields}
+    return {
+        "cell": "c",
+        "status": "ok",
+        metric: value,
+        f"{metric}_lo": value * math.exp(-rel_halfwidth),
+        f"{metric}_hi": value * math.exp(rel_halfwidth),
+        **fields,
+    }
 
 
 def test_a_ratio_rule_reads_only_its_own_clock():
@@ -118,8 +144,10 @@ def test_host_rule_gates_compiled_host_time_relative_to_eager():
     cur = clock_current("host_speedup", 1 / 1.2, eager_host_ms=20.0, compiled_host_ms=24.0)
     finding = rule.check(base, cur)
     assert finding.kind == REGRESSION and rule.change(1.0, 1 / 1.2) == pytest.approx(0.2)
-    assert finding.message.startswith("compiled host time per step relative to eager +20.0% (host ms eager -> "
-                                      "compiled 20.00 -> 24.00 ms now, 20.00 -> 20.00 ms in the baseline")
+    assert finding.message.startswith(
+        "compiled host time per step relative to eager +20.0% (host ms eager -> "
+        "compiled 20.00 -> 24.00 ms now, 20.00 -> 20.00 ms in the baseline"
+    )
     assert finding.threshold == pytest.approx(math.exp(line) - 1)
     assert f"the +{finding.threshold:.1%} line" in finding.message
     assert rule.check(base, clock_current("host_speedup", 1 / 1.05)) is None
@@ -139,6 +167,7 @@ def test_a_clock_missing_now_or_absent_from_the_baseline():
 
 # ------------------------------------------------------------------------------------------- rates
 # Each call folds fresh 3-run (or n-run) baselines and runs for 10 cells per seed: ~1 s per 300 cells.
+
 
 def rates(loss, noise, cells=300, seed=1, n_runs=3, clock=gate_power.WALL):
     t = gate_power.tally(loss, noise, cells, first_seed=seed * 100, n_runs=n_runs, clock=clock)

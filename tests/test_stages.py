@@ -11,14 +11,22 @@ import synthetic as syn
 
 
 def _record(cell="gpu-gpt2-train-inductor_default-amp_bf16", world=None, remeasure="", **stages):
-    return {"cell": cell, "device_kind": "gpu", "world_size": world, "remeasure": remeasure,
-            "wall_s": sum(stages.values()), "stages": stages}
+    return {
+        "cell": cell,
+        "device_kind": "gpu",
+        "world_size": world,
+        "remeasure": remeasure,
+        "wall_s": sum(stages.values()),
+        "stages": stages,
+    }
 
 
 def test_totals_add_stages_weighted_by_the_gpus_a_cell_held_and_charge_a_remeasure_to_confirm():
-    records = [_record(compile=30.0, timing=10.0),
-               _record(cell="gpu-gpt2-ddp-inductor_default-fp32", world=2, compile=20.0, timing=5.0),
-               _record(remeasure="confirm", timing=8.0, device_clock=4.0)]
+    records = [
+        _record(compile=30.0, timing=10.0),
+        _record(cell="gpu-gpt2-ddp-inductor_default-fp32", world=2, compile=20.0, timing=5.0),
+        _record(remeasure="confirm", timing=8.0, device_clock=4.0),
+    ]
     seconds = totals(records, weight=lambda r: r["world_size"] or 1)
     assert seconds == {"compile": 70.0, "timing": 20.0, CONFIRM: 12.0}
     assert share(seconds, "timing") == pytest.approx(20 / 102)
@@ -30,8 +38,10 @@ def test_a_record_without_a_stage_account_counts_as_other():
 
 def test_the_run_line_lists_stages_largest_first_with_the_precompile():
     line = run_line([_record(compile=90.0, timing=30.0)], precompile_s=61.0)
-    assert line == ("perfgate: where the cells' 2:00 of GPU-time went: compile 1:30 (75%), timing 0:30 (25%); "
-                    "before them, the precompile took 1:01")
+    assert line == (
+        "perfgate: where the cells' 2:00 of GPU-time went: compile 1:30 (75%), timing 0:30 (25%); "
+        "before them, the precompile took 1:01"
+    )
 
 
 def test_the_cells_table_has_a_column_per_stage_measured_and_the_timing_share():

@@ -35,13 +35,23 @@ def flagged(base, **fields) -> list:
     return triage(gate.compare(records, base))
 
 
-@pytest.mark.parametrize("case, kind", [("device-moved", "real"), ("device-still", "host-side"),
-                                        ("transformers-differs", "environment"), ("no-device-clock", "wall only")])
+@pytest.mark.parametrize(
+    "case, kind",
+    [
+        ("device-moved", "real"),
+        ("device-still", "host-side"),
+        ("transformers-differs", "environment"),
+        ("no-device-clock", "wall only"),
+    ],
+)
 def test_each_flagged_cell_is_classified_by_its_evidence(base, case, kind):
     device = base["cells"][GPT2]["device_speedup"]
-    fields = {"device-moved": {"device_speedup": device * 0.85}, "device-still": {"device_speedup": device},
-              "transformers-differs": {"environment": {**syn.env(), "transformers": "9.0.0"}},
-              "no-device-clock": {"device_speedup": device, "no_device": True}}[case]
+    fields = {
+        "device-moved": {"device_speedup": device * 0.85},
+        "device-still": {"device_speedup": device},
+        "transformers-differs": {"environment": {**syn.env(), "transformers": "9.0.0"}},
+        "no-device-clock": {"device_speedup": device, "no_device": True},
+    }[case]
     lines = flagged(base, **fields)
     assert [(t.cell, t.kind) for t in lines] == [(GPT2, kind)]
     line = lines[0]
@@ -66,18 +76,35 @@ def test_the_test_names_match_perftests():
 
 
 def night(commit, **env) -> dict:
-    return {"date": "2026-11-2x", "commit": commit, "cell": GPT2, "model": "gpt2", "phase": "train",
-            "variant": "inductor_default", "precision": "amp_bf16", "device_kind": "gpu", "tier": "pr",
-            "env": {"torch": "2.11.0", "transformers": "5.17.0", **env}}
+    return {
+        "date": "2026-11-2x",
+        "commit": commit,
+        "cell": GPT2,
+        "model": "gpt2",
+        "phase": "train",
+        "variant": "inductor_default",
+        "precision": "amp_bf16",
+        "device_kind": "gpu",
+        "tier": "pr",
+        "env": {"torch": "2.11.0", "transformers": "5.17.0", **env},
+    }
 
 
-@pytest.mark.parametrize("good, bad, words", [
-    (night("aaa111"), night("bbb222"), "perfgate bisect --good aaa111 --bad bbb222 --rule speedup --processes 3 -- "
-                                       f"'{PERF_TESTS}::test_train_step[gpt2-inductor_default-amp_bf16]'"),
-    (night("aaa111"), night("bbb222", transformers="5.18.0"), "versions moved: transformers 5.17.0 → 5.18.0"),
-    (night("aaa111"), night("aaa111"), "the machine moved, not the code"),
-    (night(None), night("bbb222"), "no commits recorded"),
-], ids=["commits-differ", "versions-moved", "same-commit", "no-commit"])
+@pytest.mark.parametrize(
+    "good, bad, words",
+    [
+        (
+            night("aaa111"),
+            night("bbb222"),
+            "perfgate bisect --good aaa111 --bad bbb222 --rule speedup --processes 3 -- "
+            f"'{PERF_TESTS}::test_train_step[gpt2-inductor_default-amp_bf16]'",
+        ),
+        (night("aaa111"), night("bbb222", transformers="5.18.0"), "versions moved: transformers 5.17.0 → 5.18.0"),
+        (night("aaa111"), night("aaa111"), "the machine moved, not the code"),
+        (night(None), night("bbb222"), "no commits recorded"),
+    ],
+    ids=["commits-differ", "versions-moved", "same-commit", "no-commit"],
+)
 def test_a_nightly_change_point_names_the_command_that_would_settle_it(good, bad, words):
     from perfgate.judge.triage import bisect_hint
 

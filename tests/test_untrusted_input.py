@@ -39,11 +39,25 @@ def _files(root) -> set[str]:
     return {str(p.relative_to(root)) for p in root.rglob("*") if p.is_file()}
 
 
-@pytest.mark.parametrize("field, value", [
-    ("fingerprint", "../../escaped"), ("fingerprint", "/tmp/perfgate-escaped"), ("fingerprint", ".hidden"),
-    ("tier", "../escaped"), ("tier", "a/b"), ("tier", "nightly\nx"),
-], ids=["fingerprint-dotdot", "fingerprint-absolute", "fingerprint-hidden", "tier-dotdot", "tier-slash",
-        "tier-newline"])
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("fingerprint", "../../escaped"),
+        ("fingerprint", "/tmp/perfgate-escaped"),
+        ("fingerprint", ".hidden"),
+        ("tier", "../escaped"),
+        ("tier", "a/b"),
+        ("tier", "nightly\nx"),
+    ],
+    ids=[
+        "fingerprint-dotdot",
+        "fingerprint-absolute",
+        "fingerprint-hidden",
+        "tier-dotdot",
+        "tier-slash",
+        "tier-newline",
+    ],
+)
 def test_a_record_name_that_would_put_a_baseline_outside_dir_is_refused(tmp_path, capsys, run, field, value):
     records = json.loads(json.dumps(run))
     for record in records:
@@ -61,8 +75,11 @@ def test_a_record_name_that_would_put_a_baseline_outside_dir_is_refused(tmp_path
     assert _files(tmp_path) == before and not os.path.exists("/tmp/perfgate-escaped_pr.json")
 
 
-@pytest.mark.parametrize("cell", ["x" * 100_000, "a/b", "../x", "", " ", "cell\x00"],
-                         ids=["100k-chars", "slash", "dotdot", "empty", "space", "nul"])
+@pytest.mark.parametrize(
+    "cell",
+    ["x" * 100_000, "a/b", "../x", "", " ", "cell\x00"],
+    ids=["100k-chars", "slash", "dotdot", "empty", "space", "nul"],
+)
 def test_a_cell_id_that_is_no_safe_name_is_refused_with_its_start(tmp_path, capsys, run, baseline_file, cell):
     records = json.loads(json.dumps(run))
     records[2]["cell"] = cell
@@ -74,10 +91,16 @@ def test_a_cell_id_that_is_no_safe_name_is_refused_with_its_start(tmp_path, caps
 
 # ---------------------------------------------------------------------------------------------- perfgate ab
 
-@pytest.mark.parametrize("how, named", [("--out", "--processes 0: a side needs 2 processes at least"),
-                                        ("--resume", "--processes 0: a side needs 2 processes at least"),
-                                        ("--judge", "give no sides, --resume, --processes")],
-                         ids=["new-run", "resume", "judge"])
+
+@pytest.mark.parametrize(
+    "how, named",
+    [
+        ("--out", "--processes 0: a side needs 2 processes at least"),
+        ("--resume", "--processes 0: a side needs 2 processes at least"),
+        ("--judge", "give no sides, --resume, --processes"),
+    ],
+    ids=["new-run", "resume", "judge"],
+)
 def test_ab_with_0_processes_is_refused_before_anything_runs(tmp_path, capsys, how, named):
     pytest_args = [] if how == "--judge" else ["--", "perftests"]
     assert main(["ab", how, str(tmp_path / "ab"), "--processes", "0", *pytest_args]) == 2
@@ -101,14 +124,18 @@ def _ab_run(tmp_path, run) -> Path:
     return out
 
 
-@pytest.mark.parametrize("spoil, named", [
-    (lambda m: [m], "a JSON object expected, not list"),
-    (lambda m: {**m, "sides": {"A": m["sides"]["A"]}}, "'sides' must hold A and B"),
-    (lambda m: {**m, "runs": {"A-1": 1}}, "'runs' (a list)"),
-    (lambda m: {**m, "runs": [{**m["runs"][0], "rep": "one"}]}, "needs a name, a side"),
-    (lambda m: {**m, "runs": [{**m["runs"][0], "results": "../../elsewhere.jsonl"}]}, "is not a relative path"),
-    (lambda m: {**m, "runs": [{**m["runs"][0], "log": "/etc/passwd"}]}, "is not a relative path"),
-], ids=["a-list", "one-side", "runs-not-a-list", "rep-not-a-number", "results-outside", "log-absolute"])
+@pytest.mark.parametrize(
+    "spoil, named",
+    [
+        (lambda m: [m], "a JSON object expected, not list"),
+        (lambda m: {**m, "sides": {"A": m["sides"]["A"]}}, "'sides' must hold A and B"),
+        (lambda m: {**m, "runs": {"A-1": 1}}, "'runs' (a list)"),
+        (lambda m: {**m, "runs": [{**m["runs"][0], "rep": "one"}]}, "needs a name, a side"),
+        (lambda m: {**m, "runs": [{**m["runs"][0], "results": "../../elsewhere.jsonl"}]}, "is not a relative path"),
+        (lambda m: {**m, "runs": [{**m["runs"][0], "log": "/etc/passwd"}]}, "is not a relative path"),
+    ],
+    ids=["a-list", "one-side", "runs-not-a-list", "rep-not-a-number", "results-outside", "log-absolute"],
+)
 def test_an_ab_manifest_of_the_wrong_shape_is_refused_by_path(tmp_path, capsys, run, spoil, named):
     out = _ab_run(tmp_path, run)
     manifest = json.loads((out / "manifest.json").read_text())
@@ -118,8 +145,9 @@ def test_an_ab_manifest_of_the_wrong_shape_is_refused_by_path(tmp_path, capsys, 
     assert f"{out / 'manifest.json'}: not an A/B run's manifest" in err and named in err
 
 
-@pytest.mark.parametrize("content", [b"\x89PNG\r\n\x1a\n\x00\xff", "é".encode("latin-1") + b"\n"],
-                         ids=["binary", "latin-1"])
+@pytest.mark.parametrize(
+    "content", [b"\x89PNG\r\n\x1a\n\x00\xff", "é".encode("latin-1") + b"\n"], ids=["binary", "latin-1"]
+)
 def test_ab_judge_of_a_binary_results_file_names_the_process_and_file(tmp_path, capsys, run, content):
     out = _ab_run(tmp_path, run)
     (out / "results" / "B-2.jsonl").write_bytes(content)
@@ -129,6 +157,7 @@ def test_ab_judge_of_a_binary_results_file_names_the_process_and_file(tmp_path, 
 
 
 # ---------------------------------------------------------------------------------------------- outputs
+
 
 def _blocked(tmp_path, how: str, monkeypatch, name: str = "") -> tuple[str, str]:
     """(the path to give, the file that cannot be written there: `name` inside it for a --dir), blocked as
@@ -154,20 +183,24 @@ def _blocked(tmp_path, how: str, monkeypatch, name: str = "") -> tuple[str, str]
 
 
 @pytest.mark.parametrize("how", ["parent-is-a-file", "a-directory-in-the-way", "disk-full"])
-@pytest.mark.parametrize("command", ["baseline-update", "report-html", "report-markdown", "compare-markdown",
-                                     "compare-json"])
+@pytest.mark.parametrize(
+    "command", ["baseline-update", "report-html", "report-markdown", "compare-markdown", "compare-json"]
+)
 def test_an_output_that_cannot_be_written_exits_2_naming_it_and_leaves_nothing_half_written(
-        tmp_path, capsys, monkeypatch, run, baseline_file, command, how):
+    tmp_path, capsys, monkeypatch, run, baseline_file, command, how
+):
     results = _write(tmp_path / "r.jsonl", run)
     before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
     name = f"{KEY[0]}_{KEY[1]}.json" if command == "baseline-update" else ""
     target, blocked = _blocked(tmp_path, how, monkeypatch, name)
     before.update({p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()})
-    argv = {"baseline-update": ["baseline", "update", results, "--dir", target],
-            "report-html": ["report", results, "--html", target],
-            "report-markdown": ["report", results, "--markdown", target],
-            "compare-markdown": ["compare", results, "--baseline", baseline_file, "--markdown", target],
-            "compare-json": ["compare", results, "--baseline", baseline_file, "--json", target]}[command]
+    argv = {
+        "baseline-update": ["baseline", "update", results, "--dir", target],
+        "report-html": ["report", results, "--html", target],
+        "report-markdown": ["report", results, "--markdown", target],
+        "compare-markdown": ["compare", results, "--baseline", baseline_file, "--markdown", target],
+        "compare-json": ["compare", results, "--baseline", baseline_file, "--json", target],
+    }[command]
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert f"cannot write {blocked}" in err and "Traceback" not in err
@@ -176,6 +209,7 @@ def test_an_output_that_cannot_be_written_exits_2_naming_it_and_leaves_nothing_h
 
 
 # ---------------------------------------------------------------------------------------------- inputs
+
 
 def _unusable(tmp_path, kind: str, monkeypatch) -> Path:
     """A path given as a results file that is none, as `kind` says."""
@@ -199,16 +233,27 @@ def _unusable(tmp_path, kind: str, monkeypatch) -> Path:
     return path
 
 
-@pytest.mark.parametrize("kind, named", [("a-directory", "is not a file"), ("binary", "is not UTF-8 text"),
-                                         ("latin-1", "is not UTF-8 text"), ("unreadable", "Permission denied")])
+@pytest.mark.parametrize(
+    "kind, named",
+    [
+        ("a-directory", "is not a file"),
+        ("binary", "is not UTF-8 text"),
+        ("latin-1", "is not UTF-8 text"),
+        ("unreadable", "Permission denied"),
+    ],
+)
 @pytest.mark.parametrize("command", ["compare", "baseline-update", "report", "results", "history-add"])
-def test_a_results_path_that_is_no_file_of_records_exits_2_naming_it(tmp_path, capsys, monkeypatch, baseline_file,
-                                                                     command, kind, named):
+def test_a_results_path_that_is_no_file_of_records_exits_2_naming_it(
+    tmp_path, capsys, monkeypatch, baseline_file, command, kind, named
+):
     path = str(_unusable(tmp_path, kind, monkeypatch))
-    argv = {"compare": ["compare", path, "--baseline", baseline_file],
-            "baseline-update": ["baseline", "update", path, "--dir", str(tmp_path / "b")],
-            "report": ["report", path, "--html", str(tmp_path / "r.html")], "results": ["results", path],
-            "history-add": ["history", "add", path, "--db", str(tmp_path / "h.sqlite")]}[command]
+    argv = {
+        "compare": ["compare", path, "--baseline", baseline_file],
+        "baseline-update": ["baseline", "update", path, "--dir", str(tmp_path / "b")],
+        "report": ["report", path, "--html", str(tmp_path / "r.html")],
+        "results": ["results", path],
+        "history-add": ["history", "add", path, "--db", str(tmp_path / "h.sqlite")],
+    }[command]
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert f"results file {path} " in err and named in err and "Traceback" not in err
@@ -230,22 +275,43 @@ def test_a_baseline_that_cannot_be_read_exits_2_naming_it(tmp_path, capsys, monk
 
 # ---------------------------------------------------------------------------------------------- nothing measured
 
+
 def _skipped(record, env=True):
     return {**record, "status": "skipped", "reason": "no CUDA device", "env": record["env"] if env else {}}
 
 
-@pytest.mark.parametrize("edit, code, named", [
-    (lambda rs: [_skipped(r) for r in rs], 2, "nothing was measured: all 10 selected cell(s) were skipped: "
-                                              "no CUDA device (10 cells)"),
-    (lambda rs: rs[:3] + [_skipped(r, env=False) for r in rs[3:]], 2, "7 selected cell(s) were not measured and "
-                                                                      "carry no environment"),
-    (lambda rs: rs[:9] + [_skipped(rs[9])], 1, "ok in the baseline, skipped now: no CUDA device"),
-    (lambda rs: rs[:9], 0, ""),  # a narrowed run: the cell it did not select is missing, and allowed
-], ids=["every-cell-skipped", "skipped-without-environment", "one-skipped-of-a-known-environment", "narrowed"])
+@pytest.mark.parametrize(
+    "edit, code, named",
+    [
+        (
+            lambda rs: [_skipped(r) for r in rs],
+            2,
+            "nothing was measured: all 10 selected cell(s) were skipped: no CUDA device (10 cells)",
+        ),
+        (
+            lambda rs: rs[:3] + [_skipped(r, env=False) for r in rs[3:]],
+            2,
+            "7 selected cell(s) were not measured and carry no environment",
+        ),
+        (lambda rs: rs[:9] + [_skipped(rs[9])], 1, "ok in the baseline, skipped now: no CUDA device"),
+        (lambda rs: rs[:9], 0, ""),  # a narrowed run: the cell it did not select is missing, and allowed
+    ],
+    ids=["every-cell-skipped", "skipped-without-environment", "one-skipped-of-a-known-environment", "narrowed"],
+)
 def test_what_a_run_that_did_not_measure_its_cells_gets(tmp_path, capsys, run, baseline_file, edit, code, named):
     md, js = tmp_path / "g.md", tmp_path / "g.json"
-    rc = main(["compare", _write(tmp_path / "r.jsonl", edit(run)), "--baseline", baseline_file, "--markdown", str(md),
-               "--json", str(js)])
+    rc = main(
+        [
+            "compare",
+            _write(tmp_path / "r.jsonl", edit(run)),
+            "--baseline",
+            baseline_file,
+            "--markdown",
+            str(md),
+            "--json",
+            str(js),
+        ]
+    )
     captured = capsys.readouterr()
     assert rc == code and named in captured.out + captured.err
     assert json.loads(js.read_text())["exit_code"] == code and named.replace("_", "\\_") in md.read_text()
@@ -263,12 +329,18 @@ def test_an_ab_run_whose_sides_measured_nothing_cannot_pass(tmp_path, capsys, ru
     assert "nothing was measured: all 40 selected cell(s) were skipped" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("fingerprint, tier, marks", [
-    ("cpu-x86-64_torch2.14", "nightly", "cpu"), (syn.H100, "pr", "gpu and pr"),
-    (syn.H100, "nightly", "gpu and nightly"),
-], ids=["cpu", "gpu-pr", "gpu-nightly"])
-def test_the_hint_for_a_missing_baseline_names_its_directory_and_the_records_own_tier(tmp_path, capsys, run,
-                                                                                      fingerprint, tier, marks):
+@pytest.mark.parametrize(
+    "fingerprint, tier, marks",
+    [
+        ("cpu-x86-64_torch2.14", "nightly", "cpu"),
+        (syn.H100, "pr", "gpu and pr"),
+        (syn.H100, "nightly", "gpu and nightly"),
+    ],
+    ids=["cpu", "gpu-pr", "gpu-nightly"],
+)
+def test_the_hint_for_a_missing_baseline_names_its_directory_and_the_records_own_tier(
+    tmp_path, capsys, run, fingerprint, tier, marks
+):
     records = [dict(r, env=dict(r["env"], fingerprint=fingerprint), tier=tier) for r in run]
     where = tmp_path / "my baselines"
     where.mkdir()

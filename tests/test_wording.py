@@ -17,8 +17,18 @@ import synthetic as syn
 
 JUDGE = Path(rules.__file__).parent
 # Phrases of the findings' sentences: none may be spelled in the judge's rule modules again.
-PHRASES = ("noise sds", "advisory only", "refresh the baseline", "clock missing now", "vs baseline", "processes), past",
-           "in the baseline, ", " -> fail", "drop' if", "GPU-busy")
+PHRASES = (
+    "noise sds",
+    "advisory only",
+    "refresh the baseline",
+    "clock missing now",
+    "vs baseline",
+    "processes), past",
+    "in the baseline, ",
+    " -> fail",
+    "drop' if",
+    "GPU-busy",
+)
 
 
 def test_the_wordings_names_are_the_judges():
@@ -36,8 +46,11 @@ def test_the_rule_modules_build_no_finding_sentence(module):
 def test_rules_fstrings_are_names_not_sentences():
     """Field keys (f"{m}_lo") and labels ("device speedup") only: a sentence has more than one literal word."""
     tree = ast.parse((JUDGE / "rules.py").read_text())
-    literal = ["".join(v.value for v in n.values if isinstance(v, ast.Constant))
-               for n in ast.walk(tree) if isinstance(n, ast.JoinedStr)]
+    literal = [
+        "".join(v.value for v in n.values if isinstance(v, ast.Constant))
+        for n in ast.walk(tree)
+        if isinstance(n, ast.JoinedStr)
+    ]
     assert [text for text in literal if len(text.split()) > 1] == []
 
 
@@ -56,8 +69,10 @@ def test_an_ab_finding_is_worded_for_the_sides_not_rewritten():
     gpt2 = syn.cells(models=["gpt2"], phases=["train"])
 
     def side(label, **kwargs):
-        return [Process(label, rep, tuple(syn.run(10 * rep + (label == "B"), cell_list=gpt2, **kwargs)), cold=rep == 1)
-                for rep in range(1, 4)]
+        return [
+            Process(label, rep, tuple(syn.run(10 * rep + (label == "B"), cell_list=gpt2, **kwargs)), cold=rep == 1)
+            for rep in range(1, 4)
+        ]
 
     report = judge_ab(side("A", graph_breaks=2) + side("B"))
     (finding,) = [f for f in report.improvements if f.metric == "graph_breaks"]

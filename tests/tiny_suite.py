@@ -17,7 +17,7 @@ import perfgate
 # (an editable install may point at another checkout): put this checkout's first, so it is what they test.
 PERFGATE_ROOT = str(Path(perfgate.__file__).resolve().parents[1])
 
-TINY_SUITE = '''
+TINY_SUITE = """
 import pytest
 import torch
 import torch.nn.functional as F
@@ -51,10 +51,18 @@ def test_train_step(cell, perf, benchmark):
 @pytest.mark.perf_cells("infer")
 def test_infer_step(cell, perf, benchmark):
     perf.measure(cell, benchmark)
-'''
+"""
 
-FAST = ["-m", "cpu", "-p", "no:randomly", "--perf-warm-compile=off", "--perf-min-rounds=3",
-        "--perf-max-rounds=3", "--perf-round-ms=2"]
+FAST = [
+    "-m",
+    "cpu",
+    "-p",
+    "no:randomly",
+    "--perf-warm-compile=off",
+    "--perf-min-rounds=3",
+    "--perf-max-rounds=3",
+    "--perf-round-ms=2",
+]
 
 
 def fixture():
@@ -68,8 +76,10 @@ def fixture():
             monkeypatch.delenv(name, raising=False)  # the inner pytest is no worker (pytest-benchmark reads them)
         pytester.makeconftest('pytest_plugins = ["perfgate.plugin"]')
         pytester.makepyfile(test_tiny=TINY_SUITE)
-        pytester.makeini("[pytest]\nperf_registry = test_tiny:REGISTRY\n"
-                         "markers =\n    gpu: g\n    cpu: c\n    pr: p\n    nightly: n\n")
+        pytester.makeini(
+            "[pytest]\nperf_registry = test_tiny:REGISTRY\n"
+            "markers =\n    gpu: g\n    cpu: c\n    pr: p\n    nightly: n\n"
+        )
         return pytester
 
     return suite

@@ -19,13 +19,13 @@ class Clock:
     `{eager,compiled}_{ms}ms` (their median) and the eager/compiled ratio `ratio` with `ratio_lo`, `ratio_hi`
     (its 95 % interval)."""
 
-    name: str                        # what reports and findings call it: "the device clock"
-    ratio: str                       # the record's eager / compiled ratio field
-    ms: str                          # the infix of its ms fields: "" (eager_ms), "device_" (eager_device_ms)
-    label: str                       # its ratio's column heading
-    threshold: float                 # the gate's default line on a drop of the ratio, a fraction (0.05 = 5 %)
-    phases: tuple[str, ...] | None = None   # the phases whose cells have it (None: every phase)
-    column: str = ""                 # where a report shows it: another clock's column (it stands in there)
+    name: str  # what reports and findings call it: "the device clock"
+    ratio: str  # the record's eager / compiled ratio field
+    ms: str  # the infix of its ms fields: "" (eager_ms), "device_" (eager_device_ms)
+    label: str  # its ratio's column heading
+    threshold: float  # the gate's default line on a drop of the ratio, a fraction (0.05 = 5 %)
+    phases: tuple[str, ...] | None = None  # the phases whose cells have it (None: every phase)
+    column: str = ""  # where a report shows it: another clock's column (it stands in there)
 
     @property
     def eager_ms(self) -> str:
@@ -53,8 +53,15 @@ DEVICE = Clock("device", "device_speedup", "device_", "device speedup", threshol
 HOST = Clock("host", "host_speedup", "host_", "host: compiled / eager host time", threshold=0.15)
 # A data-parallel cell's GPU work but NCCL's, the ranks' mean (perfgate.measure.ddp_clocks): its device clock,
 # shown in the device column and gated by the device line.
-COMPUTE = Clock("compute", "compute_speedup", "compute_", "compute speedup", threshold=DEVICE.threshold,
-                phases=("ddp",), column="device")
+COMPUTE = Clock(
+    "compute",
+    "compute_speedup",
+    "compute_",
+    "compute speedup",
+    threshold=DEVICE.threshold,
+    phases=("ddp",),
+    column="device",
+)
 
 CLOCKS: tuple[Clock, ...] = (WALL, DEVICE, HOST, COMPUTE)
 BY_RATIO = {clock.ratio: clock for clock in CLOCKS}

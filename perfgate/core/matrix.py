@@ -49,12 +49,27 @@ class Precision:
 PRECISIONS: Mapping[str, Precision] = {
     p.name: p
     for p in (
-        Precision("fp32", None, uses_scaler=False, peak_key="fp32",
-                  rmse_multiplier=2.0, rms_floor=1e-4, fallback_rtol=1e-2),
-        Precision("amp_fp16", "float16", uses_scaler=True, peak_key="fp16",
-                  rmse_multiplier=3.0, rms_floor=1e-3, fallback_rtol=5e-2),
-        Precision("amp_bf16", "bfloat16", uses_scaler=False, peak_key="bf16",
-                  rmse_multiplier=3.0, rms_floor=1e-3, fallback_rtol=5e-2),
+        Precision(
+            "fp32", None, uses_scaler=False, peak_key="fp32", rmse_multiplier=2.0, rms_floor=1e-4, fallback_rtol=1e-2
+        ),
+        Precision(
+            "amp_fp16",
+            "float16",
+            uses_scaler=True,
+            peak_key="fp16",
+            rmse_multiplier=3.0,
+            rms_floor=1e-3,
+            fallback_rtol=5e-2,
+        ),
+        Precision(
+            "amp_bf16",
+            "bfloat16",
+            uses_scaler=False,
+            peak_key="bf16",
+            rmse_multiplier=3.0,
+            rms_floor=1e-3,
+            fallback_rtol=5e-2,
+        ),
     )
 }
 
@@ -94,8 +109,10 @@ class Variant:
 
     def __post_init__(self) -> None:
         if self.inductor_config and self.mode is not None:
-            raise ValueError(f"variant {self.name!r}: inductor_config and mode={self.mode!r} exclude each "
-                             "other in torch.compile; give one")
+            raise ValueError(
+                f"variant {self.name!r}: inductor_config and mode={self.mode!r} exclude each "
+                "other in torch.compile; give one"
+            )
 
     @property
     def cuda_graphs(self) -> bool:
@@ -137,15 +154,19 @@ VARIANTS: Mapping[str, Variant] = {
         # The same with inductor's matmul padding off: torch 2.11's pad_mm pass guards on the symbolic
         # matmul sizes (is_mm_compute_bound) and so pins the marked dims (pytorch/pytorch#149462); later
         # torch reads their hints instead. Turning padding off is the users' workaround there.
-        Variant("inductor_mark_dynamic_no_pad", "inductor", shapes="longest8", mark_dynamic=True,
-                inductor_config=(("shape_padding", False),)),
+        Variant(
+            "inductor_mark_dynamic_no_pad",
+            "inductor",
+            shapes="longest8",
+            mark_dynamic=True,
+            inductor_config=(("shape_padding", False),),
+        ),
         Variant("inductor_dynamic", "inductor", "default", dynamic=True, shapes="longest8"),
         Variant("inductor_buckets", "inductor", "default", dynamic=False, shapes="buckets"),
         # Data-parallel training (the "ddp" phase), eager DDP against compiled DDP.
         Variant("inductor_ddp_optimizer", "inductor", "default", ddp="ddp_optimizer"),
         Variant("inductor_ddp_no_split", "inductor", "default", ddp="no_optimization"),
-        Variant("inductor_ddp_compiled_autograd", "inductor", "default", ddp="python_reducer",
-                compiled_autograd=True),
+        Variant("inductor_ddp_compiled_autograd", "inductor", "default", ddp="python_reducer", compiled_autograd=True),
         # The CPU tier's: the same split on gloo, compiled by aot_eager (seconds, where inductor takes minutes).
         Variant("aot_eager_ddp_optimizer", "aot_eager", ddp="ddp_optimizer"),
     )
@@ -190,9 +211,7 @@ def check_names(kind: str, names: Iterable[str], valid: Iterable[str]) -> list[s
     names, valid = list(names), list(valid)
     bad = [n for n in names if n not in valid]
     if bad:
-        raise UnknownNameError(
-            f"unknown {kind} {', '.join(repr(b) for b in bad)}; valid {kind}s: {', '.join(valid)}"
-        )
+        raise UnknownNameError(f"unknown {kind} {', '.join(repr(b) for b in bad)}; valid {kind}s: {', '.join(valid)}")
     return names
 
 

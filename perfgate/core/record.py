@@ -53,8 +53,13 @@ def unfinished(record: dict) -> bool:
 def skipped_record(cell, env: dict, run_id: str | None, reason: str, started_at: str) -> dict:
     """The record of a cell that was selected and not measured (pytest skipped it: no CUDA device, too few
     GPUs, the model's known issue), so that every face sees what was asked and not measured."""
-    return {**new_record(cell, env, run_id), "status": "skipped", "reason": reason, "started_at": started_at,
-            "wall_s": 0.0}
+    return {
+        **new_record(cell, env, run_id),
+        "status": "skipped",
+        "reason": reason,
+        "started_at": started_at,
+        "wall_s": 0.0,
+    }
 
 
 def unfiled(record: dict) -> bool:
@@ -93,14 +98,14 @@ class Field:
     """
 
     name: str
-    type: type                      # str | int | float | list | dict: its JSON kind when not null
-    unit: str = ""                  # ms are per step; "x" is an eager / compiled ratio
+    type: type  # str | int | float | list | dict: its JSON kind when not null
+    unit: str = ""  # ms are per step; "x" is an eager / compiled ratio
     check: str = ""
     required: bool = False
     fold: str = ""
     column: bool = False
     choices: tuple[str, ...] = ()
-    default: object = None          # its value in a new record, before the cell measures it
+    default: object = None  # its value in a new record, before the cell measures it
     doc: str = ""
 
 
@@ -109,41 +114,73 @@ def _clock(clock: Clock, doc: str, rounds_doc: str = "", ms_doc: str = "") -> tu
     ratio with its 95 % interval. The wall clock's are required and history columns: every ok record has them."""
     wall = clock is WALL
     required = dict(required=True) if wall else {}
-    return (Field(clock.eager_rounds, list, "ms", "rounds", **required, default=[], doc=rounds_doc),
-            Field(clock.compiled_rounds, list, "ms", "rounds", **required, default=[]),
-            Field(clock.eager_ms, float, "ms", "> 0", **required, fold="median", column=wall, doc=ms_doc),
-            Field(clock.compiled_ms, float, "ms", "> 0", **required, fold="median", column=wall),
-            Field(clock.ratio, float, "x", "> 0", required=wall, fold="clock", column=wall, doc=doc),
-            Field(f"{clock.ratio}_lo", float, "x", "> 0", required=wall, column=wall, doc="its 95 % interval"),
-            Field(f"{clock.ratio}_hi", float, "x", "> 0", required=wall, column=wall))
+    return (
+        Field(clock.eager_rounds, list, "ms", "rounds", **required, default=[], doc=rounds_doc),
+        Field(clock.compiled_rounds, list, "ms", "rounds", **required, default=[]),
+        Field(clock.eager_ms, float, "ms", "> 0", **required, fold="median", column=wall, doc=ms_doc),
+        Field(clock.compiled_ms, float, "ms", "> 0", **required, fold="median", column=wall),
+        Field(clock.ratio, float, "x", "> 0", required=wall, fold="clock", column=wall, doc=doc),
+        Field(f"{clock.ratio}_lo", float, "x", "> 0", required=wall, column=wall, doc="its 95 % interval"),
+        Field(f"{clock.ratio}_hi", float, "x", "> 0", required=wall, column=wall),
+    )
 
 
 FIELDS: tuple[Field, ...] = (
     Field("schema", int, doc="RECORD_SCHEMA when written"),
     Field("cell", str, check="text", doc='the Cell.id, "gpt2-train-inductor_default-amp_bf16"'),
-    Field("run_id", str, doc="one id per pytest session, shared by its xdist workers (null: one results file "
-                             "is one run); baselines group records into runs by it"),
+    Field(
+        "run_id",
+        str,
+        doc="one id per pytest session, shared by its xdist workers (null: one results file "
+        "is one run); baselines group records into runs by it",
+    ),
     Field("model", str, check="text", fold="verbatim", column=True),
     Field("phase", str, check="text", fold="verbatim", column=True),
     Field("variant", str, check="text", fold="verbatim", column=True),
     Field("precision", str, check="text", fold="verbatim", column=True),
     Field("device_kind", str, doc='"gpu" | "cpu"'),
-    Field("tier", str, check="text", column=True, doc='"pr" | "nightly": picks the baseline file with the '
-                                                      "fingerprint"),
-    Field("status", str, check="choice", choices=STATUSES, required=True, fold="custom", column=True,
-          default="failed"),
-    Field("reason", str, check="text", fold="custom", column=True, default=UNFINISHED,
-          doc='why it failed or was skipped ("" when ok)'),
-    Field("known_issue", str, check="text", default="", doc="the zoo's known issue that marks this cell (its "
-          "reason; pytest xfails or skips it), or \"\": so a report can tell a known failure from a new one"),
-    Field("env", dict, check="object", doc="{fingerprint, gpu, driver, cuda, torch, triton, transformers, timm, "
-                                           "python, host, tf32, cpu_model, cpu_cores}: perfgate.measure.env"),
+    Field("tier", str, check="text", column=True, doc='"pr" | "nightly": picks the baseline file with the fingerprint'),
+    Field("status", str, check="choice", choices=STATUSES, required=True, fold="custom", column=True, default="failed"),
+    Field(
+        "reason",
+        str,
+        check="text",
+        fold="custom",
+        column=True,
+        default=UNFINISHED,
+        doc='why it failed or was skipped ("" when ok)',
+    ),
+    Field(
+        "known_issue",
+        str,
+        check="text",
+        default="",
+        doc="the zoo's known issue that marks this cell (its "
+        'reason; pytest xfails or skips it), or "": so a report can tell a known failure from a new one',
+    ),
+    Field(
+        "env",
+        dict,
+        check="object",
+        doc="{fingerprint, gpu, driver, cuda, torch, triton, transformers, timm, "
+        "python, host, tf32, cpu_model, cpu_cores}: perfgate.measure.env",
+    ),
     Field("started_at", str, column=True, doc="ISO-8601 UTC time the cell started"),
     Field("wall_s", float, "s", ">= 0", doc="the whole cell, its process's start included (schema 8 on)"),
-    Field("stages", dict, check="object", default={}, doc="{stage: seconds} (perfgate.core.stages.STAGES): where "
-          "the cell's wall_s went, summing to it"),
-    Field("remeasure", str, default="", doc='why the gate measured this cell again: "confirm" (a speedup rule '
-          'tripped), "why-artifacts" (flagged by another rule), or "" (the run\'s own measurement)'),
+    Field(
+        "stages",
+        dict,
+        check="object",
+        default={},
+        doc="{stage: seconds} (perfgate.core.stages.STAGES): where the cell's wall_s went, summing to it",
+    ),
+    Field(
+        "remeasure",
+        str,
+        default="",
+        doc='why the gate measured this cell again: "confirm" (a speedup rule '
+        'tripped), "why-artifacts" (flagged by another rule), or "" (the run\'s own measurement)',
+    ),
     Field("steps_per_round", int, "steps", "> 0"),
     Field("rounds", int, "rounds", "> 0"),
     Field("warmup_steps", int, "steps", ">= 0"),
@@ -161,64 +198,160 @@ FIELDS: tuple[Field, ...] = (
     Field("bound_eager", str, doc='"device" | "host": bound_of(busy_eager)'),
     Field("bound", str, fold="custom", doc="the compiled side's, bound_of(busy_compiled)"),
     Field("clocks_note", str, default="", doc="why a clock is null (no CUDA device, a profiler error)"),
-    Field("compile_s", float, "s", "> 0", required=True, fold="max", column=True,
-          doc="first compiled call (cold unless compile_cache says otherwise)"),
-    Field("compile_warm_s", float, "s", "> 0", fold="max", column=True,
-          doc="the same compile again with dynamo reset and inductor caches warm"),
-    Field("compile_artifacts_s", float, "s", "> 0", doc="load + first compiled call in a fresh process with "
-          "empty caches, handed this cell's torch.compiler.save_cache_artifacts() (--perf-warm-compile artifacts)"),
+    Field(
+        "compile_s",
+        float,
+        "s",
+        "> 0",
+        required=True,
+        fold="max",
+        column=True,
+        doc="first compiled call (cold unless compile_cache says otherwise)",
+    ),
+    Field(
+        "compile_warm_s",
+        float,
+        "s",
+        "> 0",
+        fold="max",
+        column=True,
+        doc="the same compile again with dynamo reset and inductor caches warm",
+    ),
+    Field(
+        "compile_artifacts_s",
+        float,
+        "s",
+        "> 0",
+        doc="load + first compiled call in a fresh process with "
+        "empty caches, handed this cell's torch.compiler.save_cache_artifacts() (--perf-warm-compile artifacts)",
+    ),
     Field("compile_artifacts_bytes", int, "bytes", ">= 0"),
-    Field("compile_artifacts_hits", int, "count", ">= 0", doc="FX graph + AOTAutograd cache hits in that "
-                                                              "process (0: the load went unused)"),
+    Field(
+        "compile_artifacts_hits",
+        int,
+        "count",
+        ">= 0",
+        doc="FX graph + AOTAutograd cache hits in that process (0: the load went unused)",
+    ),
     Field("compile_artifacts_note", str, doc="why compile_artifacts_s is null (or the hits 0)"),
-    Field("compile_cache", str, fold="custom", column=True, doc='"fresh" (a new inductor cache dir for the '
-                                                                'cell) | "persistent" (a kept dir)'),
-    Field("compile_cache_hits", int, "count", ">= 0", doc="FX graph + AOTAutograd cache hits during the "
-          "first compiled call (schema 6 on): with misses, whether a kept cache made it warm"),
+    Field(
+        "compile_cache",
+        str,
+        fold="custom",
+        column=True,
+        doc='"fresh" (a new inductor cache dir for the cell) | "persistent" (a kept dir)',
+    ),
+    Field(
+        "compile_cache_hits",
+        int,
+        "count",
+        ">= 0",
+        doc="FX graph + AOTAutograd cache hits during the "
+        "first compiled call (schema 6 on): with misses, whether a kept cache made it warm",
+    ),
     Field("compile_cache_misses", int, "count", ">= 0"),
     Field("graph_count", int, "count", ">= 0"),
     Field("graph_breaks", int, "count", "count", required=True, fold="max", column=True),
     Field("recompiles", int, "count", "count", required=True, fold="max", column=True),
-    Field("recompiles_allowed", int, "count", ">= 0", default=0,
-          doc="what the variant's shape strategy may cost (bucketed shapes: one per length)"),
+    Field(
+        "recompiles_allowed",
+        int,
+        "count",
+        ">= 0",
+        default=0,
+        doc="what the variant's shape strategy may cost (bucketed shapes: one per length)",
+    ),
     Field("break_reasons", list, default=[], doc="[str], the first few"),
     Field("recompile_reasons", list, default=[], doc="[str], the first few: the guard each recompile failed"),
     # Data-parallel cells (the "ddp" phase; null elsewhere). Their timed figures are the slowest rank's: each
     # timed region's ms is the maximum over the ranks, so every rank takes the same warm-up and round decisions.
     Field("world_size", int, "ranks", "> 0", doc="processes (GPUs) of a data-parallel cell"),
-    Field("ddp_buckets", int, "count", ">= 0", fold="max", doc="gradient buckets DDPOptimizer split the "
-          "compiled graphs at (null: it did not split: no_optimization, python_reducer)"),
-    Field("ddp_splits", int, "count", ">= 0", fold="max", doc="graphs added by those splits (buckets - graphs "
-          "split): kept apart from graph_breaks, which counts the model's own"),
-    Field("ddp_wrapper_breaks", int, "count", ">= 0", fold="max", doc="graph breaks inside DDP's own forward wrapper "
-          "(the compiled DDP step's breaks less the model's alone)"),
-    Field("ranks_param_diff", float, "", ">= 0", doc="after the numerics steps: the largest |parameter - the "
-          "ranks' mean| over every element (0: every rank holds the same parameters)"),
-    Field("peak_mem_eager_mb_ranks", list, "MiB", default=[], doc="each rank's eager peak (peak_mem_eager_mb: "
-          "their maximum)"),
+    Field(
+        "ddp_buckets",
+        int,
+        "count",
+        ">= 0",
+        fold="max",
+        doc="gradient buckets DDPOptimizer split the "
+        "compiled graphs at (null: it did not split: no_optimization, python_reducer)",
+    ),
+    Field(
+        "ddp_splits",
+        int,
+        "count",
+        ">= 0",
+        fold="max",
+        doc="graphs added by those splits (buckets - graphs "
+        "split): kept apart from graph_breaks, which counts the model's own",
+    ),
+    Field(
+        "ddp_wrapper_breaks",
+        int,
+        "count",
+        ">= 0",
+        fold="max",
+        doc="graph breaks inside DDP's own forward wrapper (the compiled DDP step's breaks less the model's alone)",
+    ),
+    Field(
+        "ranks_param_diff",
+        float,
+        "",
+        ">= 0",
+        doc="after the numerics steps: the largest |parameter - the "
+        "ranks' mean| over every element (0: every rank holds the same parameters)",
+    ),
+    Field(
+        "peak_mem_eager_mb_ranks",
+        list,
+        "MiB",
+        default=[],
+        doc="each rank's eager peak (peak_mem_eager_mb: their maximum)",
+    ),
     Field("peak_mem_compiled_mb_ranks", list, "MiB", default=[]),
     Field("single_eager_ms", float, "ms", "> 0", doc="one device, no DDP, the same per-rank batch (rank 0)"),
     Field("single_compiled_ms", float, "ms", "> 0"),
-    Field("scaling_eager", float, "x", "> 0", fold="median", doc="throughput on world_size ranks / on one "
-          "device: world_size * single_eager_ms / eager_ms (ideal: world_size)"),
+    Field(
+        "scaling_eager",
+        float,
+        "x",
+        "> 0",
+        fold="median",
+        doc="throughput on world_size ranks / on one "
+        "device: world_size * single_eager_ms / eager_ms (ideal: world_size)",
+    ),
     Field("scaling_compiled", float, "x", "> 0", fold="median"),
     # Where a data-parallel step's time goes (perfgate.measure.ddp_clocks; CUDA only), from profiled rounds
     # apart from the timed ones: compute (each rank's GPU work but NCCL's kernels) as a clock of its own, and
     # per rank communication (NCCL's kernels), its exposed part (no compute beside it: the all-reduce not
     # hidden, the wait for the slower rank) and GPU idle (the timed step less the busy union). The compute
     # clock is gated as the device clock is; the rest is not.
-    *_clock(COMPUTE, "median of the per-round compute ratios: a data-parallel cell's device clock",
-            "the ranks' mean, one per round"),
+    *_clock(
+        COMPUTE,
+        "median of the per-round compute ratios: a data-parallel cell's device clock",
+        "the ranks' mean, one per round",
+    ),
     Field("eager_comm_ms", float, "ms", ">= 0", fold="median", doc="the ranks' mean (each rank's: ddp_step_ranks)"),
     Field("compiled_comm_ms", float, "ms", ">= 0", fold="median"),
     Field("eager_comm_exposed_ms", float, "ms", ">= 0", fold="median"),
     Field("compiled_comm_exposed_ms", float, "ms", ">= 0", fold="median"),
     Field("eager_gpu_idle_ms", float, "ms", ">= 0", fold="median"),
     Field("compiled_gpu_idle_ms", float, "ms", ">= 0", fold="median"),
-    Field("ddp_step_ranks", dict, check="object", default={}, doc="{eager, compiled: [{compute_ms, comm_ms, "
-          "comm_exposed_ms, gpu_idle_ms} per rank]}"),
-    Field("peak_mem_eager_mb", float, "MiB", ">= 0", fold="max", column=True,
-          doc="warm steps, CUDA-graph pools counted; null on CPU"),
+    Field(
+        "ddp_step_ranks",
+        dict,
+        check="object",
+        default={},
+        doc="{eager, compiled: [{compute_ms, comm_ms, comm_exposed_ms, gpu_idle_ms} per rank]}",
+    ),
+    Field(
+        "peak_mem_eager_mb",
+        float,
+        "MiB",
+        ">= 0",
+        fold="max",
+        column=True,
+        doc="warm steps, CUDA-graph pools counted; null on CPU",
+    ),
     Field("peak_mem_compiled_mb", float, "MiB", ">= 0", fold="max", column=True),
     Field("peak_mem_compile_mb", float, "MiB", ">= 0", doc="peak while compiling (autotuning)"),
     Field("flops_per_step", float, "FLOP", ">= 0"),
@@ -226,21 +359,44 @@ FIELDS: tuple[Field, ...] = (
     Field("tflops_compiled", float, "TFLOP/s", ">= 0"),
     Field("mfu_eager", float, "fraction", ">= 0"),
     Field("mfu_compiled", float, "fraction", ">= 0"),
-    Field("batch", int, "samples", "> 0", fold="verbatim", doc="samples per step (per rank in a data-parallel "
-          "cell): the zoo size's batch, or its cuda_graph_train_batch (perfgate.core.spec.Size)"),
+    Field(
+        "batch",
+        int,
+        "samples",
+        "> 0",
+        fold="verbatim",
+        doc="samples per step (per rank in a data-parallel "
+        "cell): the zoo size's batch, or its cuda_graph_train_batch (perfgate.core.spec.Size)",
+    ),
     Field("throughput_unit", str, doc='"tokens" | "images"'),
     Field("throughput_eager", float, "1/s", "> 0", doc="throughput_unit per second"),
     Field("throughput_compiled", float, "1/s", "> 0"),
     Field("numerics", str, check="choice", choices=NUMERICS, fold="custom", column=True, default="skipped"),
-    Field("numerics_detail", dict, check="object", default={},
-          doc="{reference, worst, checks: [{name, rmse_compiled, rmse_eager, limit, group_scale, ok}]}"),
+    Field(
+        "numerics_detail",
+        dict,
+        check="object",
+        default={},
+        doc="{reference, worst, checks: [{name, rmse_compiled, rmse_eager, limit, group_scale, ok}]}",
+    ),
     Field("gate", dict, check="object", default={}, doc="{speedup_threshold: fraction}: the model's overrides"),
     Field("why", dict, doc="{dir, compile_log, trace_eager, trace_compiled} paths when profiled"),
-    Field("gpu_neighbours", list, default=None, doc="[{pid, mib}]: processes outside this run on the cell's GPU "
-          "as its timing began or after its clocks ([]: none; null: not looked or nobody could tell)"),
-    Field("unfit", str, check="text", default="", doc="why the timings cannot be trusted (xdist workers that "
-          "shared CPU cores or a GPU, other processes on the GPU): such records never enter a baseline and the "
-          "gate refuses them"),
+    Field(
+        "gpu_neighbours",
+        list,
+        default=None,
+        doc="[{pid, mib}]: processes outside this run on the cell's GPU "
+        "as its timing began or after its clocks ([]: none; null: not looked or nobody could tell)",
+    ),
+    Field(
+        "unfit",
+        str,
+        check="text",
+        default="",
+        doc="why the timings cannot be trusted (xdist workers that "
+        "shared CPU cores or a GPU, other processes on the GPU): such records never enter a baseline and the "
+        "gate refuses them",
+    ),
 )
 FIELD = {f.name: f for f in FIELDS}
 # The clocks' ratio fields, in perfgate.core.clocks.CLOCKS order (the wall clock's keep their older names:
@@ -254,7 +410,7 @@ def names(**match) -> tuple[str, ...]:
 
 
 def bound_of(busy: float | None) -> str | None:
-    """"device" or "host" from a busy fraction (device ms / wall ms); None when unknown."""
+    """ "device" or "host" from a busy fraction (device ms / wall ms); None when unknown."""
     if busy is None:
         return None
     return "device" if busy >= DEVICE_BOUND_BUSY else "host"
@@ -269,9 +425,18 @@ def error_line(err: BaseException) -> str:
 def new_record(cell, env: dict, run_id: str | None = None) -> dict:
     """An empty record for `cell` (a perfgate.core.matrix.Cell): every field at its default, measured ones null."""
     record = {f.name: copy.deepcopy(f.default) for f in FIELDS}
-    record.update(schema=RECORD_SCHEMA, cell=cell.id, run_id=run_id, model=cell.model, phase=cell.phase,
-                  variant=cell.variant, precision=cell.precision, device_kind=cell.device_kind, tier=cell.tier,
-                  env=env)
+    record.update(
+        schema=RECORD_SCHEMA,
+        cell=cell.id,
+        run_id=run_id,
+        model=cell.model,
+        phase=cell.phase,
+        variant=cell.variant,
+        precision=cell.precision,
+        device_kind=cell.device_kind,
+        tier=cell.tier,
+        env=env,
+    )
     return record
 
 

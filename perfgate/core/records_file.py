@@ -66,8 +66,11 @@ def _warn_if_duplicated(path: Path, lineno: int, record: dict, final: dict[tuple
     key = (record.get("run_id"), record.get("tier"), record["cell"])
     if key in final and not record.get("remeasure"):
         run = f" of run {key[0]}" if key[0] else ""
-        warnings.warn(f"{path}:{lineno}: cell {key[2]}{run} already finished on line {final[key]}; the later "
-                      f"record (line {lineno}) is the one kept", stacklevel=3)
+        warnings.warn(
+            f"{path}:{lineno}: cell {key[2]}{run} already finished on line {final[key]}; the later "
+            f"record (line {lineno}) is the one kept",
+            stacklevel=3,
+        )
     final[key] = lineno
 
 
@@ -81,8 +84,9 @@ def _lines(path: Path) -> list[str]:
         with path.open(encoding="utf-8") as fh:
             return fh.readlines()
     except UnicodeDecodeError as err:
-        raise RecordFileError(f"results file {path} is not UTF-8 text (byte {err.start}: a binary file?); "
-                              f"give a .jsonl file of records") from None
+        raise RecordFileError(
+            f"results file {path} is not UTF-8 text (byte {err.start}: a binary file?); give a .jsonl file of records"
+        ) from None
     except OSError as err:
         raise RecordFileError(f"results file {path} cannot be read: {err.strerror or err}") from None
 
@@ -107,8 +111,9 @@ def _parse(path: Path, lineno: int, line: str) -> dict | None:
             raise RecordFileError(f"{path}:{lineno}: not a JSON record ({err.msg})") from None
     kept = "; the whole record written after it on that line was kept" if glued is not None else ""
     # Every whole line around it is a record that was measured: keep them, and say what was lost.
-    warnings.warn(f"{path}:{lineno}: an unfinished record (a run killed while writing?) was skipped{kept}",
-                  stacklevel=3)
+    warnings.warn(
+        f"{path}:{lineno}: an unfinished record (a run killed while writing?) was skipped{kept}", stacklevel=3
+    )
     return glued
 
 
@@ -131,7 +136,7 @@ def _glued_record(line: str) -> dict | None:
     end that has a cell and a status (a torn record's nested object, such as its env, has neither)."""
     for start in _RECORD_START.finditer(line, 1):
         try:
-            record = json.loads(line[start.start():])
+            record = json.loads(line[start.start() :])
         except json.JSONDecodeError:
             continue
         if isinstance(record, dict) and "cell" in record and "status" in record:
@@ -153,4 +158,3 @@ def load_records(paths: Iterable[str | os.PathLike]) -> list[dict]:
             if old is None or same_run or unfinished(old) or not unfinished(record):
                 by_cell[record["cell"]] = record
     return list(by_cell.values())
-

@@ -83,19 +83,30 @@ class KnownIssue:
 
     def __post_init__(self):
         # A misspelt pattern would match no cell: the issue would silently stop marking anything.
-        for field_name, valid in (("phase", PHASES), ("variant", tuple(VARIANTS)), ("precision", tuple(PRECISIONS)),
-                                  ("device_kind", DEVICE_KINDS)):
+        for field_name, valid in (
+            ("phase", PHASES),
+            ("variant", tuple(VARIANTS)),
+            ("precision", tuple(PRECISIONS)),
+            ("device_kind", DEVICE_KINDS),
+        ):
             value = getattr(self, field_name)
             if value != "*" and value not in valid:
-                raise ValueError(f"known issue {self.reason[:60]!r}: {field_name}={value!r} is not one of "
-                                 f"{', '.join(('*',) + valid)}")
+                raise ValueError(
+                    f"known issue {self.reason[:60]!r}: {field_name}={value!r} is not one of "
+                    f"{', '.join(('*',) + valid)}"
+                )
         if self.action not in ISSUE_ACTIONS:
-            raise ValueError(f"known issue {self.reason[:60]!r}: action={self.action!r} is not one of "
-                             f"{', '.join(ISSUE_ACTIONS)}")
+            raise ValueError(
+                f"known issue {self.reason[:60]!r}: action={self.action!r} is not one of {', '.join(ISSUE_ACTIONS)}"
+            )
 
     def matches(self, cell) -> bool:
-        pairs = ((self.phase, cell.phase), (self.variant, cell.variant),
-                 (self.precision, cell.precision), (self.device_kind, cell.device_kind))
+        pairs = (
+            (self.phase, cell.phase),
+            (self.variant, cell.variant),
+            (self.precision, cell.precision),
+            (self.device_kind, cell.device_kind),
+        )
         return all(want in ("*", got) for want, got in pairs)
 
 
@@ -146,8 +157,9 @@ class ModelSpec:
             raise ValueError(f"model {self.name!r}: no tolerance for precision(s) {missing}")
         unpadded = [kind for kind, size in self.sizes.items() if not (size.max_seq and size.buckets)]
         if self.pad is not None and unpadded:
-            raise ValueError(f"model {self.name!r} pads its sequences but size(s) {unpadded} give no max_seq "
-                             "and buckets")
+            raise ValueError(
+                f"model {self.name!r} pads its sequences but size(s) {unpadded} give no max_seq and buckets"
+            )
 
     def size(self, cell) -> Size:
         """The size a cell runs: its device kind's, at the CUDA-graph train batch where that applies."""

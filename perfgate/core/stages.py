@@ -14,10 +14,10 @@ from typing import Callable, Iterable
 # Stage -> what it is, in the order a cell runs them. The keys are the record's `stages` keys.
 STAGES: dict[str, str] = {
     "process_start": "the cell's process: a new interpreter importing torch and the zoo, or a warm worker "
-                     "taking the job (~0 s)",
+    "taking the job (~0 s)",
     "build": "seeded weights, batches, the eager and compiled sides",
     "reference": "the fp64 (else strict fp32) steps numerics judges against: read from the reference cache, or "
-                 "computed (and stored)",
+    "computed (and stored)",
     "compile": "the first compiled call (cold, or from a kept cache: compile_cache_hits says which)",
     "numerics": "eager's and compiled's captured steps, and the judge",
     "warmup": "both sides' steps until steady",
@@ -27,7 +27,7 @@ STAGES: dict[str, str] = {
     "scaling": "a data-parallel cell's same step on one device, for its scaling figure",
     "extras": "recompile counts, FLOPs, throughput, other processes on the GPU, why-artifact traces",
     "warm_compile": "the compile again in this process with warm caches (--perf-warm-compile on; skipped where "
-                    "the first call was already warm)",
+    "the first call was already warm)",
     "artifacts": "the compile in a fresh process handed the cache artifacts (--perf-warm-compile artifacts)",
     "other": "clean-up, and whatever no stage claimed",
 }

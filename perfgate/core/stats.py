@@ -23,8 +23,9 @@ class Interval:
         return (self.hi - self.lo) / 2 / self.median if self.median else math.inf
 
 
-def bootstrap_median(values: Sequence[float], confidence: float = 0.95, resamples: int = 4000,
-                     seed: int = 0) -> Interval:
+def bootstrap_median(
+    values: Sequence[float], confidence: float = 0.95, resamples: int = 4000, seed: int = 0
+) -> Interval:
     """Median of `values` with a percentile-bootstrap interval over them.
 
     Each value is one round's eager/compiled ratio, so resampling rounds keeps each pair together and the
@@ -91,6 +92,7 @@ def rel_spread(values: Sequence[float]) -> float | None:
 
 # ---------------------------------------------------------------------------------------------- two samples
 
+
 def t_sf(t: float, df: int) -> float:
     """P(T > t) for Student's t with an integer df >= 1: the closed series of Abramowitz & Stegun 26.7.3
     (odd df) and 26.7.4 (even df), exact and numpy-free (the data side has no scipy)."""
@@ -106,7 +108,7 @@ def t_sf(t: float, df: int) -> float:
             term *= 2 * k / (2 * k + 1) * cos2
             total += term
         inside = 2 / math.pi * (theta + math.sin(theta) * math.cos(theta) * total)
-    else:       # even: A = sin (1 + 1/2 cos^2 + 1*3/(2*4) cos^4 + ...)
+    else:  # even: A = sin (1 + 1/2 cos^2 + 1*3/(2*4) cos^4 + ...)
         term = total = 1.0
         for k in range(1, df // 2):
             term *= (2 * k - 1) / (2 * k) * cos2
@@ -137,10 +139,10 @@ class TwoSample:
 
     n_a: int
     n_b: int
-    diff: float      # mean log B - mean log A: the log of the ratio of B's geometric mean to A's
-    se: float        # its standard error
+    diff: float  # mean log B - mean log A: the log of the ratio of B's geometric mean to A's
+    se: float  # its standard error
     df: int
-    sd_a: float      # each side's sd of log value between processes, after the floor
+    sd_a: float  # each side's sd of log value between processes, after the floor
     sd_b: float
 
     @property
@@ -171,11 +173,11 @@ def two_sample(a: Sequence[float], b: Sequence[float], floor_a: float = 0.0, flo
         raise ValueError(f"two_sample needs 2 or more values a side, got {la.size} and {lb.size}")
     sd_a = max(float(np.std(la, ddof=1)), floor_a)
     sd_b = max(float(np.std(lb, ddof=1)), floor_b)
-    va, vb = sd_a ** 2 / la.size, sd_b ** 2 / lb.size
+    va, vb = sd_a**2 / la.size, sd_b**2 / lb.size
     se = math.sqrt(va + vb)
     if la.size == lb.size or se == 0:
         df = la.size + lb.size - 2
     else:
-        welch = se ** 4 / (va ** 2 / (la.size - 1) + vb ** 2 / (lb.size - 1))
+        welch = se**4 / (va**2 / (la.size - 1) + vb**2 / (lb.size - 1))
         df = max(1, int(welch))
     return TwoSample(int(la.size), int(lb.size), float(lb.mean() - la.mean()), se, df, sd_a, sd_b)

@@ -49,8 +49,9 @@ def name_problem(field: str, value) -> str | None:
     """Why `value` cannot be a name that a file is named by, as "field: what is wrong"; None when it can."""
     if isinstance(value, str) and SAFE_NAME.fullmatch(value):
         return None
-    shown = f"{value[:60]!r}... ({len(value)} characters)" if isinstance(value, str) and len(value) > 60 \
-        else repr(value)
+    shown = (
+        f"{value[:60]!r}... ({len(value)} characters)" if isinstance(value, str) and len(value) > 60 else repr(value)
+    )
     return f"{field}: {shown} is not a safe name ({SAFE_NAME_RULE})"
 
 
@@ -95,10 +96,13 @@ def shape_problems(record) -> list[str]:
             problems.append(f"{name}: {record[name]!r:.60} is not an object")
     # Both name the baseline file a record is gated against and written to; "" or null: none given.
     env = record.get("env")
-    names_a_file = (("env.fingerprint", env.get("fingerprint") if isinstance(env, dict) else None),
-                    ("tier", record.get("tier")))
-    problems += [problem for name, value in names_a_file if value not in (None, "")
-                 and (problem := name_problem(name, value))]
+    names_a_file = (
+        ("env.fingerprint", env.get("fingerprint") if isinstance(env, dict) else None),
+        ("tier", record.get("tier")),
+    )
+    problems += [
+        problem for name, value in names_a_file if value not in (None, "") and (problem := name_problem(name, value))
+    ]
     return problems
 
 
@@ -162,9 +166,11 @@ def checked(record: dict) -> dict:
 # record figures a baseline folds as a median or a max over runs, checked as the record checks them.
 _FOLDED = [f for f in FIELDS if f.fold in ("median", "max")]
 BASELINE_POSITIVE = tuple(f"{clock}{end}" for clock in CLOCKS for end in ("", "_lo", "_hi")) + tuple(
-    f.name for f in _FOLDED if f.check == "> 0")
-BASELINE_NONNEGATIVE = tuple(f"{clock}_spread" for clock in CLOCKS) + tuple(
-    f.name for f in _FOLDED if f.check == ">= 0") + ("runs_ok",)
+    f.name for f in _FOLDED if f.check == "> 0"
+)
+BASELINE_NONNEGATIVE = (
+    tuple(f"{clock}_spread" for clock in CLOCKS) + tuple(f.name for f in _FOLDED if f.check == ">= 0") + ("runs_ok",)
+)
 BASELINE_COUNTS = tuple(f.name for f in _FOLDED if f.check == "count") + ("runs_ok",)
 # A clock's spread is the sd of the log ratio between runs: 10 is a factor of e**10 (about 22 000) in the
 # speedup, past anything measured, and it keeps exp() of the gate's lines (z * sd) inside the float range;

@@ -54,11 +54,11 @@ class StepTimeRule(SpeedupRule):
     environments share one machine, and an upgrade that slows eager and compiled alike (the speedup
     unchanged) shows only here."""
 
-    form: ClassVar[str] = "step"    # its findings' terms (perfgate.render.wording): growth of ms per step
+    form: ClassVar[str] = "step"  # its findings' terms (perfgate.render.wording): growth of ms per step
 
     metric: str = "compiled_ms"
     direction: str = "lower"
-    threshold: float = 0.05          # growth of ms per step
+    threshold: float = 0.05  # growth of ms per step
 
     @property
     def clock(self) -> str:
@@ -87,18 +87,21 @@ class StepTimeRule(SpeedupRule):
 
 def ab_rules(*, step_time: float = 0.05, **thresholds) -> tuple:
     """The gate's rules (default_rules, same keywords) and the two absolute step-time rules."""
-    return (*default_rules(**thresholds), StepTimeRule("eager_ms", threshold=step_time),
-            StepTimeRule("compiled_ms", threshold=step_time))
+    return (
+        *default_rules(**thresholds),
+        StepTimeRule("eager_ms", threshold=step_time),
+        StepTimeRule("compiled_ms", threshold=step_time),
+    )
 
 
 @dataclass(frozen=True)
 class Process:
     """One pytest process of an A/B run and the records it wrote (one per cell)."""
 
-    side: str                       # "A" | "B"
-    rep: int                        # 1, 2, ... within its side
+    side: str  # "A" | "B"
+    rep: int  # 1, 2, ... within its side
     records: tuple[dict, ...]
-    cold: bool = False              # its side's compile cache was empty when it started
+    cold: bool = False  # its side's compile cache was empty when it started
 
     @property
     def name(self) -> str:
@@ -113,7 +116,7 @@ class Comparison:
 
     metric: str
     label: str
-    a: float | None                 # geometric mean over A's processes
+    a: float | None  # geometric mean over A's processes
     b: float | None
     change: float | None
     lo: float | None
@@ -124,18 +127,18 @@ class Comparison:
     df: int | None
     n_a: int
     n_b: int
-    kind: str | None                # REGRESSION | IMPROVEMENT | None
-    note: str = ""                  # why not compared
+    kind: str | None  # REGRESSION | IMPROVEMENT | None
+    note: str = ""  # why not compared
 
 
 @dataclass(frozen=True)
 class ABRow:
     cell: str
-    verdict: str                    # regression | improvement | failed | ok
+    verdict: str  # regression | improvement | failed | ok
     comparisons: tuple[Comparison, ...]
-    a: dict                         # side_cell of A
+    a: dict  # side_cell of A
     b: dict
-    tripped: tuple[str, ...] = ()   # metrics of this cell's findings
+    tripped: tuple[str, ...] = ()  # metrics of this cell's findings
 
     def comparison(self, metric: str) -> Comparison | None:
         return next((c for c in self.comparisons if c.metric == metric), None)
@@ -143,13 +146,13 @@ class ABRow:
 
 @dataclass
 class ABReport:
-    sides: dict[str, dict]          # "A"/"B" -> {processes, versions, description}
+    sides: dict[str, dict]  # "A"/"B" -> {processes, versions, description}
     rows: list[ABRow]
     regressions: list[Finding]
     improvements: list[Finding]
     only_in_a: list[str]
     only_in_b: list[str]
-    errors: list[str]               # why the run cannot be compared (exit 2)
+    errors: list[str]  # why the run cannot be compared (exit 2)
     notes: list[str] = field(default_factory=list)
     alpha: float = ALPHA
     processes: list[Process] = field(default_factory=list, repr=False)
@@ -163,6 +166,7 @@ class ABReport:
 
 # ---------------------------------------------------------------------------------------------- one side
 
+
 def side_cell(cell_id: str, processes: Sequence[Process]) -> dict:
     """One side's cell for the count, memory, compile-time, numerics and status rules (the module
     docstring says how it is folded)."""
@@ -170,20 +174,28 @@ def side_cell(cell_id: str, processes: Sequence[Process]) -> dict:
     if not records:
         return {"cell": cell_id, "status": "failed", "reason": "no record", "processes": len(processes)}
     # The oldest record's schema: a rule that needs a newer one (compiled memory) then leaves the cell out.
-    cell = {**fold_cell(records), "cell": cell_id, "processes": len(processes),
-            "schema": min(r.get("schema") or 1 for r in records)}
+    cell = {
+        **fold_cell(records),
+        "cell": cell_id,
+        "processes": len(processes),
+        "schema": min(r.get("schema") or 1 for r in records),
+    }
     not_ok = [r for r in records if r.get("status") != "ok"]
     missing = len(processes) - len(records)
     if cell["status"] == "ok" and (not_ok or missing):
         first = not_ok[0] if not_ok else {"status": "failed", "reason": "no record (the process stopped?)"}
-        cell.update(status=first["status"], reason=f"{first['status']} in {len(not_ok) + missing} of "
-                                                   f"{len(processes)} processes: {first.get('reason') or '?'}")
+        cell.update(
+            status=first["status"],
+            reason=f"{first['status']} in {len(not_ok) + missing} of "
+            f"{len(processes)} processes: {first.get('reason') or '?'}",
+        )
     cold = next((p for p in processes if p.cold), None)
     cold_record = _by_cell(cold).get(cell_id) if cold else None
     ok_cold = cold_record is not None and cold_record.get("status") == "ok"
     # The cold compile: the compile-time rule judges "fresh" (cold) compiles only.
-    cell.update(compile_s=cold_record.get("compile_s") if ok_cold else None,
-                compile_cache="fresh" if ok_cold else "warm")
+    cell.update(
+        compile_s=cold_record.get("compile_s") if ok_cold else None, compile_cache="fresh" if ok_cold else "warm"
+    )
     return cell
 
 
@@ -203,24 +215,27 @@ def _in_run_sd(record: dict, metric: str) -> float:
 
 # ---------------------------------------------------------------------------------------------- timed rules
 
-def compare_timed(rule: SpeedupRule, cell_id: str, a_records: Sequence[dict], b_records: Sequence[dict],
-                  alpha: float = ALPHA) -> Comparison:
+
+def compare_timed(
+    rule: SpeedupRule, cell_id: str, a_records: Sequence[dict], b_records: Sequence[dict], alpha: float = ALPHA
+) -> Comparison:
     """Student's t on one timed metric of one cell (both sides' records all ok)."""
     m = rule.metric
     a = [r[m] for r in a_records if r.get(m) and r[m] > 0]
     b = [r[m] for r in b_records if r.get(m) and r[m] > 0]
-    empty = Comparison(m, rule.label, geomean(a), geomean(b), None, None, None, None, False, None, None,
-                       len(a), len(b), None)
+    empty = Comparison(
+        m, rule.label, geomean(a), geomean(b), None, None, None, None, False, None, None, len(a), len(b), None
+    )
     if min(len(a_records), len(b_records)) < 2:  # Student's t has no spread to go on
-        return _not_compared(empty, f"{len(a_records)} + {len(b_records)} processes: not compared (2 a side "
-                                    f"at least)")
+        return _not_compared(empty, f"{len(a_records)} + {len(b_records)} processes: not compared (2 a side at least)")
     if len(a) < len(a_records):
-        return _not_compared(empty, "not measured in A" if not a else
-                            f"measured in {len(a)} of {len(a_records)} A processes: not compared")
+        return _not_compared(
+            empty,
+            "not measured in A" if not a else f"measured in {len(a)} of {len(a_records)} A processes: not compared",
+        )
     if len(b) < len(b_records):
         notes = {r.get("clocks_note") for r in b_records if not r.get(m)} - {None, ""}
-        return _not_compared(empty, f"missing in B ({'; '.join(sorted(notes)) or 'no reason given'})",
-                            kind=REGRESSION)
+        return _not_compared(empty, f"missing in B ({'; '.join(sorted(notes)) or 'no reason given'})", kind=REGRESSION)
     floor_a = statistics.median(_in_run_sd(r, m) for r in a_records)
     floor_b = statistics.median(_in_run_sd(r, m) for r in b_records)
     test = two_sample(a, b, floor_a, floor_b)
@@ -232,9 +247,22 @@ def compare_timed(rule: SpeedupRule, cell_id: str, a_records: Sequence[dict], b_
     d = rule.log_drop(ref, now)
     kind = None if abs(d) <= line else REGRESSION if d > 0 else IMPROVEMENT
     ends = sorted(rule.change(1.0, math.exp(end)) for end in test.interval(CONFIDENCE))
-    return Comparison(m, rule.label, ref, now, rule.change(ref, now), ends[0], ends[1],
-                      rule.fraction(line, loss=d >= 0), significance > rule.log_threshold(cur) + 1e-12,
-                      test.t, test.df, test.n_a, test.n_b, kind)
+    return Comparison(
+        m,
+        rule.label,
+        ref,
+        now,
+        rule.change(ref, now),
+        ends[0],
+        ends[1],
+        rule.fraction(line, loss=d >= 0),
+        significance > rule.log_threshold(cur) + 1e-12,
+        test.t,
+        test.df,
+        test.n_a,
+        test.n_b,
+        kind,
+    )
 
 
 def _not_compared(comparison: Comparison, note: str, kind: str | None = None) -> Comparison:
@@ -244,12 +272,31 @@ def _not_compared(comparison: Comparison, note: str, kind: str | None = None) ->
 def timed_finding(rule: SpeedupRule, cell_id: str, c: Comparison) -> Finding:
     """A timed comparison that tripped, as a finding of side B against side A (a figure missing in B: `missing`)."""
     form = rule.form if c.change is not None else "missing"
-    return Finding(cell_id, rule.metric, c.kind, c.a, c.b, c.line, form=form, loss=c.kind == REGRESSION, sides=AB,
-                   clock=rule.clock, label=rule.label, change=c.change, lo=c.lo, hi=c.hi, note=c.note,
-                   confidence=CONFIDENCE, t=c.t, df=c.df, processes=(c.n_a, c.n_b))
+    return Finding(
+        cell_id,
+        rule.metric,
+        c.kind,
+        c.a,
+        c.b,
+        c.line,
+        form=form,
+        loss=c.kind == REGRESSION,
+        sides=AB,
+        clock=rule.clock,
+        label=rule.label,
+        change=c.change,
+        lo=c.lo,
+        hi=c.hi,
+        note=c.note,
+        confidence=CONFIDENCE,
+        t=c.t,
+        df=c.df,
+        processes=(c.n_a, c.n_b),
+    )
 
 
 # ---------------------------------------------------------------------------------------------- other rules
+
 
 def _other_findings(rules: Sequence, a_cell: dict, b_cell: dict) -> list[Finding]:
     """The untimed rules on one cell a side: the gate's findings, read as B against A."""
@@ -258,8 +305,10 @@ def _other_findings(rules: Sequence, a_cell: dict, b_cell: dict) -> list[Finding
 
 # ---------------------------------------------------------------------------------------------- a cell
 
-def judge_cell(cell_id: str, a_procs: Sequence[Process], b_procs: Sequence[Process], rules: Sequence,
-               alpha: float = ALPHA) -> tuple[ABRow, list[Finding]]:
+
+def judge_cell(
+    cell_id: str, a_procs: Sequence[Process], b_procs: Sequence[Process], rules: Sequence, alpha: float = ALPHA
+) -> tuple[ABRow, list[Finding]]:
     a_cell, b_cell = side_cell(cell_id, a_procs), side_cell(cell_id, b_procs)
     timed = [r for r in rules if isinstance(r, SpeedupRule) and r.applies(a_cell)]
     findings = _other_findings([r for r in rules if not isinstance(r, SpeedupRule)], a_cell, b_cell)
@@ -273,14 +322,22 @@ def judge_cell(cell_id: str, a_procs: Sequence[Process], b_procs: Sequence[Proce
             if c.kind is not None:
                 findings.append(timed_finding(rule, cell_id, c))
     kinds = {f.kind for f in findings}
-    verdict = (REGRESSION if REGRESSION in kinds else IMPROVEMENT if IMPROVEMENT in kinds
-               else "ok" if a_cell["status"] == b_cell["status"] == "ok" else "failed")
+    verdict = (
+        REGRESSION
+        if REGRESSION in kinds
+        else IMPROVEMENT
+        if IMPROVEMENT in kinds
+        else "ok"
+        if a_cell["status"] == b_cell["status"] == "ok"
+        else "failed"
+    )
     order = [r.metric for r in rules]
     tripped = tuple(sorted({f.metric for f in findings}, key=order.index))
     return ABRow(cell_id, verdict, tuple(comparisons), a_cell, b_cell, tripped), findings
 
 
 # ---------------------------------------------------------------------------------------------- the run
+
 
 def versions(processes: Sequence[Process]) -> dict[str, str]:
     """The environment a side ran in, from its records: each version, or "a / b" where processes differ."""
@@ -294,8 +351,12 @@ def versions(processes: Sequence[Process]) -> dict[str, str]:
     return {k: " / ".join(map(str, v)) for k, v in seen.items() if v}
 
 
-def judge_ab(processes: Sequence[Process], rules: Sequence | None = None, alpha: float = ALPHA,
-          descriptions: dict[str, str] | None = None) -> ABReport:
+def judge_ab(
+    processes: Sequence[Process],
+    rules: Sequence | None = None,
+    alpha: float = ALPHA,
+    descriptions: dict[str, str] | None = None,
+) -> ABReport:
     """The verdict of an A/B run from its complete processes. Records are checked as the gate checks them
     (perfgate.core.validate.checked: impossible figures on an ok record make it a failed cell), and records
     timed by xdist workers that shared the machine (`unfit`) cannot be compared: exit 2."""
@@ -303,19 +364,27 @@ def judge_ab(processes: Sequence[Process], rules: Sequence | None = None, alpha:
     processes = [replace(p, records=tuple(checked(r) for r in p.records)) for p in processes]
     by_side = {s: sorted((p for p in processes if p.side == s), key=lambda p: p.rep) for s in AB_SIDES}
     cells = {s: {r["cell"] for p in by_side[s] for r in p.records} for s in AB_SIDES}
-    errors = [f"{s} has {len(by_side[s])} complete process(es); a verdict needs 2 or more a side "
-              f"(perfgate ab --resume DIR runs the rest)" for s in AB_SIDES if len(by_side[s]) < 2]
+    errors = [
+        f"{s} has {len(by_side[s])} complete process(es); a verdict needs 2 or more a side "
+        f"(perfgate ab --resume DIR runs the rest)"
+        for s in AB_SIDES
+        if len(by_side[s]) < 2
+    ]
     nothing = nothing_measured([r for p in processes for r in p.records]) if processes else None
     errors += [nothing] if nothing else []  # both sides skipping every cell (no GPU) once passed
     unfit = [(p.name, r) for p in processes for r in p.records if r.get("unfit")]
     if unfit:
         name, record = unfit[0]
-        errors.append(f"{len(unfit)} record(s) are unfit for a timing verdict ({name} {record['cell']}: "
-                      f"{record['unfit']}); run the sides alone: {TIME_ALONE}")
+        errors.append(
+            f"{len(unfit)} record(s) are unfit for a timing verdict ({name} {record['cell']}: "
+            f"{record['unfit']}); run the sides alone: {TIME_ALONE}"
+        )
     only_a, only_b = sorted(cells["A"] - cells["B"]), sorted(cells["B"] - cells["A"])
     if only_a or only_b:
-        errors.append(f"A and B ran different cells: only in A: {', '.join(only_a) or 'none'}; only in B: "
-                      f"{', '.join(only_b) or 'none'}")
+        errors.append(
+            f"A and B ran different cells: only in A: {', '.join(only_a) or 'none'}; only in B: "
+            f"{', '.join(only_b) or 'none'}"
+        )
     rows, regressions, improvements = [], [], []
     # A run cut short (a side with 1 process) still shows what was measured: the counts, memory, numerics
     # and status are judged as always, the timed figures are shown but not compared; the exit stays 2.
@@ -325,10 +394,17 @@ def judge_ab(processes: Sequence[Process], rules: Sequence | None = None, alpha:
             rows.append(row)
             regressions += [f for f in findings if f.kind == REGRESSION]
             improvements += [f for f in findings if f.kind == IMPROVEMENT]
-    sides = {s: {"processes": len(by_side[s]), "versions": versions(by_side[s]),
-                 "description": (descriptions or {}).get(s, "")} for s in AB_SIDES}
-    report = ABReport(sides, rows, regressions, improvements, only_a, only_b, errors, alpha=alpha,
-                      processes=list(processes))
+    sides = {
+        s: {
+            "processes": len(by_side[s]),
+            "versions": versions(by_side[s]),
+            "description": (descriptions or {}).get(s, ""),
+        }
+        for s in AB_SIDES
+    }
+    report = ABReport(
+        sides, rows, regressions, improvements, only_a, only_b, errors, alpha=alpha, processes=list(processes)
+    )
     report.notes = _notes(report, rules)
     return report
 
@@ -339,18 +415,30 @@ def _notes(report: ABReport, rules: Sequence) -> list[str]:
         limited = [(row.cell, c) for row in report.rows if (c := row.comparison(rule.metric)) and c.noise_limited]
         if limited:
             names = ", ".join(f"{cell} ({c.line:.1%})" for cell, c in limited)
-            notes.append(f"{len(limited)} cell(s) noise-limited on {rule.label}: the processes of a side "
-                         f"disagree so much that only a change past the line shown counts (more processes "
-                         f"a side narrow it: --processes): {names}")
-    cold = [s for s in AB_SIDES if not any(row.a.get("compile_cache") == "fresh" if s == "A" else
-                                        row.b.get("compile_cache") == "fresh" for row in report.rows)]
+            notes.append(
+                f"{len(limited)} cell(s) noise-limited on {rule.label}: the processes of a side "
+                f"disagree so much that only a change past the line shown counts (more processes "
+                f"a side narrow it: --processes): {names}"
+            )
+    cold = [
+        s
+        for s in AB_SIDES
+        if not any(
+            row.a.get("compile_cache") == "fresh" if s == "A" else row.b.get("compile_cache") == "fresh"
+            for row in report.rows
+        )
+    ]
     if report.rows and cold:
-        notes.append(f"no cold compile on side {', '.join(cold)} (its first process did not start with an "
-                     f"empty cache): compile time not compared")
+        notes.append(
+            f"no cold compile on side {', '.join(cold)} (its first process did not start with an "
+            f"empty cache): compile time not compared"
+        )
     if report.rows:
-        notes.append(f"where the figures come from: timed figures, every process of a side; compile time, the "
-                     f"cold process ({_names(report, lambda p: p.cold)}); numerics, the processes that judged it "
-                     f"({_names(report, _judged_numerics)}; the later ones ran with --perf-numerics=off)")
+        notes.append(
+            f"where the figures come from: timed figures, every process of a side; compile time, the "
+            f"cold process ({_names(report, lambda p: p.cold)}); numerics, the processes that judged it "
+            f"({_names(report, _judged_numerics)}; the later ones ran with --perf-numerics=off)"
+        )
     return notes
 
 
@@ -368,5 +456,20 @@ def geomeans(report: ABReport, metric: str = "speedup") -> tuple[float | None, f
     return geomean([a for a, _ in pairs]), geomean([b for _, b in pairs]), len(pairs)
 
 
-__all__ = ["ABReport", "ABRow", "Comparison", "Process", "StepTimeRule", "ab_rules", "judge_ab",
-           "judge_cell", "side_cell", "compare_timed", "timed_finding", "geomeans", "versions", "ALPHA", "AB_SIDES"]
+__all__ = [
+    "ABReport",
+    "ABRow",
+    "Comparison",
+    "Process",
+    "StepTimeRule",
+    "ab_rules",
+    "judge_ab",
+    "judge_cell",
+    "side_cell",
+    "compare_timed",
+    "timed_finding",
+    "geomeans",
+    "versions",
+    "ALPHA",
+    "AB_SIDES",
+]

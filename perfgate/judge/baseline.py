@@ -48,16 +48,18 @@ from perfgate.core.validate import baseline_cell_problems, name_problem
 BASELINE_SCHEMA = 1
 
 
-
-def update_commands(directory: str | os.PathLike = "baselines", fingerprint: str | None = None,
-                    tier: str | None = None) -> tuple[str, str]:
+def update_commands(
+    directory: str | os.PathLike = "baselines", fingerprint: str | None = None, tier: str | None = None
+) -> tuple[str, str]:
     """How the baseline for (fingerprint, tier) in `directory` is made, named in every "missing baseline"
     message so the reader can act on it: the offline fold of results files, and a pytest run that selects
     that tier on that kind of device (a CPU fingerprint's cells are the `cpu` marker's) and saves there."""
     where = shlex.quote(str(directory))
     marks = "cpu" if (fingerprint or "").startswith("cpu-") else f"gpu and {tier or 'pr'}"
-    return (f"perfgate baseline update RESULTS... --dir {where}",
-            f'pytest perftests -m "{marks}" --perf-save-baseline {where}')
+    return (
+        f"perfgate baseline update RESULTS... --dir {where}",
+        f'pytest perftests -m "{marks}" --perf-save-baseline {where}',
+    )
 
 
 UPDATE_COMMANDS = update_commands()
@@ -99,6 +101,7 @@ def group_by_key(records: Iterable[dict]) -> dict[tuple[str, str], list[dict]]:
 
 # ---------------------------------------------------------------------------------------------- rounding
 
+
 def round_sig(value, digits: int = 4):
     """4 significant digits: 1.2345 -> 1.234, 26.789 ms -> 26.79; ints and None pass through."""
     if isinstance(value, bool) or not isinstance(value, float):
@@ -122,6 +125,7 @@ def _round_cell(cell: dict) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------- folding
+
 
 def _values(records: Sequence[dict], name: str) -> list:
     return [r[name] for r in records if r.get(name) is not None]
@@ -171,11 +175,13 @@ def _fold_clock(ok: Sequence[dict], metric: str) -> dict:
     """One clock's ratio over the ok runs that measured it: median, per-run values, run-to-run spread
     (run_to_run_sd), and the envelope of the runs' intervals."""
     values = _values(ok, metric)
-    return {metric: statistics.median(values) if values else None,
-            f"{metric}_runs": values,
-            f"{metric}_spread": run_to_run_sd(ok, metric),
-            f"{metric}_lo": min(_values(ok, f"{metric}_lo"), default=None),
-            f"{metric}_hi": max(_values(ok, f"{metric}_hi"), default=None)}
+    return {
+        metric: statistics.median(values) if values else None,
+        f"{metric}_runs": values,
+        f"{metric}_spread": run_to_run_sd(ok, metric),
+        f"{metric}_lo": min(_values(ok, f"{metric}_lo"), default=None),
+        f"{metric}_hi": max(_values(ok, f"{metric}_hi"), default=None),
+    }
 
 
 def fold_cell(records: Sequence[dict]) -> dict:
@@ -238,8 +244,10 @@ def split_runs(sources: Sequence[Iterable[dict]]) -> list[list[dict]]:
 def _refuse_unfit(runs: Sequence[list[dict]]) -> None:
     unfit = [r for run in runs for r in run if r.get("unfit")]
     if unfit:
-        raise BaselineError(f"{len(unfit)} record(s) are unfit for a baseline ({unfit[0]['cell']}: "
-                            f"{unfit[0]['unfit']}); make the baseline from runs timed alone: {TIME_ALONE}")
+        raise BaselineError(
+            f"{len(unfit)} record(s) are unfit for a baseline ({unfit[0]['cell']}: "
+            f"{unfit[0]['unfit']}); make the baseline from runs timed alone: {TIME_ALONE}"
+        )
 
 
 def _runs_by_key(sources: Sequence[Iterable[dict]]) -> dict[tuple[str, str], list[dict[str, dict]]]:
@@ -281,8 +289,12 @@ def build_baseline(sources: Sequence[Iterable[dict]]) -> dict[tuple[str, str], d
 # memory rule would flag it: 20 % and 32 MiB) and its graph counts. A run that disagrees is a different
 # program or a misreading; the fold keeps the maximum, so it would set the baseline unseen (schema-4
 # records read gpt2 infer's compiled peak 8.5x high, and a baseline holding one of them hid it).
-AGREE_FIELDS = {"peak_mem_eager_mb": (0.20, 32.0), "peak_mem_compiled_mb": (0.20, 32.0),
-                "graph_breaks": (0.0, 0.0), "recompiles": (0.0, 0.0)}
+AGREE_FIELDS = {
+    "peak_mem_eager_mb": (0.20, 32.0),
+    "peak_mem_compiled_mb": (0.20, 32.0),
+    "graph_breaks": (0.0, 0.0),
+    "recompiles": (0.0, 0.0),
+}
 
 
 def disagreements(sources: Sequence[Iterable[dict]]) -> list[str]:
@@ -303,10 +315,13 @@ def _disagreeing(tier: str, cell: str, ok: Sequence[dict]) -> list[str]:
             continue
         lo, hi = min(values), max(values)
         if hi - lo > delta and hi > lo * (1 + fraction):
-            counts = ", ".join(f"{v:g} ({values.count(v)} run{'s' * (values.count(v) > 1)})"
-                               for v in sorted(set(values)))
-            lines.append(f"{tier} {cell}: runs disagree on {name}: {counts}; the baseline keeps the "
-                         f"maximum, so check the odd runs before committing it")
+            counts = ", ".join(
+                f"{v:g} ({values.count(v)} run{'s' * (values.count(v) > 1)})" for v in sorted(set(values))
+            )
+            lines.append(
+                f"{tier} {cell}: runs disagree on {name}: {counts}; the baseline keeps the "
+                f"maximum, so check the odd runs before committing it"
+            )
     return lines
 
 
@@ -340,18 +355,21 @@ def write_baseline(path: str | os.PathLike, baseline: dict) -> Path:
 def save_baselines(sources: Sequence[Iterable[dict]], directory: str | os.PathLike) -> list[Path]:
     """Build from sources of records (results files) and write one file per (fingerprint, tier); the CLI
     and the plugin both call this."""
-    return [write_baseline(baseline_path(directory, fp, tier), baseline)
-            for (fp, tier), baseline in sorted(build_baseline(sources).items())]
+    return [
+        write_baseline(baseline_path(directory, fp, tier), baseline)
+        for (fp, tier), baseline in sorted(build_baseline(sources).items())
+    ]
 
 
 def _how_to_make(path: Path | None = None, fingerprint: str | None = None, tier: str | None = None) -> str:
     commands = "\n  ".join(update_commands(path.parent if path else "baselines", fingerprint, tier))
-    return (f"make one on this kind of machine (several runs, 5 or more, each a separate process, give the "
-            f"gate the run-to-run noise) with:\n  {commands}")
+    return (
+        f"make one on this kind of machine (several runs, 5 or more, each a separate process, give the "
+        f"gate the run-to-run noise) with:\n  {commands}"
+    )
 
 
-def load_baseline(path: str | os.PathLike, fingerprint: str | None = None,
-                  tier: str | None = None) -> dict:
+def load_baseline(path: str | os.PathLike, fingerprint: str | None = None, tier: str | None = None) -> dict:
     """Read and check a baseline; with `fingerprint`/`tier`, refuse one made for another environment."""
     path = Path(path)
     if not path.is_file():
@@ -359,28 +377,42 @@ def load_baseline(path: str | os.PathLike, fingerprint: str | None = None,
     try:
         baseline = json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise BaselineError(f"baseline {path} is not valid JSON ({err}); restore it from git or remake "
-                            f"it with: {UPDATE_COMMANDS[0]}") from None
+        raise BaselineError(
+            f"baseline {path} is not valid JSON ({err}); restore it from git or remake it with: {UPDATE_COMMANDS[0]}"
+        ) from None
     except OSError as err:
         raise BaselineError(f"baseline {path} cannot be read: {err.strerror or err}") from None
-    if not isinstance(baseline, dict) or baseline.get("schema") != BASELINE_SCHEMA \
-            or not isinstance(baseline.get("cells"), dict):
+    if (
+        not isinstance(baseline, dict)
+        or baseline.get("schema") != BASELINE_SCHEMA
+        or not isinstance(baseline.get("cells"), dict)
+    ):
         found = baseline.get("schema") if isinstance(baseline, dict) else type(baseline).__name__
-        raise BaselineError(f"baseline {path} has schema {found!r}, expected {BASELINE_SCHEMA} with a "
-                            f"'cells' object; remake it with: {UPDATE_COMMANDS[0]}")
-    bad = [f"cell {cid!r}: {problem}" for cid, cell in baseline["cells"].items()
-           for problem in baseline_cell_problems(cell)]
+        raise BaselineError(
+            f"baseline {path} has schema {found!r}, expected {BASELINE_SCHEMA} with a "
+            f"'cells' object; remake it with: {UPDATE_COMMANDS[0]}"
+        )
+    bad = [
+        f"cell {cid!r}: {problem}"
+        for cid, cell in baseline["cells"].items()
+        for problem in baseline_cell_problems(cell)
+    ]
     if bad:
         more = f" (and {len(bad) - 3} more)" if len(bad) > 3 else ""
-        raise BaselineError(f"baseline {path} holds figures the gate cannot use: {'; '.join(bad[:3])}{more}; "
-                            f"restore it from git or remake it with: {UPDATE_COMMANDS[0]}")
+        raise BaselineError(
+            f"baseline {path} holds figures the gate cannot use: {'; '.join(bad[:3])}{more}; "
+            f"restore it from git or remake it with: {UPDATE_COMMANDS[0]}"
+        )
     for name, expected in (("fingerprint", fingerprint), ("tier", tier)):
         if expected is not None and baseline.get(name) != expected:
-            wanted = baseline_path(path.parent, fingerprint or baseline.get("fingerprint"),
-                                   tier or baseline.get("tier"))
-            raise BaselineError(f"baseline {path} is for {name} {baseline.get(name)!r} but the results are "
-                                f"for {expected!r}; the expected file is {wanted}: "
-                                f"{_how_to_make(wanted, fingerprint, tier)}")
+            wanted = baseline_path(
+                path.parent, fingerprint or baseline.get("fingerprint"), tier or baseline.get("tier")
+            )
+            raise BaselineError(
+                f"baseline {path} is for {name} {baseline.get(name)!r} but the results are "
+                f"for {expected!r}; the expected file is {wanted}: "
+                f"{_how_to_make(wanted, fingerprint, tier)}"
+            )
     return baseline
 
 
@@ -393,6 +425,7 @@ def resolve_baseline(path_or_dir: str | os.PathLike, fingerprint: str, tier: str
         path = baseline_path(path, fingerprint, tier)
     baseline = load_baseline(path, fingerprint, tier)
     if not baseline["cells"]:
-        raise BaselineError(f"baseline {path} holds no cells: nothing to gate against; "
-                            f"{_how_to_make(path, fingerprint, tier)}")
+        raise BaselineError(
+            f"baseline {path} holds no cells: nothing to gate against; {_how_to_make(path, fingerprint, tier)}"
+        )
     return baseline

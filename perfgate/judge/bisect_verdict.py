@@ -26,9 +26,17 @@ GOOD, BAD, UNSURE = "good", "bad", "unsure"
 # The gate's own rules, all of them: a probe is bad where `perfgate ab` would fail it (exit 1).
 GATE = "gate"
 # The thresholds a rule's metric takes from ab_rules' keywords (fractions; counts have none).
-THRESHOLD_KEYWORD = {"speedup": "speedup", "device_speedup": "device", "compute_speedup": "device",
-                     "host_speedup": "host", "eager_ms": "step_time", "compiled_ms": "step_time",
-                     "peak_mem_compiled_mb": "memory", "peak_mem_eager_mb": "memory", "compile_s": "compile_time"}
+THRESHOLD_KEYWORD = {
+    "speedup": "speedup",
+    "device_speedup": "device",
+    "compute_speedup": "device",
+    "host_speedup": "host",
+    "eager_ms": "step_time",
+    "compiled_ms": "step_time",
+    "peak_mem_compiled_mb": "memory",
+    "peak_mem_eager_mb": "memory",
+    "compile_s": "compile_time",
+}
 TIMED = ("speedup", "device_speedup", "compute_speedup", "host_speedup", "eager_ms", "compiled_ms")
 COUNTS = ("graph_breaks", "recompiles", "ddp_wrapper_breaks", "numerics", "status")
 RULE_METRICS = (GATE, *THRESHOLD_KEYWORD, *COUNTS)
@@ -46,7 +54,7 @@ class BadRule:
     """What makes a step bad: one rule's metric (optionally its threshold, a fraction) or the gate's rules."""
 
     metric: str = GATE
-    threshold: float | None = None   # 0.03 = 3 %; None: the gate's default for that metric
+    threshold: float | None = None  # 0.03 = 3 %; None: the gate's default for that metric
 
     @classmethod
     def parse(cls, text: str) -> "BadRule":
@@ -57,8 +65,9 @@ class BadRule:
         if not pct:
             return cls(metric)
         if metric not in THRESHOLD_KEYWORD:
-            raise BisectError(f"--rule {text!r}: {metric} takes no threshold; metrics with one: "
-                              f"{', '.join(THRESHOLD_KEYWORD)}")
+            raise BisectError(
+                f"--rule {text!r}: {metric} takes no threshold; metrics with one: {', '.join(THRESHOLD_KEYWORD)}"
+            )
         try:
             value = float(pct)
         except ValueError:
@@ -81,18 +90,20 @@ class BadRule:
 
     def describe(self) -> str:
         if self.metric == GATE:
-            return ("the gate's rules (a regression on any rule, as `perfgate ab` exit 1; unsure where the wall "
-                    "or device speedup is noise-limited)")
+            return (
+                "the gate's rules (a regression on any rule, as `perfgate ab` exit 1; unsure where the wall "
+                "or device speedup is noise-limited)"
+            )
         line = f"{self.threshold:.1%}" if self.threshold is not None else "the gate's threshold"
         return f"{self.metric} worse than the good end past {line}, Student's t at the A/B verdict's alpha"
 
 
 @dataclass(frozen=True)
 class ProbeReading:
-    verdict: str                     # GOOD | BAD | UNSURE
-    why: str                         # for a BAD reading, the finding: perfgate.render.bisect_report.reading_why
-    finding: Finding | None = None   # BAD: the first regression under the rule
-    more: int = 0                    # BAD: how many more the rule found
+    verdict: str  # GOOD | BAD | UNSURE
+    why: str  # for a BAD reading, the finding: perfgate.render.bisect_report.reading_why
+    finding: Finding | None = None  # BAD: the first regression under the rule
+    more: int = 0  # BAD: how many more the rule found
 
 
 def classify(report: ABReport, rule: BadRule) -> ProbeReading:
@@ -110,12 +121,14 @@ def classify(report: ABReport, rule: BadRule) -> ProbeReading:
             if c is not None and c.change is None and c.note:
                 return ProbeReading(UNSURE, f"{row.cell}: {c.label}: {c.note}")
             if c is not None and c.noise_limited:
-                return ProbeReading(UNSURE, f"{row.cell}: {c.label} noise-limited (line {c.line:.1%}, "
-                                            f"change {c.change:+.1%})")
+                return ProbeReading(
+                    UNSURE, f"{row.cell}: {c.label} noise-limited (line {c.line:.1%}, change {c.change:+.1%})"
+                )
     return ProbeReading(GOOD, f"no regression on {rule.text()} in {len(report.rows)} cell(s)")
 
 
 # ---------------------------------------------------------------------------------------------- the search
+
 
 @dataclass(frozen=True)
 class SearchState:

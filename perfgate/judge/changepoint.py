@@ -36,12 +36,12 @@ import numpy as np
 
 from perfgate.core.stats import interval_sd
 
-SIGMA_FLOOR = 0.01   # 1 %: the steadiest H100 cell (vit_b16) still moved 0.8 % between runs; a series that
-                     # looks quieter than this has too few points to show its noise
-MIN_SHIFT = 0.02     # 2 % in log terms: a smaller step is not worth a person's look, however clear
-MIN_POINTS = 3       # fewer points say nothing about run-to-run noise
-MIN_SEGMENT = 2      # one point between two others at another level is an outlier, not a new level ...
-                     # ... except the newest point, which may be the first run at a new level
+SIGMA_FLOOR = 0.01  # 1 %: the steadiest H100 cell (vit_b16) still moved 0.8 % between runs; a series that
+# looks quieter than this has too few points to show its noise
+MIN_SHIFT = 0.02  # 2 % in log terms: a smaller step is not worth a person's look, however clear
+MIN_POINTS = 3  # fewer points say nothing about run-to-run noise
+MIN_SEGMENT = 2  # one point between two others at another level is an outlier, not a new level ...
+# ... except the newest point, which may be the first run at a new level
 
 
 def penalty(n: int) -> float:
@@ -60,10 +60,10 @@ def noise_sd(logs: Sequence[float]) -> float:
 
 @dataclass(frozen=True)
 class ChangePoint:
-    index: int          # the first point of the new level
-    before: float       # the level before (weighted geometric mean of the segment's despiked speedups)
-    after: float        # the level from `index` on, up to the next change point
-    gain: float         # how far past noise the step is, in sd^2 units (compare with `penalty`)
+    index: int  # the first point of the new level
+    before: float  # the level before (weighted geometric mean of the segment's despiked speedups)
+    after: float  # the level from `index` on, up to the next change point
+    gain: float  # how far past noise the step is, in sd^2 units (compare with `penalty`)
 
     @property
     def shift(self) -> float:
@@ -74,8 +74,8 @@ class ChangePoint:
 @dataclass(frozen=True)
 class Segmentation:
     change_points: tuple[ChangePoint, ...]
-    levels: tuple[tuple[int, int, float], ...]   # (first index, last index + 1, level) per segment
-    sigma: float                                  # the run-to-run sd of log speedup used
+    levels: tuple[tuple[int, int, float], ...]  # (first index, last index + 1, level) per segment
+    sigma: float  # the run-to-run sd of log speedup used
 
 
 def _split(x: np.ndarray, w: np.ndarray, at_end: bool) -> tuple[float, int, float, float]:
@@ -85,7 +85,7 @@ def _split(x: np.ndarray, w: np.ndarray, at_end: bool) -> tuple[float, int, floa
     total_w, total_wx = float(w.sum()), float((w * x).sum())
     left, right = cwx / cw, (total_wx - cwx) / (total_w - cw)
     gains = cw * (total_w - cw) / total_w * (left - right) ** 2
-    sizes = np.arange(1, x.size)                       # points left of each candidate split
+    sizes = np.arange(1, x.size)  # points left of each candidate split
     allowed = (sizes >= MIN_SEGMENT) & ((x.size - sizes >= MIN_SEGMENT) | at_end)
     if not allowed.any():
         return 0.0, 0, 0.0, 0.0
@@ -136,8 +136,7 @@ def segment(values: Sequence[float], sds: Sequence[float] | None = None) -> Segm
     bounds = [0, *(index for index, _ in found), int(x.size)]
     y = despike(x)  # a level is where the runs sit, so an outlier does not drag it
     levels = tuple((a, b, _level(y, w, a, b)) for a, b in zip(bounds, bounds[1:]))
-    points = tuple(ChangePoint(index, levels[i][2], levels[i + 1][2], gain)
-                   for i, (index, gain) in enumerate(found))
+    points = tuple(ChangePoint(index, levels[i][2], levels[i + 1][2], gain) for i, (index, gain) in enumerate(found))
     return Segmentation(points, levels, sigma)
 
 
@@ -146,5 +145,7 @@ def series_changes(points: Sequence[dict], metric: str = "speedup") -> tuple[lis
     of its ok points with a value, and their segmentation, each point weighted by its own interval. The one
     path from a history to change points: `perfgate history show` and the HTML report both call it."""
     ok = [i for i, p in enumerate(points) if p.get("status") == "ok" and p.get(metric)]
-    return ok, segment([points[i][metric] for i in ok],
-                       [interval_sd(points[i].get(f"{metric}_lo"), points[i].get(f"{metric}_hi")) for i in ok])
+    return ok, segment(
+        [points[i][metric] for i in ok],
+        [interval_sd(points[i].get(f"{metric}_lo"), points[i].get(f"{metric}_hi")) for i in ok],
+    )

@@ -39,10 +39,29 @@ from perfgate.judge.rules import (
 
 # The rules are re-exported, so a caller builds a rule set from the gate alone (gate.default_rules(...));
 # listed here because pyflakes reads __all__, not noqa comments.
-__all__ = ["CellRow", "ClockRow", "GateReport", "GateOutcome", "compare", "speedup_suspects", "confirm",
-           "gate_run", "BaselineError", "DEFAULT_RULES", "ADVISORY", "IMPROVEMENT", "REGRESSION",
-           "CountRule", "Finding", "HostTimeRule", "NumericsRule", "RelativeRule", "SpeedupRule", "StatusRule",
-           "default_rules"]
+__all__ = [
+    "CellRow",
+    "ClockRow",
+    "GateReport",
+    "GateOutcome",
+    "compare",
+    "speedup_suspects",
+    "confirm",
+    "gate_run",
+    "BaselineError",
+    "DEFAULT_RULES",
+    "ADVISORY",
+    "IMPROVEMENT",
+    "REGRESSION",
+    "CountRule",
+    "Finding",
+    "HostTimeRule",
+    "NumericsRule",
+    "RelativeRule",
+    "SpeedupRule",
+    "StatusRule",
+    "default_rules",
+]
 
 
 @dataclass(frozen=True)
@@ -51,17 +70,17 @@ class ClockRow:
     a speedup's change (-0.05: 5 % lower) and the smallest drop that trips; for the host clock the change
     of compiled host ms relative to eager's (+0.15: 15 % more) and the smallest growth that trips."""
 
-    metric: str                     # speedup | device_speedup | host_speedup
-    clock: str                      # wall | device | host
+    metric: str  # speedup | device_speedup | host_speedup
+    clock: str  # wall | device | host
     value: float | None
     lo: float | None
     hi: float | None
     baseline: float | None
     change: float | None
-    threshold: float | None         # None: not compared (no baseline value, or not ok in both)
-    noise_limited: bool             # noise alone puts that line past the nominal threshold
-    noise: float | None             # the sd of the log drop the rule assumed (0.01 ~ 1 %)
-    run_to_run_known: bool | None   # the baseline cell had 2+ runs of this clock (None: not compared)
+    threshold: float | None  # None: not compared (no baseline value, or not ok in both)
+    noise_limited: bool  # noise alone puts that line past the nominal threshold
+    noise: float | None  # the sd of the log drop the rule assumed (0.01 ~ 1 %)
+    run_to_run_known: bool | None  # the baseline cell had 2+ runs of this clock (None: not compared)
 
 
 @dataclass(frozen=True)
@@ -70,7 +89,7 @@ class CellRow:
     clock's fields sit flat (speedup ... run_to_run_known) as before; `clocks` holds every ratio rule's."""
 
     cell: str
-    verdict: str                    # regression | improvement | advisory | ok | failed | new | missing
+    verdict: str  # regression | improvement | advisory | ok | failed | new | missing
     status: str | None
     reason: str
     eager_ms: float | None
@@ -79,22 +98,22 @@ class CellRow:
     speedup_lo: float | None
     speedup_hi: float | None
     baseline_speedup: float | None
-    change: float | None            # speedup / baseline speedup - 1
-    threshold: float | None         # the wall rule's effective threshold: the smallest drop that trips
-    noise_limited: bool             # noise alone puts that line past the nominal threshold
-    noise: float | None             # the sd of the speedup's log drop the rule assumed (0.01 ~ 1 %)
-    run_to_run_known: bool | None   # the baseline cell had 2+ ok runs (None: speedup not gated here)
+    change: float | None  # speedup / baseline speedup - 1
+    threshold: float | None  # the wall rule's effective threshold: the smallest drop that trips
+    noise_limited: bool  # noise alone puts that line past the nominal threshold
+    noise: float | None  # the sd of the speedup's log drop the rule assumed (0.01 ~ 1 %)
+    run_to_run_known: bool | None  # the baseline cell had 2+ ok runs (None: speedup not gated here)
     compile_s: float | None
     graph_breaks: int | None
     recompiles: int | None
     peak_mem_compiled_mb: float | None
     numerics: str | None
-    clocks: tuple[ClockRow, ...] = ()   # one per ratio rule, in the rules' order (wall, device, host)
+    clocks: tuple[ClockRow, ...] = ()  # one per ratio rule, in the rules' order (wall, device, host)
     busy_compiled: float | None = None  # GPU-busy fraction of the compiled step (device ms / wall ms)
-    bound: str | None = None            # "device" | "host": what the compiled step's wall time follows
+    bound: str | None = None  # "device" | "host": what the compiled step's wall time follows
     eager_host_ms: float | None = None  # host ms to issue one step
     compiled_host_ms: float | None = None
-    tripped: tuple[str, ...] = ()       # metrics of this cell's findings (any kind), in the rules' order
+    tripped: tuple[str, ...] = ()  # metrics of this cell's findings (any kind), in the rules' order
 
     def clock(self, metric: str) -> ClockRow | None:
         return next((c for c in self.clocks if c.metric == metric), None)
@@ -107,10 +126,10 @@ class GateReport:
     rows: list[CellRow]
     regressions: list[Finding]
     improvements: list[Finding]
-    missing: list[str]              # in the baseline, not in this run (a narrowed run is allowed)
-    new: list[str]                  # in this run, not in the baseline
-    failed: list[str]               # failed or skipped in this run
-    geomean_speedup: float | None   # over cells ok in both the run and the baseline
+    missing: list[str]  # in the baseline, not in this run (a narrowed run is allowed)
+    new: list[str]  # in this run, not in the baseline
+    failed: list[str]  # failed or skipped in this run
+    geomean_speedup: float | None  # over cells ok in both the run and the baseline
     geomean_baseline: float | None
     baseline_runs: int | None
     notes: list[str] = field(default_factory=list)
@@ -132,8 +151,10 @@ def _check_environment(records: Sequence[dict], baseline: dict) -> None:
     expected = (baseline.get("fingerprint"), baseline.get("tier"))
     foreign = sorted({key_of(r) for r in records} - {expected})
     if foreign:
-        raise BaselineError(f"records for {', '.join(f'{fp} ({tier})' for fp, tier in foreign)} cannot be "
-                            f"compared with the baseline for {expected[0]} ({expected[1]})")
+        raise BaselineError(
+            f"records for {', '.join(f'{fp} ({tier})' for fp, tier in foreign)} cannot be "
+            f"compared with the baseline for {expected[0]} ({expected[1]})"
+        )
 
 
 def _clock_row(rule: SpeedupRule, base: dict, cur: dict) -> ClockRow:
@@ -142,11 +163,18 @@ def _clock_row(rule: SpeedupRule, base: dict, cur: dict) -> ClockRow:
     ref, now = base.get(m), cur.get(m)
     noise = rule.noise(base, cur) if gated else None
     return ClockRow(
-        metric=m, clock=rule.clock, value=now, lo=cur.get(f"{m}_lo"), hi=cur.get(f"{m}_hi"), baseline=ref,
+        metric=m,
+        clock=rule.clock,
+        value=now,
+        lo=cur.get(f"{m}_lo"),
+        hi=cur.get(f"{m}_hi"),
+        baseline=ref,
         change=rule.change(ref, now) if gated else None,
         threshold=rule.effective_threshold(base, cur) if gated else None,
         noise_limited=gated and rule.noise_limited(base, cur),
-        noise=noise.sigma if noise else None, run_to_run_known=noise.known if noise else None)
+        noise=noise.sigma if noise else None,
+        run_to_run_known=noise.known if noise else None,
+    )
 
 
 # CellRow's fields named as record fields (perfgate.core.record.FIELDS) hold the current record's values; `cell`
@@ -154,8 +182,9 @@ def _clock_row(rule: SpeedupRule, base: dict, cur: dict) -> ClockRow:
 ROW_RECORD_FIELDS = tuple(f.name for f in fields(CellRow) if f.name in FIELD and f.name != "cell")
 
 
-def _row(cell_id: str, verdict: str, base: dict | None, cur: dict | None, rules: Sequence,
-         findings: Sequence[Finding]) -> CellRow:
+def _row(
+    cell_id: str, verdict: str, base: dict | None, cur: dict | None, rules: Sequence, findings: Sequence[Finding]
+) -> CellRow:
     cur, base = cur or {}, base or {}
     clocks = tuple(_clock_row(r, base, cur) for r in rules if isinstance(r, SpeedupRule))
     wall = next((c for c in clocks if c.metric == "speedup"), None)
@@ -164,11 +193,17 @@ def _row(cell_id: str, verdict: str, base: dict | None, cur: dict | None, rules:
     values = {name: cur.get(name) for name in ROW_RECORD_FIELDS}
     values["reason"] = values["reason"] or ""
     return CellRow(
-        cell=cell_id, verdict=verdict, **values, baseline_speedup=ref,
+        cell=cell_id,
+        verdict=verdict,
+        **values,
+        baseline_speedup=ref,
         change=now / ref - 1 if ref and now is not None and cur.get("status") == "ok" else None,
-        threshold=wall.threshold if wall else None, noise_limited=bool(wall and wall.noise_limited),
-        noise=wall.noise if wall else None, run_to_run_known=wall.run_to_run_known if wall else None,
-        clocks=clocks, tripped=tuple(r.metric for r in rules if r.metric in found),
+        threshold=wall.threshold if wall else None,
+        noise_limited=bool(wall and wall.noise_limited),
+        noise=wall.noise if wall else None,
+        run_to_run_known=wall.run_to_run_known if wall else None,
+        clocks=clocks,
+        tripped=tuple(r.metric for r in rules if r.metric in found),
     )
 
 
@@ -189,9 +224,15 @@ def _evaluate(current: dict[str, dict], baseline: dict, rules: Sequence) -> dict
     measured on a host CPU foreign to the baseline, and those that scale with the batch of a cell whose batch
     changed, are advisories (perfgate.judge.rules.foreign_cpu_advisory, changed_batch_advisory)."""
     cells, cpus = baseline["cells"], baseline.get("host_cpus") or []
-    return {cid: [changed_batch_advisory(rule, foreign_cpu_advisory(rule, f, cur, cpus), cells[cid], cur)
-                  for rule in rules if (f := rule.check(cells[cid], cur)) is not None]
-            for cid, cur in current.items() if cid in cells}
+    return {
+        cid: [
+            changed_batch_advisory(rule, foreign_cpu_advisory(rule, f, cur, cpus), cells[cid], cur)
+            for rule in rules
+            if (f := rule.check(cells[cid], cur)) is not None
+        ]
+        for cid, cur in current.items()
+        if cid in cells
+    }
 
 
 def _why_noisy(row: CellRow) -> str:
@@ -209,9 +250,11 @@ def _noise_notes(rows: Sequence[CellRow], rules: Sequence) -> list[str]:
             continue
         why = _why_noisy if rule.follows_host_cpu else (lambda row: "")
         names = ", ".join(f"{row.cell} ({c.threshold:.1%}, sd {c.noise:.1%}{why(row)})" for row, c in limited)
-        notes.append(f"{len(limited)} noise-limited cell(s) on the {rule.clock} clock: their {rule.label} "
-                     f"moves so much between runs that the gate trips only on a change larger than the "
-                     f"threshold asked for, and may miss one of that size: {names}")
+        notes.append(
+            f"{len(limited)} noise-limited cell(s) on the {rule.clock} clock: their {rule.label} "
+            f"moves so much between runs that the gate trips only on a change larger than the "
+            f"threshold asked for, and may miss one of that size: {names}"
+        )
     return notes
 
 
@@ -219,11 +262,16 @@ def _predates(baseline: dict, current: dict[str, dict], rules: Sequence) -> list
     """Clocks measured now that the baseline's ok cells lack: not compared; the baseline is older."""
     cells, notes = baseline["cells"], []
     for rule in (r for r in rules if isinstance(r, SpeedupRule)):
-        lacking = [cid for cid, cur in current.items() if cid in cells and both_ok(cells[cid], cur)
-                   and cur.get(rule.metric) and not cells[cid].get(rule.metric)]
+        lacking = [
+            cid
+            for cid, cur in current.items()
+            if cid in cells and both_ok(cells[cid], cur) and cur.get(rule.metric) and not cells[cid].get(rule.metric)
+        ]
         if lacking:
-            notes.append(f"the baseline predates the {rule.clock} clock for {len(lacking)} cell(s), so it was "
-                         f"not compared there; remake the baseline (perfgate baseline update) to gate it")
+            notes.append(
+                f"the baseline predates the {rule.clock} clock for {len(lacking)} cell(s), so it was "
+                f"not compared there; remake the baseline (perfgate baseline update) to gate it"
+            )
     return notes
 
 
@@ -232,28 +280,33 @@ def _host_cpu_note(baseline: dict, records: Sequence[dict]) -> list[str]:
     foreign = sorted({cpu for r in records if (cpu := (r.get("env") or {}).get("cpu_model"))} - set(known))
     if not known or not foreign:
         return []
-    return [f"host CPU {', '.join(foreign)} is not the baseline's ({', '.join(known)}): the wall speedups of "
-            f"host-bound cells follow the host CPU, so their wall findings are advisories that never fail the "
-            f"gate; device-bound cells and the device and host clocks gate as usual"]
+    return [
+        f"host CPU {', '.join(foreign)} is not the baseline's ({', '.join(known)}): the wall speedups of "
+        f"host-bound cells follow the host CPU, so their wall findings are advisories that never fail the "
+        f"gate; device-bound cells and the device and host clocks gate as usual"
+    ]
 
 
 def _notes(baseline: dict, rows: Sequence[CellRow], records: Sequence[dict], rules: Sequence) -> list[str]:
     notes = []
     unknown = [r.cell for r in rows if r.run_to_run_known is False]
     if (baseline.get("runs") or 0) < 2:
-        notes.append("the baseline has a single run: run-to-run noise is unknown, so the speedup gate judges "
-                     "drops against the runs' own intervals, which are narrower than the noise between "
-                     "processes (false alarms are likelier); rebuild it from 5 or more runs")
+        notes.append(
+            "the baseline has a single run: run-to-run noise is unknown, so the speedup gate judges "
+            "drops against the runs' own intervals, which are narrower than the noise between "
+            "processes (false alarms are likelier); rebuild it from 5 or more runs"
+        )
     elif unknown:
-        notes.append(f"run-to-run noise unknown for {len(unknown)} cell(s) with fewer than 2 ok runs in the "
-                     f"baseline (judged against their intervals alone): {', '.join(unknown)}")
+        notes.append(
+            f"run-to-run noise unknown for {len(unknown)} cell(s) with fewer than 2 ok runs in the "
+            f"baseline (judged against their intervals alone): {', '.join(unknown)}"
+        )
     notes += _noise_notes(rows, rules)
     notes += _predates(baseline, {r["cell"]: r for r in records}, rules)
     return notes + _host_cpu_note(baseline, records)
 
 
-def _assemble(records: list[dict], baseline: dict, rules: Sequence,
-              findings: dict[str, list[Finding]]) -> GateReport:
+def _assemble(records: list[dict], baseline: dict, rules: Sequence, findings: dict[str, list[Finding]]) -> GateReport:
     current = {r["cell"]: r for r in records}
     cells = baseline["cells"]
     rows = []
@@ -261,20 +314,29 @@ def _assemble(records: list[dict], baseline: dict, rules: Sequence,
         base, cur, found = cells.get(cid), current.get(cid), findings.get(cid, [])
         rows.append(_row(cid, _verdict(found, base, cur), base, cur, rules, found))
     # Cells ok with a speedup in both the run and the baseline: what the geomeans are over.
-    compared = [cid for cid in sorted(findings) if both_ok(cells[cid], current[cid])
-                and cells[cid].get("speedup") and current[cid].get("speedup")]
+    compared = [
+        cid
+        for cid in sorted(findings)
+        if both_ok(cells[cid], current[cid]) and cells[cid].get("speedup") and current[cid].get("speedup")
+    ]
     every = [f for cid in sorted(findings) for f in findings[cid]]
     return GateReport(
-        fingerprint=baseline.get("fingerprint"), tier=baseline.get("tier"), rows=rows,
+        fingerprint=baseline.get("fingerprint"),
+        tier=baseline.get("tier"),
+        rows=rows,
         regressions=[f for f in every if f.kind == REGRESSION],
         improvements=[f for f in every if f.kind == IMPROVEMENT],
-        missing=sorted(set(cells) - set(current)), new=sorted(set(current) - set(cells)),
+        missing=sorted(set(cells) - set(current)),
+        new=sorted(set(current) - set(cells)),
         failed=sorted(cid for cid, r in current.items() if r.get("status") != "ok"),
         geomean_speedup=geomean([current[c]["speedup"] for c in compared]),
         geomean_baseline=geomean([cells[c]["speedup"] for c in compared]),
-        baseline_runs=baseline.get("runs"), notes=_notes(baseline, rows, records, rules),
+        baseline_runs=baseline.get("runs"),
+        notes=_notes(baseline, rows, records, rules),
         advisories=[f for f in every if f.kind == ADVISORY],
-        records=records, baseline=baseline, rules=tuple(rules),
+        records=records,
+        baseline=baseline,
+        rules=tuple(rules),
     )
 
 
@@ -327,8 +389,10 @@ def confirm(report: GateReport, remeasured_records: Iterable[dict]) -> GateRepor
     new = _assemble(records, report.baseline, report.rules, findings)
     tripped_again = {t for t in _trips(new) if t[0] in remeasured}
     cleared = {t for t in suspects if t[0] in remeasured} - tripped_again
-    new.notes.append(f"confirm round: re-measured {len(remeasured)} cell(s); regression confirmed for "
-                     f"{_named(tripped_again)}, cleared for {_named(cleared)}")
+    new.notes.append(
+        f"confirm round: re-measured {len(remeasured)} cell(s); regression confirmed for "
+        f"{_named(tripped_again)}, cleared for {_named(cleared)}"
+    )
     if once:
         new.notes.append(f"tripped only in the confirm round, not counted: {_named(once)}")
     return new
@@ -348,8 +412,9 @@ class GateOutcome:
         return max((r.exit_code for r in self.reports), default=0)
 
 
-def gate_run(records: Sequence[dict], baseline_location, remeasure=None,
-             rules: Sequence = DEFAULT_RULES) -> GateOutcome:
+def gate_run(
+    records: Sequence[dict], baseline_location, remeasure=None, rules: Sequence = DEFAULT_RULES
+) -> GateOutcome:
     """Gate a run's records against the baseline file or directory. `remeasure(cell_ids) -> records`, when
     given, re-runs the cells a ratio rule tripped (a confirm round): the pytest plugin passes one, the
     offline CLI and the HTML report cannot. Every face calls this, so they judge alike.
@@ -365,12 +430,22 @@ def gate_run(records: Sequence[dict], baseline_location, remeasure=None,
     if homeless:
         named = ", ".join(f"{r['cell']} ({r.get('reason') or 'no reason given'})" for r in homeless[:5])
         more = f" and {len(homeless) - 5} more" if len(homeless) > 5 else ""
-        return GateOutcome([], [f"{len(homeless)} selected cell(s) were not measured and carry no environment, "
-                                f"so no baseline can judge them: {named}{more}"])
+        return GateOutcome(
+            [],
+            [
+                f"{len(homeless)} selected cell(s) were not measured and carry no environment, "
+                f"so no baseline can judge them: {named}{more}"
+            ],
+        )
     unfit = [r for r in records if r.get("unfit")]
     if unfit:
-        return GateOutcome([], [f"{len(unfit)} record(s) are unfit for a timing gate ({unfit[0]['cell']}: "
-                                f"{unfit[0]['unfit']}); time the cells again alone: {TIME_ALONE}"])
+        return GateOutcome(
+            [],
+            [
+                f"{len(unfit)} record(s) are unfit for a timing gate ({unfit[0]['cell']}: "
+                f"{unfit[0]['unfit']}); time the cells again alone: {TIME_ALONE}"
+            ],
+        )
     groups = group_by_key(records)
     baselines, errors = {}, []
     for key in sorted(groups):

@@ -21,8 +21,8 @@ from perfgate.core.stats import interval_sd
 
 REGRESSION = "regression"
 IMPROVEMENT = "improvement"
-ADVISORY = "advisory"               # reported, never fails the gate, never re-measured
-GATE, AB = "gate", "ab"             # what a finding compares: a baseline with now, or side A with side B
+ADVISORY = "advisory"  # reported, never fails the gate, never re-measured
+GATE, AB = "gate", "ab"  # what a finding compares: a baseline with now, or side A with side B
 
 # Each ratio metric's clock, as reports name it (perfgate.core.clocks defines them).
 CLOCK_NAMES = clocks.NAMES
@@ -50,28 +50,28 @@ class Finding:
 
     cell: str
     metric: str
-    kind: str                       # REGRESSION | IMPROVEMENT | ADVISORY
-    baseline: object                # the baseline's value (number or verdict); side A's in an A/B run
+    kind: str  # REGRESSION | IMPROVEMENT | ADVISORY
+    baseline: object  # the baseline's value (number or verdict); side A's in an A/B run
     current: object
-    threshold: float | None         # fraction the rule used (effective, for the ratio rules); None for exact
-                                    # rules and for a clock lacking now
+    threshold: float | None  # fraction the rule used (effective, for the ratio rules); None for exact
+    # rules and for a clock lacking now
     form: str = ""
-    loss: bool = True               # the rule saw a loss (a regression, before any advisory)
-    sides: str = GATE               # GATE | AB
-    clock: str = ""                 # the ratio rule's clock: "device"
-    label: str = ""                 # the ratio rule's figure: "device speedup", "eager ms per step"
+    loss: bool = True  # the rule saw a loss (a regression, before any advisory)
+    sides: str = GATE  # GATE | AB
+    clock: str = ""  # the ratio rule's clock: "device"
+    label: str = ""  # the ratio rule's figure: "device speedup", "eager ms per step"
     change: float | None = None
     lo: float | None = None
     hi: float | None = None
-    sds: float | None = None        # gate: the drop in sds of noise (inf where the noise is 0)
-    sd: float | None = None         # gate: the noise sd of the log drop, and whether the baseline knew its
-    noise_known: bool = True        # run-to-run noise
-    host_ms: tuple = ()             # host form: (eager, compiled) host ms now, and in the baseline
-    note: str = ""                  # why a clock is missing; a status's reason; numerics' worst tensor
+    sds: float | None = None  # gate: the drop in sds of noise (inf where the noise is 0)
+    sd: float | None = None  # gate: the noise sd of the log drop, and whether the baseline knew its
+    noise_known: bool = True  # run-to-run noise
+    host_ms: tuple = ()  # host form: (eager, compiled) host ms now, and in the baseline
+    note: str = ""  # why a clock is missing; a status's reason; numerics' worst tensor
     confidence: float | None = None  # A/B: the interval's confidence
-    t: float | None = None          # A/B: Student's t
+    t: float | None = None  # A/B: Student's t
     df: int | None = None
-    processes: tuple = ()           # A/B: (n_a, n_b)
+    processes: tuple = ()  # A/B: (n_a, n_b)
     advisories: tuple[Advisory, ...] = ()
 
     @property
@@ -87,18 +87,27 @@ def both_ok(base: dict, cur: dict) -> bool:
 
 
 def _finding(rule, base: dict, cur: dict, kind: str, threshold, form: str, **figures) -> Finding:
-    return Finding(cur["cell"], rule.metric, kind, base.get(rule.metric), cur.get(rule.metric), threshold,
-                   form=form, loss=kind == REGRESSION, **figures)
+    return Finding(
+        cur["cell"],
+        rule.metric,
+        kind,
+        base.get(rule.metric),
+        cur.get(rule.metric),
+        threshold,
+        form=form,
+        loss=kind == REGRESSION,
+        **figures,
+    )
 
 
 @dataclass(frozen=True)
 class SpeedupNoise:
     """What a ratio rule knows about one cell's noise, as sds of the log ratio (0.01 ~ 1 %)."""
 
-    run_to_run: float | None        # the baseline's sd between runs; None with fewer than 2 ok runs
-    n_runs: int                     # ok runs behind the baseline's median
-    current: float                  # the current run's in-run sd
-    baseline_interval: float        # the baseline runs' in-run sd (their interval), the fallback
+    run_to_run: float | None  # the baseline's sd between runs; None with fewer than 2 ok runs
+    n_runs: int  # ok runs behind the baseline's median
+    current: float  # the current run's in-run sd
+    baseline_interval: float  # the baseline runs' in-run sd (their interval), the fallback
 
     @property
     def known(self) -> bool:
@@ -109,7 +118,7 @@ class SpeedupNoise:
         """The sd of the drop d when nothing changed."""
         if self.run_to_run is None:
             return math.hypot(self.baseline_interval, self.current)
-        return math.sqrt(self.run_to_run ** 2 * (1 + 1 / max(self.n_runs, 1)) + self.current ** 2)
+        return math.sqrt(self.run_to_run**2 * (1 + 1 / max(self.n_runs, 1)) + self.current**2)
 
 
 @dataclass(frozen=True)
@@ -117,13 +126,13 @@ class SpeedupRule:
     """A higher-is-better eager/compiled ratio of one clock: `metric` is speedup (wall), device_speedup or
     host_speedup, read with its `_lo`, `_hi`, `_runs` and `_spread` fields from the baseline cell."""
 
-    form: ClassVar[str] = "ratio"   # its findings' terms (perfgate.render.wording): a speedup's drop or gain
+    form: ClassVar[str] = "ratio"  # its findings' terms (perfgate.render.wording): a speedup's drop or gain
 
     metric: str = WALL.ratio
-    direction: str = "higher"        # higher is better
+    direction: str = "higher"  # higher is better
     threshold: float = WALL.threshold  # fraction of the baseline ratio; the wall rule: gate.speedup_threshold wins
-    z: float = 2.0                   # a drop must be this many sds of noise to count as real
-    floor: float = 0.5               # and never smaller than this fraction of the threshold
+    z: float = 2.0  # a drop must be this many sds of noise to count as real
+    floor: float = 0.5  # and never smaller than this fraction of the threshold
     phases: tuple[str, ...] | None = None  # the phases whose cells have this clock (None: every phase)
 
     def applies(self, record: dict) -> bool:
@@ -207,18 +216,39 @@ class SpeedupRule:
         if not both_ok(base, cur) or not ref or not self.applies(cur):
             return None  # nothing to compare, or the baseline has no such clock (old, or CPU): not compared
         if not now or now <= 0:
-            return _finding(self, base, cur, REGRESSION, None, "missing", clock=self.clock, label=self.label,
-                            note=cur.get("clocks_note") or "")
+            return _finding(
+                self,
+                base,
+                cur,
+                REGRESSION,
+                None,
+                "missing",
+                clock=self.clock,
+                label=self.label,
+                note=cur.get("clocks_note") or "",
+            )
         significance, size, noise = self.lines(base, cur)
         line = max(significance, size)
         d = self.log_drop(ref, now)
         if abs(d) <= line:
             return None
-        return _finding(self, base, cur, REGRESSION if d > 0 else IMPROVEMENT, self.fraction(line, loss=d > 0),
-                        self.form, clock=self.clock, label=self.label, change=self.change(ref, now),
-                        lo=cur.get(f"{self.metric}_lo") or now, hi=cur.get(f"{self.metric}_hi") or now,
-                        sds=abs(d) / noise.sigma if noise.sigma else math.inf, sd=noise.sigma,
-                        noise_known=noise.known, **self.figures(base, cur))
+        return _finding(
+            self,
+            base,
+            cur,
+            REGRESSION if d > 0 else IMPROVEMENT,
+            self.fraction(line, loss=d > 0),
+            self.form,
+            clock=self.clock,
+            label=self.label,
+            change=self.change(ref, now),
+            lo=cur.get(f"{self.metric}_lo") or now,
+            hi=cur.get(f"{self.metric}_hi") or now,
+            sds=abs(d) / noise.sigma if noise.sigma else math.inf,
+            sd=noise.sigma,
+            noise_known=noise.known,
+            **self.figures(base, cur),
+        )
 
 
 @dataclass(frozen=True)
@@ -227,10 +257,10 @@ class HostTimeRule(SpeedupRule):
     by more than `threshold` (0.15 = +15 %, host_speedup 13.0 % lower). The same test as SpeedupRule on
     log host_speedup; only the threshold and the words are in host time, which is what a reader acts on."""
 
-    form: ClassVar[str] = "host"    # compiled host time relative to eager's: its growth or fall
+    form: ClassVar[str] = "host"  # compiled host time relative to eager's: its growth or fall
 
     metric: str = HOST.ratio
-    direction: str = "higher"        # of host_speedup: compiled host time relative to eager's is lower-better
+    direction: str = "higher"  # of host_speedup: compiled host time relative to eager's is lower-better
     threshold: float = HOST.threshold  # growth of compiled host ms relative to eager's
 
     def log_threshold(self, cur: dict) -> float:
@@ -253,9 +283,15 @@ def foreign_cpu_advisory(rule, finding: Finding, cur: dict, host_cpus) -> Findin
     """The finding as the gate should count it: the wall rule's finding on a host-bound cell measured on a
     host CPU the baseline never ran on becomes ADVISORY (docs/gate-power.md says why); anything else as is."""
     cpu = (cur.get("env") or {}).get("cpu_model")
-    if (not getattr(rule, "follows_host_cpu", False) or finding.kind not in (REGRESSION, IMPROVEMENT)
-            or finding.current is None or not cpu or not host_cpus or cpu in host_cpus
-            or cur.get("bound") != "host"):
+    if (
+        not getattr(rule, "follows_host_cpu", False)
+        or finding.kind not in (REGRESSION, IMPROVEMENT)
+        or finding.current is None
+        or not cpu
+        or not host_cpus
+        or cpu in host_cpus
+        or cur.get("bound") != "host"
+    ):
         return finding
     why = Advisory("foreign_cpu", tuple(host_cpus), cpu, cur.get("busy_compiled"))
     return replace(finding, kind=ADVISORY, advisories=(*finding.advisories, why))
@@ -267,8 +303,13 @@ def changed_batch_advisory(rule, finding: Finding, base: dict, cur: dict) -> Fin
     changed the cell rather than the code changing its speed. Counts, numerics and status judge as usual.
     Either batch unknown (records before the field): as is."""
     was, now = base.get("batch"), cur.get("batch")
-    if (isinstance(rule, (CountRule, NumericsRule, StatusRule)) or finding.kind not in (REGRESSION, IMPROVEMENT)
-            or was is None or now is None or was == now):
+    if (
+        isinstance(rule, (CountRule, NumericsRule, StatusRule))
+        or finding.kind not in (REGRESSION, IMPROVEMENT)
+        or was is None
+        or now is None
+        or was == now
+    ):
         return finding
     return replace(finding, kind=ADVISORY, advisories=(*finding.advisories, Advisory("changed_batch", was, now)))
 
@@ -280,7 +321,7 @@ class CountRule:
 
     metric: str
     direction: str = "lower"
-    threshold: int = 0               # extra counts tolerated
+    threshold: int = 0  # extra counts tolerated
 
     def check(self, base: dict, cur: dict) -> Finding | None:
         ref, now = base.get(self.metric), cur.get(self.metric)
@@ -362,8 +403,14 @@ class StatusRule:
         return None
 
 
-def default_rules(*, speedup: float = WALL.threshold, device: float = DEVICE.threshold,
-                  host: float = HOST.threshold, memory: float = 0.20, compile_time: float = 0.50) -> tuple:
+def default_rules(
+    *,
+    speedup: float = WALL.threshold,
+    device: float = DEVICE.threshold,
+    host: float = HOST.threshold,
+    memory: float = 0.20,
+    compile_time: float = 0.50,
+) -> tuple:
     """The gate's rules; thresholds are fractions (0.05 = 5 %). `speedup` and `device`: a drop of the wall
     and device speedups; `host`: a growth of compiled host time per step relative to eager's."""
     return (
@@ -384,14 +431,12 @@ def default_rules(*, speedup: float = WALL.threshold, device: float = DEVICE.thr
         # A data-parallel cell's breaks in DDP's forward wrapper: each is a graph more to issue every step.
         CountRule("ddp_wrapper_breaks"),
         # 32 MiB: below that a change is allocator rounding, not the model.
-        RelativeRule("peak_mem_compiled_mb", memory, min_delta=32.0,
-                     measured_right=compiled_peak_is_right),
+        RelativeRule("peak_mem_compiled_mb", memory, min_delta=32.0, measured_right=compiled_peak_is_right),
         RelativeRule("peak_mem_eager_mb", memory, min_delta=32.0),
         # 2 s: a tiny model's compile moves that much with machine load; cold and cached compiles differ.
         # A kept cache (--perf-cache-dir) makes compile time depend on what earlier runs left in it: seen on an
         # H100, gpt2 train 41.8 s cold vs 8.6 s from a kept cache. Gate cold compiles only.
-        RelativeRule("compile_s", compile_time, min_delta=2.0, requires_same="compile_cache",
-                     requires_value="fresh"),
+        RelativeRule("compile_s", compile_time, min_delta=2.0, requires_same="compile_cache", requires_value="fresh"),
         NumericsRule(),
     )
 

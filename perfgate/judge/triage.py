@@ -34,10 +34,10 @@ DEVICE = ("device_speedup", "compute_speedup")
 @dataclass(frozen=True)
 class Triage:
     cell: str
-    node_id: str                    # or the cell id, where its record lacks the parts of one
-    command: str                    # reproduces the measurement, gated against the same baselines
-    env: dict                       # ENV_KEYS of the record
-    kind: str                       # environment | real | noise-limited | host-side | wall only
+    node_id: str  # or the cell id, where its record lacks the parts of one
+    command: str  # reproduces the measurement, gated against the same baselines
+    env: dict  # ENV_KEYS of the record
+    kind: str  # environment | real | noise-limited | host-side | wall only
     why: str
 
     def env_text(self) -> str:
@@ -48,8 +48,14 @@ def node_id(record: dict) -> str | None:
     """The pytest node id of the record's cell; None where the record lacks the cell's parts."""
     if not all(record.get(k) for k in ("model", "phase", "variant", "precision")):
         return None
-    cell = Cell(record["model"], record["phase"], record["variant"], record["precision"],
-                record.get("device_kind") or "gpu", record.get("tier") or "nightly")
+    cell = Cell(
+        record["model"],
+        record["phase"],
+        record["variant"],
+        record["precision"],
+        record.get("device_kind") or "gpu",
+        record.get("tier") or "nightly",
+    )
     return f"{PERF_TESTS}::{TEST_OF_PHASE.get(record['phase'], 'test_' + record['phase'])}[{cell.param_id}]"
 
 
@@ -68,8 +74,11 @@ def env_differences(record: dict, baseline: dict) -> list[str]:
     """'torch 2.11.0 → 2.12.0' for each version the baseline knows and the record has otherwise; the host CPU
     where the baseline names its hosts and this one is not among them."""
     versions, env = baseline.get("versions") or {}, env_of(record)
-    diffs = [f"{k} {versions[k]} → {env[k]}" for k in ENV_KEYS
-             if k != "cpu_model" and versions.get(k) is not None and k in env and str(versions[k]) != str(env[k])]
+    diffs = [
+        f"{k} {versions[k]} → {env[k]}"
+        for k in ENV_KEYS
+        if k != "cpu_model" and versions.get(k) is not None and k in env and str(versions[k]) != str(env[k])
+    ]
     hosts = baseline.get("host_cpus") or []
     if hosts and env.get("cpu_model") and env["cpu_model"] not in hosts:
         diffs.append(f"host CPU {env['cpu_model']} (baseline: {', '.join(hosts)})")
@@ -104,29 +113,51 @@ def triage(report) -> list[Triage]:
     for row in (r for r in report.rows if r.cell in flagged and r.cell in records):
         record = records[row.cell]
         kind, why = classify(row, record, report.baseline)
-        command = shlex.join(["python", "-m", "pytest", *selection(record), "-p", "no:randomly",
-                              "--perf-baseline", "baselines"])
+        command = shlex.join(
+            ["python", "-m", "pytest", *selection(record), "-p", "no:randomly", "--perf-baseline", "baselines"]
+        )
         lines.append(Triage(row.cell, node_id(record) or row.cell, command, env_of(record), kind, why))
     return lines
 
 
 # ---------------------------------------------------------------------------------------------- nightly
 
+
 def bisect_hint(points: Sequence[dict], ok: Sequence[int], index: int, processes: int = 3) -> str:
     """The nights around a change point (index into `ok`, the ok points of a history series) and the
     command that would settle it: commits when the versions agree, the versions that moved otherwise."""
     good, bad = points[ok[index - 1]], points[ok[index]]
-    nights = (f"last good {good['date']} ({(good.get('commit') or 'unknown')[:12]}), first bad {bad['date']} "
-              f"({(bad.get('commit') or 'unknown')[:12]})")
-    moved = [f"{k} {good['env'][k]} → {bad['env'][k]}" for k in ENV_KEYS
-             if (good.get("env") or {}).get(k) != (bad.get("env") or {}).get(k) and k != "cpu_model"]
+    nights = (
+        f"last good {good['date']} ({(good.get('commit') or 'unknown')[:12]}), first bad {bad['date']} "
+        f"({(bad.get('commit') or 'unknown')[:12]})"
+    )
+    moved = [
+        f"{k} {good['env'][k]} → {bad['env'][k]}"
+        for k in ENV_KEYS
+        if (good.get("env") or {}).get(k) != (bad.get("env") or {}).get(k) and k != "cpu_model"
+    ]
     select = ["--", *selection(bad), "-p", "no:randomly"]
     if moved:
-        return (f"{nights}; versions moved: {'; '.join(moved)}: bisect the releases between, e.g. perfgate "
-                f"bisect --step-pip 'PKG==OLD' ... --step-pip 'PKG==NEW' --rule speedup {shlex.join(select)}")
+        return (
+            f"{nights}; versions moved: {'; '.join(moved)}: bisect the releases between, e.g. perfgate "
+            f"bisect --step-pip 'PKG==OLD' ... --step-pip 'PKG==NEW' --rule speedup {shlex.join(select)}"
+        )
     if not good.get("commit") or not bad.get("commit"):
         return f"{nights}; no commits recorded to bisect (perfgate history add --commit SHA files them)"
     if good["commit"] == bad["commit"]:
         return f"{nights}; same commit and versions: the machine moved, not the code (host CPU, driver, load)"
-    return (f"{nights}: " + shlex.join(["perfgate", "bisect", "--good", good["commit"], "--bad", bad["commit"],
-                                         "--rule", "speedup", "--processes", str(processes), *select]))
+    return f"{nights}: " + shlex.join(
+        [
+            "perfgate",
+            "bisect",
+            "--good",
+            good["commit"],
+            "--bad",
+            bad["commit"],
+            "--rule",
+            "speedup",
+            "--processes",
+            str(processes),
+            *select,
+        ]
+    )

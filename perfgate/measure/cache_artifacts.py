@@ -66,16 +66,19 @@ def save(record: dict) -> bytes | None:
         record["compile_artifacts_note"] = f"save_cache_artifacts: {error_line(err)}"
         return None
     if saved is None:
-        record["compile_artifacts_note"] = ("save_cache_artifacts() returned None: the compile left no cache "
-                                            "artifacts (a backend without inductor caches, or caches off)")
+        record["compile_artifacts_note"] = (
+            "save_cache_artifacts() returned None: the compile left no cache "
+            "artifacts (a backend without inductor caches, or caches off)"
+        )
         return None
     data = saved[0]
     record["compile_artifacts_bytes"] = len(data)
     return data
 
 
-def measure_in_child(data: bytes, cell, options, record: dict, timeout_s: float = CHILD_TIMEOUT_S,
-                     tf32: bool | None = None) -> None:
+def measure_in_child(
+    data: bytes, cell, options, record: dict, timeout_s: float = CHILD_TIMEOUT_S, tf32: bool | None = None
+) -> None:
     """Time load + first compiled call in a fresh process handed `data`; fills the compile_artifacts_*
     fields of `record`. Never raises: whatever goes wrong becomes compile_artifacts_note."""
     if options.registry is None:
@@ -91,8 +94,10 @@ def measure_in_child(data: bytes, cell, options, record: dict, timeout_s: float 
         return
     record["compile_artifacts_s"], record["compile_artifacts_hits"] = result["seconds"], result["hits"]
     if result["hits"] == 0:
-        record["compile_artifacts_note"] = (f"no cache hit in the fresh process ({result['misses']} misses): "
-                                            "it compiled cold, the artifacts went unused")
+        record["compile_artifacts_note"] = (
+            f"no cache hit in the fresh process ({result['misses']} misses): "
+            "it compiled cold, the artifacts went unused"
+        )
 
 
 def _run_child(directory: Path, data: bytes, cell, options, timeout_s: float, tf32: bool | None) -> dict:
@@ -103,10 +108,21 @@ def _run_child(directory: Path, data: bytes, cell, options, timeout_s: float, tf
     cache = directory / "inductor"
     if tf32 is None:
         tf32 = options.device.startswith("cuda") and torch.get_float32_matmul_precision() != "highest"
-    job = Job(cell=cell, options=options, tf32=tf32, purpose="artifacts", limit_s=timeout_s,
-              artifacts_path=str(directory / "artifacts.bin"), sys_path=tuple(import_path()))
-    child = spawn(directory / "child", "the fresh process", TORCHINDUCTOR_CACHE_DIR=str(cache),
-                  TRITON_CACHE_DIR=str(cache / "triton"))
+    job = Job(
+        cell=cell,
+        options=options,
+        tf32=tf32,
+        purpose="artifacts",
+        limit_s=timeout_s,
+        artifacts_path=str(directory / "artifacts.bin"),
+        sys_path=tuple(import_path()),
+    )
+    child = spawn(
+        directory / "child",
+        "the fresh process",
+        TORCHINDUCTOR_CACHE_DIR=str(cache),
+        TRITON_CACHE_DIR=str(cache / "triton"),
+    )
     events = child.send(job.to_json(), last=True)
     try:
         failure = supervise([child], limit_s=timeout_s, events=events, finished=lambda: events.result is not None)

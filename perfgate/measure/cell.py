@@ -40,15 +40,21 @@ from perfgate.measure.pipeline import (
 from perfgate.measure.steps import Side, build_model, compiled_side, sync
 
 
-def run_cell(spec, cell: Cell, options: RunOptions, env: dict,
-             progress: Callable[[str], None] = lambda _msg: None,
-             record_compiled: Callable[[float], None] | None = None,
-             checkpoint: Callable[[dict], None] | None = None) -> dict:
+def run_cell(
+    spec,
+    cell: Cell,
+    options: RunOptions,
+    env: dict,
+    progress: Callable[[str], None] = lambda _msg: None,
+    record_compiled: Callable[[float], None] | None = None,
+    checkpoint: Callable[[dict], None] | None = None,
+) -> dict:
     """Measure one cell and return its record. `checkpoint`, if given, receives the record as it stands at
     each stage (status "failed", reason "did not finish ..."): a process killed mid-cell (a CI timeout, a
     hung compile) then leaves what it had measured, and the final record supersedes it."""
     if cell.phase == "ddp":  # its ranks are processes of their own
         from perfgate.measure import ddp
+
         return ddp.run(spec, cell, options, env, progress, record_compiled, checkpoint)
     record = start_record(spec, cell, env)
     clock = StageClock(record)
@@ -59,16 +65,25 @@ def run_cell(spec, cell: Cell, options: RunOptions, env: dict,
 
     def stages() -> None:
         why_dir = Path(options.profile_dir) / cell.id if options.profile_dir else None
-        with (compile_cache(options.cache_dir, record, cell.precision),
-              why.compile_logs(why_dir and why_dir / "compile.log"), cache_artifacts.fresh_recording()):
+        with (
+            compile_cache(options.cache_dir, record, cell.precision),
+            why.compile_logs(why_dir and why_dir / "compile.log"),
+            cache_artifacts.fresh_recording(),
+        ):
             saved[0] = _measure(run, record_compiled, why_dir)
 
     guarded(record, clock, stages)
     if saved[0] is not None:  # after clean-up: this process's models are freed while the child builds its own
-        clock.enter("artifacts", f"{cell.id}: compiling from {len(saved[0])} bytes of cache artifacts in a "
-                                 f"fresh process")
-        cache_artifacts.measure_in_child(saved[0], cell, options, record,  # never raises: a note says what failed
-                                   tf32=bool(env.get("tf32")))
+        clock.enter(
+            "artifacts", f"{cell.id}: compiling from {len(saved[0])} bytes of cache artifacts in a fresh process"
+        )
+        cache_artifacts.measure_in_child(
+            saved[0],
+            cell,
+            options,
+            record,  # never raises: a note says what failed
+            tf32=bool(env.get("tf32")),
+        )
         clock.stop()
     return record
 
@@ -78,15 +93,18 @@ def _measure(run: CellRun, record_compiled, why_dir: Path | None) -> bytes | Non
     spec, cell, options, record, device = run.spec, run.cell, run.options, run.record, run.device
     prepare(run)
     key = reference.key(spec, cell, run.size, options.seed, run.host_batches[:2], device)
-    load_reference(run, lambda: reference.compute(spec, cell, run.size, run.state, run.host_batches[:2], device),
-                   key)
-    build_eager(run, lambda r: Side(spec, build_model(spec, r.size, r.state, device), cell.phase,
-                                    cell.precision, device))
+    load_reference(run, lambda: reference.compute(spec, cell, run.size, run.state, run.host_batches[:2], device), key)
+    build_eager(
+        run, lambda r: Side(spec, build_model(spec, r.size, r.state, device), cell.phase, cell.precision, device)
+    )
     capture_eager(run)
     warm_eager(run)
     record["peak_mem_eager_mb"] = run.memory.peak_mb()
-    first_compiled_call(run, lambda r: compiled_side(spec, cell, r.size, r.state, device, options.fault),
-                        f"{cell.id}: compiling ({cell.variant})")
+    first_compiled_call(
+        run,
+        lambda r: compiled_side(spec, cell, r.size, r.state, device, options.fault),
+        f"{cell.id}: compiling ({cell.variant})",
+    )
     judge_numerics(run)
     eager_ms, compiled_ms = warm_compiled(run)
 
@@ -107,9 +125,12 @@ def _measure(run: CellRun, record_compiled, why_dir: Path | None) -> bytes | Non
     record["recompile_reasons"] = counts["recompile_reasons"]
     store_throughput(spec, run.size, cell, record, lambda: run.eager_step(0), device)
     if why_dir is not None:
-        record["why"] = {"dir": str(why_dir), "compile_log": str(why_dir / "compile.log"),
-                         "trace_eager": str(why.trace(run.eager_step, why_dir / "trace-eager.json", device)),
-                         "trace_compiled": str(why.trace(run.compiled_step, why_dir / "trace-compiled.json", device))}
+        record["why"] = {
+            "dir": str(why_dir),
+            "compile_log": str(why_dir / "compile.log"),
+            "trace_eager": str(why.trace(run.eager_step, why_dir / "trace-eager.json", device)),
+            "trace_compiled": str(why.trace(run.compiled_step, why_dir / "trace-compiled.json", device)),
+        }
     # Saved before the in-process warm compile below: the artifacts are what the cold compile left.
     saved = cache_artifacts.save(record) if options.warm_compile == "artifacts" else None
     if options.warm_compile != "off":
@@ -127,8 +148,9 @@ def _clocks(run: CellRun, timing_s: float) -> None:
     clocks.measure_device(run.record, run.eager_step, run.compiled_step, run.device, stream)
     device_s = time.perf_counter() - started
     run.clock.enter("host_clock", f"{run.id}: host clock")
-    clocks.measure_host(run.record, run.eager_step, run.compiled_step, run.device, stream,
-                        seconds=max(timing_s - device_s, 0.0))
+    clocks.measure_host(
+        run.record, run.eager_step, run.compiled_step, run.device, stream, seconds=max(timing_s - device_s, 0.0)
+    )
 
 
 def store_throughput(spec, size, cell, record: dict, eager_step, device) -> None:

@@ -68,8 +68,15 @@ def run_job(job, reporter: Reporter, rank: int | None, envs: dict, directory: Pa
             append_record(job.results_path, {**partial, "run_id": job.run_id, "remeasure": job.remeasure})
         reporter.emit({"checkpoint": partial})
 
-    record = run_cell(spec, job.cell, job.options, env, lambda m: reporter.emit({"progress": m}),
-                      lambda ms: reporter.emit({"compiled_ms": ms}), checkpoint)
+    record = run_cell(
+        spec,
+        job.cell,
+        job.options,
+        env,
+        lambda m: reporter.emit({"progress": m}),
+        lambda ms: reporter.emit({"compiled_ms": ms}),
+        checkpoint,
+    )
     reporter.emit({"record": record})
     return record["status"] == "ok"
 

@@ -37,7 +37,7 @@ from perfgate.measure.timing import Rounds
 # 24.17-24.20 ms), so few rounds give a narrow interval; host time has the host's stalls (single steps of
 # the same compiled step: 28.9-73.6 ms), hence more rounds of single steps and the minimum within a round.
 DEVICE_ROUNDS = 5
-DEVICE_STEPS = 3       # steps per profiled round (a stream model: one pass over its batches)
+DEVICE_STEPS = 3  # steps per profiled round (a stream model: one pass over its batches)
 # Host rounds. One round's eager/compiled ratio moved 5-25 % (sd) on H100 leases, and the host speedup's
 # spread between processes matched its in-run error (ratio 0.5-1.5 on 10 of 12 PR cells, 2026-11-23/24):
 # the spread was the rounds' sampling noise, so more rounds narrow it (41 halve the error of 11). But a host
@@ -49,19 +49,27 @@ DEVICE_STEPS = 3       # steps per profiled round (a stream model: one pass over
 # figure proves the engine, not a gate, and CI's minutes are few.
 HOST_MIN_ROUNDS = 11
 HOST_ROUNDS = 41
-HOST_STEPS = 5         # single steps per host round; the round's figure is the fastest
+HOST_STEPS = 5  # single steps per host round; the round's figure is the fastest
 GPU_ACTIVITIES = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
 LABEL = "perfgate-clock"
 
 
-def device_rounds(eager: Callable[[int], object], compiled: Callable[[int], object], device: torch.device,
-                  stream: int = 1, rounds: int = DEVICE_ROUNDS) -> Rounds:
+def device_rounds(
+    eager: Callable[[int], object],
+    compiled: Callable[[int], object],
+    device: torch.device,
+    stream: int = 1,
+    rounds: int = DEVICE_ROUNDS,
+) -> Rounds:
     """GPU busy ms per step of each side, over `rounds` interleaved profiled rounds in one profiler session
     (one CUPTI start and teardown per cell)."""
     events, steps = profiled_rounds(eager, compiled, device, stream, rounds)
     busy = busy_ms_by_range(events, round_labels(rounds))
-    return Rounds([busy[f"{LABEL}:eager:{i}"] / steps for i in range(rounds)],
-                  [busy[f"{LABEL}:compiled:{i}"] / steps for i in range(rounds)], steps)
+    return Rounds(
+        [busy[f"{LABEL}:eager:{i}"] / steps for i in range(rounds)],
+        [busy[f"{LABEL}:compiled:{i}"] / steps for i in range(rounds)],
+        steps,
+    )
 
 
 def round_labels(rounds: int) -> list[str]:
@@ -69,8 +77,13 @@ def round_labels(rounds: int) -> list[str]:
     return [f"{LABEL}:{side}:{i}" for i in range(rounds) for side in ("eager", "compiled")]
 
 
-def profiled_rounds(eager: Callable[[int], object], compiled: Callable[[int], object], device: torch.device,
-                    stream: int = 1, rounds: int = DEVICE_ROUNDS) -> tuple[list, int]:
+def profiled_rounds(
+    eager: Callable[[int], object],
+    compiled: Callable[[int], object],
+    device: torch.device,
+    stream: int = 1,
+    rounds: int = DEVICE_ROUNDS,
+) -> tuple[list, int]:
     """(the profiler's events, steps per round) of `rounds` interleaved rounds of each side under one
     profiler. Each round is a range labelled round_labels' way that ends in a synchronize, so every kernel
     it launched starts and ends inside it; kernels are assigned to rounds by their start time."""
@@ -89,8 +102,10 @@ def profiled_rounds(eager: Callable[[int], object], compiled: Callable[[int], ob
 
 def busy_ms_by_range(events, labels: list[str]) -> dict[str, float]:
     """{label: ms the GPU was busy inside that labelled host range}."""
-    return {label: union_ns([(start, end) for start, end, _ in inside]) / 1e6
-            for label, inside in gpu_work_by_range(events, labels).items()}
+    return {
+        label: union_ns([(start, end) for start, end, _ in inside]) / 1e6
+        for label, inside in gpu_work_by_range(events, labels).items()
+    }
 
 
 def gpu_work_by_range(events, labels: list[str]) -> dict[str, list[tuple[int, int, str]]]:
@@ -111,7 +126,7 @@ def gpu_work_by_range(events, labels: list[str]) -> dict[str, list[tuple[int, in
     work = {}
     for label in labels:
         lo, hi = ranges[label]
-        work[label] = intervals[bisect.bisect_left(starts, lo):bisect.bisect_right(starts, hi)]
+        work[label] = intervals[bisect.bisect_left(starts, lo) : bisect.bisect_right(starts, hi)]
         if not work[label]:
             raise RuntimeError(f"the profiler recorded no GPU activity in {label}")
     return work
@@ -142,9 +157,15 @@ def _on_gpu(event) -> bool:
     return event.device_type() == torch.autograd.DeviceType.CUDA
 
 
-def host_rounds(eager: Callable[[int], object], compiled: Callable[[int], object], device: torch.device,
-                stream: int = 1, rounds: int = HOST_ROUNDS, seconds: float = float("inf"),
-                min_rounds: int = HOST_MIN_ROUNDS) -> Rounds:
+def host_rounds(
+    eager: Callable[[int], object],
+    compiled: Callable[[int], object],
+    device: torch.device,
+    stream: int = 1,
+    rounds: int = HOST_ROUNDS,
+    seconds: float = float("inf"),
+    min_rounds: int = HOST_MIN_ROUNDS,
+) -> Rounds:
     """Host ms to issue one step, each side, over up to `rounds` interleaved rounds of single steps (fewer
     once `seconds` have passed, never fewer than `min_rounds`); a round's figure is its fastest step. A
     stream model's round covers each of its batches, whose lengths differ and so cost differently: there
@@ -185,12 +206,19 @@ def host_ms(step: Callable[[int], object], device: torch.device, stream: int = 1
     return statistics.median(host_rounds(step, step, device, stream, rounds=2, min_rounds=2).compiled_ms)
 
 
-NO_DEVICE_CLOCK = ("no CUDA device: the device clock needs GPU kernel records; on the CPU the host runs the "
-                   "whole step, so host ms is the step's time")
+NO_DEVICE_CLOCK = (
+    "no CUDA device: the device clock needs GPU kernel records; on the CPU the host runs the "
+    "whole step, so host ms is the step's time"
+)
 
 
-def measure_device(record: dict, eager: Callable[[int], object], compiled: Callable[[int], object],
-                   device: torch.device, stream: int = 1) -> None:
+def measure_device(
+    record: dict,
+    eager: Callable[[int], object],
+    compiled: Callable[[int], object],
+    device: torch.device,
+    stream: int = 1,
+) -> None:
     """Fill the record's device clock, busy fractions and bound. A device clock that cannot be read (no CUDA,
     a profiler error) leaves its fields null and says why in clocks_note."""
     if device.type != "cuda":
@@ -207,33 +235,48 @@ def measure_device(record: dict, eager: Callable[[int], object], compiled: Calla
     record["bound_eager"], record["bound"] = bound_of(record["busy_eager"]), bound_of(record["busy_compiled"])
 
 
-def measure_host(record: dict, eager: Callable[[int], object], compiled: Callable[[int], object],
-                 device: torch.device, stream: int = 1, seconds: float = 0.0) -> None:
+def measure_host(
+    record: dict,
+    eager: Callable[[int], object],
+    compiled: Callable[[int], object],
+    device: torch.device,
+    stream: int = 1,
+    seconds: float = 0.0,
+) -> None:
     """Fill the record's host clock: rounds within `seconds` (a GPU cell's budget: see HOST_ROUNDS), never
     fewer than HOST_MIN_ROUNDS; the CPU tier takes the minimum."""
     on_gpu = device.type == "cuda"
-    store_clock(record, "host", host_rounds(eager, compiled, device, stream,
-                                            rounds=HOST_ROUNDS if on_gpu else HOST_MIN_ROUNDS, seconds=seconds))
+    store_clock(
+        record,
+        "host",
+        host_rounds(
+            eager, compiled, device, stream, rounds=HOST_ROUNDS if on_gpu else HOST_MIN_ROUNDS, seconds=seconds
+        ),
+    )
 
 
 def store_clock(record: dict, clock: str, rounds: Rounds) -> None:
     """A clock's round ms, medians and speedup interval as the record's {side}_{clock}_... fields."""
     interval = rounds.speedup()
-    record.update({
-        f"eager_{clock}_round_ms": [round(x, 4) for x in rounds.eager_ms],
-        f"compiled_{clock}_round_ms": [round(x, 4) for x in rounds.compiled_ms],
-        f"eager_{clock}_ms": round(statistics.median(rounds.eager_ms), 4),
-        f"compiled_{clock}_ms": round(statistics.median(rounds.compiled_ms), 4),
-        f"{clock}_speedup": round(interval.median, 4),
-        f"{clock}_speedup_lo": round(interval.lo, 4),
-        f"{clock}_speedup_hi": round(interval.hi, 4),
-    })
+    record.update(
+        {
+            f"eager_{clock}_round_ms": [round(x, 4) for x in rounds.eager_ms],
+            f"compiled_{clock}_round_ms": [round(x, 4) for x in rounds.compiled_ms],
+            f"eager_{clock}_ms": round(statistics.median(rounds.eager_ms), 4),
+            f"compiled_{clock}_ms": round(statistics.median(rounds.compiled_ms), 4),
+            f"{clock}_speedup": round(interval.median, 4),
+            f"{clock}_speedup_lo": round(interval.lo, 4),
+            f"{clock}_speedup_hi": round(interval.hi, 4),
+        }
+    )
 
 
 def summary(record: dict) -> str:
     """One progress line of a measured record's clocks."""
     text = f"wall speedup {record['speedup']:.3f}x [{record['speedup_lo']:.3f}, {record['speedup_hi']:.3f}]"
     if record["device_speedup"] is not None:
-        text += (f", device {record['device_speedup']:.3f}x, compiled step {record['busy_compiled']:.0%} "
-                 f"GPU-busy ({record['bound']}-bound)")
+        text += (
+            f", device {record['device_speedup']:.3f}x, compiled step {record['busy_compiled']:.0%} "
+            f"GPU-busy ({record['bound']}-bound)"
+        )
     return text

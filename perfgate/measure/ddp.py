@@ -31,28 +31,55 @@ def rank_device(device: str, rank: int) -> str:
     return f"cuda:{rank}" if device.startswith("cuda") else "cpu"
 
 
-def run(spec, cell, options, env: dict, progress: Callable[[str], None],
-        record_compiled: Callable[[float], None] | None = None,
-        checkpoint: Callable[[dict], None] | None = None, world: int = DDP_WORLD, tf32: bool | None = None) -> dict:
+def run(
+    spec,
+    cell,
+    options,
+    env: dict,
+    progress: Callable[[str], None],
+    record_compiled: Callable[[float], None] | None = None,
+    checkpoint: Callable[[dict], None] | None = None,
+    world: int = DDP_WORLD,
+    tf32: bool | None = None,
+) -> dict:
     """Run the cell on `world` ranks and return rank 0's record; never raises for what a rank does."""
     limit_s = spec.time_limit_s or VARIANTS[cell.variant].time_limit_s
     started, submitted = time.monotonic(), time.time()
-    job = Job(cell=cell, options=options, tf32=bool(env.get("tf32")) if tf32 is None else tf32, env=env,
-              limit_s=limit_s, world=world, sys_path=tuple(import_path()))
+    job = Job(
+        cell=cell,
+        options=options,
+        tf32=bool(env.get("tf32")) if tf32 is None else tf32,
+        env=env,
+        limit_s=limit_s,
+        world=world,
+        sys_path=tuple(import_path()),
+    )
     with tempfile.TemporaryDirectory(prefix="perfgate-ddp-") as tmp:
         ranks, events = start_ranks(Path(tmp), job, options.device)
         try:
-            failure = supervise(ranks, limit_s=limit_s, events=events, cell_id=cell.id, progress=progress,
-                                record_compiled=record_compiled, checkpoint=checkpoint,
-                                finished=_finished(ranks, events), started=started)
+            failure = supervise(
+                ranks,
+                limit_s=limit_s,
+                events=events,
+                cell_id=cell.id,
+                progress=progress,
+                record_compiled=record_compiled,
+                checkpoint=checkpoint,
+                finished=_finished(ranks, events),
+                started=started,
+            )
         finally:
             kill_groups(*ranks)
         events.read(progress, record_compiled)
         if failure is None and events.record is not None:
             return with_process_start(events.record, (events.started_at or submitted) - submitted)
         record = dict(events.checkpoint) if events.checkpoint else new_record(cell, env)
-        record.update(status="failed", reason=failure or "rank 0 ended without a record",
-                      world_size=world, wall_s=round(time.monotonic() - started, 2))
+        record.update(
+            status="failed",
+            reason=failure or "rank 0 ended without a record",
+            world_size=world,
+            wall_s=round(time.monotonic() - started, 2),
+        )
         return record
 
 
@@ -86,4 +113,5 @@ def _finished(ranks, events) -> Callable[[], bool]:
             reported_at.append(time.monotonic())
             return time.monotonic() - reported_at[0] >= EXIT_GRACE_S
         return False
+
     return finished

@@ -39,10 +39,14 @@ from perfgate.measure.timing import Rounds
 COMM_KERNEL = "nccl"  # NCCL's kernels: ncclDevKernel_AllReduce_Sum_bf16_RING_LL (2.2x), ncclKernel_... before
 SIDES = ("eager", "compiled")
 PARTS = ("compute_ms", "comm_ms", "comm_exposed_ms")
-NO_CUDA = ("no CUDA device: no device clock or step breakdown (on the CPU the host runs the whole step, "
-           "the all-reduce included)")
-BREAKDOWN = ("no device or host clock for a data-parallel cell (a rank's GPU-busy time includes its wait for "
-             "the others' all-reduce): compute_speedup and the step breakdown instead (perfgate.measure.ddp_clocks)")
+NO_CUDA = (
+    "no CUDA device: no device clock or step breakdown (on the CPU the host runs the whole step, "
+    "the all-reduce included)"
+)
+BREAKDOWN = (
+    "no device or host clock for a data-parallel cell (a rank's GPU-busy time includes its wait for "
+    "the others' all-reduce): compute_speedup and the step breakdown instead (perfgate.measure.ddp_clocks)"
+)
 
 
 def split_ms(work: list[tuple[int, int, str]]) -> tuple[float, float, float]:
@@ -66,8 +70,7 @@ def store(record: dict, ranks: list[dict]) -> None:
     """The record's compute clock (per round, the ranks' mean) and each rank's breakdown (medians over
     rounds), from every rank's rank_rounds in rank order; GPU idle against the timed eager_ms / compiled_ms."""
     rounds = len(ranks[0]["eager"])
-    compute = {side: [statistics.fmean(rank[side][i][0] for rank in ranks) for i in range(rounds)]
-               for side in SIDES}
+    compute = {side: [statistics.fmean(rank[side][i][0] for rank in ranks) for i in range(rounds)] for side in SIDES}
     store_clock(record, "compute", Rounds(compute["eager"], compute["compiled"], ranks[0]["steps"]))
     breakdown: dict = {}
     for side in SIDES:

@@ -97,15 +97,16 @@ def _bucket_counts():
 
 def _unwrapped(captured: dict) -> dict:
     """DDP's parameter names ("grad.module.x") as the plain model's ("grad.x")."""
-    return {key.replace(".module.", ".", 1) if key.startswith(("grad.module.", "param.module.")) else key: value
-            for key, value in captured.items()}
+    return {
+        key.replace(".module.", ".", 1) if key.startswith(("grad.module.", "param.module.")) else key: value
+        for key, value in captured.items()
+    }
 
 
 def _ddp_side(run: CellRun) -> Side:
     model = build_model(run.spec, run.size, run.state, run.device)
     bucket_mb = 25.0 if run.device.type == "cuda" else CPU_BUCKET_MB
-    wrapped = DDP(model, device_ids=[run.device.index] if run.device.type == "cuda" else None,
-                  bucket_cap_mb=bucket_mb)
+    wrapped = DDP(model, device_ids=[run.device.index] if run.device.type == "cuda" else None, bucket_cap_mb=bucket_mb)
     return Side(run.spec, wrapped, "train", run.cell.precision, run.device)
 
 
@@ -129,8 +130,13 @@ def compute_reference(spec, cell, size, state, host_batches: list[list[dict]], d
                         losses.append(loss.detach())
                     out = {"loss": losses[0].cpu()}  # rank 0's loss: the one judged against rank 0's
                     if step == 1:
-                        out.update({f"grad.{n}": p.grad.detach().cpu() for n, p in model.named_parameters()
-                                    if p.grad is not None})
+                        out.update(
+                            {
+                                f"grad.{n}": p.grad.detach().cpu()
+                                for n, p in model.named_parameters()
+                                if p.grad is not None
+                            }
+                        )
                     optimizer.step()
                     optimizer.zero_grad(set_to_none=True)
                     if step == 1:
@@ -162,8 +168,9 @@ def measure(run: CellRun, rank: int, world: int) -> None:
     prepare(run, batch_seed=options.seed + rank)  # each rank its own data: seed + rank
     run.timed = run.batches[:1]
     if rank == 0:  # rank 0 judges: every rank's host batches, for DDP done in one process
-        all_host = [cell_batches(spec, cell, run.size, options.seed + r, torch.device("cpu"))[0][:2]
-                    for r in range(world)]
+        all_host = [
+            cell_batches(spec, cell, run.size, options.seed + r, torch.device("cpu"))[0][:2] for r in range(world)
+        ]
         key = reference.key(spec, cell, run.size, options.seed, [b for bs in all_host for b in bs], device, world)
         load_reference(run, lambda: compute_reference(spec, cell, run.size, run.state, all_host, device, world), key)
     build_eager(run, _ddp_side)
@@ -173,18 +180,26 @@ def measure(run: CellRun, rank: int, world: int) -> None:
 
     patches = {"optimize_ddp": variant.ddp, "compiled_autograd": variant.compiled_autograd}
     with torch._dynamo.config.patch(**patches), _bucket_counts() as buckets:
+
         def make_compiled(r: CellRun) -> Side:
             side = _ddp_side(r)
             side.compile(variant, options.fault)
             return side
 
-        first_compiled_call(run, make_compiled, f"{cell.id}: compiling DDP ({cell.variant}, {world} ranks)",
-                            adapt=_unwrapped, at_compile=rank == world - 1)  # a hung rank: the last
+        first_compiled_call(
+            run,
+            make_compiled,
+            f"{cell.id}: compiling DDP ({cell.variant}, {world} ranks)",
+            adapt=_unwrapped,
+            at_compile=rank == world - 1,
+        )  # a hung rank: the last
         record["compile_s"] = round(_max_over_ranks(record["compile_s"], device), 3)
         first = run.first_counts
         if variant.compiled_autograd and first["autograd_captures"] == 0:
-            raise CellFailure(f"ran eager in part: {cell.variant} traced no backward (compiled autograd "
-                              f"captured nothing; DDP's Python reducer would all-reduce per parameter)")
+            raise CellFailure(
+                f"ran eager in part: {cell.variant} traced no backward (compiled autograd "
+                f"captured nothing; DDP's Python reducer would all-reduce per parameter)"
+            )
         judge_numerics(run, adapt=_unwrapped, judged_here=rank == 0)
         record["ranks_param_diff"] = _param_spread(run.compiled, device, world)
         eager_ms, compiled_ms = warm_compiled(run)
@@ -201,8 +216,11 @@ def measure(run: CellRun, rank: int, world: int) -> None:
             watch.sample()
         counts = introspect.compile_counts()
     _recompiles(record, first, counts)
-    record.update(graph_count=first["graph_count"], ddp_buckets=sum(buckets) if buckets else None,
-                  ddp_splits=sum(buckets) - len(buckets) if buckets else 0)
+    record.update(
+        graph_count=first["graph_count"],
+        ddp_buckets=sum(buckets) if buckets else None,
+        ddp_splits=sum(buckets) - len(buckets) if buckets else 0,
+    )
     peaks = [None] * world
     dist.all_gather_object(peaks, (eager_peak, compiled_peak))
     run.eager = run.compiled = run.eager_step = run.compiled_step = None
@@ -218,8 +236,10 @@ def measure(run: CellRun, rank: int, world: int) -> None:
     # under DDP while the loss around it compiles: caught by the traced op counts.
     one_device_ops = record.pop("one_device_ops")
     if first["ops"] < one_device_ops:
-        raise CellFailure(f"ran eager in part: compiled DDP traced {first['ops']} ops into graphs, the same "
-                          f"step on one device {one_device_ops}")
+        raise CellFailure(
+            f"ran eager in part: compiled DDP traced {first['ops']} ops into graphs, the same "
+            f"step on one device {one_device_ops}"
+        )
     record["peak_mem_eager_mb_ranks"] = [p[0] for p in peaks]
     record["peak_mem_compiled_mb_ranks"] = [p[1] for p in peaks]
     known = [p for p in peaks if p[0] is not None]
@@ -235,7 +255,9 @@ def _recompiles(record: dict, first: dict, counts: dict) -> None:
     record["recompiles"] = counts["guard_failures"] - first["guard_failures"] + backward_again
     record["recompile_reasons"] = counts["recompile_reasons"] + (
         [f"compiled autograd traced the backward again ({backward_again}x after the first step)"]
-        if backward_again else [])
+        if backward_again
+        else []
+    )
 
 
 def _store_neighbours(record: dict, found: list[dict] | None, world: int) -> None:
@@ -260,15 +282,18 @@ def _one_device(run: CellRun) -> None:
         compiled.compile(variant)
         compiled.step(run.batches[0])
         counts = introspect.compile_counts()
-        record.update(graph_breaks=counts["graph_breaks"], break_reasons=counts["break_reasons"],
-                      one_device_ops=counts["ops"])
+        record.update(
+            graph_breaks=counts["graph_breaks"], break_reasons=counts["break_reasons"], one_device_ops=counts["ops"]
+        )
         eager_step, compiled_step = cycling(eager, run.batches[:1]), cycling(compiled, run.batches[:1])
-        short = dataclasses.replace(options.plan, min_rounds=min(5, options.plan.min_rounds),
-                                    max_rounds=min(9, options.plan.max_rounds))
+        short = dataclasses.replace(
+            options.plan, min_rounds=min(5, options.plan.min_rounds), max_rounds=min(9, options.plan.max_rounds)
+        )
         e_ms, _ = warm_up(eager_step, device, short, clock=slowest)
         c_ms, _ = warm_up(compiled_step, device, short, clock=slowest)
-        rounds = interleaved_rounds(eager_step, compiled_step, steps_per_round(min(e_ms, c_ms), short), device,
-                                    short, clock=slowest)
+        rounds = interleaved_rounds(
+            eager_step, compiled_step, steps_per_round(min(e_ms, c_ms), short), device, short, clock=slowest
+        )
     record["single_eager_ms"] = round(sorted(rounds.eager_ms)[len(rounds.eager_ms) // 2], 4)
     record["single_compiled_ms"] = round(sorted(rounds.compiled_ms)[len(rounds.compiled_ms) // 2], 4)
     for side in ("eager", "compiled"):
@@ -294,15 +319,20 @@ def run_rank(job, rank: int, emit, directory) -> None:
     cell, world, options = job.cell, job.world, job.options
     spec = zoo.load(options.registry)[cell.model]
     device = start_cell(rank_device(options.device, rank), job.tf32)
-    dist.init_process_group("nccl" if device.type == "cuda" else "gloo", init_method=f"file://{directory}/store",
-                            rank=rank,
-                            world_size=world, timeout=_dt.timedelta(seconds=job.limit_s),
-                            **({"device_id": device} if device.type == "cuda" else {}))
+    dist.init_process_group(
+        "nccl" if device.type == "cuda" else "gloo",
+        init_method=f"file://{directory}/store",
+        rank=rank,
+        world_size=world,
+        timeout=_dt.timedelta(seconds=job.limit_s),
+        **({"device_id": device} if device.type == "cuda" else {}),
+    )
     record = start_record(spec, cell, job.env or {})
     record["world_size"] = world
     clock = StageClock(record)
-    clock.announce = announcer(lambda m: emit({"progress": m}), lambda p: emit({"checkpoint": p}), record,
-                               lambda: clock, what="the ranks")
+    clock.announce = announcer(
+        lambda m: emit({"progress": m}), lambda p: emit({"checkpoint": p}), record, lambda: clock, what="the ranks"
+    )
     run = CellRun(spec, cell, options, record, clock, device, step_clock=slowest)
 
     def stages() -> None:
@@ -311,8 +341,10 @@ def run_rank(job, rank: int, emit, directory) -> None:
         if rank == 0:  # the judged rank: the others' records are not the cell's
             raise_if_wrong(record, numerics_judged=options.numerics)
         if record["ranks_param_diff"] > 0:
-            raise CellFailure(f"the ranks disagree after two steps: a parameter differs from the ranks' "
-                              f"mean by {record['ranks_param_diff']:.3g}")
+            raise CellFailure(
+                f"the ranks disagree after two steps: a parameter differs from the ranks' "
+                f"mean by {record['ranks_param_diff']:.3g}"
+            )
 
     guarded(record, clock, stages)
     emit({"record": record})

@@ -11,7 +11,7 @@ from perfgate.measure.steps import set_tf32
 
 
 def for_cell(device_kind: str, worker: str | None) -> str:
-    """"cpu", or the CUDA device of this xdist worker: one worker per visible GPU, gw0 -> cuda:0, gw1 -> cuda:1."""
+    """ "cpu", or the CUDA device of this xdist worker: one worker per visible GPU, gw0 -> cuda:0, gw1 -> cuda:1."""
     if device_kind == "cpu":
         return "cpu"
     return str(torch.device("cuda", int((worker or "gw0").lstrip("gw") or 0) % torch.cuda.device_count()))

@@ -28,8 +28,15 @@ from typing import Callable
 
 import torch
 
-KINDS = {"numerics": 0.05, "graph_break": 0.0, "slow": 1.0, "device_slow": 3.0, "host_slow": 15.0,
-         "hang": 3600.0, "crash": 0.0}
+KINDS = {
+    "numerics": 0.05,
+    "graph_break": 0.0,
+    "slow": 1.0,
+    "device_slow": 3.0,
+    "host_slow": 15.0,
+    "hang": 3600.0,
+    "crash": 0.0,
+}
 
 
 @dataclass(frozen=True)
@@ -80,8 +87,7 @@ def _graph_break(_module, _args):
     torch._dynamo.graph_break()
 
 
-def slowed(step, fault: Fault | None, device: torch.device,
-           calibrate: Callable[[str], float] | None = None):
+def slowed(step, fault: Fault | None, device: torch.device, calibrate: Callable[[str], float] | None = None):
     """The compiled step with a planted slowdown the gate must catch. `calibrate(clock)` returns the
     unfaulted step's "device" or "host" ms, for the percentage faults."""
     if fault is None or fault.kind not in ("slow", "device_slow", "host_slow"):
@@ -92,15 +98,18 @@ def slowed(step, fault: Fault | None, device: torch.device,
     if fault.kind == "device_slow":
         ms = fault.arg / 100 * calibrate("device" if device.type == "cuda" else "host")
     if device.type != "cuda":
+
         def slow_cpu_step(i):
             step(i)
             time.sleep(ms / 1e3)
+
         return slow_cpu_step
     cycles = int(ms * _cycles_per_ms())
 
     def slow_cuda_step(i):
         step(i)
         torch.cuda._sleep(cycles)
+
     return slow_cuda_step
 
 
@@ -111,6 +120,7 @@ def _host_slowed(step, ms: float):
         while time.perf_counter() < until:
             pass
         return step(i)
+
     return busy_waiting_step
 
 

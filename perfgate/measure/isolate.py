@@ -44,24 +44,38 @@ class CellProcess:
             self.started += 1
             self.proc = spawn(Path(self.scratch.name) / str(self.started), LABEL)
 
-    def run(self, job: Job, progress: Callable[[str], None] = lambda _m: None,
-            record_compiled: Callable[[float], None] | None = None) -> dict:
+    def run(
+        self,
+        job: Job,
+        progress: Callable[[str], None] = lambda _m: None,
+        record_compiled: Callable[[float], None] | None = None,
+    ) -> dict:
         """Run the cell of `job` in the warm process and return its record; never raises for what the child
         does. The record's stages gain `process_start`: from handing the job over to the child taking it (a
         fresh process's interpreter start and imports; ~0 s for a warm one), and its wall_s with it."""
         submitted, clock = time.time(), time.monotonic()
         self.prestart()
         events = self.proc.send(job.to_json())
-        failure = supervise([self.proc], limit_s=job.limit_s, events=events, cell_id=job.cell.id, progress=progress,
-                            record_compiled=record_compiled, finished=lambda: events.record is not None,
-                            started=clock)
+        failure = supervise(
+            [self.proc],
+            limit_s=job.limit_s,
+            events=events,
+            cell_id=job.cell.id,
+            progress=progress,
+            record_compiled=record_compiled,
+            finished=lambda: events.record is not None,
+            started=clock,
+        )
         events.read(progress, record_compiled)
         if failure is not None or events.record is None:
             kill_groups(self.proc)  # hung or half-dead: the next cell gets a fresh process
             self.proc = None
             record = dict(events.checkpoint) if events.checkpoint else new_record(job.cell, {}, job.run_id)
-            record.update(status="failed", run_id=job.run_id,
-                          reason=failure or f"{LABEL} ended while {stage_of(events.last_stage, job.cell.id)}")
+            record.update(
+                status="failed",
+                run_id=job.run_id,
+                reason=failure or f"{LABEL} ended while {stage_of(events.last_stage, job.cell.id)}",
+            )
             record["wall_s"] = round(time.monotonic() - clock, 2)
             return record
         record = events.record

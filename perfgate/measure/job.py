@@ -86,5 +86,11 @@ class Job:
     @classmethod
     def from_json(cls, text: str) -> "Job":
         fields = json.loads(text)
-        return cls(**dict(fields, cell=Cell(**fields["cell"]), options=RunOptions.from_json(fields["options"]),
-                          sys_path=tuple(fields["sys_path"])))
+        return cls(
+            **dict(
+                fields,
+                cell=Cell(**fields["cell"]),
+                options=RunOptions.from_json(fields["options"]),
+                sys_path=tuple(fields["sys_path"]),
+            )
+        )

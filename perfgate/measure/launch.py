@@ -117,15 +117,31 @@ def spawn(directory: Path, label: str, rank: int | None = None, **environ: str) 
     stderr = directory / f"{name}.stderr"
     argv = [sys.executable, "-m", CHILD_MODULE, str(directory)] + ([] if rank is None else ["--rank", str(rank)])
     with stderr.open("w", encoding="utf-8") as sink:  # a file, not a pipe: a chatty child never blocks on it
-        popen = subprocess.Popen(argv, env=child_environ(**environ), stdin=subprocess.PIPE, stdout=sink,
-                                 stderr=sink, text=True, start_new_session=True)
+        popen = subprocess.Popen(
+            argv,
+            env=child_environ(**environ),
+            stdin=subprocess.PIPE,
+            stdout=sink,
+            stderr=sink,
+            text=True,
+            start_new_session=True,
+        )
     return Proc(popen, directory, label, stderr)
 
 
-def supervise(procs: Sequence[Proc], *, limit_s: float, events: Events | None = None, cell_id: str = "",
-              progress: Callable[[str], None] = _quiet, record_compiled=None,
-              checkpoint: Callable[[dict], None] | None = None, finished: Callable[[], bool] | None = None,
-              deaths_fail: bool = True, started: float | None = None) -> str | None:
+def supervise(
+    procs: Sequence[Proc],
+    *,
+    limit_s: float,
+    events: Events | None = None,
+    cell_id: str = "",
+    progress: Callable[[str], None] = _quiet,
+    record_compiled=None,
+    checkpoint: Callable[[dict], None] | None = None,
+    finished: Callable[[], bool] | None = None,
+    deaths_fail: bool = True,
+    started: float | None = None,
+) -> str | None:
     """Watch `procs` until `finished()` (default: every one ended), relaying the reporting child's `events`
     (progress lines, compiled round times, checkpoints) and saying so every HEARTBEAT_S while a stage runs
     long. Returns why it failed: a child that died (when `deaths_fail`), every child gone without finishing,
@@ -157,8 +173,10 @@ def supervise(procs: Sequence[Proc], *, limit_s: float, events: Events | None = 
                     stage_seen, stage_since, told = events.last_stage, now, now
                 elif now - told >= HEARTBEAT_S:
                     told = now
-                    progress(f"{cell_id}: still {stage} after {now - stage_since:.0f} s (cell limit {limit_s:g} s, "
-                             f"{now - start:.0f} s used)")
+                    progress(
+                        f"{cell_id}: still {stage} after {now - stage_since:.0f} s (cell limit {limit_s:g} s, "
+                        f"{now - start:.0f} s used)"
+                    )
                 time.sleep(POLL_S)
     except BaseException:  # Ctrl-C, a CI step's timeout: leave no child compiling or timing
         kill_groups(*procs)
@@ -166,7 +184,7 @@ def supervise(procs: Sequence[Proc], *, limit_s: float, events: Events | None = 
 
 
 def last_words(proc: Proc) -> str:
-    """"; its last words: ..." from a dead child's stderr, also echoed to this process's stderr (pytest shows
+    """ "; its last words: ..." from a dead child's stderr, also echoed to this process's stderr (pytest shows
     it beside the failed test)."""
     tail = stderr_tail(proc.stderr)
     print("\n".join(tail), file=sys.stderr)
@@ -174,8 +192,8 @@ def last_words(proc: Proc) -> str:
 
 
 def stage_of(message: str, cell_id: str) -> str:
-    """"compiling (inductor_default)" from the progress line "<cell id>: compiling (inductor_default)"."""
-    return message[len(cell_id) + 2:] if cell_id and message.startswith(f"{cell_id}: ") else message
+    """ "compiling (inductor_default)" from the progress line "<cell id>: compiling (inductor_default)"."""
+    return message[len(cell_id) + 2 :] if cell_id and message.startswith(f"{cell_id}: ") else message
 
 
 def death(returncode: int) -> str:
@@ -217,13 +235,16 @@ class Terminated(KeyboardInterrupt):
 def sigterm_interrupts():
     """SIGTERM raises Terminated here, where the default would end this process with its children orphaned.
     Only in the main thread with the default handler in place: a handler someone set is theirs."""
-    if threading.current_thread() is not threading.main_thread() \
-            or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+    if (
+        threading.current_thread() is not threading.main_thread()
+        or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL
+    ):
         yield
         return
 
     def interrupt(_signum, _frame):
         raise Terminated("SIGTERM")
+
     signal.signal(signal.SIGTERM, interrupt)
     try:
         yield

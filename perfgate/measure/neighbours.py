@@ -107,8 +107,9 @@ def unfit_reason(found: list[dict] | None) -> str:
     """Why a record timed beside `found` cannot be trusted; "" when nothing was found or nobody could tell."""
     if not found:
         return ""
-    named = ", ".join(f"pid {n['pid']}" + (f" ({n['mib']:.0f} MiB)" if n["mib"] is not None else "")
-                      for n in found[:4])
+    named = ", ".join(f"pid {n['pid']}" + (f" ({n['mib']:.0f} MiB)" if n["mib"] is not None else "") for n in found[:4])
     more = f" and {len(found) - 4} more" if len(found) > 4 else ""
-    return (f"{len(found)} other process(es) held the GPU while this cell was timed: {named}{more}; its clocks "
-            f"are not its own (nvidia-smi shows them)")
+    return (
+        f"{len(found)} other process(es) held the GPU while this cell was timed: {named}{more}; its clocks "
+        f"are not its own (nvidia-smi shows them)"
+    )

@@ -39,7 +39,7 @@ def _rms(a: torch.Tensor) -> float:
 
 
 def kind(name: str) -> str:
-    """"grad", "param" or "output" (outputs and losses), from a captured tensor's name."""
+    """ "grad", "param" or "output" (outputs and losses), from a captured tensor's name."""
     prefix = name.partition(".")[0]
     return prefix if prefix in GROUPED else "output"
 
@@ -54,7 +54,7 @@ def group_scales(truth: dict, initial: dict, device: torch.device | None = None)
         if k not in sums:
             continue
         if k == "param":
-            start = initial.get(name[len("param."):])
+            start = initial.get(name[len("param.") :])
             if start is None or start.shape != value.shape:
                 continue
             value, start = _on(device, value, start)
@@ -66,8 +66,15 @@ def group_scales(truth: dict, initial: dict, device: torch.device | None = None)
     return {k: math.sqrt(total / count) if count else 0.0 for k, (total, count) in sums.items()}
 
 
-def compare_steps(compiled: list[dict], eager: list[dict], reference: list[dict] | None, tolerance,
-          reference_kind: str, initial: dict | None = None, device: torch.device | None = None) -> dict:
+def compare_steps(
+    compiled: list[dict],
+    eager: list[dict],
+    reference: list[dict] | None,
+    tolerance,
+    reference_kind: str,
+    initial: dict | None = None,
+    device: torch.device | None = None,
+) -> dict:
     """Compare captured steps. `reference` is None when no higher-precision copy fitted: then compiled is
     judged against eager with the tolerance's fallback_rtol. `initial` holds the parameters before the
     first step (state-dict names), so a parameter's floor can scale with how far the optimizer moved it.
@@ -89,7 +96,7 @@ def compare_steps(compiled: list[dict], eager: list[dict], reference: list[dict]
             if c.shape != e.shape:
                 checks.append({"name": label, "ok": False, "why": f"shape {tuple(c.shape)} != {tuple(e.shape)}"})
                 continue
-            start = initial.get(name[len("param."):]) if name.startswith("param.") else None
+            start = initial.get(name[len("param.") :]) if name.startswith("param.") else None
             r = None if r_step is None else r_step[name]
             args = (label, tolerance, kind(name), scales.get(kind(name)))
             try:
@@ -124,19 +131,40 @@ def _group_floor(tolerance, tensor_kind: str, group_scale: float | None) -> floa
     return (tolerance.update_floor if tensor_kind == "param" else tolerance.floor) * group_scale
 
 
-def _check(label: str, c: torch.Tensor, e: torch.Tensor, r: torch.Tensor | None, tolerance,
-           start: torch.Tensor | None = None, tensor_kind: str = "output", group_scale: float | None = None) -> dict:
+def _check(
+    label: str,
+    c: torch.Tensor,
+    e: torch.Tensor,
+    r: torch.Tensor | None,
+    tolerance,
+    start: torch.Tensor | None = None,
+    tensor_kind: str = "output",
+    group_scale: float | None = None,
+) -> dict:
     group = {} if group_scale is None else {"group_scale": group_scale}
     # +1e-12 so an all-zero tensor in an all-zero group (exactly zero on every side) passes.
     floor = _group_floor(tolerance, tensor_kind, group_scale) + 1e-12
     if r is None:
         err = _rmse(c, e)
         limit = tolerance.fallback_rtol * _rms(e) + floor
-        return {"name": label, "rmse_compiled_vs_eager": err, "limit": limit, **group,
-                "ratio": err / limit, "ok": err <= limit}
+        return {
+            "name": label,
+            "rmse_compiled_vs_eager": err,
+            "limit": limit,
+            **group,
+            "ratio": err / limit,
+            "ok": err <= limit,
+        }
     rmse_c, rmse_e = _rmse(c, r), _rmse(e, r)
     limit = tolerance.multiplier * rmse_e + tolerance.floor * _rms(r) + floor
     if start is not None:
         limit += tolerance.update_floor * _rmse(r, start)
-    return {"name": label, "rmse_compiled": rmse_c, "rmse_eager": rmse_e, "limit": limit, **group,
-            "ratio": rmse_c / limit, "ok": rmse_c <= limit}
+    return {
+        "name": label,
+        "rmse_compiled": rmse_c,
+        "rmse_eager": rmse_e,
+        "limit": limit,
+        **group,
+        "ratio": rmse_c / limit,
+        "ok": rmse_c <= limit,
+    }

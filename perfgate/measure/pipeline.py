@@ -84,10 +84,16 @@ def start_record(spec, cell: Cell, env: dict) -> dict:
     return record
 
 
-def announcer(progress: Callable[[str], None], checkpoint: Callable[[dict], None] | None, record: dict,
-              clock_of: Callable[[], StageClock], what: str = "the process"):
+def announcer(
+    progress: Callable[[str], None],
+    checkpoint: Callable[[dict], None] | None,
+    record: dict,
+    clock_of: Callable[[], StageClock],
+    what: str = "the process",
+):
     """A stage's announcement: its progress line, and (with `checkpoint`) the record as it stands, its reason
     saying where a process killed now would have stopped ("did not finish: ... during 'compiling'")."""
+
     def announce(message: str) -> None:
         progress(message)
         if checkpoint is None:
@@ -97,6 +103,7 @@ def announcer(progress: Callable[[str], None], checkpoint: Callable[[dict], None
         if record["reason"] == UNFINISHED:  # still measuring; a finished record (artifacts stage) stays as is
             partial["reason"] = f"{UNFINISHED}: {what} ended during '{message}'"
         checkpoint(partial)
+
     return announce
 
 
@@ -158,6 +165,7 @@ class CellRun:
 
 # ---------------------------------------------------------------------------------------------- stages
 
+
 def prepare(run: CellRun, batch_seed: int | None = None) -> None:
     """Stage "build": the seeded weights both sides start from and the batches (`batch_seed`: a rank's own)."""
     run.clock.enter("build", f"{run.id}: building")
@@ -167,7 +175,8 @@ def prepare(run: CellRun, batch_seed: int | None = None) -> None:
     run.state = initial_state(run.spec, run.size, run.options.seed)
     seed = run.options.seed if batch_seed is None else batch_seed
     run.host_batches, run.batches, run.record["recompiles_allowed"] = cell_batches(
-        run.spec, run.cell, run.size, seed, run.device)
+        run.spec, run.cell, run.size, seed, run.device
+    )
     # The timed stream: one batch, or for a variable-length model its whole mix of lengths.
     run.timed = run.batches if run.spec.stream > 1 else run.batches[:1]
 
@@ -187,7 +196,8 @@ def load_reference(run: CellRun, compute: Callable[[], tuple], key: str | None) 
         run.record["reference_cache"] = "skipped: numerics off"
         return
     run.reference, run.reference_kind, run.record["reference_cache"] = reference.cached(
-        run.options.reference_dir, key, compute)
+        run.options.reference_dir, key, compute
+    )
 
 
 def capture_eager(run: CellRun, adapt: Callable[[dict], dict] = lambda c: c) -> None:
@@ -208,8 +218,13 @@ def warm_eager(run: CellRun) -> float:
     return eager_ms
 
 
-def first_compiled_call(run: CellRun, make_compiled: Callable[[CellRun], Side], message: str,
-                        adapt: Callable[[dict], dict] = lambda c: c, at_compile: bool = True) -> None:
+def first_compiled_call(
+    run: CellRun,
+    make_compiled: Callable[[CellRun], Side],
+    message: str,
+    adapt: Callable[[dict], dict] = lambda c: c,
+    at_compile: bool = True,
+) -> None:
     """Stage "compile": the compiled side built and called once: compile_s, graphs, breaks, cache lookups. A
     variant that compiled no graph fails the cell ("ran eager")."""
     run.memory.rebase()  # the compiled side's weights are its own, as the eager side's are counted in its peak
@@ -223,8 +238,9 @@ def first_compiled_call(run: CellRun, make_compiled: Callable[[CellRun], Side], 
     run.record["compile_s"] = round(time.perf_counter() - t0, 3)
     run.record["peak_mem_compile_mb"] = run.memory.peak_mb()
     run.first_counts = first = introspect.compile_counts()
-    run.record.update(graph_count=first["graph_count"], graph_breaks=first["graph_breaks"],
-                      break_reasons=first["break_reasons"])
+    run.record.update(
+        graph_count=first["graph_count"], graph_breaks=first["graph_breaks"], break_reasons=first["break_reasons"]
+    )
     cache = introspect.cache_counts()  # a kept cache may be warm: say what the first call found there
     run.record.update(compile_cache_hits=cache["hits"], compile_cache_misses=cache["misses"])
     if run.first_counts["graph_count"] == 0:
@@ -240,13 +256,21 @@ def judge_numerics(run: CellRun, adapt: Callable[[dict], dict] = lambda c: c, ju
         run.compiled_captured.append(adapt(run.compiled.captured_step(run.batches[1])))
     if not run.options.numerics:
         run.record["numerics"] = "skipped"
-        run.record["numerics_detail"] = {"reference": "not judged in this process (numerics off: an A/B side's "
-                                                      "first process judged it)"}
+        run.record["numerics_detail"] = {
+            "reference": "not judged in this process (numerics off: an A/B side's first process judged it)"
+        }
     elif judged_here:
         tolerance = run.spec.tolerances[run.cell.precision]
         with run.memory.set_aside():
-            verdict = compare_steps(run.compiled_captured, run.eager_captured, run.reference, tolerance,
-                            run.reference_kind, initial=run.state, device=run.device)
+            verdict = compare_steps(
+                run.compiled_captured,
+                run.eager_captured,
+                run.reference,
+                tolerance,
+                run.reference_kind,
+                initial=run.state,
+                device=run.device,
+            )
         run.record["numerics"], run.record["numerics_detail"] = verdict.pop("verdict"), verdict
     run.compiled_captured, run.eager_captured, run.reference = [], [], None
 
@@ -256,8 +280,9 @@ def warm_compiled(run: CellRun) -> tuple[float, float]:
     the compiled side compiled (clocks drop on an idle GPU); returns (eager, compiled) ms per step."""
     run.clock.enter("warmup", f"{run.id}: warming up the compiled side on {len(run.timed)} batch(es)")
     plan, stream = run.options.plan, len(run.timed)
-    compiled_ms, compiled_warm = warm_up(cycling(run.compiled, run.timed), run.device, plan, stream,
-                                         clock=run.step_clock)
+    compiled_ms, compiled_warm = warm_up(
+        cycling(run.compiled, run.timed), run.device, plan, stream, clock=run.step_clock
+    )
     run.compiled_step = faulted(cycling(run.compiled, run.timed), run.options.fault, run.device, stream)
     run.record["peak_mem_compiled_mb"] = run.memory.peak_mb()
     eager_ms, eager_warm = warm_up(run.eager_step, run.device, plan, stream, clock=run.step_clock)
@@ -269,13 +294,15 @@ def timed_rounds(run: CellRun, step_ms: float, record_compiled=None, what: str =
     """Stage "timing": interleaved eager and compiled rounds, into the record's wall-clock fields."""
     steps = steps_per_round(step_ms, run.options.plan, len(run.timed))
     run.clock.enter("timing", f"{run.id}: {what}, {steps} steps per round")
-    rounds = interleaved_rounds(run.eager_step, run.compiled_step, steps, run.device, run.options.plan,
-                                record_compiled, clock=run.step_clock)
+    rounds = interleaved_rounds(
+        run.eager_step, run.compiled_step, steps, run.device, run.options.plan, record_compiled, clock=run.step_clock
+    )
     store_timing(run.record, rounds)
     return rounds
 
 
 # ---------------------------------------------------------------------------------------------- helpers
+
 
 def cycling(side: Side, stream: list):
     return lambda i: side.step(stream[i % len(stream)])
@@ -288,6 +315,7 @@ def faulted(step, fault, device: torch.device, stream: int):
     def calibrate(clock: str) -> float:
         measure = clocks.device_ms if clock == "device" else clocks.host_ms
         return measure(step, device, stream)
+
     return faults.slowed(step, fault, device, calibrate)
 
 
@@ -296,12 +324,15 @@ def store_timing(record: dict, rounds: Rounds) -> None:
 
     interval = rounds.speedup()
     record.update(
-        steps_per_round=rounds.steps, rounds=len(rounds.ratios),
+        steps_per_round=rounds.steps,
+        rounds=len(rounds.ratios),
         eager_round_ms=[round(x, 4) for x in rounds.eager_ms],
         compiled_round_ms=[round(x, 4) for x in rounds.compiled_ms],
         eager_ms=round(statistics.median(rounds.eager_ms), 4),
         compiled_ms=round(statistics.median(rounds.compiled_ms), 4),
-        speedup=round(interval.median, 4), speedup_lo=round(interval.lo, 4), speedup_hi=round(interval.hi, 4),
+        speedup=round(interval.median, 4),
+        speedup_lo=round(interval.lo, 4),
+        speedup_hi=round(interval.hi, 4),
     )
 
 
@@ -310,9 +341,13 @@ def raise_if_wrong(record: dict, numerics_judged: bool = True) -> None:
     recompiles than its shape strategy allows."""
     if record["numerics"] != "pass" and (numerics_judged or record["numerics"] == "fail"):
         detail = record["numerics_detail"]
-        raise CellFailure(f"numerics: {detail['failing']} of {detail['tensors']} tensors off "
-                          f"(worst {detail['worst']}, against {detail['reference']})")
+        raise CellFailure(
+            f"numerics: {detail['failing']} of {detail['tensors']} tensors off "
+            f"(worst {detail['worst']}, against {detail['reference']})"
+        )
     if record["recompiles"] > record["recompiles_allowed"]:
         first_reason = f" ({record['recompile_reasons'][0]})" if record["recompile_reasons"] else ""
-        raise CellFailure(f"{record['recompiles']} recompile(s) after the first call; "
-                          f"{record['variant']} allows {record['recompiles_allowed']}{first_reason}")
+        raise CellFailure(
+            f"{record['recompiles']} recompile(s) after the first call; "
+            f"{record['variant']} allows {record['recompiles_allowed']}{first_reason}"
+        )

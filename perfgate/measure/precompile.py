@@ -28,8 +28,9 @@ def wanted(cell: Cell, has_cuda: bool) -> bool:
     """Cells whose compile a cache can hold: inductor's (aot_eager and cudagraphs compile in seconds and
     cache nothing); not a data-parallel cell, whose ranks compile under DDP in processes of their own; not a
     GPU cell without a GPU (it skips)."""
-    return (VARIANTS[cell.variant].backend == "inductor" and cell.phase != "ddp"
-            and (has_cuda or cell.device_kind != "gpu"))
+    return (
+        VARIANTS[cell.variant].backend == "inductor" and cell.phase != "ddp" and (has_cuda or cell.device_kind != "gpu")
+    )
 
 
 def cuda_devices() -> list[str]:
@@ -39,8 +40,17 @@ def cuda_devices() -> list[str]:
     return [f"cuda:{index}" for index in range(torch.cuda.device_count())] if torch.cuda.is_available() else []
 
 
-def run(shares: list[list[Cell]], *, cache_dir: str, registry: str, devices: list[str], tf32: bool, out: Path,
-        limit_s: float, reference_dir: str | None = None) -> list[dict]:
+def run(
+    shares: list[list[Cell]],
+    *,
+    cache_dir: str,
+    registry: str,
+    devices: list[str],
+    tf32: bool,
+    out: Path,
+    limit_s: float,
+    reference_dir: str | None = None,
+) -> list[dict]:
     """Compile each share of cells in a process of its own, all at once, share k's GPU cells on
     devices[k % len(devices)]; every process stops at `limit_s`. Returns one line per cell (status ok, or
     failed with its reason), also written to `out` (a JSON list)."""
@@ -52,10 +62,21 @@ def run(shares: list[list[Cell]], *, cache_dir: str, registry: str, devices: lis
             proc = spawn(Path(scratch) / str(index), f"precompile process {index + 1}")
             device = devices[index % len(devices)] if devices else "cpu"
             for n, cell in enumerate(share):
-                options = RunOptions(device="cpu" if cell.device_kind == "cpu" else device, cache_dir=cache_dir,
-                                     reference_dir=reference_dir, registry=registry)
-                job = Job(cell=cell, options=options, tf32=tf32, purpose="precompile", results_path=str(lines),
-                          limit_s=limit_s, sys_path=tuple(import_path()))
+                options = RunOptions(
+                    device="cpu" if cell.device_kind == "cpu" else device,
+                    cache_dir=cache_dir,
+                    reference_dir=reference_dir,
+                    registry=registry,
+                )
+                job = Job(
+                    cell=cell,
+                    options=options,
+                    tf32=tf32,
+                    purpose="precompile",
+                    results_path=str(lines),
+                    limit_s=limit_s,
+                    sys_path=tuple(import_path()),
+                )
                 proc.send(job.to_json(), last=n == len(share) - 1)
             procs.append((share, lines, proc))
         try:
@@ -144,8 +165,11 @@ def compile_cell(job: Job) -> dict:
             clean_up()
             if options.reference_dir and cell.phase != "ddp":
                 key = reference.key(spec, cell, size, options.seed, host_batches[:2], device)
-                line["reference_cache"] = reference.cached(options.reference_dir, key, lambda: reference.compute(
-                    spec, cell, size, state, host_batches[:2], device))[2]
+                line["reference_cache"] = reference.cached(
+                    options.reference_dir,
+                    key,
+                    lambda: reference.compute(spec, cell, size, state, host_batches[:2], device),
+                )[2]
     except Exception as err:  # noqa: BLE001 - one cell's failure is its line, the next cell still compiles
         line.update(status="failed", reason=error_line(err))
     finally:

@@ -23,9 +23,13 @@ MARKERS = "perfgate-precompiled"  # the markers' folder, inside the kept cache
 
 
 def key(cell: Cell, tf32: bool, gpu: str | None, registry: str) -> str:
-    parts = {"cell": cell.id, "tf32": tf32, "gpu": gpu if cell.device_kind == "gpu" else None,
-             "versions": {d: _version(d) for d in ("torch", "triton", "transformers", "timm")},
-             "sources": sources_digest(registry)}
+    parts = {
+        "cell": cell.id,
+        "tf32": tf32,
+        "gpu": gpu if cell.device_kind == "gpu" else None,
+        "versions": {d: _version(d) for d in ("torch", "triton", "transformers", "timm")},
+        "sources": sources_digest(registry),
+    }
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
 
 

@@ -76,8 +76,11 @@ class strict_fp32:
 
     def __enter__(self):
         matmul = torch.backends.cuda.matmul
-        self.old = (torch.get_float32_matmul_precision(), torch.backends.cudnn.allow_tf32,
-                    getattr(matmul, "fp32_precision", None))
+        self.old = (
+            torch.get_float32_matmul_precision(),
+            torch.backends.cudnn.allow_tf32,
+            getattr(matmul, "fp32_precision", None),
+        )
         torch.set_float32_matmul_precision("highest")
         torch.backends.cudnn.allow_tf32 = False
 
@@ -138,9 +141,17 @@ def key(spec, cell, size, seed: int, batches: list[dict], device: torch.device, 
     except (OSError, TypeError):
         return None
     parts = {
-        "format": REFERENCE_FORMAT, "model": spec.name, "sources": sources, "config": repr(sorted(size.config.items())),
-        "batch": size.batch, "lr": spec.lr, "seed": seed, "phase": "train" if cell.phase == "ddp" else cell.phase,
-        "kinds": kinds(cell.precision), "batches": _batches_digest(batches), "world": world,
+        "format": REFERENCE_FORMAT,
+        "model": spec.name,
+        "sources": sources,
+        "config": repr(sorted(size.config.items())),
+        "batch": size.batch,
+        "lr": spec.lr,
+        "seed": seed,
+        "phase": "train" if cell.phase == "ddp" else cell.phase,
+        "kinds": kinds(cell.precision),
+        "batches": _batches_digest(batches),
+        "world": world,
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
         "versions": {dist: _version(dist) for dist in ("torch", "transformers", "timm")},
     }

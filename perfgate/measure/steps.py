@@ -58,8 +58,11 @@ class Side:
         if phase == "train":
             model.train()
             self.optimizer = torch.optim.AdamW(model.parameters(), lr=spec.lr)
-            self.scaler = (torch.amp.GradScaler(device.type, init_scale=GRAD_SCALER_INIT_SCALE)
-                           if PRECISIONS[precision].uses_scaler else None)
+            self.scaler = (
+                torch.amp.GradScaler(device.type, init_scale=GRAD_SCALER_INIT_SCALE)
+                if PRECISIONS[precision].uses_scaler
+                else None
+            )
         else:
             model.eval()
             self.optimizer = self.scaler = None

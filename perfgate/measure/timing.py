@@ -41,8 +41,9 @@ class TimingPlan:
 
 GPU_PLAN = TimingPlan()
 # Tiny models on 2 CI cores: short rounds and few of them; the CPU tier proves the engine, not speed.
-CPU_PLAN = TimingPlan(warmup_min_steps=3, warmup_max_steps=30, target_round_ms=20.0, min_rounds=5,
-                      max_rounds=9, target_rel_halfwidth=0.05)
+CPU_PLAN = TimingPlan(
+    warmup_min_steps=3, warmup_max_steps=30, target_round_ms=20.0, min_rounds=5, max_rounds=9, target_rel_halfwidth=0.05
+)
 
 
 def time_steps(step: Callable[[int], object], n: int, device: torch.device) -> float:
@@ -67,8 +68,9 @@ def time_steps(step: Callable[[int], object], n: int, device: torch.device) -> f
     return (time.perf_counter() - t0) * 1e3 / n
 
 
-def warm_up(step: Callable[[int], object], device: torch.device, plan: TimingPlan,
-            stream: int = 1, clock: Callable = time_steps) -> tuple[float, int]:
+def warm_up(
+    step: Callable[[int], object], device: torch.device, plan: TimingPlan, stream: int = 1, clock: Callable = time_steps
+) -> tuple[float, int]:
     """Run steps until steady: CUDA-graph capture, autotuning, cuDNN heuristics and the caching allocator
     all settle in the first steps; a stream model's chunks are whole passes over its batches, so every
     shape compiles here, not in a timed round. Returns (ms per step of the last chunk, steps run).
@@ -106,9 +108,15 @@ class Rounds:
         return bootstrap_median(self.ratios)
 
 
-def interleaved_rounds(eager: Callable, compiled: Callable, steps: int, device: torch.device,
-                       plan: TimingPlan, record_compiled: Callable[[float], None] | None = None,
-                       clock: Callable = time_steps) -> Rounds:
+def interleaved_rounds(
+    eager: Callable,
+    compiled: Callable,
+    steps: int,
+    device: torch.device,
+    plan: TimingPlan,
+    record_compiled: Callable[[float], None] | None = None,
+    clock: Callable = time_steps,
+) -> Rounds:
     """Alternate eager and compiled rounds of `steps` steps, swapping which goes first each round, so a
     drifting clock or a noisy neighbour moves both sides alike. `record_compiled` receives each compiled
     round's ms per step as it is measured (pytest-benchmark's stats)."""

@@ -25,13 +25,28 @@ if TYPE_CHECKING:
 
 # Seconds of an inductor_default cell, by device kind and phase.
 # A data-parallel cell compiles twice (DDP, then one device for its scaling figure) and starts its ranks.
-BASE_PRIOR_S = {("gpu", "train"): 120.0, ("gpu", "infer"): 50.0, ("gpu", "ddp"): 300.0,
-                ("cpu", "train"): 30.0, ("cpu", "infer"): 15.0, ("cpu", "ddp"): 60.0}
+BASE_PRIOR_S = {
+    ("gpu", "train"): 120.0,
+    ("gpu", "infer"): 50.0,
+    ("gpu", "ddp"): 300.0,
+    ("cpu", "train"): 30.0,
+    ("cpu", "infer"): 15.0,
+    ("cpu", "ddp"): 60.0,
+}
 # A variant's cost relative to inductor_default (max-autotune benchmarks every kernel's configurations).
-VARIANT_FACTOR = {"inductor_max_autotune": 6.0, "inductor_max_autotune_no_cudagraphs": 5.0,
-                  "inductor_reduce_overhead": 1.4, "cudagraphs": 0.8, "aot_eager": 0.6, "inductor_regional": 0.4,
-                  "inductor_compiled_optimizer": 1.2, "inductor_buckets": 3.0, "inductor_mark_dynamic": 1.5,
-                  "inductor_mark_dynamic_no_pad": 3.0, "inductor_dynamic": 3.0}
+VARIANT_FACTOR = {
+    "inductor_max_autotune": 6.0,
+    "inductor_max_autotune_no_cudagraphs": 5.0,
+    "inductor_reduce_overhead": 1.4,
+    "cudagraphs": 0.8,
+    "aot_eager": 0.6,
+    "inductor_regional": 0.4,
+    "inductor_compiled_optimizer": 1.2,
+    "inductor_buckets": 3.0,
+    "inductor_mark_dynamic": 1.5,
+    "inductor_mark_dynamic_no_pad": 3.0,
+    "inductor_dynamic": 3.0,
+}
 
 
 def prior_s(cell) -> float:
@@ -104,8 +119,9 @@ class Progress:
 
     def summary(self) -> str:
         gpu = f"; {self.gpu_s / 60:.1f} GPU-minutes" if self.gpu_s else ""
-        return (f"perfgate: {len(self.done)} cell(s) in {hms(self.clock() - self.started)}{gpu}; slowest: "
-                f"{self.slowest()}")
+        return (
+            f"perfgate: {len(self.done)} cell(s) in {hms(self.clock() - self.started)}{gpu}; slowest: {self.slowest()}"
+        )
 
 
 def gpus_held(record: dict) -> int:

@@ -35,8 +35,9 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(_ShardHook(), "perfgate-shard")
     if perf.worker is None:  # prints the finished-cell lines xdist workers send (none without xdist)
         workers = getattr(config.option, "numprocesses", None)  # xdist has made -n auto a number by now
-        config.pluginmanager.register(perf.start_relay(workers if isinstance(workers, int) else 1),
-                                      "perfgate-progress-relay")
+        config.pluginmanager.register(
+            perf.start_relay(workers if isinstance(workers, int) else 1), "perfgate-progress-relay"
+        )
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -95,8 +96,9 @@ def pytest_collection_finish(session: pytest.Session) -> None:
                 reporter.write_line(line)
         return
     if reporter is not None and perf.collected:
-        why = selection.why_none(perf.selection, perf.collected, perf.offered, session.config.option.markexpr,
-                                 session.config.option.keyword)
+        why = selection.why_none(
+            perf.selection, perf.collected, perf.offered, session.config.option.markexpr, session.config.option.keyword
+        )
         reporter.write_line(f"perfgate: no cell selected: {why}", yellow=True)
 
 

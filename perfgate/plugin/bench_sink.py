@@ -14,9 +14,24 @@ from perfgate.core.matrix import Cell
 PRIVATE = ("_mode", "_make_stats")
 
 # The record's fields copied into the benchmark's extra_info.
-EXTRA_INFO = ("status", "reason", "eager_ms", "compiled_ms", "speedup", "speedup_lo", "speedup_hi",
-              "compile_s", "compile_warm_s", "compile_artifacts_s", "graph_breaks", "recompiles", "numerics",
-              "peak_mem_eager_mb", "peak_mem_compiled_mb", "steps_per_round")
+EXTRA_INFO = (
+    "status",
+    "reason",
+    "eager_ms",
+    "compiled_ms",
+    "speedup",
+    "speedup_lo",
+    "speedup_hi",
+    "compile_s",
+    "compile_warm_s",
+    "compile_artifacts_s",
+    "graph_breaks",
+    "recompiles",
+    "numerics",
+    "peak_mem_eager_mb",
+    "peak_mem_compiled_mb",
+    "steps_per_round",
+)
 
 
 class BenchmarkSink:

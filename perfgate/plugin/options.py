@@ -20,61 +20,118 @@ ISOLATE = ("gpu", "all", "off")  # --perf-isolate: which cells run in a child pr
 
 def add(parser: pytest.Parser) -> None:
     """Declare the ini setting perf_registry and the --perf-* option group."""
-    parser.addini("perf_registry", default=zoo.DEFAULT,
-                  help=f"module:attribute of the model registry (name -> ModelSpec), default {zoo.DEFAULT}")
+    parser.addini(
+        "perf_registry",
+        default=zoo.DEFAULT,
+        help=f"module:attribute of the model registry (name -> ModelSpec), default {zoo.DEFAULT}",
+    )
     group = parser.getgroup("perfgate", "perfgate: torch.compile performance cells")
     group.addoption("--perf-models", help="comma-separated models to run (default: all)")
     group.addoption("--perf-variants", help=f"compile variants: {', '.join(matrix.VARIANTS)}")
     group.addoption("--perf-precisions", help=f"precisions: {', '.join(matrix.PRECISIONS)}")
     group.addoption("--perf-shard", help="run shard I of N (1-based), e.g. 2/4: a deterministic split")
-    group.addoption("--perf-rotate", help="run slice K of N (1-based), dealt by the priors per variant alone, "
-                    "so the slices stay put night after night: N runs with K = 1..N run every cell once; "
-                    "--perf-shard then splits the slice")
-    group.addoption("--perf-results", help="JSON-lines file each cell's record is appended to as it "
-                    "finishes (default: .perfgate/results-<UTC time>.jsonl)")
-    group.addoption("--perf-cache-dir", help="keep the inductor cache here between runs (default: a "
-                    "fresh directory per cell, so compile times are cold)")
-    group.addoption("--perf-reference-cache", metavar="DIR",
-                    help="keep the fp64 reference steps numerics judges against here, keyed by everything they "
-                    "depend on, so later runs read them instead of computing them; off: compute them in every "
-                    "cell (default .perfgate/reference)")
-    group.addoption("--perf-numerics", choices=("on", "off"), default="on",
-                    help="off: skip the numerics check (records say 'skipped'); for the later processes of an "
-                    "A/B side, whose first process judged it. A gate run (--perf-baseline) refuses it")
-    group.addoption("--perf-tf32", choices=("on", "off"), default="on",
-                    help="fp32 policy on CUDA: TF32 tensor cores for matmul and convolutions (default on)")
-    group.addoption("--perf-warm-compile", choices=matrix.WARM_COMPILE, default="on",
-                    help="on: also time the compile again in-process with the on-disk caches warm; artifacts: "
-                    "that, and a compile in a fresh process with empty caches handed this cell's "
-                    "torch.compiler.save_cache_artifacts() (default on)")
+    group.addoption(
+        "--perf-rotate",
+        help="run slice K of N (1-based), dealt by the priors per variant alone, "
+        "so the slices stay put night after night: N runs with K = 1..N run every cell once; "
+        "--perf-shard then splits the slice",
+    )
+    group.addoption(
+        "--perf-results",
+        help="JSON-lines file each cell's record is appended to as it "
+        "finishes (default: .perfgate/results-<UTC time>.jsonl)",
+    )
+    group.addoption(
+        "--perf-cache-dir",
+        help="keep the inductor cache here between runs (default: a "
+        "fresh directory per cell, so compile times are cold)",
+    )
+    group.addoption(
+        "--perf-reference-cache",
+        metavar="DIR",
+        help="keep the fp64 reference steps numerics judges against here, keyed by everything they "
+        "depend on, so later runs read them instead of computing them; off: compute them in every "
+        "cell (default .perfgate/reference)",
+    )
+    group.addoption(
+        "--perf-numerics",
+        choices=("on", "off"),
+        default="on",
+        help="off: skip the numerics check (records say 'skipped'); for the later processes of an "
+        "A/B side, whose first process judged it. A gate run (--perf-baseline) refuses it",
+    )
+    group.addoption(
+        "--perf-tf32",
+        choices=("on", "off"),
+        default="on",
+        help="fp32 policy on CUDA: TF32 tensor cores for matmul and convolutions (default on)",
+    )
+    group.addoption(
+        "--perf-warm-compile",
+        choices=matrix.WARM_COMPILE,
+        default="on",
+        help="on: also time the compile again in-process with the on-disk caches warm; artifacts: "
+        "that, and a compile in a fresh process with empty caches handed this cell's "
+        "torch.compiler.save_cache_artifacts() (default on)",
+    )
     group.addoption("--perf-min-rounds", type=int, help="interleaved rounds at least (GPU default 15)")
     group.addoption("--perf-max-rounds", type=int, help="interleaved rounds at most (GPU default 40)")
     group.addoption("--perf-round-ms", type=float, help="target length of one round, ms (GPU default 50)")
-    group.addoption("--perf-inject", help="test-only planted fault: numerics[:EPS], graph_break, slow[:MS], "
-                    "device_slow[:PCT] (of the compiled step's GPU time), host_slow[:PCT] (of its host time)")
-    group.addoption("--perf-isolate", choices=ISOLATE, default="gpu",
-                    help="run each cell in its own child process under a time limit, so a hung compile, a "
-                    "crash or a poisoned CUDA context fails that cell only: gpu (GPU cells, the default), "
-                    "all, off")
-    group.addoption("--perf-cell-timeout", type=float, metavar="S",
-                    help="time limit of an isolated cell, seconds (default: the model's time_limit_s, else "
-                    f"{matrix.DEFAULT_TIME_LIMIT_S:g} s, {matrix.AUTOTUNE_TIME_LIMIT_S:g} s for max-autotune)")
-    group.addoption("--perf-precompile", type=int, metavar="N",
-                    help="before timing, compile the selected inductor cells into --perf-cache-dir in N "
-                         "processes at once (compiling can share the machine, timing cannot); not under -n: "
-                         "run it as its own step, e.g. with --collect-only")
+    group.addoption(
+        "--perf-inject",
+        help="test-only planted fault: numerics[:EPS], graph_break, slow[:MS], "
+        "device_slow[:PCT] (of the compiled step's GPU time), host_slow[:PCT] (of its host time)",
+    )
+    group.addoption(
+        "--perf-isolate",
+        choices=ISOLATE,
+        default="gpu",
+        help="run each cell in its own child process under a time limit, so a hung compile, a "
+        "crash or a poisoned CUDA context fails that cell only: gpu (GPU cells, the default), "
+        "all, off",
+    )
+    group.addoption(
+        "--perf-cell-timeout",
+        type=float,
+        metavar="S",
+        help="time limit of an isolated cell, seconds (default: the model's time_limit_s, else "
+        f"{matrix.DEFAULT_TIME_LIMIT_S:g} s, {matrix.AUTOTUNE_TIME_LIMIT_S:g} s for max-autotune)",
+    )
+    group.addoption(
+        "--perf-precompile",
+        type=int,
+        metavar="N",
+        help="before timing, compile the selected inductor cells into --perf-cache-dir in N "
+        "processes at once (compiling can share the machine, timing cannot); not under -n: "
+        "run it as its own step, e.g. with --collect-only",
+    )
     group.addoption("--perf-baseline", help="gate this run against a baseline file or directory")
-    group.addoption("--perf-save-baseline", metavar="DIR",
-                    help="write this run's records as the baseline of its environment and tier into DIR")
+    group.addoption(
+        "--perf-save-baseline",
+        metavar="DIR",
+        help="write this run's records as the baseline of its environment and tier into DIR",
+    )
     group.addoption("--perf-report", metavar="DIR", help="write the gate's report.md and report.json here")
-    group.addoption("--perf-history", metavar="DB", help="append this run's records to a SQLite history "
-                    "(keyed by commit, date, environment and cell) for `perfgate history` and `perfgate report`")
-    group.addoption("--perf-costs", metavar="DB", help="a history database to estimate each cell's wall "
-                    "seconds from, for --perf-shard (shards of equal cost) and the ETA lines (default: "
-                    "--perf-history's database, else priors per variant)")
-    group.addoption("--perf-profile", metavar="DIR", help="write why-artifacts of every cell run here: "
-                    "chrome traces of eager and compiled steps and TORCH_LOGS graph_breaks,recompiles,"
-                    "perf_hints (the gate writes them for flagged cells on its own)")
+    group.addoption(
+        "--perf-history",
+        metavar="DB",
+        help="append this run's records to a SQLite history "
+        "(keyed by commit, date, environment and cell) for `perfgate history` and `perfgate report`",
+    )
+    group.addoption(
+        "--perf-costs",
+        metavar="DB",
+        help="a history database to estimate each cell's wall "
+        "seconds from, for --perf-shard (shards of equal cost) and the ETA lines (default: "
+        "--perf-history's database, else priors per variant)",
+    )
+    group.addoption(
+        "--perf-profile",
+        metavar="DIR",
+        help="write why-artifacts of every cell run here: "
+        "chrome traces of eager and compiled steps and TORCH_LOGS graph_breaks,recompiles,"
+        "perf_hints (the gate writes them for flagged cells on its own)",
+    )
 
 
 def check(config: pytest.Config) -> Selection:
@@ -94,8 +151,10 @@ def check(config: pytest.Config) -> Selection:
     check_timing(opt("--perf-min-rounds"), opt("--perf-max-rounds"), opt("--perf-round-ms"))
     costs_db = opt("--perf-costs")
     if costs_db is not None and not Path(costs_db).is_file():
-        raise ValueError(f"--perf-costs={costs_db}: no such history database (make one with "
-                         f"`perfgate history add` or --perf-history)")
+        raise ValueError(
+            f"--perf-costs={costs_db}: no such history database (make one with "
+            f"`perfgate history add` or --perf-history)"
+        )
     limit = opt("--perf-cell-timeout")
     if limit is not None and not (math.isfinite(limit) and limit > 0):
         raise ValueError(f"--perf-cell-timeout={limit}: the time limit must be a finite number of seconds > 0")
@@ -103,8 +162,10 @@ def check(config: pytest.Config) -> Selection:
     check_outputs(opt("--perf-results"), opt("--perf-save-baseline"), opt("--perf-report"), opt("--perf-history"))
     check_baseline(opt("--perf-baseline"))
     if opt("--perf-numerics") == "off" and (opt("--perf-baseline") or opt("--perf-save-baseline")):
-        raise ValueError("--perf-numerics=off cannot be gated or saved as a baseline: the gate's numerics rule "
-                         "needs each cell's verdict (it is for an A/B side's later processes)")
+        raise ValueError(
+            "--perf-numerics=off cannot be gated or saved as a baseline: the gate's numerics rule "
+            "needs each cell's verdict (it is for an A/B side's later processes)"
+        )
     return Selection(
         model=tuple(models) if models is not None else None,
         variant=tuple(check_names("variant", variants, matrix.VARIANTS)) if variants else None,
@@ -119,8 +180,11 @@ def check_outputs(results: str | None, save_dir: str | None, report_dir: str | N
     file for a directory, a place that is read-only. Found at the first cell's append, it failed that cell
     after it ran (exit 1, read as a regression); found at the end, it lost the gate's report."""
     _writable("--perf-results", results or str(Path(".perfgate") / "results.jsonl"), want_dir=False)
-    for option, value, want_dir in (("--perf-save-baseline", save_dir, True), ("--perf-report", report_dir, True),
-                                    ("--perf-history", history_db, False)):
+    for option, value, want_dir in (
+        ("--perf-save-baseline", save_dir, True),
+        ("--perf-report", report_dir, True),
+        ("--perf-history", history_db, False),
+    ):
         if value:
             _writable(option, value, want_dir)
 
@@ -128,8 +192,10 @@ def check_outputs(results: str | None, save_dir: str | None, report_dir: str | N
 def _writable(option: str, value: str, want_dir: bool) -> None:
     path = Path(value)
     if path.exists() and path.is_dir() != want_dir:
-        raise ValueError(f"{option}={value}: is a {'directory' if path.is_dir() else 'file'}; give a "
-                         f"{'directory' if want_dir else 'file'} there")
+        raise ValueError(
+            f"{option}={value}: is a {'directory' if path.is_dir() else 'file'}; give a "
+            f"{'directory' if want_dir else 'file'} there"
+        )
     if path.exists():
         place = path
     else:  # the nearest folder that exists: perfgate makes the rest
@@ -149,8 +215,10 @@ def check_baseline(baseline: str | None) -> None:
 
     path = Path(baseline)
     if not path.exists():
-        raise ValueError(f"--perf-baseline={baseline}: no such file or directory; give a baseline file or a "
-                         f"directory of <fingerprint>_<tier>.json files")
+        raise ValueError(
+            f"--perf-baseline={baseline}: no such file or directory; give a baseline file or a "
+            f"directory of <fingerprint>_<tier>.json files"
+        )
     if path.is_file():
         try:
             load_baseline(path)
@@ -162,11 +230,15 @@ def ineffective(opt) -> list[str]:
     """Options given that will do nothing in this session, each as a line saying why."""
     lines = []
     if opt("--perf-report") and not opt("--perf-baseline"):
-        lines.append(f"perfgate: --perf-report={opt('--perf-report')} has no effect without --perf-baseline: "
-                     "nothing is gated, so no report is written")
+        lines.append(
+            f"perfgate: --perf-report={opt('--perf-report')} has no effect without --perf-baseline: "
+            "nothing is gated, so no report is written"
+        )
     if opt("--perf-cell-timeout") and opt("--perf-isolate") == "off":
-        lines.append(f"perfgate: --perf-cell-timeout={opt('--perf-cell-timeout'):g} has no effect with "
-                     "--perf-isolate=off: only a cell in its own process can be stopped")
+        lines.append(
+            f"perfgate: --perf-cell-timeout={opt('--perf-cell-timeout'):g} has no effect with "
+            "--perf-isolate=off: only a cell in its own process can be stopped"
+        )
     return lines
 
 
@@ -190,11 +262,15 @@ def check_precompile(workers: int | None, cache_dir: str | None, xdist_workers) 
     if workers < 1:
         raise ValueError(f"--perf-precompile={workers}: the number of processes must be 1 or more")
     if not cache_dir:
-        raise ValueError(f"--perf-precompile={workers} needs --perf-cache-dir DIR: the compiles must outlive "
-                         "their processes for the cells to find them")
+        raise ValueError(
+            f"--perf-precompile={workers} needs --perf-cache-dir DIR: the compiles must outlive "
+            "their processes for the cells to find them"
+        )
     if xdist_workers:
-        raise ValueError(f"--perf-precompile={workers} does not run under -n {xdist_workers}: precompile in a "
-                         "step of its own (add --collect-only), then run the cells under -n")
+        raise ValueError(
+            f"--perf-precompile={workers} does not run under -n {xdist_workers}: precompile in a "
+            "step of its own (add --collect-only), then run the cells under -n"
+        )
 
 
 def parse_fraction(option: str, text: str | None) -> tuple[int, int] | None:

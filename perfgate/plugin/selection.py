@@ -30,13 +30,17 @@ class Selection:
     rotate: tuple[int, int] | None = None
 
     def selects(self, cell: Cell) -> bool:
-        return all(getattr(self, key) is None or getattr(cell, key) in getattr(self, key)
-                   for key in ("model", "variant", "precision"))
+        return all(
+            getattr(self, key) is None or getattr(cell, key) in getattr(self, key)
+            for key in ("model", "variant", "precision")
+        )
 
     def describe(self) -> str:
         chosen = [(key, getattr(self, key)) for key in ("model", "variant", "precision")]
-        return ", ".join(f"--perf-{key}s {','.join(names)}" for key, names in chosen
-                         if names is not None) or "no --perf-* selection"
+        return (
+            ", ".join(f"--perf-{key}s {','.join(names)}" for key, names in chosen if names is not None)
+            or "no --perf-* selection"
+        )
 
 
 def parametrize(metafunc: pytest.Metafunc, registry_path: str) -> None:
@@ -67,8 +71,11 @@ def _param(spec, cell: Cell):
         marks.append(getattr(pytest.mark, cell.tier))
     issue = spec.known_issue(cell)
     if issue is not None:
-        marks.append(pytest.mark.skip(reason=issue.reason) if issue.action == "skip"
-                     else pytest.mark.xfail(reason=issue.reason, strict=False))
+        marks.append(
+            pytest.mark.skip(reason=issue.reason)
+            if issue.action == "skip"
+            else pytest.mark.xfail(reason=issue.reason, strict=False)
+        )
     return pytest.param(cell, marks=marks, id=cell.param_id)
 
 
@@ -125,9 +132,11 @@ def why_none(chosen: Selection, collected: int, offered: list[Cell], markexpr: s
     kinds = sorted({cell.device_kind for cell in offered})
     variants = sorted({cell.variant for cell in offered})
     filters = " ".join(f"{flag} {value!r}" for flag, value in (("-m", markexpr), ("-k", keyword)) if value)
-    return (f"{options} matches {len(offered)} cell(s), all {'/'.join(kinds)} cells (variants "
-            f"{', '.join(variants)}), and {filters or 'the shard'} removed every one of them; CPU cells run "
-            f"fp32 with each model's cpu_variants, GPU cells the whole matrix")
+    return (
+        f"{options} matches {len(offered)} cell(s), all {'/'.join(kinds)} cells (variants "
+        f"{', '.join(variants)}), and {filters or 'the shard'} removed every one of them; CPU cells run "
+        f"fp32 with each model's cpu_variants, GPU cells the whole matrix"
+    )
 
 
 def skip_gpu_cells_without_cuda(items: list) -> None:
@@ -145,5 +154,6 @@ def skip_gpu_cells_without_cuda(items: list) -> None:
     for item in gpu_items:
         cell = item.stash.get(CELL_KEY, None)
         if cell is not None and cell.phase == "ddp" and gpus < matrix.DDP_WORLD:
-            item.add_marker(pytest.mark.skip(reason=f"{matrix.DDP_WORLD} GPUs needed for a data-parallel "
-                                                    f"cell, {gpus} visible"))
+            item.add_marker(
+                pytest.mark.skip(reason=f"{matrix.DDP_WORLD} GPUs needed for a data-parallel cell, {gpus} visible")
+            )

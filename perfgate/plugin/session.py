@@ -96,8 +96,7 @@ class PerfSession:
                 lines.append(stages)
         return lines + self.summary
 
-    def _run(self, spec, cell: Cell, record_compiled=None, profile_dir: str | None = None,
-             remeasure: str = "") -> dict:
+    def _run(self, spec, cell: Cell, record_compiled=None, profile_dir: str | None = None, remeasure: str = "") -> dict:
         import dataclasses
 
         from perfgate.core.validate import checked
@@ -114,11 +113,24 @@ class PerfSession:
         # NaN, inf or missing figures on an ok record: the cell failed, whatever run_cell thought.
         unfit = "; ".join(filter(None, (self.unfit(cell), record.get("unfit"))))  # the cell's own: neighbours
         issue = spec.known_issue(cell)
-        record = checked({**record, "run_id": self.run_id, "unfit": unfit, "remeasure": remeasure,
-                          "known_issue": issue.reason if issue else ""})
-        self.finished[cell.id] = {"line": finished_line(record), "cell": cell.id, "wall_s": record["wall_s"],
-                                  "expected_s": self.expected.get(cell.id, 0.0), "planned": len(self.expected),
-                                  "planned_s": sum(self.expected.values()), "gpus": gpus_held(record)}
+        record = checked(
+            {
+                **record,
+                "run_id": self.run_id,
+                "unfit": unfit,
+                "remeasure": remeasure,
+                "known_issue": issue.reason if issue else "",
+            }
+        )
+        self.finished[cell.id] = {
+            "line": finished_line(record),
+            "cell": cell.id,
+            "wall_s": record["wall_s"],
+            "expected_s": self.expected.get(cell.id, 0.0),
+            "planned": len(self.expected),
+            "planned_s": sum(self.expected.values()),
+            "gpus": gpus_held(record),
+        }
         self.append(record)
         self.records.append(record)
         return record
@@ -152,8 +164,10 @@ class PerfSession:
             append_record(self.results_path, record)
         except OSError as err:
             if not self.unwritten:
-                self.summary.append(f"perfgate: could not write records to {self.results_path} (exit 2): "
-                                    f"{err.strerror or err}; the cells' lines above say what they measured")
+                self.summary.append(
+                    f"perfgate: could not write records to {self.results_path} (exit 2): "
+                    f"{err.strerror or err}; the cells' lines above say what they measured"
+                )
             self.unwritten.append(record["cell"])
 
     def _run_here(self, spec, cell: Cell, options, record_compiled, remeasure: str = "") -> dict:
@@ -164,16 +178,17 @@ class PerfSession:
             self.append({**partial, "run_id": self.run_id, "remeasure": remeasure})
 
         device = start_cell(options.device, self.tf32)
-        return run_cell(spec, cell, options, self.environment(device), self._progress, record_compiled,
-                        checkpoint)
+        return run_cell(spec, cell, options, self.environment(device), self._progress, record_compiled, checkpoint)
 
     def unfit(self, cell: Cell) -> str:
         """Why this worker's timings cannot be trusted (xdist workers sharing the machine), or ""."""
         if self.workers <= 1:
             return ""
         if cell.phase == "ddp":
-            return (f"a data-parallel cell's ranks take {matrix.DDP_WORLD} GPUs, shared with the other "
-                    f"{self.workers - 1} xdist worker(s)' cells: run ddp cells without -n")
+            return (
+                f"a data-parallel cell's ranks take {matrix.DDP_WORLD} GPUs, shared with the other "
+                f"{self.workers - 1} xdist worker(s)' cells: run ddp cells without -n"
+            )
         import torch
 
         from perfgate.plugin.workers import unfit_reason
@@ -187,16 +202,26 @@ class PerfSession:
 
     def time_limit_s(self, spec, cell: Cell) -> float:
         """--perf-cell-timeout, else the model's own limit, else the variant's default."""
-        return (self.config.getoption("--perf-cell-timeout") or spec.time_limit_s
-                or matrix.VARIANTS[cell.variant].time_limit_s)
+        return (
+            self.config.getoption("--perf-cell-timeout")
+            or spec.time_limit_s
+            or matrix.VARIANTS[cell.variant].time_limit_s
+        )
 
     def _run_isolated(self, spec, cell: Cell, options, record_compiled, remeasure: str = "") -> dict:
         from perfgate.measure.job import Job
         from perfgate.measure.launch import import_path
 
-        job = Job(cell=cell, options=options, tf32=self.tf32, results_path=str(self.results_path),
-                  run_id=self.run_id, limit_s=self.time_limit_s(spec, cell), sys_path=tuple(import_path()),
-                  remeasure=remeasure)
+        job = Job(
+            cell=cell,
+            options=options,
+            tf32=self.tf32,
+            results_path=str(self.results_path),
+            run_id=self.run_id,
+            limit_s=self.time_limit_s(spec, cell),
+            sys_path=tuple(import_path()),
+            remeasure=remeasure,
+        )
         record = self.isolated_process().run(job, self._progress, record_compiled)
         if record.get("env"):  # what pytest-benchmark's machine_info shows, as an in-process cell leaves it
             self._envs.setdefault(options.device, record["env"])
@@ -231,15 +256,26 @@ class PerfSession:
         from perfgate.measure.timing import CPU_PLAN, GPU_PLAN
 
         opt = self.config.getoption
-        overrides = {"min_rounds": opt("--perf-min-rounds"), "max_rounds": opt("--perf-max-rounds"),
-                     "target_round_ms": opt("--perf-round-ms")}
+        overrides = {
+            "min_rounds": opt("--perf-min-rounds"),
+            "max_rounds": opt("--perf-max-rounds"),
+            "target_round_ms": opt("--perf-round-ms"),
+        }
         plan = (GPU_PLAN if cell.device_kind == "gpu" else CPU_PLAN).replace(
-            **{key: value for key, value in overrides.items() if value is not None})
+            **{key: value for key, value in overrides.items() if value is not None}
+        )
         references = opt("--perf-reference-cache") or reference.DEFAULT_DIR
-        return RunOptions(device=device, plan=plan, warm_compile=opt("--perf-warm-compile"),
-                          cache_dir=opt("--perf-cache-dir"), reference_dir=None if references == "off" else references,
-                          numerics=opt("--perf-numerics") == "on", fault=faults.parse(opt("--perf-inject")),
-                          profile_dir=opt("--perf-profile"), registry=self.registry)
+        return RunOptions(
+            device=device,
+            plan=plan,
+            warm_compile=opt("--perf-warm-compile"),
+            cache_dir=opt("--perf-cache-dir"),
+            reference_dir=None if references == "off" else references,
+            numerics=opt("--perf-numerics") == "on",
+            fault=faults.parse(opt("--perf-inject")),
+            profile_dir=opt("--perf-profile"),
+            registry=self.registry,
+        )
 
     def expected_costs(self, cells: list[Cell]) -> dict[str, float]:
         """Expected wall seconds per cell: the --perf-costs (else --perf-history) database's median where the
@@ -262,9 +298,11 @@ class PerfSession:
         if any(self.isolates(cell) for cell in cells) and not self.config.option.collectonly:
             self.isolated_process().prestart()  # its imports overlap what comes before the first cell
         gpus = sum(1 for cell in cells if cell.device_kind == "gpu")
-        return (f"perfgate: {len(cells)} cell(s) planned ({gpus} on a GPU), about "
-                f"{hms(sum(self.expected.values()))} expected in one process: {self.costs_known} from the "
-                f"costs history, {len(cells) - self.costs_known} from priors per variant (perfgate.plan.costs)")
+        return (
+            f"perfgate: {len(cells)} cell(s) planned ({gpus} on a GPU), about "
+            f"{hms(sum(self.expected.values()))} expected in one process: {self.costs_known} from the "
+            f"costs history, {len(cells) - self.costs_known} from priors per variant (perfgate.plan.costs)"
+        )
 
     def precompile(self, cells: list[Cell]) -> str:
         """--perf-precompile N: fill --perf-cache-dir with the planned cells' compiles in N processes at once,
@@ -292,23 +330,36 @@ class PerfSession:
         already = f"; {len(held)} already in the cache from an earlier precompile" if held else ""
         if not cells_left:
             self.precompile_s = time.monotonic() - started
-            return (f"perfgate: --perf-precompile: all {len(held)} cell(s) already in the cache from an earlier "
-                    "precompile")
+            return (
+                f"perfgate: --perf-precompile: all {len(held)} cell(s) already in the cache from an earlier precompile"
+            )
         shares = precompile_shares(cells_left, self.expected, workers)
         registry = zoo.load(self.registry)
         limit = max(sum(self.time_limit_s(registry[c.model], c) for c in share) for share in shares if share)
         references = self.config.getoption("--perf-reference-cache") or reference.DEFAULT_DIR
-        results = precompile.run(shares, cache_dir=cache_dir, registry=self.registry,
-                                 devices=devices, tf32=self.tf32, limit_s=limit,
-                                 reference_dir=None if references == "off" else references,
-                                 out=self.results_path.with_name(f"{self.results_path.stem}.precompile.json"))
+        results = precompile.run(
+            shares,
+            cache_dir=cache_dir,
+            registry=self.registry,
+            devices=devices,
+            tf32=self.tf32,
+            limit_s=limit,
+            reference_dir=None if references == "off" else references,
+            out=self.results_path.with_name(f"{self.results_path.stem}.precompile.json"),
+        )
         precompiled.mark(results, cache_dir, keys)
         self.precompile_s = time.monotonic() - started
-        failed = [r["cell"] + (f" (stopped after {hms(r['stopped_after_s'])})" if "stopped_after_s" in r else "")
-                  for r in results if r["status"] != "ok"]
-        return (f"perfgate: precompiled {len(results) - len(failed)} of {len(results)} cell(s) in "
-                f"{hms(time.monotonic() - started)} with {len([s for s in shares if s])} process(es)"
-                + (f"; not compiled: {', '.join(failed)}" if failed else "") + already)
+        failed = [
+            r["cell"] + (f" (stopped after {hms(r['stopped_after_s'])})" if "stopped_after_s" in r else "")
+            for r in results
+            if r["status"] != "ok"
+        ]
+        return (
+            f"perfgate: precompiled {len(results) - len(failed)} of {len(results)} cell(s) in "
+            f"{hms(time.monotonic() - started)} with {len([s for s in shares if s])} process(es)"
+            + (f"; not compiled: {', '.join(failed)}" if failed else "")
+            + already
+        )
 
     def measure(self, cell: Cell, benchmark=None) -> dict:
         """Run one cell of the perf_registry zoo, stream its record, feed pytest-benchmark, and fail the test
@@ -321,8 +372,7 @@ class PerfSession:
         record = self._run(spec, cell, sink.add)
         self.ran[cell.id] = (spec, cell)
         if self.progress is not None and self.worker is None:  # under xdist the controller counts
-            done = self.progress.finish(cell.id, record["wall_s"], self.expected.get(cell.id, 0.0),
-                                        gpus_held(record))
+            done = self.progress.finish(cell.id, record["wall_s"], self.expected.get(cell.id, 0.0), gpus_held(record))
             self._progress(f"{done}: {self.finished[cell.id]['line']}")
         sink.annotate(record)
         if record["status"] != "ok":
@@ -351,14 +401,17 @@ class PerfSession:
 
         outcome = gate_run(records, baseline, None if interrupted else remeasure)
         if interrupted:
-            self.summary.append("perfgate: the run was interrupted: no confirm round and no why-artifacts; a "
-                                "tripped speedup rule stands unconfirmed")
+            self.summary.append(
+                "perfgate: the run was interrupted: no confirm round and no why-artifacts; a "
+                "tripped speedup rule stands unconfirmed"
+            )
         for cell_id in set() if interrupted else _flagged(outcome) - set(profiled):
             if cell_id in self.ran:  # flagged by another rule: profile it for the reader, gate unchanged
                 self._progress(f"{cell_id}: flagged; writing why-artifacts")
                 profiled[cell_id] = self._run(*self.ran[cell_id], profile_dir=why_dir, remeasure="why-artifacts")
-        self.summary += [f"why-artifacts for {cid}: {rec['why']['dir']}" for cid, rec in profiled.items()
-                         if rec.get("why")]
+        self.summary += [
+            f"why-artifacts for {cid}: {rec['why']['dir']}" for cid, rec in profiled.items() if rec.get("why")
+        ]
         paths = (Path(report_dir) / "report.md", Path(report_dir) / "report.json") if report_dir else (None, None)
         if outcome.errors:
             self.summary += [f"perfgate: cannot compare (exit 2): {error}" for error in outcome.errors]
@@ -385,4 +438,3 @@ class PerfSession:
 
 def _flagged(outcome) -> set[str]:
     return {finding.cell for report in outcome.reports for finding in report.regressions}
-

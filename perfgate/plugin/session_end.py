@@ -53,8 +53,10 @@ def _step(session, perf: PerfSession, what: str, action):
         session.exitstatus = max(int(session.exitstatus), 2)
     except Exception as err:  # noqa: BLE001 - a bug in perfgate: say so, keep going, exit 3 (never 1)
         perf.summary += traceback.format_exc().rstrip().splitlines()
-        perf.summary.append(f"perfgate: internal error while trying to {what} (exit 3): "
-                            f"{type(err).__name__}: {err}; every record measured is in {perf.results_path}")
+        perf.summary.append(
+            f"perfgate: internal error while trying to {what} (exit 3): "
+            f"{type(err).__name__}: {err}; every record measured is in {perf.results_path}"
+        )
         session.exitstatus = max(int(session.exitstatus), 3)
     return None
 

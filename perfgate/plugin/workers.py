@@ -21,8 +21,9 @@ def unfit_reason(device_kind: str, workers: int, gpus: int) -> str:
     if workers <= 1:
         return ""
     if device_kind == "cpu":
-        return (f"timed by one of {workers} xdist workers sharing {os.cpu_count()} CPU cores: each slows "
-                f"the others' steps")
+        return (
+            f"timed by one of {workers} xdist workers sharing {os.cpu_count()} CPU cores: each slows the others' steps"
+        )
     if workers > gpus:
         return f"timed by one of {workers} xdist workers on {gpus} GPU(s): workers shared a GPU"
     return ""
@@ -59,6 +60,7 @@ class ProgressRelay:
                 self.progress = Progress(done["planned"], done["planned_s"], self.workers)
             count = self.progress.finish(done["cell"], done["wall_s"], done["expected_s"], done.get("gpus", 0))
             self.write_line(f"{count}: {worker + ' ' if worker else ''}{done['line']}")
+
 
 def worker_files(results_path: Path) -> list[Path]:
     """The files this session's xdist workers streamed to: <stem>.gwN.jsonl beside the named file."""

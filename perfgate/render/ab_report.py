@@ -27,11 +27,20 @@ from perfgate.render.wording import finding_json, finding_text
 VERDICT_ORDER = ("regression", "failed", "improvement", "ok")
 # The timed columns: the clocks (a data-parallel cell's compute clock shows in the device column, as in the
 # gate's report), then the absolute step times.
-TIMED = (*((clock.ratio, clock.label) for clock in (WALL, DEVICE, HOST)), ("eager_ms", "eager ms"),
-         ("compiled_ms", "compiled ms"))
-OTHER = (("compile_s", "compile s (cold)", ".1f"), ("graph_breaks", "graph breaks", "d"),
-         ("recompiles", "recompiles", "d"), ("peak_mem_compiled_mb", "peak MiB compiled", ".0f"),
-         ("peak_mem_eager_mb", "peak MiB eager", ".0f"), ("numerics", "numerics", ""), ("status", "status", ""))
+TIMED = (
+    *((clock.ratio, clock.label) for clock in (WALL, DEVICE, HOST)),
+    ("eager_ms", "eager ms"),
+    ("compiled_ms", "compiled ms"),
+)
+OTHER = (
+    ("compile_s", "compile s (cold)", ".1f"),
+    ("graph_breaks", "graph breaks", "d"),
+    ("recompiles", "recompiles", "d"),
+    ("peak_mem_compiled_mb", "peak MiB compiled", ".0f"),
+    ("peak_mem_eager_mb", "peak MiB eager", ".0f"),
+    ("numerics", "numerics", ""),
+    ("status", "status", ""),
+)
 MARKDOWN_SPECIAL = re.compile(r"([\\`*_\[\]<>#|~])")
 
 
@@ -51,8 +60,10 @@ def verdict_line(report: ABReport) -> str:
     if report.errors:
         return f"**perfgate A/B: cannot compare** (exit 2), B against A, {runs} processes"
     state = "PASS" if not report.regressions else "FAIL"
-    return (f"**perfgate A/B {state}**: {len(report.regressions)} regression(s), {len(report.improvements)} "
-            f"improvement(s) in {len(report.rows)} cell(s), B against A, {runs} processes")
+    return (
+        f"**perfgate A/B {state}**: {len(report.regressions)} regression(s), {len(report.improvements)} "
+        f"improvement(s) in {len(report.rows)} cell(s), B against A, {runs} processes"
+    )
 
 
 def _sides_table(report: ABReport) -> list[str]:
@@ -61,8 +72,11 @@ def _sides_table(report: ABReport) -> list[str]:
     for label in AB_SIDES:
         side = report.sides[label]
         versions = side.get("versions") or {}
-        lines.append(f"| {label} | {escape(side.get('description') or '–')} | "
-                     + " | ".join(_fmt(versions.get(k), "") for k in keys) + f" | {side['processes']} |")
+        lines.append(
+            f"| {label} | {escape(side.get('description') or '–')} | "
+            + " | ".join(_fmt(versions.get(k), "") for k in keys)
+            + f" | {side['processes']} |"
+        )
     return lines
 
 
@@ -143,19 +157,28 @@ def _tables(rows: Sequence[ABRow]) -> list[str]:
     ordered = sorted(rows, key=lambda r: (VERDICT_ORDER.index(r.verdict), r.cell))
     timed = ["cell", *(h for _, label in TIMED for h in (f"{label} A → B", "change [95 %] / line")), "verdict"]
     other = ["cell", *(f"{label} A → B" for _, label, _ in OTHER), "verdict"]
-    return ["| " + " | ".join(timed) + " |", "|---" * len(timed) + "|", *map(_timed_row, ordered), "",
-            "| " + " | ".join(other) + " |", "|---" * len(other) + "|", *map(_other_row, ordered)]
+    return [
+        "| " + " | ".join(timed) + " |",
+        "|---" * len(timed) + "|",
+        *map(_timed_row, ordered),
+        "",
+        "| " + " | ".join(other) + " |",
+        "|---" * len(other) + "|",
+        *map(_other_row, ordered),
+    ]
 
 
 def legend(report: ABReport) -> str:
-    return (f"B against A, cell by cell. Timed rules: A → B are geometric means over each side's processes; the "
-            f"change is in the rule's terms (a speedup's fall is negative, a time's growth positive) with its "
-            f"95 % interval from Student's two-sample t on the log of each process's value; line: the smallest "
-            f"change that counts, the larger of the rule's threshold line and the t quantile at one-sided "
-            f"{report.alpha:g} times the standard error (\\* where that noise line sets it: the processes "
-            f"disagree; more of them narrow it). Counts and memory: the largest over processes; compile s: "
-            f"the cold compile of each side's first process; status ok only where every process ran the cell "
-            f"ok. docs/ab.md explains the test and what it can detect.")
+    return (
+        f"B against A, cell by cell. Timed rules: A → B are geometric means over each side's processes; the "
+        f"change is in the rule's terms (a speedup's fall is negative, a time's growth positive) with its "
+        f"95 % interval from Student's two-sample t on the log of each process's value; line: the smallest "
+        f"change that counts, the larger of the rule's threshold line and the t quantile at one-sided "
+        f"{report.alpha:g} times the standard error (\\* where that noise line sets it: the processes "
+        f"disagree; more of them narrow it). Counts and memory: the largest over processes; compile s: "
+        f"the cold compile of each side's first process; status ok only where every process ran the cell "
+        f"ok. docs/ab.md explains the test and what it can detect."
+    )
 
 
 def markdown(report: ABReport, max_chars: int = MAX_CHARS) -> str:
@@ -165,8 +188,16 @@ def markdown(report: ABReport, max_chars: int = MAX_CHARS) -> str:
     if len(text) <= max_chars:
         return text
     kept = [r for r in report.rows if r.verdict != "ok"]
-    text = "\n".join([head, f"#### Cells ({len(report.rows) - len(kept)} unchanged cell(s) omitted to fit; see "
-                            f"report.json)", *_tables(kept), "", legend(report), ""])
+    text = "\n".join(
+        [
+            head,
+            f"#### Cells ({len(report.rows) - len(kept)} unchanged cell(s) omitted to fit; see report.json)",
+            *_tables(kept),
+            "",
+            legend(report),
+            "",
+        ]
+    )
     return text if len(text) <= max_chars else text[: max_chars - 40] + "\n\n… (truncated; see report.json)\n"
 
 
@@ -186,22 +217,32 @@ def to_json(report: ABReport) -> dict:
     }
 
 
-def write(report: ABReport, out: Path, markdown_path: str | None = None, json_path: str | None = None,
-          html_path: str | None = None) -> str:
+def write(
+    report: ABReport,
+    out: Path,
+    markdown_path: str | None = None,
+    json_path: str | None = None,
+    html_path: str | None = None,
+) -> str:
     """report.md and report.json into the run's directory (and where asked, and the HTML page where asked);
     returns the Markdown."""
     if html_path:
         html(report, html_path)
     text = markdown(report)
     payload = json.dumps(to_json(report), indent=2, sort_keys=True) + "\n"
-    for path, content in ((out / "report.md", text), (out / "report.json", payload), (markdown_path, text),
-                          (json_path, payload)):
+    for path, content in (
+        (out / "report.md", text),
+        (out / "report.json", payload),
+        (markdown_path, text),
+        (json_path, payload),
+    ):
         if path:
             write_atomic(path, content)  # OutputError names a path that cannot be written
     return text
 
 
 # ---------------------------------------------------------------------------------------------- HTML
+
 
 def representative(report: ABReport, side: str) -> list[dict]:
     """One record per cell of a side for the HTML page's charts: the process with the median wall speedup
@@ -223,12 +264,18 @@ def html(report: ABReport, path: str | Path) -> None:
     from perfgate.render import html_report
 
     caption = " · ".join(f"{s}: {report.sides[s].get('description') or '?'}" for s in AB_SIDES)
-    page = html_report.build(representative(report, "A") + representative(report, "B"), caption=caption,
-                             title="perfgate A/B report", sources=[f"{p.name}" for p in report.processes])
-    page.gate_lines = [verdict_line(report).replace("**", "").replace("perfgate A/B ", ""),
-                       *(f"regression {f.cell}: {finding_text(f)}" for f in report.regressions),
-                       *(f"improvement {f.cell}: {finding_text(f)}" for f in report.improvements),
-                       *(f"cannot compare: {e}" for e in report.errors)]
+    page = html_report.build(
+        representative(report, "A") + representative(report, "B"),
+        caption=caption,
+        title="perfgate A/B report",
+        sources=[f"{p.name}" for p in report.processes],
+    )
+    page.gate_lines = [
+        verdict_line(report).replace("**", "").replace("perfgate A/B ", ""),
+        *(f"regression {f.cell}: {finding_text(f)}" for f in report.regressions),
+        *(f"improvement {f.cell}: {finding_text(f)}" for f in report.improvements),
+        *(f"cannot compare: {e}" for e in report.errors),
+    ]
     page.gate_failed = report.exit_code == 1
     page.notes += report.notes
     html_report.write(page, path, None)

@@ -16,7 +16,7 @@ from perfgate.judge.bisect_verdict import BadRule, ProbeReading
 from perfgate.render.ab_report import escape
 from perfgate.render.wording import finding_text
 
-EXIT_CODES = {"found": 1, "no_bad_step": 0, "unsettled": 2}   # the gate's: 1 a regression, 2 cannot say
+EXIT_CODES = {"found": 1, "no_bad_step": 0, "unsettled": 2}  # the gate's: 1 a regression, 2 cannot say
 
 
 def reading_why(reading: ProbeReading) -> str:
@@ -47,35 +47,48 @@ def headline(manifest: dict) -> str:
     outcome = manifest["outcome"]
     kind = outcome["outcome"]
     if kind == "found":
-        return (f"**perfgate bisect: first bad {_label(manifest, outcome['first_bad'])}**, last good "
-                f"{_label(manifest, outcome['last_good'])}")
+        return (
+            f"**perfgate bisect: first bad {_label(manifest, outcome['first_bad'])}**, last good "
+            f"{_label(manifest, outcome['last_good'])}"
+        )
     if kind == "no_bad_step":
-        return (f"**perfgate bisect: no bad step**: the last step is not worse than the first by the rule "
-                f"({len(manifest['steps'])} steps)")
+        return (
+            f"**perfgate bisect: no bad step**: the last step is not worse than the first by the rule "
+            f"({len(manifest['steps'])} steps)"
+        )
     suspects = ", ".join(str(i) for i in outcome["suspects"])
-    return (f"**perfgate bisect: unsettled**: the first bad step is one of steps {suspects} (after last good "
-            f"{_label(manifest, outcome['last_good'])}); the probes there stayed unsure at "
-            f"{manifest['max_processes']} processes a side")
+    return (
+        f"**perfgate bisect: unsettled**: the first bad step is one of steps {suspects} (after last good "
+        f"{_label(manifest, outcome['last_good'])}); the probes there stayed unsure at "
+        f"{manifest['max_processes']} processes a side"
+    )
 
 
 def _change(row: dict) -> str:
     if row.get("change") is None:
         return escape(row.get("note") or f"{row.get('a')} → {row.get('b')}")
     star = "\\*" if row.get("noise_limited") else ""
-    return (f"{row['a']:.4g} → {row['b']:.4g}, {row['change']:+.1%} [{row['lo']:+.1%}, {row['hi']:+.1%}] / "
-            f"line {row['line']:.1%}{star}")
+    return (
+        f"{row['a']:.4g} → {row['b']:.4g}, {row['change']:+.1%} [{row['lo']:+.1%}, {row['hi']:+.1%}] / "
+        f"line {row['line']:.1%}{star}"
+    )
 
 
 def probe_table(manifest: dict) -> list[str]:
-    lines = ["| step | what | verdict | processes a side | cell | rule's clock: A → B, change [95 %] / line |",
-             "|---|---|---|---|---|---|"]
+    lines = [
+        "| step | what | verdict | processes a side | cell | rule's clock: A → B, change [95 %] / line |",
+        "|---|---|---|---|---|---|",
+    ]
     for index in sorted(map(int, manifest["probes"])):
         probe = manifest["probes"][str(index)]
         cells = probe.get("cells") or [{}]
         for n, row in enumerate(cells):
             verdict = probe.get("verdict") or "running"
-            head = (f"| {index} | `{escape(manifest['steps'][index]['label'])}` | **{verdict}** | "
-                    f"{probe['processes']} |") if n == 0 else "| | | | |"
+            head = (
+                (f"| {index} | `{escape(manifest['steps'][index]['label'])}` | **{verdict}** | {probe['processes']} |")
+                if n == 0
+                else "| | | | |"
+            )
             what = f"{escape(row['cell'])} ({escape(row['label'])})" if row else escape(probe.get("why") or "")
             lines.append(f"{head} {what} | {_change(row) if row else ''} |")
     return lines
@@ -85,13 +98,21 @@ def commands(manifest: dict, out: Path) -> list[str]:
     outcome = manifest["outcome"]
     lines = []
     if outcome["outcome"] == "found":
-        lines += ["The final pair (last good as A, first bad as B) on one machine:", "", "```bash",
-                  ab_command(manifest, outcome["last_good"], outcome["first_bad"]), "```"]
+        lines += [
+            "The final pair (last good as A, first bad as B) on one machine:",
+            "",
+            "```bash",
+            ab_command(manifest, outcome["last_good"], outcome["first_bad"]),
+            "```",
+        ]
     probe = manifest["probes"].get(str(outcome.get("first_bad")))
     if probe:
-        lines += ["", f"The probe that read it bad (step 0 against it), judged again by the gate's own thresholds "
-                      f"or drawn as HTML: `perfgate ab --judge {escape(shlex.quote(str(out / probe['dir'])))} "
-                      f"--html report.html`"]
+        lines += [
+            "",
+            f"The probe that read it bad (step 0 against it), judged again by the gate's own thresholds "
+            f"or drawn as HTML: `perfgate ab --judge {escape(shlex.quote(str(out / probe['dir'])))} "
+            f"--html report.html`",
+        ]
     lines += ["", f"This bisection, carried on or re-read: `perfgate bisect --resume {escape(shlex.quote(str(out)))}`"]
     return lines
 
@@ -99,31 +120,48 @@ def commands(manifest: dict, out: Path) -> list[str]:
 def markdown(manifest: dict, out: Path) -> str:
     rule = BadRule.parse(manifest["rule"])
     steps = manifest["steps"]
-    lines = [headline(manifest), "",
-             f"Range: {len(steps)} steps, {_label(manifest, 0)} (good) to {_label(manifest, len(steps) - 1)} "
-             f"(bad). Each probe is `perfgate ab` with A = step 0 and B = the step, {manifest['processes']} "
-             f"processes a side (up to {manifest['max_processes']} while unsure).",
-             f"Bad means: `--rule {escape(rule.text())}`, {escape(rule.describe())}.",
-             f"Pytest args: `{escape(shlex.join(manifest['common_args']))}`", "",
-             *probe_table(manifest), "",
-             "\\* noise-limited: the line was wider than the rule's threshold.", "", *commands(manifest, out)]
+    lines = [
+        headline(manifest),
+        "",
+        f"Range: {len(steps)} steps, {_label(manifest, 0)} (good) to {_label(manifest, len(steps) - 1)} "
+        f"(bad). Each probe is `perfgate ab` with A = step 0 and B = the step, {manifest['processes']} "
+        f"processes a side (up to {manifest['max_processes']} while unsure).",
+        f"Bad means: `--rule {escape(rule.text())}`, {escape(rule.describe())}.",
+        f"Pytest args: `{escape(shlex.join(manifest['common_args']))}`",
+        "",
+        *probe_table(manifest),
+        "",
+        "\\* noise-limited: the line was wider than the rule's threshold.",
+        "",
+        *commands(manifest, out),
+    ]
     return "\n".join(lines) + "\n"
 
 
 def to_json(manifest: dict, out: Path) -> dict:
     outcome = manifest["outcome"]
-    pair = (ab_command(manifest, outcome["last_good"], outcome["first_bad"])
-            if outcome["outcome"] == "found" else None)
-    return {"outcome": outcome, "exit_code": EXIT_CODES[outcome["outcome"]], "rule": manifest["rule"],
-            "steps": manifest["steps"], "probes": manifest["probes"], "common_args": manifest["common_args"],
-            "reproduce": pair, "dir": str(out)}
+    pair = ab_command(manifest, outcome["last_good"], outcome["first_bad"]) if outcome["outcome"] == "found" else None
+    return {
+        "outcome": outcome,
+        "exit_code": EXIT_CODES[outcome["outcome"]],
+        "rule": manifest["rule"],
+        "steps": manifest["steps"],
+        "probes": manifest["probes"],
+        "common_args": manifest["common_args"],
+        "reproduce": pair,
+        "dir": str(out),
+    }
 
 
 def write(manifest: dict, out: Path, markdown_path: str | None = None, json_path: str | None = None) -> str:
     text = markdown(manifest, out)
     payload = json.dumps(to_json(manifest, out), indent=2, sort_keys=True) + "\n"
-    for path, content in ((out / "report.md", text), (out / "report.json", payload), (markdown_path, text),
-                          (json_path, payload)):
+    for path, content in (
+        (out / "report.md", text),
+        (out / "report.json", payload),
+        (markdown_path, text),
+        (json_path, payload),
+    ):
         if path:
             write_atomic(path, content)  # OutputError names a path that cannot be written
     return text

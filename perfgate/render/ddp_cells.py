@@ -10,15 +10,29 @@ from typing import Sequence
 from perfgate.core.record import first_call_cache
 from perfgate.render.report import first_call, fmt, md_code, md_text, peaks_text, ratio_text, status_text
 
-COLUMNS = ("cell", "status", "wall speedup [95 % CI]", "ms eager → compiled (slowest rank)",
-           "one device ms eager → compiled", "scaling eager → compiled", "compute speedup",
-           "compute ms", "NCCL ms (exposed)", "GPU idle ms", "buckets / splits / wrapper breaks", "first call s",
-           "peak MiB a rank", "numerics")
-NOTE = ("Scaling: throughput on the ranks / on one device (ideal: the rank count). Compute: each rank's GPU work "
-        "but NCCL's kernels, the ranks' mean; NCCL ms: the all-reduce's kernels, and in brackets the part with no "
-        "compute beside it (not hidden by the backward, or waiting for the slower rank); GPU idle: the timed "
-        "step less the GPU's busy time (the host issuing). Eager → compiled in each. – where not measured "
-        "(no CUDA: the CPU tier's ranks).")
+COLUMNS = (
+    "cell",
+    "status",
+    "wall speedup [95 % CI]",
+    "ms eager → compiled (slowest rank)",
+    "one device ms eager → compiled",
+    "scaling eager → compiled",
+    "compute speedup",
+    "compute ms",
+    "NCCL ms (exposed)",
+    "GPU idle ms",
+    "buckets / splits / wrapper breaks",
+    "first call s",
+    "peak MiB a rank",
+    "numerics",
+)
+NOTE = (
+    "Scaling: throughput on the ranks / on one device (ideal: the rank count). Compute: each rank's GPU work "
+    "but NCCL's kernels, the ranks' mean; NCCL ms: the all-reduce's kernels, and in brackets the part with no "
+    "compute beside it (not hidden by the backward, or waiting for the slower rank); GPU idle: the timed "
+    "step less the GPU's busy time (the host issuing). Eager → compiled in each. – where not measured "
+    "(no CUDA: the CPU tier's ranks)."
+)
 
 
 def _pair(record: dict, eager: str, compiled: str) -> str:
@@ -29,8 +43,10 @@ def _pair(record: dict, eager: str, compiled: str) -> str:
 def _comm(record: dict) -> str:
     if record.get("eager_comm_ms") is None:
         return "–"
-    return " → ".join(f"{fmt(record[f'{side}_comm_ms'], '.2f')} ({fmt(record[f'{side}_comm_exposed_ms'], '.2f')})"
-                      for side in ("eager", "compiled"))
+    return " → ".join(
+        f"{fmt(record[f'{side}_comm_ms'], '.2f')} ({fmt(record[f'{side}_comm_exposed_ms'], '.2f')})"
+        for side in ("eager", "compiled")
+    )
 
 
 def _numerics(record: dict) -> str:
@@ -41,13 +57,22 @@ def _numerics(record: dict) -> str:
 
 def row(record: dict) -> tuple[str, ...]:
     structure = " / ".join(fmt(record.get(k), "d") for k in ("ddp_buckets", "ddp_splits", "ddp_wrapper_breaks"))
-    return (md_code(record["cell"]), md_text(status_text(record)), ratio_text(record),
-            _pair(record, "eager_ms", "compiled_ms"), _pair(record, "single_eager_ms", "single_compiled_ms"),
-            _pair(record, "scaling_eager", "scaling_compiled"), ratio_text(record, "compute_speedup"),
-            _pair(record, "eager_compute_ms", "compiled_compute_ms"), _comm(record),
-            _pair(record, "eager_gpu_idle_ms", "compiled_gpu_idle_ms"), structure,
-            first_call(record.get("compile_s"), first_call_cache(record)),
-            peaks_text(record), _numerics(record))
+    return (
+        md_code(record["cell"]),
+        md_text(status_text(record)),
+        ratio_text(record),
+        _pair(record, "eager_ms", "compiled_ms"),
+        _pair(record, "single_eager_ms", "single_compiled_ms"),
+        _pair(record, "scaling_eager", "scaling_compiled"),
+        ratio_text(record, "compute_speedup"),
+        _pair(record, "eager_compute_ms", "compiled_compute_ms"),
+        _comm(record),
+        _pair(record, "eager_gpu_idle_ms", "compiled_gpu_idle_ms"),
+        structure,
+        first_call(record.get("compile_s"), first_call_cache(record)),
+        peaks_text(record),
+        _numerics(record),
+    )
 
 
 def render_markdown(records: Sequence[dict]) -> str:

@@ -52,11 +52,11 @@ class Trend:
     cell: str
     svg: str
     points: int
-    changes: tuple[str, ...]        # "-13.2 % at 11-22 06:53 (abc1234), regression"
-    marked: tuple[str, ...]         # points the gate's rule flags against the baseline
+    changes: tuple[str, ...]  # "-13.2 % at 11-22 06:53 (abc1234), regression"
+    marked: tuple[str, ...]  # points the gate's rule flags against the baseline
     spark: str
-    baseline: float | None          # the baseline's median speedup (the dashed line), if one was given
-    bisects: tuple[str, ...] = ()   # per lower level: the nights around it and the perfgate bisect command
+    baseline: float | None  # the baseline's median speedup (the dashed line), if one was given
+    bisects: tuple[str, ...] = ()  # per lower level: the nights around it and the perfgate bisect command
 
 
 @dataclass
@@ -83,10 +83,11 @@ class Report:
     sections: list[Section]
     gate_lines: list[str]
     notes: list[str]
-    gate_failed: bool = False       # a gated environment has a regression (its gate exit code is 1)
+    gate_failed: bool = False  # a gated environment has a regression (its gate exit code is 1)
 
 
 # ---------------------------------------------------------------------------------------------- formatting
+
 
 def mem_ratio(record: dict) -> float | None:
     """Peak memory compiled / eager (warm steps, MiB / MiB); None where either is unknown (CPU)."""
@@ -104,8 +105,13 @@ def _label(record: dict) -> str:
 
 def _order(record: dict) -> tuple:
     phase = record.get("phase")
-    return (PHASE_ORDER.index(phase) if phase in PHASE_ORDER else 9, str(record.get("model")),
-            str(record.get("variant")), str(record.get("precision")), record["cell"])
+    return (
+        PHASE_ORDER.index(phase) if phase in PHASE_ORDER else 9,
+        str(record.get("model")),
+        str(record.get("variant")),
+        str(record.get("precision")),
+        record["cell"],
+    )
 
 
 def _ok(records: Sequence[dict], name: str) -> list[dict]:
@@ -114,20 +120,34 @@ def _ok(records: Sequence[dict], name: str) -> list[dict]:
 
 # ---------------------------------------------------------------------------------------------- charts
 
+
 def speedup_charts(records: Sequence[dict], verdicts: dict[str, str]) -> list[Chart]:
     charts = []
     for phase in sorted({r.get("phase") for r in records}, key=lambda p: _order({"phase": p, "cell": ""})):
         rows = sorted((r for r in _ok(records, "speedup") if r.get("phase") == phase), key=_order)
-        bars = [Bar(_label(r), r["speedup"], speedup_text(r), r["cell"], r.get("speedup_lo"), r.get("speedup_hi"),
-                    css=f"verdict-{verdicts[r['cell']]}" if r["cell"] in verdicts else "", group=r.get("model"),
-                    tooltip=f"{r['cell']}: {speedup_text(r)}, eager {shown(r, 'eager_ms')} ms, "
-                            f"compiled {shown(r, 'compiled_ms')} ms per step")
-                for r in rows]
+        bars = [
+            Bar(
+                _label(r),
+                r["speedup"],
+                speedup_text(r),
+                r["cell"],
+                r.get("speedup_lo"),
+                r.get("speedup_hi"),
+                css=f"verdict-{verdicts[r['cell']]}" if r["cell"] in verdicts else "",
+                group=r.get("model"),
+                tooltip=f"{r['cell']}: {speedup_text(r)}, eager {shown(r, 'eager_ms')} ms, "
+                f"compiled {shown(r, 'compiled_ms')} ms per step",
+            )
+            for r in rows
+        ]
         if bars:
-            charts.append(Chart(f"Speedup, {phase} (eager ms / compiled ms per step; bar: median over rounds, "
-                                f"whisker: 95 % interval)",
-                                bar_chart(bars, label=f"speedup {phase}", unit="×", ref=1.0,
-                                          ref_label="1× = no gain")))
+            charts.append(
+                Chart(
+                    f"Speedup, {phase} (eager ms / compiled ms per step; bar: median over rounds, "
+                    f"whisker: 95 % interval)",
+                    bar_chart(bars, label=f"speedup {phase}", unit="×", ref=1.0, ref_label="1× = no gain"),
+                )
+            )
     return charts
 
 
@@ -147,14 +167,24 @@ def _compile_text(record: dict) -> str:
 
 def compile_chart(records: Sequence[dict]) -> list[Chart]:
     rows = sorted(_ok(records, "compile_s"), key=_order)
-    bars = [Bar(f"{_label(r)} · {r.get('phase')}", r["compile_s"], _compile_text(r), r["cell"],
-                secondary=r.get("compile_warm_s"), group=r.get("model"),
-                tooltip=f"{r['cell']}: first compiled call {r['compile_s']:.1f} s, {first_call_cache(r)}")
-            for r in rows]
-    note = ("Bar: the first compiled call, cold with a fresh inductor cache; inner bar: the same compile again "
-            "with the caches warm. \"from artifacts\": the same compile in a fresh process with empty caches, "
-            "handed the cell's torch.compiler.save_cache_artifacts(). \"kept cache\": compiled from a cache "
-            "kept between runs (--perf-cache-dir), so that first call may be warm too.")
+    bars = [
+        Bar(
+            f"{_label(r)} · {r.get('phase')}",
+            r["compile_s"],
+            _compile_text(r),
+            r["cell"],
+            secondary=r.get("compile_warm_s"),
+            group=r.get("model"),
+            tooltip=f"{r['cell']}: first compiled call {r['compile_s']:.1f} s, {first_call_cache(r)}",
+        )
+        for r in rows
+    ]
+    note = (
+        "Bar: the first compiled call, cold with a fresh inductor cache; inner bar: the same compile again "
+        'with the caches warm. "from artifacts": the same compile in a fresh process with empty caches, '
+        'handed the cell\'s torch.compiler.save_cache_artifacts(). "kept cache": compiled from a cache '
+        "kept between runs (--perf-cache-dir), so that first call may be warm too."
+    )
     if not bars:
         return []
     return [Chart("Compile time (seconds)", bar_chart(bars, label="compile seconds", unit=" s"), note)]
@@ -162,23 +192,40 @@ def compile_chart(records: Sequence[dict]) -> list[Chart]:
 
 def memory_chart(records: Sequence[dict]) -> list[Chart]:
     rows = sorted((r for r in records if r.get("status") == "ok" and mem_ratio(r) is not None), key=_order)
-    bars = [Bar(f"{_label(r)} · {r.get('phase')}", mem_ratio(r),
-                f"{mem_ratio(r):.2f} ({r['peak_mem_compiled_mb']:.0f} / {r['peak_mem_eager_mb']:.0f} MiB)",
-                r["cell"], group=r.get("model")) for r in rows]
+    bars = [
+        Bar(
+            f"{_label(r)} · {r.get('phase')}",
+            mem_ratio(r),
+            f"{mem_ratio(r):.2f} ({r['peak_mem_compiled_mb']:.0f} / {r['peak_mem_eager_mb']:.0f} MiB)",
+            r["cell"],
+            group=r.get("model"),
+        )
+        for r in rows
+    ]
     if not bars:
         return []
-    return [Chart("Peak memory, compiled / eager (warm steps, CUDA-graph pools counted)",
-                  bar_chart(bars, label="memory ratio", ref=1.0, ref_label="1 = as eager"),
-                  "Below 1: the compiled step needs less memory than eager.")]
+    return [
+        Chart(
+            "Peak memory, compiled / eager (warm steps, CUDA-graph pools counted)",
+            bar_chart(bars, label="memory ratio", ref=1.0, ref_label="1 = as eager"),
+            "Below 1: the compiled step needs less memory than eager.",
+        )
+    ]
 
 
 # ---------------------------------------------------------------------------------------------- trends
 
+
 def _axis_labels(points: Sequence[dict]) -> list[tuple[str, str]]:
     """(label, sublabel) per point: the time when every point is on one day, else the date; and the commit."""
     one_day = len({str(p["date"])[:10] for p in points}) == 1
-    return [(str(p["date"])[11:16] if one_day else str(p["date"])[5:10],
-             (p.get("commit") or "")[:7] or f"run {str(p['run_id'])[:6]}") for p in points]
+    return [
+        (
+            str(p["date"])[11:16] if one_day else str(p["date"])[5:10],
+            (p.get("commit") or "")[:7] or f"run {str(p['run_id'])[:6]}",
+        )
+        for p in points
+    ]
 
 
 def _wall_rule(rules: Sequence) -> SpeedupRule:
@@ -208,15 +255,29 @@ def _change_kind(shift: float, threshold: float) -> str:
 
 
 def _drawn(point: dict, label: str, sublabel: str, mark: str) -> TrendPoint:
-    tooltip = (f"{point['date']} · commit {point.get('commit') or 'unknown'} · run {point['run_id']} · "
-               f"{speedup_text(point) if point.get('speedup') else 'no speedup'} · {point.get('status')}"
-               + (f": {point['reason']}" if point.get("reason") else ""))
-    return TrendPoint(point.get("speedup"), point.get("speedup_lo"), point.get("speedup_hi"), label, sublabel,
-                      point.get("status") == "ok" and point.get("speedup") is not None, mark, tooltip)
+    tooltip = (
+        f"{point['date']} · commit {point.get('commit') or 'unknown'} · run {point['run_id']} · "
+        f"{speedup_text(point) if point.get('speedup') else 'no speedup'} · {point.get('status')}"
+        + (f": {point['reason']}" if point.get("reason") else "")
+    )
+    return TrendPoint(
+        point.get("speedup"),
+        point.get("speedup_lo"),
+        point.get("speedup_hi"),
+        label,
+        sublabel,
+        point.get("status") == "ok" and point.get("speedup") is not None,
+        mark,
+        tooltip,
+    )
 
 
-def trend(cell: str, points: Sequence[dict], base_cell: dict | None,
-          rule: SpeedupRule = _wall_rule(DEFAULT_RULES)) -> Trend:  # noqa: B008 (a frozen rule, made once)
+def trend(
+    cell: str,
+    points: Sequence[dict],
+    base_cell: dict | None,
+    rule: SpeedupRule = _wall_rule(DEFAULT_RULES),  # noqa: B008 (a frozen rule, made once)
+) -> Trend:
     """One cell's trend chart and texts from its history (oldest first), its baseline cell (or None) and the
     gate's wall rule."""
     seg, ok, levels = _segment(points)
@@ -226,18 +287,30 @@ def trend(cell: str, points: Sequence[dict], base_cell: dict | None,
     for cp in seg.change_points:
         index, kind = ok[cp.index], _change_kind(cp.shift, threshold)
         changes.append(TrendChange(index, cp.shift, kind))
-        texts.append(f"{cp.shift:+.1%} at {labels[index][0]} ({labels[index][1]}): {cp.before:.3f}× → "
-                     f"{cp.after:.3f}×, {kind}")
+        texts.append(
+            f"{cp.shift:+.1%} at {labels[index][0]} ({labels[index][1]}): {cp.before:.3f}× → {cp.after:.3f}×, {kind}"
+        )
         if kind == REGRESSION:
             bisects.append(f"{cell} {cp.shift:+.1%}: {bisect_hint(points, ok, cp.index)}")
     marks = [_point_mark(p, base_cell, rule) for p in points]
     drawn = [_drawn(p, label, sub, mark) for p, (label, sub), mark in zip(points, labels, marks)]
-    marked = tuple(f"{cell} at {labels[i][0]} ({labels[i][1]}): {speedup_text(p)}, {m} against the baseline"
-                   for i, (p, m) in enumerate(zip(points, marks)) if m)
+    marked = tuple(
+        f"{cell} at {labels[i][0]} ({labels[i][1]}): {speedup_text(p)}, {m} against the baseline"
+        for i, (p, m) in enumerate(zip(points, marks))
+        if m
+    )
     baseline = (base_cell or {}).get("speedup")
     svg = trend_chart(drawn, levels, changes, label=f"speedup history {cell}", baseline=baseline)
-    return Trend(cell, svg, len(points), tuple(texts), marked, sparkline(p.get("speedup") for p in points),
-                 baseline, tuple(bisects))
+    return Trend(
+        cell,
+        svg,
+        len(points),
+        tuple(texts),
+        marked,
+        sparkline(p.get("speedup") for p in points),
+        baseline,
+        tuple(bisects),
+    )
 
 
 def sparkline(values) -> str:
@@ -252,6 +325,7 @@ def sparkline(values) -> str:
 
 
 # ---------------------------------------------------------------------------------------------- assembly
+
 
 def _gate(records: Sequence[dict], baseline_location, rules: Sequence, notes: list[str]) -> list[GateReport]:
     """The gate's report per environment and tier of `records` that has a usable baseline, from gate.gate_run
@@ -270,21 +344,30 @@ def _gate(records: Sequence[dict], baseline_location, rules: Sequence, notes: li
 
 
 def _gate_lines(report: GateReport) -> list[str]:
-    lines = [f"{'FAIL' if report.exit_code else 'PASS'} {report.fingerprint} ({report.tier}): "
-             f"{len(report.regressions)} regression(s), {len(report.improvements)} improvement(s)"]
+    lines = [
+        f"{'FAIL' if report.exit_code else 'PASS'} {report.fingerprint} ({report.tier}): "
+        f"{len(report.regressions)} regression(s), {len(report.improvements)} improvement(s)"
+    ]
     lines += [f"regression {f.cell}: {finding_text(f)}" for f in report.regressions]
     return lines + [f"advisory {f.cell} (never fails the gate): {finding_text(f)}" for f in report.advisories]
 
 
 def _table_row(record: dict, verdict: str | None) -> dict:
     device = record.get("device_speedup")
-    return {"cell": record["cell"], "status": record.get("status"),
-            "speedup": (speedup_text(record) if record.get("speedup") is not None else "–")
-                       + (f" · device {device:.3f}×" if device else ""),
-            "eager_ms": shown(record, "eager_ms"), "compiled_ms": shown(record, "compiled_ms"),
-            "compile_s": shown(record, "compile_s"), "mem": fmt(mem_ratio(record), ".2f"),
-            "graph_breaks": shown(record, "graph_breaks"), "numerics": record.get("numerics") or "–",
-            "verdict": verdict or "", "reason": record.get("reason") or ""}
+    return {
+        "cell": record["cell"],
+        "status": record.get("status"),
+        "speedup": (speedup_text(record) if record.get("speedup") is not None else "–")
+        + (f" · device {device:.3f}×" if device else ""),
+        "eager_ms": shown(record, "eager_ms"),
+        "compiled_ms": shown(record, "compiled_ms"),
+        "compile_s": shown(record, "compile_s"),
+        "mem": fmt(mem_ratio(record), ".2f"),
+        "graph_breaks": shown(record, "graph_breaks"),
+        "numerics": record.get("numerics") or "–",
+        "verdict": verdict or "",
+        "reason": record.get("reason") or "",
+    }
 
 
 def _geomeans(records: Sequence[dict]) -> list[str]:
@@ -296,22 +379,31 @@ def _geomeans(records: Sequence[dict]) -> list[str]:
     return out
 
 
-def _section(fingerprint: str, records: list[dict], gated: Sequence[GateReport], rule: SpeedupRule,
-             db_path: str | os.PathLike | None) -> Section:
+def _section(
+    fingerprint: str,
+    records: list[dict],
+    gated: Sequence[GateReport],
+    rule: SpeedupRule,
+    db_path: str | os.PathLike | None,
+) -> Section:
     """One environment's charts, table and trends; `gated`: the gate's reports on it (one per tier), `rule`:
     the gate's wall rule."""
     verdicts = {row.cell: row.verdict for report in gated for row in report.rows}
     base_cells = {cid: cell for report in gated for cid, cell in report.baseline["cells"].items()}
     env = records[0].get("env") or {}
-    versions = ", ".join(f"{k} {env[k]}" for k in ("driver", "cuda", "torch", "triton", "transformers", "timm")
-                         if env.get(k))
+    versions = ", ".join(
+        f"{k} {env[k]}" for k in ("driver", "cuda", "torch", "triton", "transformers", "timm") if env.get(k)
+    )
     records = sorted(records, key=_order)
     section = Section(
-        fingerprint=fingerprint, heading=f"{env.get('gpu') or env.get('cpu') or fingerprint} ({fingerprint})",
-        versions=versions, geomeans=_geomeans(records),
+        fingerprint=fingerprint,
+        heading=f"{env.get('gpu') or env.get('cpu') or fingerprint} ({fingerprint})",
+        versions=versions,
+        geomeans=_geomeans(records),
         charts=speedup_charts(records, verdicts) + compile_chart(records) + memory_chart(records),
         table=[_table_row(r, verdicts.get(r["cell"])) for r in records],
-        failed=[_table_row(r, verdicts.get(r["cell"])) for r in records if r.get("status") != "ok"])
+        failed=[_table_row(r, verdicts.get(r["cell"])) for r in records if r.get("status") != "ok"],
+    )
     if db_path:
         for record in records:
             points = history.series(db_path, record["cell"], fingerprint)
@@ -322,9 +414,16 @@ def _section(fingerprint: str, records: list[dict], gated: Sequence[GateReport],
     return section
 
 
-def build(records: Sequence[dict], *, db_path: str | os.PathLike | None = None, baseline=None,
-          caption: str = "", sources: Sequence[str] = (), title: str = "perfgate report",
-          rules: Sequence = DEFAULT_RULES) -> Report:
+def build(
+    records: Sequence[dict],
+    *,
+    db_path: str | os.PathLike | None = None,
+    baseline=None,
+    caption: str = "",
+    sources: Sequence[str] = (),
+    title: str = "perfgate report",
+    rules: Sequence = DEFAULT_RULES,
+) -> Report:
     """The report's content from one merged set of records (one per cell: perfgate.core.records_file.load_records),
     the history database (trends; optional) and a baseline file or directory (verdicts; optional), judged
     by `rules` as gate.gate_run judges them."""
@@ -336,31 +435,49 @@ def build(records: Sequence[dict], *, db_path: str | os.PathLike | None = None, 
     by_fp: dict[str, list[dict]] = {}
     for record in records:
         by_fp.setdefault((record.get("env") or {}).get("fingerprint") or "unknown", []).append(record)
-    sections = [_section(fp, recs, [g for g in gated if g.fingerprint == fp], _wall_rule(rules), db_path)
-                for fp, recs in sorted(by_fp.items())]
+    sections = [
+        _section(fp, recs, [g for g in gated if g.fingerprint == fp], _wall_rule(rules), db_path)
+        for fp, recs in sorted(by_fp.items())
+    ]
     generated = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    return Report(title, generated, caption, list(sources), sections,
-                  gate_lines=[line for report in gated for line in _gate_lines(report)], notes=notes,
-                  gate_failed=any(report.exit_code for report in gated))
+    return Report(
+        title,
+        generated,
+        caption,
+        list(sources),
+        sections,
+        gate_lines=[line for report in gated for line in _gate_lines(report)],
+        notes=notes,
+        gate_failed=any(report.exit_code for report in gated),
+    )
 
 
 # ---------------------------------------------------------------------------------------------- output
+
 
 def render_html(report: Report) -> str:
     import jinja2
     from markupsafe import Markup
 
-    env = jinja2.Environment(loader=jinja2.PackageLoader("perfgate.render", "templates"),
-                             autoescape=True, undefined=jinja2.StrictUndefined)
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("perfgate.render", "templates"), autoescape=True, undefined=jinja2.StrictUndefined
+    )
     env.filters["svg"] = Markup  # charts.py escapes every text it draws
     return env.get_template("report.html.j2").render(report=report)
 
 
 def _md_row(row: dict, trend_by_cell: dict[str, Trend]) -> str:
     t = trend_by_cell.get(row["cell"])
-    text = (row["speedup"], row["compile_s"], row["mem"], row["graph_breaks"], row["numerics"],
-            row["verdict"] or ("not gated" if row["status"] == "ok" else row["status"]), t.spark if t else "",
-            "; ".join(t.changes) if t and t.changes else "")
+    text = (
+        row["speedup"],
+        row["compile_s"],
+        row["mem"],
+        row["graph_breaks"],
+        row["numerics"],
+        row["verdict"] or ("not gated" if row["status"] == "ok" else row["status"]),
+        t.spark if t else "",
+        "; ".join(t.changes) if t and t.changes else "",
+    )
     return "| " + " | ".join([md_code(row["cell"]), *map(md_text, text)]) + " |"
 
 
@@ -371,10 +488,17 @@ def render_markdown(report: Report) -> str:
     lines += [f"- {md_text(line)}" for line in report.gate_lines] + ([""] if report.gate_lines else [])
     for section in report.sections:
         trends = {t.cell: t for t in section.trends}
-        lines += [f"### {md_text(section.heading)}", "", md_text(section.versions), "",
-                  f"Geomean speedup: {md_text('; '.join(section.geomeans) or 'no ok cell')}.", "",
-                  "| cell | speedup [95 % CI] | compile s | mem compiled/eager | graph breaks | numerics | "
-                  "verdict | history | change points |", "|" + "---|" * 9]
+        lines += [
+            f"### {md_text(section.heading)}",
+            "",
+            md_text(section.versions),
+            "",
+            f"Geomean speedup: {md_text('; '.join(section.geomeans) or 'no ok cell')}.",
+            "",
+            "| cell | speedup [95 % CI] | compile s | mem compiled/eager | graph breaks | numerics | "
+            "verdict | history | change points |",
+            "|" + "---|" * 9,
+        ]
         lines += [_md_row(row, trends) for row in section.table]
         lines.append("")
         lines += [f"- failed {md_code(row['cell'])}: {md_text(row['reason'])}" for row in section.failed]
@@ -391,4 +515,3 @@ def write(report: Report, html_path: str | os.PathLike | None, markdown_path: st
     for path, render in ((html_path, render_html), (markdown_path, render_markdown)):
         if path:
             write_atomic(path, render(report))
-

@@ -27,10 +27,33 @@ MAX_CHARS = 60_000
 # Table order: what needs attention first.
 VERDICT_ORDER = ("regression", "failed", "improvement", "advisory", "new", "missing", "ok")
 
-CLOCK_COLUMNS = ("cell", "wall speedup [lo, hi]", "baseline", "change", "line", "noise", "device speedup",
-                 "change", "line", "host ms eager → compiled", "change", "line", "busy", "verdict (rules)")
-COLUMNS = ("cell", "eager ms", "compiled ms", "compile s", "graph breaks", "recompiles", "peak MiB (compiled)",
-           "numerics", "verdict (rules)")
+CLOCK_COLUMNS = (
+    "cell",
+    "wall speedup [lo, hi]",
+    "baseline",
+    "change",
+    "line",
+    "noise",
+    "device speedup",
+    "change",
+    "line",
+    "host ms eager → compiled",
+    "change",
+    "line",
+    "busy",
+    "verdict (rules)",
+)
+COLUMNS = (
+    "cell",
+    "eager ms",
+    "compiled ms",
+    "compile s",
+    "graph breaks",
+    "recompiles",
+    "peak MiB (compiled)",
+    "numerics",
+    "verdict (rules)",
+)
 # The record fields behind COLUMNS' middle columns, in order (shown in their units' formats).
 TABLE_FIELDS = ("eager_ms", "compiled_ms", "compile_s", "graph_breaks", "recompiles", "peak_mem_compiled_mb")
 
@@ -69,7 +92,7 @@ def first_call(seconds: float | None, cache: str | None) -> str:
 
 
 def ratio_text(record: dict, name: str = "speedup") -> str:
-    """"2.249× [2.239, 2.265]": a record's clock ratio with its 95 % interval where it has one; – where null."""
+    """ "2.249× [2.239, 2.265]": a record's clock ratio with its 95 % interval where it has one; – where null."""
     value, lo, hi = record.get(name), record.get(f"{name}_lo"), record.get(f"{name}_hi")
     if value is None:
         return "–"
@@ -77,7 +100,7 @@ def ratio_text(record: dict, name: str = "speedup") -> str:
 
 
 def peaks_text(record: dict) -> str:
-    """"9000 → 7000": a record's eager and compiled peak MiB, the compiled one only where its schema measured
+    """ "9000 → 7000": a record's eager and compiled peak MiB, the compiled one only where its schema measured
     it right (perfgate.core.record.compiled_peak_is_right)."""
     compiled = record.get("peak_mem_compiled_mb") if compiled_peak_is_right(record) else None
     return f"{fmt(record.get('peak_mem_eager_mb'), '.0f')} → {fmt(compiled, '.0f')}"
@@ -117,9 +140,11 @@ def verdict_line(report: GateReport) -> str:
     n_cells = sum(1 for r in report.rows if r.verdict != "missing")
     state = "PASS" if report.passed else "FAIL"
     advisories = f", {len(report.advisories)} advisory(ies)" if report.advisories else ""
-    return (f"**perfgate {state}**: {len(report.regressions)} regression(s), "
-            f"{len(report.improvements)} improvement(s){advisories} in {n_cells} cell(s) "
-            f"({report.fingerprint}, tier {report.tier})")
+    return (
+        f"**perfgate {state}**: {len(report.regressions)} regression(s), "
+        f"{len(report.improvements)} improvement(s){advisories} in {n_cells} cell(s) "
+        f"({report.fingerprint}, tier {report.tier})"
+    )
 
 
 def geomean_line(report: GateReport) -> str:
@@ -127,8 +152,10 @@ def geomean_line(report: GateReport) -> str:
     if now is None or ref is None:
         return "Geomean speedup: no cell ok in both the run and the baseline."
     both = sum(1 for r in report.rows if r.change is not None)
-    return (f"Geomean speedup {now:.3f}x vs baseline {ref:.3f}x ({_pct(now / ref - 1)}) over {both} "
-            f"cell(s); baseline from {report.baseline_runs} run(s).")
+    return (
+        f"Geomean speedup {now:.3f}x vs baseline {ref:.3f}x ({_pct(now / ref - 1)}) over {both} "
+        f"cell(s); baseline from {report.baseline_runs} run(s)."
+    )
 
 
 def _rule_name(finding) -> str:
@@ -148,7 +175,7 @@ def _failed_line(report: GateReport, cell: str) -> str:
 
 
 def _verdict(row) -> str:
-    """"**regression** (device, host)": the verdict and the clocks or metrics of the rules that tripped."""
+    """ "**regression** (device, host)": the verdict and the clocks or metrics of the rules that tripped."""
     verdict = f"**{row.verdict}**" if row.verdict == "regression" else row.verdict
     tripped = [CLOCK_NAMES.get(m, m) for m in row.tripped]
     return f"{verdict} ({', '.join(tripped)})" if tripped else verdict
@@ -162,7 +189,7 @@ def _line(clock) -> str:
 
 
 def _busy(source) -> str:
-    """"host-bound 61 %": the compiled step's GPU-busy share and what its wall time follows (a record's or a
+    """ "host-bound 61 %": the compiled step's GPU-busy share and what its wall time follows (a record's or a
     gate row's)."""
     busy = _value(source, "busy_compiled")
     return "–" if busy is None else f"{_value(source, 'bound') or '?'}-bound {100 * busy:.0f} %"
@@ -175,7 +202,7 @@ def _host_ms(row) -> str:
 
 
 def _speedup(source) -> str:
-    """"2.249 [2.239, 2.265]": the wall speedup and its 95 % interval, of a record or a gate row."""
+    """ "2.249 [2.239, 2.265]": the wall speedup and its 95 % interval, of a record or a gate row."""
     return f"{shown(source, 'speedup')} [{shown(source, 'speedup_lo')}, {shown(source, 'speedup_hi')}]"
 
 
@@ -186,10 +213,22 @@ def _clock_row(row) -> str:
     wall, device, host = (row.clock(shown_in(column, has).ratio) for column in (WALL, DEVICE, HOST))
     interval = _speedup(row) if row.speedup is not None else "–"
     noise = fmt(row.noise, ".1%") + ("?" if row.run_to_run_known is False else "")
-    cells = (md_code(row.cell), interval, fmt(row.baseline_speedup, ".3f"), _pct(row.change), _line(wall), noise,
-             fmt(device.value if device else None, ".3f"), _pct(device.change if device else None),
-             _line(device), _host_ms(row), _pct(host.change if host else None), _line(host), _busy(row),
-             _verdict(row))
+    cells = (
+        md_code(row.cell),
+        interval,
+        fmt(row.baseline_speedup, ".3f"),
+        _pct(row.change),
+        _line(wall),
+        noise,
+        fmt(device.value if device else None, ".3f"),
+        _pct(device.change if device else None),
+        _line(device),
+        _host_ms(row),
+        _pct(host.change if host else None),
+        _line(host),
+        _busy(row),
+        _verdict(row),
+    )
     return "| " + " | ".join(cells) + " |"
 
 
@@ -200,40 +239,55 @@ def _table_row(row) -> str:
 
 def _tables(rows: Sequence) -> list[str]:
     ordered = sorted(rows, key=lambda r: (VERDICT_ORDER.index(r.verdict), r.cell))
-    return ["| " + " | ".join(CLOCK_COLUMNS) + " |", "|" + "---|" * len(CLOCK_COLUMNS),
-            *(_clock_row(r) for r in ordered), "",
-            "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS), *(_table_row(r) for r in ordered)]
+    return [
+        "| " + " | ".join(CLOCK_COLUMNS) + " |",
+        "|" + "---|" * len(CLOCK_COLUMNS),
+        *(_clock_row(r) for r in ordered),
+        "",
+        "| " + " | ".join(COLUMNS) + " |",
+        "|" + "---|" * len(COLUMNS),
+        *(_table_row(r) for r in ordered),
+    ]
 
 
 def _head(report: GateReport) -> list[str]:
     lines = [verdict_line(report), "", geomean_line(report), ""]
-    lines += _section("Regressions", [f"- {md_code(f.cell)} ({_rule_name(f)}) {md_text(finding_text(f))}"
-                                      for f in report.regressions])
-    lines += _section("Triage (what each flagged cell looks like, and the command that measures it again)",
-                      [f"- {md_code(t.cell)} **{t.kind}**: {md_text(t.why)}; {md_code(t.command)}; "
-                       f"{md_text(t.env_text())}"
-                       for t in triage(report)])
+    lines += _section(
+        "Regressions", [f"- {md_code(f.cell)} ({_rule_name(f)}) {md_text(finding_text(f))}" for f in report.regressions]
+    )
+    lines += _section(
+        "Triage (what each flagged cell looks like, and the command that measures it again)",
+        [
+            f"- {md_code(t.cell)} **{t.kind}**: {md_text(t.why)}; {md_code(t.command)}; {md_text(t.env_text())}"
+            for t in triage(report)
+        ],
+    )
     lines += _section("Improvements", [f"- {md_code(f.cell)} {md_text(finding_text(f))}" for f in report.improvements])
-    lines += _section("Advisories (reported only: never fail the gate, not re-measured)",
-                      [f"- {md_code(f.cell)} {md_text(finding_text(f))}" for f in report.advisories])
-    lines += _section("Missing (in the baseline, not in this run; not gated)",
-                      [f"- {md_code(c)}" for c in report.missing])
+    lines += _section(
+        "Advisories (reported only: never fail the gate, not re-measured)",
+        [f"- {md_code(f.cell)} {md_text(finding_text(f))}" for f in report.advisories],
+    )
+    lines += _section(
+        "Missing (in the baseline, not in this run; not gated)", [f"- {md_code(c)}" for c in report.missing]
+    )
     lines += _section("New (not in the baseline; not gated)", [f"- {md_code(c)}" for c in report.new])
     lines += _section("Failed or skipped in this run", [_failed_line(report, c) for c in report.failed])
     lines += _section("Notes", [f"- {md_text(n)}" for n in report.notes])
     return lines
 
 
-LEGEND = ("Three clocks per cell. Wall speedup: eager/compiled ms per step (median and 95 % interval over "
-          "rounds), host stalls included; change is against the baseline's median over runs. Device speedup: "
-          "eager/compiled GPU-busy ms per step. Host ms: to issue one step, eager → compiled; its change is "
-          "that of compiled host time relative to eager's (+ is worse). Busy: the compiled step's GPU-busy "
-          "share of its wall time; below 90 % it is host-bound and its wall speedup follows the host CPU. Line: "
-          "the smallest change that fails the gate on that clock (it must also be at least 2 noise sds, and "
-          "trip again when re-measured); * where noise pushes it past the threshold asked for, so a change of "
-          "that size may go uncaught. Noise: the sd of the wall drop the gate assumed, from the baseline's "
-          "run-to-run spread and both runs' intervals; ? where run-to-run noise is unknown (fewer than 2 "
-          "baseline runs). Verdict (rules): the clocks or metrics whose rules tripped.")
+LEGEND = (
+    "Three clocks per cell. Wall speedup: eager/compiled ms per step (median and 95 % interval over "
+    "rounds), host stalls included; change is against the baseline's median over runs. Device speedup: "
+    "eager/compiled GPU-busy ms per step. Host ms: to issue one step, eager → compiled; its change is "
+    "that of compiled host time relative to eager's (+ is worse). Busy: the compiled step's GPU-busy "
+    "share of its wall time; below 90 % it is host-bound and its wall speedup follows the host CPU. Line: "
+    "the smallest change that fails the gate on that clock (it must also be at least 2 noise sds, and "
+    "trip again when re-measured); * where noise pushes it past the threshold asked for, so a change of "
+    "that size may go uncaught. Noise: the sd of the wall drop the gate assumed, from the baseline's "
+    "run-to-run spread and both runs' intervals; ? where run-to-run noise is unknown (fewer than 2 "
+    "baseline runs). Verdict (rules): the clocks or metrics whose rules tripped."
+)
 
 
 def markdown(report: GateReport, max_chars: int = MAX_CHARS) -> str:
@@ -244,8 +298,16 @@ def markdown(report: GateReport, max_chars: int = MAX_CHARS) -> str:
         return text
     kept = [r for r in report.rows if r.verdict != "ok"]
     omitted = len(report.rows) - len(kept)
-    text = "\n".join([head, f"#### Cells ({omitted} unchanged cell(s) omitted to fit; see the JSON report)",
-                      *_tables(kept), "", LEGEND, ""])
+    text = "\n".join(
+        [
+            head,
+            f"#### Cells ({omitted} unchanged cell(s) omitted to fit; see the JSON report)",
+            *_tables(kept),
+            "",
+            LEGEND,
+            "",
+        ]
+    )
     return text if len(text) <= max_chars else text[: max_chars - 40] + "\n\n… (truncated; see the JSON report)\n"
 
 
@@ -272,17 +334,39 @@ def to_json(report: GateReport) -> dict:
     }
 
 
-RECORD_COLUMNS = ("cell", "status", "eager ms", "compiled ms", "speedup [lo, hi]", "device speedup", "busy",
-                  "compile s", "breaks", "recompiles", "numerics", "reason")
+RECORD_COLUMNS = (
+    "cell",
+    "status",
+    "eager ms",
+    "compiled ms",
+    "speedup [lo, hi]",
+    "device speedup",
+    "busy",
+    "compile s",
+    "breaks",
+    "recompiles",
+    "numerics",
+    "reason",
+)
 
 
 def _record_cells(record: dict) -> tuple[str, ...]:
     interval = "–" if record.get("speedup") is None else _speedup(record)
     reason = record.get("reason") or ""
-    return (record["cell"], str(record.get("status")), shown(record, "eager_ms"), shown(record, "compiled_ms"),
-            interval, shown(record, "device_speedup"), _busy(record), shown(record, "compile_s"),
-            shown(record, "graph_breaks"), shown(record, "recompiles"), str(record.get("numerics") or "–"),
-            reason if len(reason) <= 60 else reason[:57] + "...")
+    return (
+        record["cell"],
+        str(record.get("status")),
+        shown(record, "eager_ms"),
+        shown(record, "compiled_ms"),
+        interval,
+        shown(record, "device_speedup"),
+        _busy(record),
+        shown(record, "compile_s"),
+        shown(record, "graph_breaks"),
+        shown(record, "recompiles"),
+        str(record.get("numerics") or "–"),
+        reason if len(reason) <= 60 else reason[:57] + "...",
+    )
 
 
 def records_table(records: Sequence[dict]) -> str:

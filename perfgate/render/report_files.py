@@ -17,12 +17,30 @@ def write_reports(outcome, markdown_path: str | None, json_path: str | None) -> 
     be compared gets a report saying why, so a PR comment never reads as an empty pass."""
     text = "\n\n---\n\n".join(markdown(r) for r in outcome.reports)
     if outcome.errors:
-        text = "\n".join([f"**perfgate: cannot compare** (exit {outcome.exit_code}): nothing was judged", "",
-                          *(f"- {md_text(error)}" for error in outcome.errors)]) + "\n"
+        text = (
+            "\n".join(
+                [
+                    f"**perfgate: cannot compare** (exit {outcome.exit_code}): nothing was judged",
+                    "",
+                    *(f"- {md_text(error)}" for error in outcome.errors),
+                ]
+            )
+            + "\n"
+        )
     _write(markdown_path, text)
-    _write(json_path, json.dumps({"exit_code": outcome.exit_code, "errors": list(outcome.errors),
-                                  "reports": [to_json(r) for r in outcome.reports]},
-                                 indent=2, sort_keys=True) + "\n")
+    _write(
+        json_path,
+        json.dumps(
+            {
+                "exit_code": outcome.exit_code,
+                "errors": list(outcome.errors),
+                "reports": [to_json(r) for r in outcome.reports],
+            },
+            indent=2,
+            sort_keys=True,
+        )
+        + "\n",
+    )
     return text
 
 

@@ -14,7 +14,7 @@ LABELS[CONFIRM] = "confirm round"
 
 
 def run_line(records: Sequence[dict], precompile_s: float = 0.0) -> str | None:
-    """"perfgate: where the cells' 14:12 of GPU-time went: compile 4:06 (29%), timing 3:00 (21%), ..." (m:ss;
+    """ "perfgate: where the cells' 14:12 of GPU-time went: compile 4:06 (29%), timing 3:00 (21%), ..." (m:ss;
     GPU-time is a cell's seconds times the GPUs it held; CPU cells: their seconds), with the precompile before
     the first cell; None without records."""
     if not records:
@@ -24,8 +24,11 @@ def run_line(records: Sequence[dict], precompile_s: float = 0.0) -> str | None:
     whole = sum(seconds.values())
     if not whole:
         return None
-    parts = ", ".join(f"{LABELS[stage]} {hms(s)} ({s / whole:.0%})"
-                      for stage, s in sorted(seconds.items(), key=lambda item: -item[1]) if s >= 0.5)
+    parts = ", ".join(
+        f"{LABELS[stage]} {hms(s)} ({s / whole:.0%})"
+        for stage, s in sorted(seconds.items(), key=lambda item: -item[1])
+        if s >= 0.5
+    )
     unit = "GPU-time" if on_gpu else "time"
     text = f"perfgate: where the cells' {hms(whole)} of {unit} went: {parts}"
     if precompile_s:
@@ -36,8 +39,10 @@ def run_line(records: Sequence[dict], precompile_s: float = 0.0) -> str | None:
 def cells_table(records: Sequence[dict]) -> str:
     """One row per cell: its wall seconds and each stage's seconds (Markdown); the timed rounds' share last."""
     stages = [stage for stage in STAGES if any((r.get("stages") or {}).get(stage) for r in records)]
-    lines = ["| cell | wall s | " + " | ".join(LABELS[s] for s in stages) + " | timing share |",
-             "|---|---|" + "---|" * len(stages) + "---|"]
+    lines = [
+        "| cell | wall s | " + " | ".join(LABELS[s] for s in stages) + " | timing share |",
+        "|---|---|" + "---|" * len(stages) + "---|",
+    ]
     for record in sorted(records, key=lambda r: r["cell"]):
         account = record.get("stages") or {}
         wall = record.get("wall_s") or 0.0

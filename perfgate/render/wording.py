@@ -28,11 +28,19 @@ def finding_text(finding) -> str:
 
 def finding_json(finding) -> dict:
     """The finding as the JSON reports write it: its identity and figures, and its sentence."""
-    return {"cell": finding.cell, "metric": finding.metric, "kind": finding.kind, "baseline": finding.baseline,
-            "current": finding.current, "threshold": finding.threshold, "message": finding_text(finding)}
+    return {
+        "cell": finding.cell,
+        "metric": finding.metric,
+        "kind": finding.kind,
+        "baseline": finding.baseline,
+        "current": finding.current,
+        "threshold": finding.threshold,
+        "message": finding_text(finding),
+    }
 
 
 # ---------------------------------------------------------------------------------------------- each form
+
 
 def _refresh(f) -> str:
     """A gate improvement asks for a baseline refresh; an A/B run has no baseline to refresh."""
@@ -48,7 +56,7 @@ def _line(f) -> str:
 
 
 def _host_ms(pair) -> str:
-    """"20.10 -> 39.40 ms": host ms to issue one step, eager -> compiled ("?" where unknown)."""
+    """ "20.10 -> 39.40 ms": host ms to issue one step, eager -> compiled ("?" where unknown)."""
     return " -> ".join("?" if v is None else f"{v:.2f}" for v in pair) + " ms"
 
 
@@ -57,9 +65,11 @@ def _figures(f) -> str:
     ref, now = f.baseline, f.current
     if f.form == "host":
         now_ms, base_ms = f.host_ms
-        return (f"compiled host time per step relative to eager {f.change:+.1%} (host ms eager -> compiled "
-                f"{_host_ms(now_ms)} now, {_host_ms(base_ms)} in the baseline; host speedup {now:.3f}x "
-                f"[{f.lo:.3f}, {f.hi:.3f}] vs {ref:.3f}x)")
+        return (
+            f"compiled host time per step relative to eager {f.change:+.1%} (host ms eager -> compiled "
+            f"{_host_ms(now_ms)} now, {_host_ms(base_ms)} in the baseline; host speedup {now:.3f}x "
+            f"[{f.lo:.3f}, {f.hi:.3f}] vs {ref:.3f}x)"
+        )
     if f.form == "step":
         return f"{f.label} {now:.3f} vs {ref:.3f} ({f.change:+.1%})"
     return f"{f.label} {now:.3f}x [{f.lo:.3f}, {f.hi:.3f}] vs baseline {ref:.3f}x ({f.change:+.1%})"
@@ -69,8 +79,10 @@ def _timed(f) -> str:
     """A ratio or time rule's finding: how far the figure moved, in noise sds (gate) or Student's t (A/B)."""
     if f.sides == AB:
         n_a, n_b = f.processes
-        return (f"{f.label} {f.baseline:.4g} → {f.current:.4g} ({f.change:+.1%}, {f.confidence:.0%} interval "
-                f"{f.lo:+.1%} to {f.hi:+.1%}; t {f.t:+.1f} on {f.df} df, {n_a} vs {n_b} processes), past {_line(f)}")
+        return (
+            f"{f.label} {f.baseline:.4g} → {f.current:.4g} ({f.change:+.1%}, {f.confidence:.0%} interval "
+            f"{f.lo:+.1%} to {f.hi:+.1%}; t {f.t:+.1f} on {f.df} df, {n_a} vs {n_b} processes), past {_line(f)}"
+        )
     unknown = "" if f.noise_known else ", run-to-run noise unknown"
     return f"{_figures(f)}; {f.sds:.1f} noise sds (sd {f.sd:.1%}{unknown}), past {_line(f)}{_refresh(f)}"
 
@@ -87,8 +99,7 @@ def _count(f) -> str:
 
 
 def _relative(f) -> str:
-    return (f"{f.metric} {f.baseline:.4g} -> {f.current:.4g} ({f.change:+.1%}, threshold {f.threshold:.0%})"
-            f"{_refresh(f)}")
+    return f"{f.metric} {f.baseline:.4g} -> {f.current:.4g} ({f.change:+.1%}, threshold {f.threshold:.0%}){_refresh(f)}"
 
 
 def _numerics(f) -> str:
@@ -104,16 +115,24 @@ def _status(f) -> str:
     return f"{f.baseline} {was}, ok {now}{_refresh(f)}"
 
 
-FORMS = {"ratio": _timed, "host": _timed, "step": _timed, "missing": _missing, "count": _count,
-         "relative": _relative, "numerics": _numerics, "status": _status}
+FORMS = {
+    "ratio": _timed,
+    "host": _timed,
+    "step": _timed,
+    "missing": _missing,
+    "count": _count,
+    "relative": _relative,
+    "numerics": _numerics,
+    "status": _status,
+}
 
 
 # ---------------------------------------------------------------------------------------------- advisories
 
+
 def _foreign_cpu(a) -> str:
     busy = f" ({100 * a.busy:.0f} % GPU-busy)" if a.busy is not None else ""
-    return (f"; advisory only: host-bound{busy} and measured on {a.now}, while the baseline ran on "
-            f"{', '.join(a.was)}")
+    return f"; advisory only: host-bound{busy} and measured on {a.now}, while the baseline ran on {', '.join(a.was)}"
 
 
 def _changed_batch(a) -> str:
@@ -126,7 +145,11 @@ ADVISORIES = {"foreign_cpu": _foreign_cpu, "changed_batch": _changed_batch}
 def ab_words(message: str) -> str:
     """A gate sentence reworded for an A/B run, for text that is all a caller holds (the A/B verdict words its
     own findings through `finding_text`): "the baseline" is A, "now" is B, and there is no baseline to refresh."""
-    for gate_words, ab in ((REFRESH_TAIL, ""), ("in the baseline", "in A"), (" now: ", " in B: "),
-                           (", ok now", ", ok in B")):
+    for gate_words, ab in (
+        (REFRESH_TAIL, ""),
+        ("in the baseline", "in A"),
+        (" now: ", " in B: "),
+        (", ok now", ", ok in B"),
+    ):
         message = message.replace(gate_words, ab)
     return message

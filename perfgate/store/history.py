@@ -37,8 +37,18 @@ COLUMNS = tuple((name, SQL_TYPES[FIELD[name].type]) for name in names(column=Tru
 COLUMN_NAMES = tuple(name for name, _ in COLUMNS)
 
 # Metrics `perfgate history show --metric` can print; mem_ratio = peak_mem_compiled_mb / peak_mem_eager_mb.
-METRICS = ("speedup", "eager_ms", "compiled_ms", "compile_s", "compile_warm_s", "peak_mem_eager_mb",
-           "peak_mem_compiled_mb", "mem_ratio", "graph_breaks", "recompiles")
+METRICS = (
+    "speedup",
+    "eager_ms",
+    "compiled_ms",
+    "compile_s",
+    "compile_warm_s",
+    "peak_mem_eager_mb",
+    "peak_mem_compiled_mb",
+    "mem_ratio",
+    "graph_breaks",
+    "recompiles",
+)
 
 _DDL = f"""
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -64,8 +74,7 @@ class HistoryError(Exception):
 def _connect(db_path: str | os.PathLike, create: bool) -> Iterator[sqlite3.Connection]:
     path = Path(db_path)
     if not create and not path.is_file():
-        raise HistoryError(f"no history database at {path}; make one with: perfgate history add RESULTS... "
-                           f"--db {path}")
+        raise HistoryError(f"no history database at {path}; make one with: perfgate history add RESULTS... --db {path}")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         # 30 s: xdist workers or shards appending at once wait for the write lock instead of failing.
@@ -115,12 +124,20 @@ def _stored(record: dict) -> str:
 def _row(record: dict, commit: str | None, date: str | None) -> tuple:
     fingerprint = (record.get("env") or {}).get("fingerprint") or "unknown"
     when = date or record.get("started_at") or _now()
-    return (_run_id(record), record["cell"], commit, when, fingerprint,
-            *(record.get(name) for name in COLUMN_NAMES), _stored(record))
+    return (
+        _run_id(record),
+        record["cell"],
+        commit,
+        when,
+        fingerprint,
+        *(record.get(name) for name in COLUMN_NAMES),
+        _stored(record),
+    )
 
 
-def append(db_path: str | os.PathLike, records: Iterable[dict], commit: str | None = None,
-           date: str | None = None) -> int:
+def append(
+    db_path: str | os.PathLike, records: Iterable[dict], commit: str | None = None, date: str | None = None
+) -> int:
     """Add records to the history at `db_path` (created if missing); returns how many rows were written.
 
     `commit`: the commit measured (None: unknown; a later append of the same run may fill it in).
@@ -135,8 +152,10 @@ def append(db_path: str | os.PathLike, records: Iterable[dict], commit: str | No
     kept = ("commit_sha",) if date is not None else ("commit_sha", "date")
     updates = [f"{n} = excluded.{n}" for n in columns[2:] if n not in kept]
     updates += [f"{n} = COALESCE(excluded.{n}, results.{n})" for n in kept if n == "commit_sha"]
-    sql = (f"INSERT INTO results ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))}) "
-           f"ON CONFLICT (run_id, cell) DO UPDATE SET {', '.join(updates)}")
+    sql = (
+        f"INSERT INTO results ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))}) "
+        f"ON CONFLICT (run_id, cell) DO UPDATE SET {', '.join(updates)}"
+    )
     with _connect(db_path, create=True) as conn:
         conn.executemany(sql, rows)
     return len(rows)
@@ -185,8 +204,9 @@ def current_commit(cwd: str | os.PathLike | None = None) -> str | None:
     if os.environ.get("GITHUB_SHA"):
         return os.environ["GITHUB_SHA"]
     try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True,
-                             timeout=10, check=True)
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, timeout=10, check=True
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     return out.stdout.strip() or None

@@ -10,6 +10,7 @@ PROBE_INJECT=KIND[:ARG] plants a test-only fault, as --perf-inject does (device_
 usage: python tools/probes/ddp_one_gpu.py MODEL VARIANT PRECISION [CACHE_DIR]
 prints the cell's record as one JSON line (PROBE_KIND=cpu: the CPU tier's cell, to try the probe itself).
 """
+
 import json
 import os
 import sys
@@ -47,12 +48,22 @@ model, variant, precision = sys.argv[1:4]
 kind = os.environ.get("PROBE_KIND", "gpu")
 cell = Cell(model, "ddp", variant, precision, kind)
 device = "cuda:0" if kind == "gpu" else "cpu"
-options = RunOptions(device=device, registry=DEFAULT, cache_dir=sys.argv[4] if len(sys.argv) > 4 else None,
-                     fault=faults.parse(os.environ.get("PROBE_INJECT")))
+options = RunOptions(
+    device=device,
+    registry=DEFAULT,
+    cache_dir=sys.argv[4] if len(sys.argv) > 4 else None,
+    fault=faults.parse(os.environ.get("PROBE_INJECT")),
+)
 world = int(os.environ.get("PROBE_WORLD", "2"))
 if world > 1:
     ddp.RANK_ARGS = (__file__, "rank")  # each rank through this file's "rank" mode
-record = ddp.run(load(DEFAULT)[model], cell, options, environment(torch.device(device), tf32=True),
-                 progress=lambda message: print(message, file=sys.stderr, flush=True), world=world)
+record = ddp.run(
+    load(DEFAULT)[model],
+    cell,
+    options,
+    environment(torch.device(device), tf32=True),
+    progress=lambda message: print(message, file=sys.stderr, flush=True),
+    world=world,
+)
 probe = "2 gloo ranks on one GPU" if world > 1 else "1 rank (NCCL on GPUs): DDP's own cost"
 print(json.dumps(dict(record, probe=f"ddp_one_gpu: {probe}", probe_inject=os.environ.get("PROBE_INJECT"))))

@@ -5,12 +5,14 @@ PROBE_BATCH=N: N samples per step instead of the cell's batch; PROBE_EAGER=1: th
 Builds the compiled side as perfgate.measure.cell does (seed 0, TF32 on), runs 5 steps on the cell's two
 batches in turn ("captured": the first two through Side.captured_step, as the numerics check does) and prints
 one JSON line: per step the loss, whether the captured gradients and the parameters are finite, the scale."""
+
 import dataclasses
 import json
 import os
 import sys
 
 import torch
+
 sys.path.insert(0, os.getcwd())
 from fixtures import REGISTRY
 from perfgate.core.matrix import Cell, VARIANTS
@@ -45,7 +47,19 @@ for i in range(5):
     torch.cuda.synchronize() if kind == "gpu" else None
     params_finite = all(torch.isfinite(p).all().item() for p in side.model.parameters())
     scale = side.scaler.get_scale() if side.scaler else None
-    out.append({"step": i, "loss": float(loss), "grads_finite": grads_finite, "params_finite": params_finite,
-                "scale": scale})
-print(json.dumps({"model": model_name, "variant": variant, "precision": precision, "how": how,
-                  "eager": bool(os.environ.get("PROBE_EAGER")), "batch": size.batch, "steps": out}))
+    out.append(
+        {"step": i, "loss": float(loss), "grads_finite": grads_finite, "params_finite": params_finite, "scale": scale}
+    )
+print(
+    json.dumps(
+        {
+            "model": model_name,
+            "variant": variant,
+            "precision": precision,
+            "how": how,
+            "eager": bool(os.environ.get("PROBE_EAGER")),
+            "batch": size.batch,
+            "steps": out,
+        }
+    )
+)
