@@ -229,16 +229,22 @@ def write(
     if html_path:
         html(report, html_path)
     text = markdown(report)
-    payload = json.dumps(to_json(report), indent=2, sort_keys=True) + "\n"
+    write_pair(out, text, to_json(report), markdown_path, json_path)
+    return text
+
+
+def write_pair(out: Path, text: str, payload: dict, markdown_path: str | None, json_path: str | None) -> None:
+    """A run's report.md and report.json into its directory, and where asked (an A/B run's, a bisection's),
+    each written whole or not at all: OutputError names a path that cannot be written."""
+    data = json.dumps(payload, indent=2, sort_keys=True) + "\n"
     for path, content in (
         (out / "report.md", text),
-        (out / "report.json", payload),
+        (out / "report.json", data),
         (markdown_path, text),
-        (json_path, payload),
+        (json_path, data),
     ):
         if path:
-            write_atomic(path, content)  # OutputError names a path that cannot be written
-    return text
+            write_atomic(path, content)
 
 
 # ---------------------------------------------------------------------------------------------- HTML

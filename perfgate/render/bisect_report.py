@@ -7,13 +7,11 @@ reproduce the final pair.
 
 from __future__ import annotations
 
-import json
 import shlex
 from pathlib import Path
 
-from perfgate.core.output import write_atomic
 from perfgate.judge.bisect_verdict import BadRule, ProbeReading
-from perfgate.render.ab_report import escape
+from perfgate.render.ab_report import escape, write_pair
 from perfgate.render.wording import finding_text
 
 EXIT_CODES = {"found": 1, "no_bad_step": 0, "unsettled": 2}  # the gate's: 1 a regression, 2 cannot say
@@ -155,13 +153,5 @@ def to_json(manifest: dict, out: Path) -> dict:
 
 def write(manifest: dict, out: Path, markdown_path: str | None = None, json_path: str | None = None) -> str:
     text = markdown(manifest, out)
-    payload = json.dumps(to_json(manifest, out), indent=2, sort_keys=True) + "\n"
-    for path, content in (
-        (out / "report.md", text),
-        (out / "report.json", payload),
-        (markdown_path, text),
-        (json_path, payload),
-    ):
-        if path:
-            write_atomic(path, content)  # OutputError names a path that cannot be written
+    write_pair(out, text, to_json(manifest, out), markdown_path, json_path)
     return text
