@@ -23,6 +23,11 @@ class TimingPlan:
 
     target_round_ms: a round long enough to swamp launch jitter and timer resolution (tens of ms).
     target_rel_halfwidth: stop adding rounds once the speedup interval is this narrow (0.01 = +-1 %).
+    max_seconds: or once the rounds have run this long (both sides, s), past min_rounds. Only a slow,
+      noisy cell reaches it: the captioner's train step, whose 8-length stream makes a round ~1.7 s and whose
+      interval never narrows to +-1 %, ran all 40 rounds, 71 s of a 172 s cell (H100, 2026-11-25); at 15
+      rounds its wall interval is ~+-2.5 %, and the device clock, whose rounds agree within 0.1 %, is the
+      rule that catches a GPU loss there (docs/time-to-verdict.md).
     """
 
     warmup_min_steps: int = 20
@@ -33,6 +38,7 @@ class TimingPlan:
     min_rounds: int = 15
     max_rounds: int = 40
     target_rel_halfwidth: float = 0.01
+    max_seconds: float = 20.0
 
     def replace(self, **changes) -> "TimingPlan":
         plan = dataclasses.replace(self, **changes)
@@ -107,6 +113,10 @@ class Rounds:
     def speedup(self) -> Interval:
         return bootstrap_median(self.ratios)
 
+    def seconds(self) -> float:
+        """Seconds the rounds' steps took, both sides."""
+        return (sum(self.eager_ms) + sum(self.compiled_ms)) * self.steps / 1e3
+
 
 def interleaved_rounds(
     eager: Callable,
@@ -127,6 +137,8 @@ def interleaved_rounds(
             sink.append(clock(fn, steps, device))
         if record_compiled is not None:
             record_compiled(rounds.compiled_ms[-1])
-        if index + 1 >= plan.min_rounds and rounds.speedup().rel_halfwidth <= plan.target_rel_halfwidth:
+        if index + 1 >= plan.min_rounds and (
+            rounds.speedup().rel_halfwidth <= plan.target_rel_halfwidth or rounds.seconds() >= plan.max_seconds
+        ):
             break
     return rounds
