@@ -7,7 +7,9 @@
 #   precompile  only the precompile (--collect-only), from empty caches
 #   inject6 device_slow:3 on gpt2, vit_b16 and resnet50 (6 cells), warm, no precompile
 #   ab      perfgate ab, 3 + 3 processes, A/A, a 4-cell slice (resumable: --resume on a later call)
-# Logs and results under .perfgate/out/STEP; one tarball of them into $OUT.
+# Logs and results under .perfgate/out/STEP; one tarball of them into $OUT. BASELINE=DIR gates against DIR
+# (default baselines/); REFRESH="results files..." first folds tools/probes/pr_baseline_sources.txt and those
+# files into DIR (perfgate baseline update), so a run is gated against a baseline of the rebuilt pipeline.
 set -u
 step=$1; limit=${2:-540}
 export PYTHONPATH=$PWD TORCHINDUCTOR_CACHE_DIR=$PWD/.perfgate/inductor-default
@@ -18,7 +20,13 @@ out=.perfgate/out/$step; mkdir -p "$out"
   python -c "import torch, transformers, timm, triton; print(torch.__version__, transformers.__version__, timm.__version__, triton.__version__)"
 } > "$out/host.txt" 2>&1
 cat "$out/host.txt"
-tier=(perftests -m "gpu and pr" -p no:randomly --perf-baseline baselines --perf-cache-dir .perfgate/cc)
+baseline=${BASELINE:-baselines}
+if [ -n "${REFRESH+x}" ]; then
+  # shellcheck disable=SC2046,SC2086  # the sources are one path a line, none with spaces
+  python -m perfgate.cli baseline update --dir "$baseline" $(cat tools/probes/pr_baseline_sources.txt) $REFRESH > "$out/refresh.txt" 2>&1
+  tail -1 "$out/refresh.txt"; cp "$baseline"/*.json "$out/"
+fi
+tier=(perftests -m "gpu and pr" -p no:randomly --perf-baseline "$baseline" --perf-cache-dir .perfgate/cc)
 slice=(-k "gpt2 or vit_b16")
 t0=$(date +%s.%N)
 case $step in
