@@ -67,3 +67,19 @@ def test_the_key_is_the_same_in_another_process():
         for seed in ("1", "2")
     }
     assert len(keys) == 1
+
+
+def test_the_launch_configs_a_precompile_timed_are_forgotten_and_older_ones_kept(tmp_path):
+    """Precompile processes share the GPU while inductor times each kernel's launch configs: the picks they
+    wrote (`*.best_config`) go, so a cell picks again alone; picks from before it began, and kernels, stay."""
+    from perfgate.measure.precompile import forget_timed_picks
+
+    old = tmp_path / "amp_bf16" / "ab" / "old.best_config"
+    new = tmp_path / "amp_bf16" / "cd" / "new.best_config"
+    kernel = tmp_path / "amp_bf16" / "cd" / "new.py"
+    for path in (old, new, kernel):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("{}")
+    os.utime(old, (1_000.0, 1_000.0))
+    assert forget_timed_picks(str(tmp_path), since=2_000.0) == 1
+    assert old.exists() and kernel.exists() and not new.exists()

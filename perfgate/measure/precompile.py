@@ -9,6 +9,15 @@ their compiles in the cache: their records say so (compile_cache_hits), so a war
 a cold one. Their reference is read back, not computed (reference_cache "hit").
 
 The processes take the visible GPUs in turn: a runner's GPUs all compile, as they all time.
+
+What the processes chose by timing is not kept: inductor picks each generated Triton kernel's launch config
+by timing the candidates at its first call and keeps the pick beside the kernel (`*.best_config`), and 4
+processes sharing one GPU time each other's noise. On one H100 lease (AU, 2026-11-25) both runs from such a
+cache read vit_b16 infer's compiled GPU step 4.6 % slower (6.66-6.67 ms) than two other leases and the 13
+machines before the rebuild (6.33-6.41 ms), with eager unchanged. So the picks a precompile wrote are removed
+when it ends, and a cell's first call picks again with the GPU to itself (a few hundred ms a cell), keeping
+its pick for later runs. A choice baked into the compiled graph itself (max-autotune's GEMM templates, the
+padding of a matmul) cannot be removed this way: see docs/time-to-verdict.md.
 """
 
 from __future__ import annotations
@@ -56,6 +65,7 @@ def run(
     failed with its reason), also written to `out` (a JSON list)."""
     out.parent.mkdir(parents=True, exist_ok=True)
     started, procs, results = time.monotonic(), [], []
+    started_at = time.time()
     with tempfile.TemporaryDirectory(prefix="perfgate-precompile-") as scratch:
         for index, share in enumerate(s for s in shares if s):
             lines = Path(scratch) / f"{index}.jsonl"
@@ -85,15 +95,32 @@ def run(
             for share, lines, _proc in procs:
                 results += _lines(share, lines, "interrupted", stopped=True)
             _write(out, results)
+            kill_groups(*(p for *_, p in procs))
+            forget_timed_picks(cache_dir, started_at)
             raise
         timed_out = failure is not None
         failure = failure and failure.partition(" while ")[0]  # its processes report no stage: "timed out after S s"
         kill_groups(*(p for *_, p in procs))  # one limit: every process left is past it
+        forget_timed_picks(cache_dir, started_at)
         for share, lines, proc in procs:
             why = failure if timed_out else (stderr_tail(proc.stderr)[-1:] or [f"exit code {proc.poll()}"])[0]
             results += _lines(share, lines, why, stopped=timed_out)
     _write(out, results)
     return results
+
+
+def forget_timed_picks(cache_dir: str, since: float) -> int:
+    """Remove the kernel launch configs (`*.best_config`) written under `cache_dir` at or after `since`
+    (Unix s): the precompile's processes timed them on a shared GPU. Returns how many were removed."""
+    removed = 0
+    for path in Path(cache_dir).rglob("*.best_config"):
+        try:
+            if path.stat().st_mtime >= since:
+                path.unlink()
+                removed += 1
+        except FileNotFoundError:
+            continue
+    return removed
 
 
 def _lines(share: list[Cell], lines: Path, why: str, stopped: bool = False) -> list[dict]:

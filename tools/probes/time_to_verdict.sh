@@ -6,6 +6,7 @@
 #   inject  the same with --perf-inject device_slow:3 (every cell must fail the device rule)
 #   precompile  only the precompile (--collect-only), from empty caches
 #   inject6 device_slow:3 on gpt2, vit_b16 and resnet50 (6 cells), warm, no precompile
+#   rest    the 6 inference cells and the captioner's train cell, precompile 4 (from empty caches on a fresh machine)
 #   ab      perfgate ab, 3 + 3 processes, A/A, a 4-cell slice (resumable: --resume on a later call)
 # Logs and results under .perfgate/out/STEP; one tarball of them into $OUT. BASELINE=DIR gates against DIR
 # (default baselines/); REFRESH="results files..." first folds tools/probes/pr_baseline_sources.txt and those
@@ -33,6 +34,7 @@ case $step in
   cold|warm) timeout "$limit" python -m pytest "${tier[@]}" --perf-precompile 4 --perf-results "$out/results.jsonl" > "$out/log.txt" 2>&1 ;;
   precompile) timeout -k 5 "$limit" python -m pytest perftests -m "gpu and pr" -p no:randomly --perf-cache-dir .perfgate/cc --collect-only -q --perf-precompile 4 --perf-results "$out/results.jsonl" > "$out/log.txt" 2>&1 ;;
   inject6) timeout -k 5 "$limit" python -m pytest "${tier[@]}" -k "gpt2 or vit_b16 or resnet50" --perf-precompile 4 --perf-inject device_slow:3 --perf-results "$out/results.jsonl" > "$out/log.txt" 2>&1 ;;
+  rest) timeout -k 5 "$limit" python -m pytest "${tier[@]}" -k "infer or captioner" --perf-precompile 4 --perf-results "$out/results.jsonl" > "$out/log.txt" 2>&1 ;;
   inject) timeout "$limit" python -m pytest "${tier[@]}" --perf-precompile 4 --perf-inject device_slow:3 --perf-results "$out/results.jsonl" > "$out/log.txt" 2>&1 ;;
   ab) if [ -f .perfgate/ab/manifest.json ]; then args=(--resume .perfgate/ab); else args=(--processes 3 --out .perfgate/ab -- perftests -m "gpu and pr" -p no:randomly "${slice[@]}"); fi
       timeout "$limit" python -m perfgate.cli ab "${args[@]}" > "$out/log.txt" 2>&1
