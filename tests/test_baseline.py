@@ -323,14 +323,3 @@ def test_a_confirm_record_within_a_run_replaces_the_first():
     folded = bl.build_baseline([run, again])[KEY]
     assert folded["runs"] == 1
     assert folded["cells"][RESNET]["speedup"] == pytest.approx(again[0]["speedup"], rel=1e-3)
-
-
-def test_a_cell_folds_from_the_rebuilt_pipelines_runs_alone_once_it_has_three():
-    """The rebuilt pipeline (schema 8) read gpt2 infer's compiled GPU step 3.3 % faster than the old one on
-    the same machine: a cell with three or more ok runs of it folds from them alone, else from every run."""
-    old = [syn.run(i, overrides={RESNET: dict(schema=7, device_speedup=3.24)}) for i in (1, 2, 3, 4)]
-    new = [syn.run(i, overrides={RESNET: dict(device_speedup=s)}) for i, s in ((5, 3.36), (6, 3.37), (7, 3.35))]
-    cell = bl.build_baseline(old + new)[KEY]["cells"][RESNET]
-    assert cell["runs_ok"] == 3 and cell["device_speedup"] == pytest.approx(3.36, abs=0.01)
-    two_new = bl.build_baseline(old + new[:2])[KEY]["cells"][RESNET]
-    assert two_new["runs_ok"] == 6 and two_new["device_speedup"] == pytest.approx(3.24, abs=0.01)

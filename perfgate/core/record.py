@@ -6,8 +6,7 @@ validate, baseline, history and the reports take their field lists from it. Abse
 are null. Imports no torch.
 
 Schemas (a record's `schema`): 8 adds the stage account (`stages`: seconds per stage of the run, summing to
-`wall_s`, which now includes an isolated cell's process start) and `remeasure`, and marks the rebuilt
-pipeline, which reads some cells' compiled step differently (PIPELINE_SCHEMA); its host clock takes as many
+`wall_s`, which now includes an isolated cell's process start) and `remeasure`; its host clock takes as many
 rounds as fit the timed rounds' seconds (11 at least, 41 at most, each round the fastest of 5 single steps as
 before: the same figure, a wider interval where fewer rounds fit); 7 adds a data-parallel cell's step breakdown
 (compute, communication, GPU idle); 6 records the compile-cache hits and misses of the first compiled call
@@ -35,13 +34,6 @@ RECORD_SCHEMA = 8
 COMPILED_PEAK_MISREAD = frozenset({1, 4})
 # Records older than this took 11 host rounds on a GPU: their host speedups spread about twice as wide.
 HOST_ROUNDS_SCHEMA = 4
-# Records from this schema on come from the rebuilt pipeline (issue 37), which reads some cells' compiled
-# step differently from the one before on the same machine, with the same compiled outputs bit for bit:
-# gpt2 infer's compiled GPU step 6.019 ms against 6.226 (-3.3 %), its device speedup 3.365x against
-# 3.244x (H100, 2026-11-25, lease AW, fresh caches for both). So a baseline cell folds from runs of this
-# schema on alone where PIPELINE_RUNS or more of them have it ok (docs/time-to-verdict.md).
-PIPELINE_SCHEMA = 8
-PIPELINE_RUNS = 3
 UNFINISHED = "did not finish"  # a new record's reason until the cell ends
 # What an unfit record (the `unfit` field) needs to be timed again: every refusal of one says it.
 TIME_ALONE = "without xdist (or one worker per GPU) and with no other process on the GPU"

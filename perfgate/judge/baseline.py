@@ -14,8 +14,7 @@ spread beside the median.
             whose schema measured it as today: record.compiled_peak_is_right), status, reason, numerics,
             compile_cache and bound as fold_cell makes them, and for each clock m in record.CLOCKS: m,
             m_runs, m_spread, m_lo, m_hi (the host clock from records of HOST_ROUNDS_SCHEMA or later
-            where two or more runs have it); a cell with PIPELINE_RUNS ok runs of PIPELINE_SCHEMA or
-            later folds from those alone}}
+            where two or more runs have it)}}
 
 A clock that no run measured (a CPU baseline has no device clock; one made before schema-3 records has
 neither device nor host) is null with `m_runs` empty: the gate does not compare it. Baselines without the
@@ -37,8 +36,6 @@ from perfgate.core.output import write_atomic
 from perfgate.core.record import (
     CLOCKS,
     HOST_ROUNDS_SCHEMA,
-    PIPELINE_RUNS,
-    PIPELINE_SCHEMA,
     TIME_ALONE,
     bound_of,
     compiled_peak_is_right,
@@ -191,14 +188,10 @@ def fold_cell(records: Sequence[dict]) -> dict:
     """One baseline cell from this cell's record in each run (at most one per run). Beside the medians and
     maxima: numerics is "pass" only if every ok run passed, compile_cache the runs' one value (else "mixed"),
     bound that of the median busy_compiled. Runs at another batch than the last run's are left out: the zoo
-    changed the cell between them (a record without `batch` predates the field and is kept). Where
-    PIPELINE_RUNS or more ok runs come from the rebuilt pipeline (PIPELINE_SCHEMA), the cell folds from
-    those alone: the pipelines read some cells' compiled step apart by more than their runs' spread."""
+    changed the cell between them (a record without `batch` predates the field and is kept)."""
     batch = records[-1].get("batch")
     records = [r for r in records if batch is None or r.get("batch") in (None, batch)]
     ok = [r for r in records if r.get("status") == "ok"]
-    current = [r for r in ok if (r.get("schema") or 1) >= PIPELINE_SCHEMA]
-    ok = current if len(current) >= PIPELINE_RUNS else ok
     cell = {name: records[-1].get(name) for name in IDENTITY_FIELDS}
     if not ok:
         # Failed (or skipped) in every run: keep it so the gate can call a later success an improvement.
