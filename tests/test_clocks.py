@@ -117,3 +117,10 @@ def test_host_slow_busy_waits_a_share_of_the_calibrated_host_time():
     assert clocks.issue_ms(slowed, 0, torch.device("cpu")) >= 10.0 - 0.5
     untouched = faults.slowed(step, None, torch.device("cpu"), lambda clock: 20.0)
     assert untouched is step
+
+
+def test_the_device_clocks_seconds_are_its_steps_of_both_sides():
+    """The host clock runs first and leaves the device clock its steps' seconds: 5 rounds of 3 steps (a stream
+    of 8: one pass of 8) of each side."""
+    assert clocks.device_seconds(20.0, 10.0) == pytest.approx(5 * 3 * 30.0 / 1e3)
+    assert clocks.device_seconds(130.0, 90.0, stream=8) == pytest.approx(5 * 8 * 220.0 / 1e3)

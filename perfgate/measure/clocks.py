@@ -72,6 +72,17 @@ def device_rounds(
     )
 
 
+def device_seconds(eager_ms: float, compiled_ms: float, stream: int = 1, rounds: int = DEVICE_ROUNDS) -> float:
+    """The seconds the device clock's steps take, from the timed ms per step of each side (its profiler's
+    start and teardown not counted): what the host clock, which runs first, leaves it."""
+    return rounds * device_steps(stream) * (eager_ms + compiled_ms) / 1e3
+
+
+def device_steps(stream: int = 1) -> int:
+    """Steps per profiled round: DEVICE_STEPS, a whole number of passes over a stream's batches."""
+    return stream * max(1, -(-DEVICE_STEPS // stream))
+
+
 def round_labels(rounds: int) -> list[str]:
     """The labelled host ranges of profiled_rounds, eager's and compiled's of each round."""
     return [f"{LABEL}:{side}:{i}" for i in range(rounds) for side in ("eager", "compiled")]
@@ -87,7 +98,7 @@ def profiled_rounds(
     """(the profiler's events, steps per round) of `rounds` interleaved rounds of each side under one
     profiler. Each round is a range labelled round_labels' way that ends in a synchronize, so every kernel
     it launched starts and ends inside it; kernels are assigned to rounds by their start time."""
-    steps = stream * max(1, -(-DEVICE_STEPS // stream))
+    steps = device_steps(stream)
     order = [("eager", eager), ("compiled", compiled)]
     torch.cuda.synchronize(device)
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
