@@ -323,3 +323,12 @@ def test_a_confirm_record_within_a_run_replaces_the_first():
     folded = bl.build_baseline([run, again])[KEY]
     assert folded["runs"] == 1
     assert folded["cells"][RESNET]["speedup"] == pytest.approx(again[0]["speedup"], rel=1e-3)
+
+
+def test_a_host_clock_taken_after_the_profiler_is_not_folded():
+    """Schema 8 took the host clock after the device clock's profiler, which read host times 25-33 % long:
+    its host speedups never fold; its other clocks do."""
+    right = [syn.run(i, overrides={RESNET: dict(host_speedup=h)}) for i, h in ((1, 1.88), (2, 1.86))]
+    after = [syn.run(i, overrides={RESNET: dict(schema=8, host_speedup=1.30)}) for i in (3, 4)]
+    cell = bl.build_baseline(right + after)[KEY]["cells"][RESNET]
+    assert cell["host_speedup_runs"] == [1.88, 1.86] and len(cell["device_speedup_runs"]) == 4

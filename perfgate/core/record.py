@@ -5,7 +5,9 @@ unit, what validate asks of it, how a baseline folds it and whether the history 
 validate, baseline, history and the reports take their field lists from it. Absent or not-measured values
 are null. Imports no torch.
 
-Schemas (a record's `schema`): 8 adds the stage account (`stages`: seconds per stage of the run, summing to
+Schemas (a record's `schema`): 9 takes the host clock before the device clock again, as before 8: schema 8
+took it after the device clock's profiler session, which read host times 25-33 % long (HOST_AFTER_PROFILER);
+8 adds the stage account (`stages`: seconds per stage of the run, summing to
 `wall_s`, which now includes an isolated cell's process start) and `remeasure`; its host clock takes as many
 rounds as fit the timed rounds' seconds (11 at least, 41 at most, each round the fastest of 5 single steps as
 before: the same figure, a wider interval where fewer rounds fit); 7 adds a data-parallel cell's step breakdown
@@ -28,12 +30,15 @@ from dataclasses import dataclass
 from perfgate.core.clocks import CLOCKS as ALL_CLOCKS
 from perfgate.core.clocks import COMPUTE, DEVICE, HOST, WALL, Clock
 
-RECORD_SCHEMA = 8
+RECORD_SCHEMA = 9
 # Schemas whose compiled peak measured something else (see above): 1 without the compiled weights, 4 with
 # the numerics judge's GPU temporaries.
 COMPILED_PEAK_MISREAD = frozenset({1, 4})
 # Records older than this took 11 host rounds on a GPU: their host speedups spread about twice as wide.
 HOST_ROUNDS_SCHEMA = 4
+# Schemas whose host clock ran after the device clock's profiler in the same process: gpt2 infer's host ms
+# read 25-33 % long, upernet infer's host speedup 1.30x for 1.88x (H100, 2026-11-25). No baseline folds them.
+HOST_AFTER_PROFILER = frozenset({8})
 UNFINISHED = "did not finish"  # a new record's reason until the cell ends
 # What an unfit record (the `unfit` field) needs to be timed again: every refusal of one says it.
 TIME_ALONE = "without xdist (or one worker per GPU) and with no other process on the GPU"

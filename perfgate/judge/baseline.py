@@ -35,6 +35,7 @@ from typing import Iterable, Sequence
 from perfgate.core.output import write_atomic
 from perfgate.core.record import (
     CLOCKS,
+    HOST_AFTER_PROFILER,
     HOST_ROUNDS_SCHEMA,
     TIME_ALONE,
     bound_of,
@@ -151,10 +152,12 @@ def _measured_right(records: Sequence[dict], name: str) -> list[dict]:
     temporaries (gpt2 infer: 11474 MiB for 1348), so neither may become the baseline's figure. A host
     speedup from before HOST_ROUNDS_SCHEMA came from 11 rounds: the same quantity, but its spread between
     runs (the rule's s_rr) reads about twice as wide, so it folds only from newer runs where two or more of
-    them measured it (one run gives no spread); else from all."""
+    them measured it (one run gives no spread); else from all. A host speedup taken after the profiler
+    (HOST_AFTER_PROFILER) never folds."""
     if name == "peak_mem_compiled_mb":
         return [r for r in records if compiled_peak_is_right(r)]
     if name == "host_speedup":
+        records = [r for r in records if (r.get("schema") or 1) not in HOST_AFTER_PROFILER]
         newer = [r for r in records if (r.get("schema") or 1) >= HOST_ROUNDS_SCHEMA and r.get(name)]
         return newer if len(newer) >= 2 else list(records)
     return list(records)
