@@ -13,9 +13,11 @@ overlaps what comes before it (collection, a precompile). Uses no torch itself, 
 A GPU cell's process measures that cell alone and ends: a host clock taken in a process where a device
 clock's profiler had run read long (H100, 2026-11-25: upernet infer as a warm process's second cell read its
 host speedup 1.25-1.29x, against 1.88x from a process of its own, on three leases; gpt2 infer, in-process
-after the profiler, 25-33 % longer host times). So the next GPU cell's process is started when a GPU cell
-is handed over (the standby): its imports overlap that cell's build and compile, and the next cell finds it
-ready. CPU cells (`--perf-isolate all`) share one warm process, as they run no profiler.
+after the profiler, 25-33 % longer host times). So the next GPU cell's process (the standby) is started once
+the running GPU cell's host clock is done (its checkpoint lists the device clock): its imports overlap the
+device clock, the warm compile and the hand-over, never the running cell's timed rounds or host clock; a
+cell that reaches no device clock leaves the next one to start its own. CPU cells (`--perf-isolate all`)
+share one warm process, as they run no profiler.
 
 On the time limit the child's whole group is killed (inductor's compile workers too), and the last checkpoint
 the cell streamed becomes a failed record: "timed out after 900 s while compiling (inductor_default)".
@@ -43,7 +45,7 @@ class CellProcess:
         self.registry = registry
         self.scratch = tempfile.TemporaryDirectory(prefix="perfgate-cells-")
         self.proc: Proc | None = None
-        self.standby: Proc | None = None  # the next GPU cell's process, started while a GPU cell runs
+        self.standby: Proc | None = None  # the next GPU cell's process, started after a GPU cell's host clock
         self.retired: list[Proc] = []  # GPU cells' processes, ending on their own after their record
         self.started = 0  # processes started so far (each gets a directory of its own)
 
@@ -71,19 +73,23 @@ class CellProcess:
         self.prestart()
         events = self.proc.send(job.to_json())
         on_gpu = job.options.device.startswith("cuda")
-        if on_gpu and self.standby is None:
-            self.standby = self._spawn()
+
+        def watch(message: str) -> None:
+            progress(message)
+            if on_gpu and self.standby is None and "device_clock" in ((events.checkpoint or {}).get("stages") or {}):
+                self.standby = self._spawn()
+
         failure = supervise(
             [self.proc],
             limit_s=job.limit_s,
             events=events,
             cell_id=job.cell.id,
-            progress=progress,
+            progress=watch,
             record_compiled=record_compiled,
             finished=lambda: events.record is not None,
             started=clock,
         )
-        events.read(progress, record_compiled)
+        events.read(watch, record_compiled)
         if failure is not None or events.record is None:
             kill_groups(self.proc)  # hung or half-dead: the next cell gets a fresh process
             self.proc = None
