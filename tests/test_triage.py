@@ -110,3 +110,15 @@ def test_a_nightly_change_point_names_the_command_that_would_settle_it(good, bad
 
     text = bisect_hint([good, bad], [0, 1], 1)
     assert text.startswith("last good 2026-11-2x (") and words in text
+
+
+def test_the_triage_command_names_the_baseline_the_run_was_gated_against(base, tmp_path):
+    """A run gated against another baseline than baselines/ gets a command that measures against that one."""
+    from perfgate.judge.baseline import write_baseline
+
+    where = tmp_path / "refreshed"
+    write_baseline(where / f"{syn.H100}_pr.json", base)
+    wall = base["cells"][GPT2]["speedup"] * 0.85
+    outcome = gate.gate_run(syn.run(42, overrides={GPT2: {"speedup": wall}}, **QUIET), str(where))
+    (line,) = triage(outcome.reports[0])
+    assert line.command.endswith(f"--perf-baseline {where}")

@@ -137,6 +137,7 @@ class GateReport:
     records: list[dict] = field(default_factory=list, repr=False)
     baseline: dict = field(default_factory=dict, repr=False)
     rules: tuple = field(default=DEFAULT_RULES, repr=False)
+    baseline_location: str = "baselines"  # the file or directory gated against: the triage's command names it
 
     @property
     def passed(self) -> bool:
@@ -461,5 +462,6 @@ def gate_run(
         suspects = speedup_suspects(report)
         if suspects and remeasure is not None:
             report = confirm(report, remeasure(suspects))
+        report.baseline_location = str(baseline_location)
         reports.append(report)
     return GateOutcome(reports, [])

@@ -114,7 +114,16 @@ def triage(report) -> list[Triage]:
         record = records[row.cell]
         kind, why = classify(row, record, report.baseline)
         command = shlex.join(
-            ["python", "-m", "pytest", *selection(record), "-p", "no:randomly", "--perf-baseline", "baselines"]
+            [
+                "python",
+                "-m",
+                "pytest",
+                *selection(record),
+                "-p",
+                "no:randomly",
+                "--perf-baseline",
+                report.baseline_location,
+            ]
         )
         lines.append(Triage(row.cell, node_id(record) or row.cell, command, env_of(record), kind, why))
     return lines
