@@ -10,15 +10,6 @@ one. A new interpreter importing torch, transformers and timm cost 6-20 s a cell
 overlaps what comes before it (collection, a precompile). Uses no torch itself, but its Job brings it
 (perfgate.measure.job imports the fault and timing plans, which import torch).
 
-A GPU cell's process measures that cell alone and ends: a host clock taken in a process where a device
-clock's profiler had run read long (H100, 2026-11-25: upernet infer as a warm process's second cell read its
-host speedup 1.25-1.29x, against 1.88x from a process of its own, on three leases; gpt2 infer, in-process
-after the profiler, 25-33 % longer host times). So the next GPU cell's process (the standby) is started once
-the running GPU cell's host clock is done (its checkpoint lists the device clock): its imports overlap the
-device clock, the warm compile and the hand-over, never the running cell's timed rounds or host clock; a
-cell that reaches no device clock leaves the next one to start its own. CPU cells (`--perf-isolate all`)
-share one warm process, as they run no profiler.
-
 On the time limit the child's whole group is killed (inductor's compile workers too), and the last checkpoint
 the cell streamed becomes a failed record: "timed out after 900 s while compiling (inductor_default)".
 """
@@ -45,19 +36,13 @@ class CellProcess:
         self.registry = registry
         self.scratch = tempfile.TemporaryDirectory(prefix="perfgate-cells-")
         self.proc: Proc | None = None
-        self.standby: Proc | None = None  # the next GPU cell's process, started after a GPU cell's host clock
-        self.retired: list[Proc] = []  # GPU cells' processes, ending on their own after their record
         self.started = 0  # processes started so far (each gets a directory of its own)
-
-    def _spawn(self) -> Proc:
-        self.started += 1
-        return spawn(Path(self.scratch.name) / str(self.started), LABEL)
 
     def prestart(self) -> None:
         """Start the process now, so that its imports overlap whatever the session does before its first cell."""
         if self.proc is None or self.proc.poll() is not None:
-            standby, self.standby = self.standby, None
-            self.proc = standby if standby is not None and standby.poll() is None else self._spawn()
+            self.started += 1
+            self.proc = spawn(Path(self.scratch.name) / str(self.started), LABEL)
 
     def run(
         self,
@@ -69,27 +54,19 @@ class CellProcess:
         does. The record's stages gain `process_start`: from handing the job over to the child taking it (a
         fresh process's interpreter start and imports; ~0 s for a warm one), and its wall_s with it."""
         submitted, clock = time.time(), time.monotonic()
-        self.retired = [p for p in self.retired if p.poll() is None]  # reaps those that ended
         self.prestart()
         events = self.proc.send(job.to_json())
-        on_gpu = job.options.device.startswith("cuda")
-
-        def watch(message: str) -> None:
-            progress(message)
-            if on_gpu and self.standby is None and "device_clock" in ((events.checkpoint or {}).get("stages") or {}):
-                self.standby = self._spawn()
-
         failure = supervise(
             [self.proc],
             limit_s=job.limit_s,
             events=events,
             cell_id=job.cell.id,
-            progress=watch,
+            progress=progress,
             record_compiled=record_compiled,
             finished=lambda: events.record is not None,
             started=clock,
         )
-        events.read(watch, record_compiled)
+        events.read(progress, record_compiled)
         if failure is not None or events.record is None:
             kill_groups(self.proc)  # hung or half-dead: the next cell gets a fresh process
             self.proc = None
@@ -102,16 +79,13 @@ class CellProcess:
             record["wall_s"] = round(time.monotonic() - clock, 2)
             return record
         record = events.record
-        if on_gpu or record.get("status") != "ok":  # the child ends after it (perfgate.measure.child)
-            self.retired.append(self.proc)
-            self.proc = None
         start_s = max(0.0, (events.started_at or submitted) - submitted)
         record["stages"] = {"process_start": round(start_s, 3), **(record.get("stages") or {})}
         record["wall_s"] = round(record["wall_s"] + start_s, 2)
         return record
 
     def close(self) -> None:
-        kill_groups(*(p for p in (self.proc, self.standby, *self.retired) if p is not None))
-        self.proc = self.standby = None
-        self.retired = []
+        if self.proc is not None:
+            kill_groups(self.proc)
+            self.proc = None
         self.scratch.cleanup()
