@@ -36,8 +36,9 @@ RECORD_SCHEMA = 9
 COMPILED_PEAK_MISREAD = frozenset({1, 4})
 # Records older than this took 11 host rounds on a GPU: their host speedups spread about twice as wide.
 HOST_ROUNDS_SCHEMA = 4
-# Schemas whose host clock ran after the device clock's profiler in the same process: gpt2 infer's host ms
-# read 25-33 % long, upernet infer's host speedup 1.30x for 1.88x (H100, 2026-11-25). No baseline folds them.
+# Schemas whose host clock ran after the cell's own device-clock profiler session: gpt2 infer's host ms read
+# 25-33 % long and its host speedup 2.41x for 2.25x, one machine, the same cell (H100, 2026-11-25, lease AW).
+# No baseline folds their host clock.
 HOST_AFTER_PROFILER = frozenset({8})
 UNFINISHED = "did not finish"  # a new record's reason until the cell ends
 # What an unfit record (the `unfit` field) needs to be timed again: every refusal of one says it.
