@@ -142,7 +142,7 @@ def _measure(run: CellRun, record_compiled, why_dir: Path | None) -> bytes | Non
 def _clocks(run: CellRun, timing_s: float) -> None:
     """Stages "host_clock" then "device_clock": together they take about what the timed rounds took (the host
     clock gets what the device clock's steps will leave of that, never fewer than clocks.HOST_MIN_ROUNDS
-    rounds). The host clock goes first, before any profiler has run in the process, as it did before the
+    rounds). The host clock goes first, before the cell's own profiler session, as it did before the
     rebuild: taken after the device clock's profiler session, the same code read host times 25-33 % longer
     (gpt2 infer, H100, lease AW, 2026-11-25: eager 11.24 against 8.42 ms, compiled 4.63 against 3.70 ms)."""
     stream = len(run.timed)

@@ -15,9 +15,9 @@ by timing the candidates at its first call and keeps the pick beside the kernel 
 processes sharing one GPU time each other's noise. On one H100 lease (AU, 2026-11-25) both runs from such a
 cache read vit_b16 infer's compiled GPU step 4.6 % slower (6.66-6.67 ms) than two other leases and the 13
 machines before the rebuild (6.33-6.41 ms), with eager unchanged. So the picks a precompile wrote are removed
-when it ends, and a cell's first call picks again with the GPU to itself (a few hundred ms a cell), keeping
-its pick for later runs. A choice baked into the compiled graph itself (max-autotune's GEMM templates, the
-padding of a matmul) cannot be removed this way: see docs/time-to-verdict.md.
+when it ends, and a cell's first call picks again with the GPU to itself, keeping its pick for later runs. A
+choice baked into the compiled graph itself (max-autotune's GEMM templates, the padding of a matmul) cannot
+be removed this way: see docs/time-to-verdict.md.
 """
 
 from __future__ import annotations

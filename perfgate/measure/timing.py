@@ -26,8 +26,8 @@ class TimingPlan:
     max_seconds: or once the rounds have run this long (both sides, s), past min_rounds. Only a slow,
       noisy cell reaches it: the captioner's train step, whose 8-length stream makes a round ~1.7 s and whose
       interval never narrows to +-1 %, ran all 40 rounds, 71 s of a 172 s cell (H100, 2026-11-25); at 15
-      rounds its wall interval is ~+-2.5 %, and the device clock, whose rounds agree within 0.1 %, is the
-      rule that catches a GPU loss there (docs/time-to-verdict.md).
+      rounds its wall interval read [1.385, 1.535] around 1.472x (another H100), and the device clock, whose
+      rounds agree within 0.1 %, is the rule that catches a GPU loss there (docs/time-to-verdict.md).
     """
 
     warmup_min_steps: int = 20
