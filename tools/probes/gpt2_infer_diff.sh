@@ -7,7 +7,7 @@
 #   hit   this tree, in-process, reading pre's cache (the precompiled artifacts, no warm worker)
 # First, here: mkdir _old && git archive 6139811 conftest.py pyproject.toml perfgate perftests fixtures | tar -x -C _old
 # (untracked and not ignored, so the device tool carries it; remove it after). TORCH_LOGS=output_code is set,
-# but pytest's log capture kept the output code out of the logs on AW: add -p no:logging to diff kernels.
+# but the logs held no output code on AW (pytest captures logging: try -p no:logging -s to diff kernels).
 set -u
 out=${OUT:-.perfgate/out}/diff; mkdir -p "$out"
 { date -u +%FT%TZ; cat /proc/sys/kernel/random/boot_id; lscpu | grep -m1 'Model name'
