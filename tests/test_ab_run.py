@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from cheap_cell import CHEAP_CELL_ARGS
 
 from perfgate.ab_env import ABEnvironment, collect
 from perfgate.ab_run import plan, save_manifest, verdict
@@ -25,21 +26,8 @@ pytest.importorskip("torch")
 
 REPO = Path(__file__).resolve().parents[1]
 CELL = "cpu-vit_b16-infer-aot_eager-fp32"
-# Both sides' pytest: the one cheap cell, warm-compile timing off (it would compile a second time), and 15
-# timed rounds (under a second; the CPU plan's 5-9 leave the in-run intervals, each side's noise floor, wide).
-PYTEST_ARGS = [
-    "--",
-    "perftests",
-    "-m",
-    "cpu",
-    "-k",
-    "vit_b16 and infer",
-    "-p",
-    "no:randomly",
-    "--perf-warm-compile=off",
-    "--perf-min-rounds=15",
-    "--perf-max-rounds=15",
-]
+# Both sides' pytest: the one cheap cell.
+PYTEST_ARGS = ["--", *CHEAP_CELL_ARGS]
 
 
 @pytest.fixture

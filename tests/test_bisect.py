@@ -10,6 +10,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from cheap_cell import CHEAP_CELL_ARGS
 
 from perfgate import bisect_run
 from perfgate.ab_env import ABError
@@ -327,18 +328,6 @@ def test_bad_input_is_refused_with_exit_2_before_anything_runs(tiny_repo, monkey
 # ---------------------------------------------------------------------------------------------- the CPU proof
 
 PROOF_FILES = ("conftest.py", "pyproject.toml", "perfgate", "perftests", "fixtures")
-CELL_ARGS = [
-    "perftests",
-    "-m",
-    "cpu",
-    "-k",
-    "vit_b16 and infer",
-    "-p",
-    "no:randomly",
-    "--perf-warm-compile=off",
-    "--perf-min-rounds=15",
-    "--perf-max-rounds=15",
-]
 
 
 def throwaway_repo(root: Path, culprit: int | None, commits: int = 8) -> Path:
@@ -394,7 +383,7 @@ def test_cpu_proof_a_planted_slowdown_is_bisected_to_its_commit(tmp_path, monkey
             "--out",
             str(tmp_path / "b"),
             "--",
-            *CELL_ARGS,
+            *CHEAP_CELL_ARGS,
         ]
     )
     report = json.loads((tmp_path / "b" / "report.json").read_text())
