@@ -75,12 +75,12 @@ def device_rounds(
 def device_seconds(eager_ms: float, compiled_ms: float, stream: int = 1, rounds: int = DEVICE_ROUNDS) -> float:
     """The seconds the device clock's steps take, from the timed ms per step of each side (its profiler's
     start and teardown not counted): what the host clock, which runs first, leaves it."""
-    return rounds * device_steps(stream) * (eager_ms + compiled_ms) / 1e3
+    return rounds * whole_passes(DEVICE_STEPS, stream) * (eager_ms + compiled_ms) / 1e3
 
 
-def device_steps(stream: int = 1) -> int:
-    """Steps per profiled round: DEVICE_STEPS, a whole number of passes over a stream's batches."""
-    return stream * max(1, -(-DEVICE_STEPS // stream))
+def whole_passes(steps: int, stream: int = 1) -> int:
+    """At least `steps` steps, as a whole number of passes over a stream's batches (a round of each clock)."""
+    return stream * max(1, -(-steps // stream))
 
 
 def round_labels(rounds: int) -> list[str]:
@@ -98,7 +98,7 @@ def profiled_rounds(
     """(the profiler's events, steps per round) of `rounds` interleaved rounds of each side under one
     profiler. Each round is a range labelled round_labels' way that ends in a synchronize, so every kernel
     it launched starts and ends inside it; kernels are assigned to rounds by their start time."""
-    steps = device_steps(stream)
+    steps = whole_passes(DEVICE_STEPS, stream)
     order = [("eager", eager), ("compiled", compiled)]
     torch.cuda.synchronize(device)
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
@@ -181,7 +181,7 @@ def host_rounds(
     once `seconds` have passed, never fewer than `min_rounds`); a round's figure is its fastest step. A
     stream model's round covers each of its batches, whose lengths differ and so cost differently: there
     the round's median step stands in for its fastest."""
-    steps = stream * max(1, -(-HOST_STEPS // stream))
+    steps = whole_passes(HOST_STEPS, stream)
     out = Rounds([], [], steps)
     order = [(eager, out.eager_ms), (compiled, out.compiled_ms)]
     started = time.perf_counter()
