@@ -106,6 +106,12 @@ def test_header_lists_the_host_cpus():
     assert bl.build_baseline(runs)[KEY]["host_cpus"] == sorted([syn.EPYC, syn.XEON])
 
 
+def test_header_lists_where_the_runs_cells_ran():
+    runs = [syn.run(1, process="worker"), syn.run(2, process="pytest"), syn.run(3, process=None)]
+    assert bl.build_baseline(runs)[KEY]["processes"] == ["pytest", "worker"]
+    assert bl.build_baseline([syn.run(4, process=None)])[KEY]["processes"] == []
+
+
 def test_a_baseline_from_before_the_clocks_still_loads_and_gates(tmp_path):
     """A file written before the device and host clocks: same schema, without their fields."""
     old = bl.build_baseline([[syn.before_clocks(r) for r in run] for run in syn.runs(3, first_seed=7)])[KEY]

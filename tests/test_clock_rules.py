@@ -128,6 +128,17 @@ def test_a_foreign_host_cpu_turns_wall_findings_of_host_bound_cells_into_advisor
     assert kinds(same) == [(BERT, "speedup", "regression"), (RESNET, "speedup", "regression")]
 
 
+def test_a_run_measured_in_another_process_kind_than_the_baseline_says_so_and_gates_as_usual(base):
+    """The baseline's runs ran in pytest's process (the factory's default); a run in the isolated worker gets a
+    note naming both, and its verdicts are the same as in pytest's process."""
+    worker = gate.compare(now(42, process="worker"), base)
+    note = next(n for n in worker.notes if n.startswith("this run's cells ran in worker"))
+    assert "the baseline's in pytest" in note and "--perf-isolate" in note
+    same = gate.compare(now(42), base)
+    assert not any(n.startswith("this run's cells ran in") for n in same.notes)
+    assert worker.exit_code == same.exit_code and kinds(worker) == kinds(same)
+
+
 def test_advisories_alone_pass_the_gate(base):
     run = now(
         42, environment=syn.env(cpu_model=syn.EPYC), overrides={RESNET: {"speedup": syn.PROFILE["resnet50"][1] * 0.8}}

@@ -93,6 +93,7 @@ def test_two_ranks_time_the_slowest_judge_numerics_and_count_ddp_splits_apart(dd
     out, (record,), ranks_left = ddp_suite()
     out.assert_outcomes(passed=2)
     assert record["cell"] == "cpu-mlp-ddp-aot_eager_ddp_optimizer-fp32" and record["world_size"] == 2
+    assert record["process"] == "ranks"
     assert record["numerics"] == "pass" and "single-process DDP" in record["numerics_detail"]["reference"]
     assert record["ranks_param_diff"] == 0.0  # every rank holds the same parameters
     # 4 MB of weights in 1 MB buckets: DDPOptimizer split the graph; the model itself has no break

@@ -116,6 +116,7 @@ def test_an_isolated_cell_runs_in_its_own_process_and_feeds_the_benchmark(suite)
     out.assert_outcomes(passed=1)
     (record,) = load_records([results])
     assert record["status"] == "ok" and record["env"]["fingerprint"].startswith("cpu-")
+    assert record["process"] == "worker"
     bench = json.loads((suite.path / "b.json").read_text())
     assert len(bench["benchmarks"][0]["stats"]["data"]) == 3 and "perfgate" in bench["machine_info"]
     out.stdout.fnmatch_lines(

@@ -9,7 +9,7 @@ import sqlite3
 import pytest
 
 from perfgate.core import validate
-from perfgate.core.record import CLOCKS, FIELDS, Field, first_call_cache, names
+from perfgate.core.record import CLOCKS, FIELDS, Field, first_call_cache, names, process_of
 from perfgate.core.records_file import RecordFileError, append_record, iter_records, load_records
 from perfgate.judge.baseline import fold_cell
 from perfgate.render.report import shown
@@ -231,3 +231,19 @@ def test_a_cell_finished_twice_in_one_run_is_warned_of_by_its_lines(tmp_path, re
     load_records([path])
     messages = [str(w.message) for w in recwarn]
     assert len(messages) == (1 if warned else 0) and all(warned in m for m in messages)
+
+
+@pytest.mark.parametrize(
+    "fields, expected",
+    [
+        ({"schema": 10, "process": "worker", "stages": {}}, "worker"),
+        ({"schema": 10, "process": "ranks", "phase": "ddp", "stages": {"process_start": 1.0}}, "ranks"),
+        ({"schema": 9, "stages": {"process_start": 0.0, "timing": 3.0}}, "worker"),  # the worker's start stage
+        ({"schema": 8, "stages": {"build": 1.0, "timing": 3.0}}, "pytest"),
+        ({"schema": 9, "phase": "ddp", "stages": {"process_start": 2.0}}, None),  # ranks, before the field
+        ({"schema": 6}, None),  # before the stage account: its isolation depended on --perf-isolate
+        ({"schema": 9, "stages": {}}, None),
+    ],
+)
+def test_process_of_says_where_a_cell_ran_or_none_where_nobody_can_tell(fields, expected):
+    assert process_of(fields) == expected

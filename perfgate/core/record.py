@@ -5,9 +5,12 @@ unit, what validate asks of it, how a baseline folds it and whether the history 
 validate, baseline, history and the reports take their field lists from it. Absent or not-measured values
 are null. Imports no torch.
 
-Schemas (a record's `schema`): 9 takes the host clock before the device clock again, as before 8: schema 8
-took it after the device clock's profiler session, which read host times 25-33 % long (HOST_AFTER_PROFILER);
-8 adds the stage account (`stages`: seconds per stage of the run, summing to
+Schemas (a record's `schema`): 10 adds `process`, where the cell ran (PROCESSES): on H100 machines upernet
+infer's compiled step took 23-51 % longer in perfgate's isolated worker than in pytest's own process, same
+code, same machine, same call (docs/time-to-verdict.md), so a baseline says which its runs used
+(process_of reads it back for schemas 8 and 9 from their stage account); 9 takes the host clock before the
+device clock again, as before 8: schema 8 took it after the device clock's profiler session, which read host
+times 25-33 % long (HOST_AFTER_PROFILER); 8 adds the stage account (`stages`: seconds per stage of the run, summing to
 `wall_s`, which now includes an isolated cell's process start) and `remeasure`; its host clock takes as many
 rounds as fit the timed rounds' seconds (11 at least, 41 at most, each round the fastest of 5 single steps as
 before: the same figure, a wider interval where fewer rounds fit); 7 adds a data-parallel cell's step breakdown
@@ -30,7 +33,10 @@ from dataclasses import dataclass
 from perfgate.core.clocks import CLOCKS as ALL_CLOCKS
 from perfgate.core.clocks import COMPUTE, DEVICE, HOST, WALL, Clock
 
-RECORD_SCHEMA = 9
+RECORD_SCHEMA = 10
+# Where a cell ran: in pytest's own process (--perf-isolate off, or a CPU cell), in perfgate's isolated warm
+# worker (perfgate.measure.isolate, the default for a GPU cell), or as the ranks of a data-parallel cell.
+PROCESSES = ("pytest", "worker", "ranks")
 # Schemas whose compiled peak measured something else (see above): 1 without the compiled weights, 4 with
 # the numerics judge's GPU temporaries.
 COMPILED_PEAK_MISREAD = frozenset({1, 4})
@@ -60,12 +66,24 @@ def skipped_record(cell, env: dict, run_id: str | None, reason: str, started_at:
     """The record of a cell that was selected and not measured (pytest skipped it: no CUDA device, too few
     GPUs, the model's known issue), so that every face sees what was asked and not measured."""
     return {
-        **new_record(cell, env, run_id),
+        **new_record(cell, env, run_id, process=None),
         "status": "skipped",
         "reason": reason,
         "started_at": started_at,
         "wall_s": 0.0,
     }
+
+
+def process_of(record: dict) -> str | None:
+    """Where the cell of `record` ran: its `process` (schema 10 on); for schemas 8 and 9, "worker" where its
+    stage account has the worker's process start and "pytest" where it has none; None where nobody can tell
+    (older records, whose isolation depended on --perf-isolate, or a data-parallel cell before 10)."""
+    if record.get("process"):
+        return record["process"]
+    stages = record.get("stages")
+    if (record.get("schema") or 1) < 8 or not stages or record.get("phase") == "ddp":
+        return None
+    return "worker" if "process_start" in stages else "pytest"
 
 
 def unfiled(record: dict) -> bool:
@@ -179,6 +197,14 @@ FIELDS: tuple[Field, ...] = (
         check="object",
         default={},
         doc="{stage: seconds} (perfgate.core.stages.STAGES): where the cell's wall_s went, summing to it",
+    ),
+    Field(
+        "process",
+        str,
+        check="choice",
+        choices=PROCESSES,
+        doc="where the cell ran (PROCESSES; schema 10 on, process_of reads older records): null for a cell "
+        "that was never measured",
     ),
     Field(
         "remeasure",
@@ -428,11 +454,13 @@ def error_line(err: BaseException) -> str:
     return f"{type(err).__name__}: {text.splitlines()[0][:500] if text else '(no message)'}"
 
 
-def new_record(cell, env: dict, run_id: str | None = None) -> dict:
-    """An empty record for `cell` (a perfgate.core.matrix.Cell): every field at its default, measured ones null."""
+def new_record(cell, env: dict, run_id: str | None = None, process: str | None = "pytest") -> dict:
+    """An empty record for `cell` (a perfgate.core.matrix.Cell) measured in `process` (one of PROCESSES; None:
+    not measured): every field at its default, measured ones null."""
     record = {f.name: copy.deepcopy(f.default) for f in FIELDS}
     record.update(
         schema=RECORD_SCHEMA,
+        process=process,
         cell=cell.id,
         run_id=run_id,
         model=cell.model,

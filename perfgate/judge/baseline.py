@@ -8,7 +8,9 @@ processes while each process's own interval was narrower), so each clock keeps i
 spread beside the median.
 
     header  schema, fingerprint, tier, device (env.gpu), versions (env minus fingerprint), created (UTC
-            date), runs, host_cpus (the runs' distinct env.cpu_model, sorted: the gate's host-CPU advisory)
+            date), runs, host_cpus (the runs' distinct env.cpu_model, sorted: the gate's host-CPU advisory),
+            processes (where the runs' cells ran, record.process_of, sorted; [] where no record says: the
+            gate's note on a run measured elsewhere)
     cells   {cell id: {runs_ok, and each record field that perfgate.core.record.FIELDS gives a `fold`: identity
             as the last run had it, medians and maxima over the ok runs (a compiled peak only from records
             whose schema measured it as today: record.compiled_peak_is_right), status, reason, numerics,
@@ -41,6 +43,7 @@ from perfgate.core.record import (
     bound_of,
     compiled_peak_is_right,
     names,
+    process_of,
     unfiled,
 )
 from perfgate.core.stats import interval_sd, rel_spread
@@ -221,6 +224,7 @@ def _last_per_cell(run: Iterable[dict]) -> dict[str, dict]:
 
 def _header(fingerprint: str, tier: str, env: dict, run_maps: Sequence[dict[str, dict]]) -> dict:
     cpus = {(r.get("env") or {}).get("cpu_model") for run in run_maps for r in run.values()}
+    processes = {process_of(r) for run in run_maps for r in run.values() if r.get("status") == "ok"}
     return {
         "schema": BASELINE_SCHEMA,
         "fingerprint": fingerprint,
@@ -230,6 +234,7 @@ def _header(fingerprint: str, tier: str, env: dict, run_maps: Sequence[dict[str,
         "created": _dt.datetime.now(_dt.timezone.utc).date().isoformat(),
         "runs": len(run_maps),
         "host_cpus": sorted(cpu for cpu in cpus if cpu),
+        "processes": sorted(p for p in processes if p),
     }
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Iterable, Sequence
 
-from perfgate.core.record import FIELD, TIME_ALONE, nothing_measured, unfiled
+from perfgate.core.record import FIELD, TIME_ALONE, nothing_measured, process_of, unfiled
 from perfgate.core.stats import geomean
 from perfgate.core.validate import checked
 from perfgate.judge.baseline import BaselineError, group_by_key, key_of, resolve_baseline
@@ -288,6 +288,20 @@ def _host_cpu_note(baseline: dict, records: Sequence[dict]) -> list[str]:
     ]
 
 
+def _process_note(baseline: dict, records: Sequence[dict]) -> list[str]:
+    """Where this run's cells ran against where the baseline's did, when both are known and differ."""
+    known = baseline.get("processes") or []
+    now = sorted({p for r in records if r.get("status") == "ok" and (p := process_of(r))} - set(known))
+    if not known or not now:
+        return []
+    return [
+        f"this run's cells ran in {', '.join(now)} and the baseline's in {', '.join(known)}: a host-sensitive "
+        f"cell can read differently there (upernet infer on H100s: wall speedup 1.37-1.65x in the worker, "
+        f"2.01-2.07x in pytest's process, same machine, docs/time-to-verdict.md); make the baseline with the "
+        f"gate's --perf-isolate setting"
+    ]
+
+
 def _notes(baseline: dict, rows: Sequence[CellRow], records: Sequence[dict], rules: Sequence) -> list[str]:
     notes = []
     unknown = [r.cell for r in rows if r.run_to_run_known is False]
@@ -304,7 +318,7 @@ def _notes(baseline: dict, rows: Sequence[CellRow], records: Sequence[dict], rul
         )
     notes += _noise_notes(rows, rules)
     notes += _predates(baseline, {r["cell"]: r for r in records}, rules)
-    return notes + _host_cpu_note(baseline, records)
+    return notes + _host_cpu_note(baseline, records) + _process_note(baseline, records)
 
 
 def _assemble(records: list[dict], baseline: dict, rules: Sequence, findings: dict[str, list[Finding]]) -> GateReport:

@@ -48,15 +48,17 @@ def run_cell(
     progress: Callable[[str], None] = lambda _msg: None,
     record_compiled: Callable[[float], None] | None = None,
     checkpoint: Callable[[dict], None] | None = None,
+    process: str = "pytest",
 ) -> dict:
     """Measure one cell and return its record. `checkpoint`, if given, receives the record as it stands at
     each stage (status "failed", reason "did not finish ..."): a process killed mid-cell (a CI timeout, a
-    hung compile) then leaves what it had measured, and the final record supersedes it."""
+    hung compile) then leaves what it had measured, and the final record supersedes it. `process`: where
+    this runs (perfgate.core.record.PROCESSES), which the record keeps."""
     if cell.phase == "ddp":  # its ranks are processes of their own
         from perfgate.measure import ddp
 
         return ddp.run(spec, cell, options, env, progress, record_compiled, checkpoint)
-    record = start_record(spec, cell, env)
+    record = start_record(spec, cell, env, process)
     clock = StageClock(record)
     clock.announce = announcer(progress, checkpoint, record, lambda: clock)
     device = torch.device(options.device)

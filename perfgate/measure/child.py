@@ -76,6 +76,7 @@ def run_job(job, reporter: Reporter, rank: int | None, envs: dict, directory: Pa
         lambda m: reporter.emit({"progress": m}),
         lambda ms: reporter.emit({"compiled_ms": ms}),
         checkpoint,
+        process="worker",
     )
     reporter.emit({"record": record})
     return record["status"] == "ok"

@@ -73,7 +73,7 @@ def run(
         events.read(progress, record_compiled)
         if failure is None and events.record is not None:
             return with_process_start(events.record, (events.started_at or submitted) - submitted)
-        record = dict(events.checkpoint) if events.checkpoint else new_record(cell, env)
+        record = dict(events.checkpoint) if events.checkpoint else new_record(cell, env, process="ranks")
         record.update(
             status="failed",
             reason=failure or "rank 0 ended without a record",

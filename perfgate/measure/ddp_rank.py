@@ -327,7 +327,7 @@ def run_rank(job, rank: int, emit, directory) -> None:
         timeout=_dt.timedelta(seconds=job.limit_s),
         **({"device_id": device} if device.type == "cuda" else {}),
     )
-    record = start_record(spec, cell, job.env or {})
+    record = start_record(spec, cell, job.env or {}, "ranks")
     record["world_size"] = world
     clock = StageClock(record)
     clock.announce = announcer(

@@ -70,7 +70,9 @@ class CellProcess:
         if failure is not None or events.record is None:
             kill_groups(self.proc)  # hung or half-dead: the next cell gets a fresh process
             self.proc = None
-            record = dict(events.checkpoint) if events.checkpoint else new_record(job.cell, {}, job.run_id)
+            record = (
+                dict(events.checkpoint) if events.checkpoint else new_record(job.cell, {}, job.run_id, process="worker")
+            )
             record.update(
                 status="failed",
                 run_id=job.run_id,

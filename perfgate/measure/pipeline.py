@@ -74,10 +74,10 @@ class StageClock:
         self.record["wall_s"] = round(self.elapsed(), 2)
 
 
-def start_record(spec, cell: Cell, env: dict) -> dict:
-    """A new record for every kind of cell: the model's gate settings reach each of its cells from here, a
-    data-parallel one's included."""
-    record = new_record(cell, env)
+def start_record(spec, cell: Cell, env: dict, process: str = "pytest") -> dict:
+    """A new record for every kind of cell, run in `process` (perfgate.core.record.PROCESSES): the model's
+    gate settings reach each of its cells from here, a data-parallel one's included."""
+    record = new_record(cell, env, process=process)
     record["started_at"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
     if spec.speedup_threshold is not None:
         record["gate"] = {"speedup_threshold": spec.speedup_threshold}
