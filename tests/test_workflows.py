@@ -141,6 +141,7 @@ def test_pr_gate_gates_the_pr_tier_on_a_self_hosted_gpu_runner():
         "out/",
         "out/results.jsonl",
     )
+    assert option(args, "--perf-isolate") == "off"  # measured as the committed baseline's runs were
     (cache,) = uses(gate, "actions/cache")
     assert option(args, "--perf-cache-dir") == "X" and cache["with"]["path"].endswith("/inductor-cache")
     assert "CACHE_DIR=$RUNNER_TEMP/inductor-cache" in scripts(gate)
