@@ -64,7 +64,21 @@ def launchers() -> dict:
     return counts
 
 
-def profile_steps(step, device, label: str, outdir: Path) -> dict:
+def measured(label: str, rounds, step, device) -> dict:
+    """One process's result: the host clock's medians from `rounds`, a cProfile of 20 more single steps of
+    `step` (the compiled side), the launchers and the process's facts."""
+    median = lambda xs: sorted(xs)[len(xs) // 2]  # noqa: E731
+    return {
+        "label": label,
+        "eager_host_ms": round(median(rounds.eager_ms), 3),
+        "compiled_host_ms": round(median(rounds.compiled_ms), 3),
+        "host_speedup": round(median(rounds.ratios), 3),
+        **profile_steps(step, device),
+        "facts": facts(),
+    }
+
+
+def profile_steps(step, device) -> dict:
     from perfgate.measure import clocks
 
     profiler = cProfile.Profile()
@@ -84,17 +98,8 @@ def instrument() -> None:
 
     def host_rounds(eager, compiled, device, *args, **kwargs):
         rounds = real(eager, compiled, device, *args, **kwargs)
-        outdir = Path(os.environ["HOST_PROCESS_OUT"])
-        median = lambda xs: sorted(xs)[len(xs) // 2]  # noqa: E731
-        result = {
-            "label": f"inside-{os.getpid()}",
-            "eager_host_ms": round(median(rounds.eager_ms), 3),
-            "compiled_host_ms": round(median(rounds.compiled_ms), 3),
-            "host_speedup": round(median(rounds.ratios), 3),
-            **profile_steps(compiled, device, "worker", outdir),
-            "facts": facts(),
-        }
-        (outdir / f"inside-{os.getpid()}.json").write_text(json.dumps(result, indent=1))
+        result = measured(f"inside-{os.getpid()}", rounds, compiled, device)
+        (Path(os.environ["HOST_PROCESS_OUT"]) / f"{result['label']}.json").write_text(json.dumps(result, indent=1))
         return rounds
 
     clocks.host_rounds = host_rounds
@@ -130,15 +135,7 @@ def one(label: str, outdir: Path) -> dict:
     for _ in range(30):
         eager_step(0), compiled_step(0)
     rounds = clocks.host_rounds(eager_step, compiled_step, device, rounds=21, min_rounds=21)
-    median = lambda xs: sorted(xs)[len(xs) // 2]  # noqa: E731
-    result = {
-        "label": label,
-        "eager_host_ms": round(median(rounds.eager_ms), 3),
-        "compiled_host_ms": round(median(rounds.compiled_ms), 3),
-        "host_speedup": round(median(rounds.ratios), 3),
-        **profile_steps(compiled_step, device, label, outdir),
-        "facts": facts(),
-    }
+    result = measured(label, rounds, compiled_step, device)
     (outdir / f"{label}.json").write_text(json.dumps(result, indent=1))
     return result
 
