@@ -295,10 +295,9 @@ def _process_note(baseline: dict, records: Sequence[dict]) -> list[str]:
     if not known or not now:
         return []
     return [
-        f"this run's cells ran in {', '.join(now)} and the baseline's in {', '.join(known)}: a host-sensitive "
-        f"cell can read differently there (upernet infer on H100s: wall speedup 1.37-1.65x in the worker, "
-        f"2.01-2.07x in pytest's process, same machine, docs/time-to-verdict.md); make the baseline with the "
-        f"gate's --perf-isolate setting"
+        f"this run's cells ran in {', '.join(now)} and the baseline's in {', '.join(known)}: a cell whose "
+        f"compiled step is close to host-bound can read slower or faster there on the same machine "
+        f"(docs/time-to-verdict.md); make the baseline with the gate's --perf-isolate setting"
     ]
 
 
