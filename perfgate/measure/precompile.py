@@ -95,13 +95,12 @@ def run(
             for share, lines, _proc in procs:
                 results += _lines(share, lines, "interrupted", stopped=True)
             _write(out, results)
+            raise
+        finally:  # one limit: every process left is past it; then the picks they timed on a shared GPU go
             kill_groups(*(p for *_, p in procs))
             forget_timed_picks(cache_dir, started_at)
-            raise
         timed_out = failure is not None
         failure = failure and failure.partition(" while ")[0]  # its processes report no stage: "timed out after S s"
-        kill_groups(*(p for *_, p in procs))  # one limit: every process left is past it
-        forget_timed_picks(cache_dir, started_at)
         for share, lines, proc in procs:
             why = failure if timed_out else (stderr_tail(proc.stderr)[-1:] or [f"exit code {proc.poll()}"])[0]
             results += _lines(share, lines, why, stopped=timed_out)
