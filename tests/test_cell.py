@@ -3,6 +3,7 @@
 import contextlib
 import dataclasses
 import json
+import os
 import signal
 import time
 
@@ -287,6 +288,26 @@ def test_a_precompile_child_that_cannot_start_fails_its_cells_with_the_reason(tm
         limit_s=120,
     )
     assert line["status"] == "failed" and "No module named 'no_such_zoo'" in line["reason"]
+
+
+def test_a_precompile_forgets_the_launch_configs_written_since_it_began(tmp_path):
+    """However its processes end, the picks written while they ran go (a pick dated after the start stands in
+    for one a process timed) and older ones stay."""
+    old, new = tmp_path / "amp_bf16" / "old.best_config", tmp_path / "amp_bf16" / "new.best_config"
+    new.parent.mkdir(parents=True)
+    for path, when in ((old, 1_000.0), (new, time.time() + 3_600)):
+        path.write_text("{}")
+        os.utime(path, (when, when))
+    precompile.run(
+        [[Cell("mlp", "infer", "inductor_default", "fp32", "cpu")]],
+        cache_dir=str(tmp_path),
+        registry="no_such_zoo:REGISTRY",
+        devices=[],
+        tf32=False,
+        out=tmp_path / "pre.json",
+        limit_s=120,
+    )
+    assert old.exists() and not new.exists()
 
 
 def test_a_precompile_child_past_its_time_is_killed_and_its_cells_say_so(tmp_path):
