@@ -11,6 +11,7 @@
 # Logs and results under .perfgate/out/STEP; one tarball of them into $OUT. BASELINE=DIR gates against DIR
 # (default baselines/); REFRESH="results files..." first folds tools/probes/pr_baseline_sources.txt and those
 # files into DIR (perfgate baseline update), so a run is gated against a baseline of the rebuilt pipeline.
+# ISOLATE=gpu runs the tier's cells in the isolated worker; the default, off, is the PR workflow's.
 set -u
 step=$1; limit=${2:-540}
 export PYTHONPATH=$PWD TORCHINDUCTOR_CACHE_DIR=$PWD/.perfgate/inductor-default
@@ -27,7 +28,8 @@ if [ -n "${REFRESH+x}" ]; then
   python -m perfgate.cli baseline update --dir "$baseline" $(cat tools/probes/pr_baseline_sources.txt) $REFRESH > "$out/refresh.txt" 2>&1
   tail -1 "$out/refresh.txt"; cp "$baseline"/*.json "$out/"
 fi
-tier=(perftests -m "gpu and pr" -p no:randomly --perf-baseline "$baseline" --perf-cache-dir .perfgate/cc)
+tier=(perftests -m "gpu and pr" -p no:randomly --perf-baseline "$baseline" --perf-cache-dir .perfgate/cc
+      --perf-isolate "${ISOLATE:-off}")
 slice=(-k "gpt2 or vit_b16")
 t0=$(date +%s.%N)
 case $step in
