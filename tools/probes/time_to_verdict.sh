@@ -7,6 +7,8 @@
 #   precompile  only the precompile (--collect-only), from empty caches
 #   inject6 device_slow:3 on gpt2, vit_b16 and resnet50 (6 cells), warm, no precompile
 #   rest    the 6 inference cells and the captioner's train cell, precompile 4 (from empty caches on a fresh machine)
+#   aa-inject6  gpt2, vit_b16 and resnet50 (6 cells) from empty caches: precompile 4 and an A/A gated run, then
+#           device_slow:3 ungated (compare it offline); records straight into $OUT, so a cut call keeps them
 #   ab      perfgate ab, 3 + 3 processes, A/A, a 4-cell slice (resumable: --resume on a later call)
 # Logs and results under .perfgate/out/STEP; one tarball of them into $OUT. BASELINE=DIR gates against DIR
 # (default baselines/); REFRESH="results files..." first folds tools/probes/pr_baseline_sources.txt and those
@@ -38,6 +40,13 @@ case $step in
   inject6) timeout -k 5 "$limit" python -m pytest "${tier[@]}" -k "gpt2 or vit_b16 or resnet50" --perf-precompile 4 --perf-inject device_slow:3 --perf-results "$out/results.jsonl" > "$out/log.txt" 2>&1 ;;
   rest) timeout -k 5 "$limit" python -m pytest "${tier[@]}" -k "infer or captioner" --perf-precompile 4 --perf-results "$out/results.jsonl" > "$out/log.txt" 2>&1 ;;
   inject) timeout "$limit" python -m pytest "${tier[@]}" --perf-precompile 4 --perf-inject device_slow:3 --perf-results "$out/results.jsonl" > "$out/log.txt" 2>&1 ;;
+  aa-inject6)
+      six=(-k "gpt2 or vit_b16 or resnet50"); cp "$out/host.txt" "$OUT/"
+      timeout -k 5 330 python -m pytest "${tier[@]}" "${six[@]}" --perf-precompile 4 --perf-results "$OUT/aa.jsonl" > "$OUT/aa-log.txt" 2>&1
+      echo "aa rc=$? at $(python -c "import time; print(round(time.time()-$t0,1))") s" | tee -a "$out/times.txt"
+      timeout -k 5 $((limit - 340)) python -m pytest perftests -m "gpu and pr" -p no:randomly --perf-cache-dir .perfgate/cc \
+        --perf-isolate "${ISOLATE:-off}" "${six[@]}" --perf-inject device_slow:3 --perf-results "$OUT/inject.jsonl" > "$OUT/inject-log.txt" 2>&1
+      cp "$out/host.txt" "$OUT/" ;;
   ab) if [ -f .perfgate/ab/manifest.json ]; then args=(--resume .perfgate/ab); else args=(--processes 3 --out .perfgate/ab -- perftests -m "gpu and pr" -p no:randomly "${slice[@]}"); fi
       timeout "$limit" python -m perfgate.cli ab "${args[@]}" > "$out/log.txt" 2>&1
       cp .perfgate/ab/manifest.json .perfgate/ab/report.md .perfgate/ab/report.json "$out/" 2>/dev/null; cp -r .perfgate/ab/results "$out/" 2>/dev/null ;;
