@@ -45,11 +45,11 @@ case $step in
       timeout -k 5 330 python -m pytest "${tier[@]}" "${six[@]}" --perf-precompile 4 --perf-results "$OUT/aa.jsonl" > "$OUT/aa-log.txt" 2>&1
       echo "aa rc=$? at $(python -c "import time; print(round(time.time()-$t0,1))") s" | tee -a "$out/times.txt"
       timeout -k 5 $((limit - 340)) python -m pytest perftests -m "gpu and pr" -p no:randomly --perf-cache-dir .perfgate/cc \
-        --perf-isolate "${ISOLATE:-off}" "${six[@]}" --perf-inject device_slow:3 --perf-results "$OUT/inject.jsonl" > "$OUT/inject-log.txt" 2>&1
-      cp "$out/host.txt" "$OUT/" ;;
+        --perf-isolate "${ISOLATE:-off}" "${six[@]}" --perf-inject device_slow:3 --perf-results "$OUT/inject.jsonl" > "$OUT/inject-log.txt" 2>&1 ;;
   ab) if [ -f .perfgate/ab/manifest.json ]; then args=(--resume .perfgate/ab); else args=(--processes 3 --out .perfgate/ab -- perftests -m "gpu and pr" -p no:randomly "${slice[@]}"); fi
-      timeout "$limit" python -m perfgate.cli ab "${args[@]}" > "$out/log.txt" 2>&1
-      cp .perfgate/ab/manifest.json .perfgate/ab/report.md .perfgate/ab/report.json "$out/" 2>/dev/null; cp -r .perfgate/ab/results "$out/" 2>/dev/null ;;
+      timeout "$limit" python -m perfgate.cli ab "${args[@]}" > "$out/log.txt" 2>&1; ab_rc=$?
+      cp .perfgate/ab/manifest.json .perfgate/ab/report.md .perfgate/ab/report.json "$out/" 2>/dev/null; cp -r .perfgate/ab/results "$out/" 2>/dev/null
+      (exit $ab_rc) ;;  # the step's rc is perfgate ab's, not the copies' (BH's first call printed cp's 0)
 esac
 rc=$?
 t1=$(date +%s.%N)
