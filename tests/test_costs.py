@@ -1,5 +1,8 @@
 """Cell costs: priors, the history's medians, shards of equal cost, and the ETA."""
 
+import json
+from pathlib import Path
+
 from perfgate.core.matrix import Cell
 from perfgate.plan import costs
 
@@ -15,6 +18,23 @@ def test_priors_rank_the_variants_as_measured():
         costs.prior_s(_cell(variant=v)) for v in ("inductor_default", "inductor_max_autotune", "inductor_regional")
     )
     assert regional < default < autotune and costs.prior_s(_cell(phase="infer")) < default
+
+
+def test_a_gpu_prior_is_its_cold_weight_scaled_and_the_rotation_keeps_the_cold_weights():
+    gpu, cpu = _cell(), _cell(kind="cpu")
+    assert costs.prior_s(gpu) == costs.rotation_weight(gpu) * costs.GPU_NOW < costs.rotation_weight(gpu)
+    assert costs.prior_s(cpu) == costs.rotation_weight(cpu)
+
+
+def test_the_pr_tiers_priors_are_within_a_fifth_of_its_measured_cells():
+    """The ETA a PR run prints before any history: the priors of its 12 cells against what they measured warm
+    on an H100 (lease BG, 2026-11-26: 6:01 of cells; the cold priors alone said 17:00)."""
+    runs = Path(__file__).resolve().parents[1] / "baselines" / "runs"
+    with open(runs / "h100-20261126-BG-pr-warm.jsonl") as fh:
+        measured = costs.known_costs(json.loads(line) for line in fh)
+    cells = [Cell(*cell_id.split("-")[:3], "amp_bf16", "gpu", "pr") for cell_id in measured]
+    planned = sum(costs.expected_s(cells, {}).values())
+    assert len(measured) == 12 and abs(planned / sum(measured.values()) - 1) < 0.2
 
 
 def test_known_costs_are_medians_of_finished_records_only():

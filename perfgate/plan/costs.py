@@ -10,6 +10,14 @@ compile), and max-autotune compiles of 41-418 s measured compile-only. An isolat
 its process's start, ~25 s on an H100 lease: cold isolated train cells took 83-158 s there (2026-11-23:
 vit_b16 83, resnet50 108, gpt2 128, segformer_b2 158). The CPU tier's tiny cells take 5-60 s on the 2-core CI
 box.
+
+A GPU cell's prior is that cold figure times 0.4 (GPU_NOW, 2026-11-26): on the rebuilt pipeline the PR tier's
+12 inductor_default cells measured 40 s a train cell and 19 s an inference cell warm in pytest's process (H100,
+lease BG; docs/time-to-verdict.md), 46 and 18 s from the precompiled cache after a cold precompile, 57 and 19 s
+in the isolated worker (AU), where the cold priors said 120 and 50 s and the ETA line printed 17:00 for a tier
+whose cells took 6:01. The variant factors stay as measured, cold. The nightly's rotation slices are dealt by
+the cold figures (rotation_weight), as they were first dealt: scaling changes float ties, and a slice that
+moved cells mid-pass would run some twice and some never.
 """
 
 from __future__ import annotations
@@ -23,9 +31,9 @@ from perfgate.core.record import unfinished
 if TYPE_CHECKING:
     from perfgate.core.matrix import Cell
 
-# Seconds of an inductor_default cell, by device kind and phase.
+# Seconds of an inductor_default cell with a cold compile, by device kind and phase (the figures above).
 # A data-parallel cell compiles twice (DDP, then one device for its scaling figure) and starts its ranks.
-BASE_PRIOR_S = {
+COLD_PRIOR_S = {
     ("gpu", "train"): 120.0,
     ("gpu", "infer"): 50.0,
     ("gpu", "ddp"): 300.0,
@@ -49,9 +57,18 @@ VARIANT_FACTOR = {
 }
 
 
+# A GPU cell's seconds now against the cold figures: the rebuilt pipeline's measured PR cells (above).
+GPU_NOW = 0.4
+
+
+def rotation_weight(cell) -> float:
+    """The cold prior: what the nightly's rotation slices are dealt by, so that they never move."""
+    return COLD_PRIOR_S[(cell.device_kind, cell.phase)] * VARIANT_FACTOR.get(cell.variant, 1.0)
+
+
 def prior_s(cell) -> float:
     """A cell's expected seconds when it has never run."""
-    return BASE_PRIOR_S[(cell.device_kind, cell.phase)] * VARIANT_FACTOR.get(cell.variant, 1.0)
+    return rotation_weight(cell) * (GPU_NOW if cell.device_kind == "gpu" else 1.0)
 
 
 def known_costs(records: Iterable[dict]) -> dict[str, float]:

@@ -116,12 +116,12 @@ def shard(items: list, costs: dict[str, float], index: int, count: int) -> tuple
 
 
 def rotate(items: list, index: int, count: int) -> tuple[list, list]:
-    """Slice `index` of `count`, dealt like a shard but by the priors per variant alone: the history's costs
-    change with every night, and a deal that followed them would move cells between slices mid-rotation, so
-    that some ran twice in a pass and some never."""
-    from perfgate.plan.costs import expected_s
+    """Slice `index` of `count`, dealt like a shard but by fixed weights (the cold priors per variant): the
+    history's costs change with every night, and a deal that followed them would move cells between slices
+    mid-rotation, so that some ran twice in a pass and some never."""
+    from perfgate.plan.costs import rotation_weight
 
-    return shard(items, expected_s(cells_of(items), {}), index, count)
+    return shard(items, {cell.id: rotation_weight(cell) for cell in cells_of(items)}, index, count)
 
 
 def why_none(chosen: Selection, collected: int, offered: list[Cell], markexpr: str, keyword: str) -> str:
