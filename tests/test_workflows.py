@@ -197,6 +197,22 @@ def test_nightly_shards_over_runners_and_gpus():
     assert "github.event_name == 'workflow_dispatch' && inputs.propose_baseline" in propose["if"]
 
 
+def test_a_nightly_that_proposes_baselines_measures_in_pytests_process_as_the_gate_does(tmp_path):
+    """The step's own lines, run by bash: --perf-isolate off reaches the timed run only when proposing."""
+    nightly = load("nightly.yml")
+    (step,) = [s for s in nightly["jobs"]["measure"]["steps"] if s.get("name", "").startswith("Full matrix")]
+    assert step["env"]["PROPOSE"] == "${{ inputs.propose_baseline || false }}"
+    lines = step["run"].splitlines()
+    chosen = "\n".join(line for line in lines if "isolate=" in line or line.strip().startswith('if [ "$PROPOSE'))
+    for propose, want in (("true", "--perf-isolate off"), ("false", "")):
+        out = subprocess.run(
+            ["bash", "-c", chosen + '\necho "${isolate[@]}"'], env={"PROPOSE": propose}, capture_output=True, text=True
+        )
+        assert out.stdout.strip() == want, (propose, out)
+    timed = next(line for line in lines if line.strip().startswith('pytest perftests -m gpu -k "not'))
+    assert '"${isolate[@]}"' in timed
+
+
 def _slice(rotation_input: str, run_number: int, tmp_path: Path) -> subprocess.CompletedProcess:
     """The nightly's slice step, run by bash as the runner would, with its env and the workflow's."""
     nightly = load("nightly.yml")
