@@ -7,7 +7,8 @@ host clock, measured the same way in several processes of one machine:
 
 Modes: plain (this interpreter), pytest (a test in pytest's process), child-session (a Popen child in a
 session of its own, stdin a pipe, stdout a file: how perfgate.measure.launch starts one), child (the same
-without a session of its own). Each writes OUTDIR/LABEL.json: host ms of both sides, the process's facts
+without a session of its own), worker (perfgate's warm worker from a plain parent; worker-ctx: the parent
+holds a CUDA context first; any suffix, e.g. worker-b, repeats a mode). Each writes OUTDIR/LABEL.json: host ms of both sides, the process's facts
 (session, threads, affinity, switch interval) and a cProfile of 20 compiled steps.
 """
 
@@ -160,8 +161,15 @@ def test_in_pytest():  # the "pytest" modes: collected when this file is named o
         one("pytest", out)
 
 
-def worker(outdir: Path) -> None:
-    """The cell through perfgate's own warm worker (perfgate.measure.isolate), from this plain process."""
+def worker(outdir: Path, label: str = "worker") -> None:
+    """The cell through perfgate's own warm worker (perfgate.measure.isolate), from this plain process; a label
+    with "ctx" in it first gives this parent a CUDA context of its own, as pytest's process has one (its
+    session asks torch.cuda for the device's name) while its isolated worker measures."""
+    if "ctx" in label and os.environ.get("PROBE_CPU") != "1":
+        import torch
+
+        torch.cuda.get_device_name(0)
+        torch.zeros(1, device="cuda:0")
     from perfgate.core.matrix import Cell
     from perfgate.measure.isolate import CellProcess
     from perfgate.measure.job import Job, RunOptions
@@ -181,8 +189,8 @@ def worker(outdir: Path) -> None:
     finally:
         w.close()
     keys = ("eager_host_ms", "compiled_host_ms", "host_speedup", "speedup", "compiled_ms", "status", "reason")
-    result = {"label": "worker", **{k: record.get(k) for k in keys}, "facts": {}}
-    (outdir / "worker.json").write_text(json.dumps(result, indent=1))
+    result = {"label": label, **{k: record.get(k) for k in keys}, "facts": {}}
+    (outdir / f"{label}.json").write_text(json.dumps(result, indent=1))
 
 
 def write_hook(outdir: Path) -> Path:
@@ -233,13 +241,13 @@ def run_all(outdir: Path) -> None:
                 label,
                 lambda label=label, spawn=spawn, pytest=pytest: subprocess.run(pytest, env={**fresh(label), **spawn}),
             )
-        elif label == "worker":  # the worker imports sitecustomize from hook/, which instruments its host clock
-            hook = write_hook(outdir)
+        elif label.startswith("worker"):  # worker, worker-ctx, worker-b...: the worker imports sitecustomize
+            hook = write_hook(outdir)  # from hook/, which instruments its host clock
             worker_env = {**fresh(label), "PYTHONPATH": f"{hook}{os.pathsep}{os.getcwd()}"}
             timed(
                 label,
-                lambda worker_env=worker_env: subprocess.run(
-                    [sys.executable, __file__, "worker", str(outdir)], env=worker_env
+                lambda worker_env=worker_env, label=label: subprocess.run(
+                    [sys.executable, __file__, "worker", str(outdir), label], env=worker_env
                 ),
             )
     for label, session in (("child-session", True), ("child", False)):
@@ -285,6 +293,6 @@ if __name__ == "__main__":
     elif sys.argv[1] == "hook":
         print(write_hook(Path(sys.argv[2])))
     elif sys.argv[1] == "worker":
-        worker(Path(sys.argv[2]))
+        worker(Path(sys.argv[2]), *sys.argv[3:4])
     else:
         one(sys.argv[2], Path(sys.argv[3]))
