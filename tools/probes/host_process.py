@@ -8,8 +8,9 @@ host clock, measured the same way in several processes of one machine:
 Modes: plain (this interpreter), pytest (a test in pytest's process), child-session (a Popen child in a
 session of its own, stdin a pipe, stdout a file: how perfgate.measure.launch starts one), child (the same
 without a session of its own), worker (perfgate's warm worker from a plain parent; worker-ctx: the parent
-holds a CUDA context first; any suffix, e.g. worker-b, repeats a mode). Each writes OUTDIR/LABEL.json: host ms of both sides, the process's facts
-(session, threads, affinity, switch interval) and a cProfile of 20 compiled steps.
+holds a CUDA context first; any suffix, e.g. worker-b, repeats a mode). Each writes OUTDIR/LABEL.json: host
+ms of both sides, the process's facts (session, threads, affinity, switch interval) and a cProfile of 20
+compiled steps.
 """
 
 from __future__ import annotations
@@ -163,8 +164,9 @@ def test_in_pytest():  # the "pytest" modes: collected when this file is named o
 
 def worker(outdir: Path, label: str = "worker") -> None:
     """The cell through perfgate's own warm worker (perfgate.measure.isolate), from this plain process; a label
-    with "ctx" in it first gives this parent a CUDA context of its own, as pytest's process has one (its
-    session asks torch.cuda for the device's name) while its isolated worker measures."""
+    with "ctx" in it first gives this parent a CUDA context of its own, as pytest's process might have while
+    its isolated worker measures (BJ, 2026-11-26: it made no difference, and the device name pytest's session
+    asks torch.cuda for creates no context)."""
     if "ctx" in label and os.environ.get("PROBE_CPU") != "1":
         import torch
 
