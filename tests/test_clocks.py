@@ -8,7 +8,7 @@ import torch
 from perfgate.core.matrix import Cell
 from perfgate.core.record import bound_of, new_record
 from perfgate.measure import clocks, faults
-from perfgate.measure.clocks import busy_ms_by_range, union_ns
+from perfgate.measure.clocks import union_ns
 from perfgate.measure.timing import Rounds
 
 
@@ -41,28 +41,40 @@ def test_union_counts_overlapping_kernels_once():
     assert union_ns([]) == 0
 
 
-def test_busy_time_per_range_ignores_annotations_and_kernels_outside():
+def test_rounds_are_the_gpu_work_between_their_markers_in_the_order_they_ran():
     events = [
-        Event("perfgate-clock:eager:0", 0, 1_000_000, "user_annotation"),
+        Event("cudaLaunchKernel", 0, 50_000, "cuda_runtime"),  # the host's side of a launch: not GPU work
+        Event("at::cuda::(anonymous namespace)::spin_kernel(long)", 0, 1_000, "kernel"),
         Event("k1", 100_000, 300_000, "kernel"),
         Event("k2", 200_000, 400_000, "kernel"),  # overlaps k1 (a second stream): 0.3 ms in all
         Event("memcpy", 500_000, 600_000, "gpu_memcpy"),
         # inductor's own record_function shows on the GPU as an annotation spanning the gaps: not busy time
         Event("## Call CompiledFxGraph ##", 100_000, 900_000, "gpu_user_annotation"),
-        Event("perfgate-clock:compiled:0", 2_000_000, 3_000_000, "user_annotation"),
+        Event("at::cuda::(anonymous namespace)::spin_kernel(long)", 2_000_000, 2_001_000, "kernel"),
         Event("k3", 2_100_000, 2_150_000, "kernel"),
-        Event("late", 3_500_000, 3_600_000, "kernel"),  # after every range: belongs to none
+        Event("at::cuda::(anonymous namespace)::spin_kernel(long)", 3_000_000, 3_001_000, "kernel"),
     ]
-    busy = busy_ms_by_range(events, ["perfgate-clock:eager:0", "perfgate-clock:compiled:0"])
-    assert busy == pytest.approx({"perfgate-clock:eager:0": 0.4, "perfgate-clock:compiled:0": 0.05})
+    work = clocks.work_between_markers(events, ["perfgate-clock:eager:0", "perfgate-clock:compiled:0"])
+    assert [name for _, _, name in work["perfgate-clock:eager:0"]] == ["k1", "k2", "memcpy"]
+    assert [name for _, _, name in work["perfgate-clock:compiled:0"]] == ["k3"]
 
 
-def test_a_range_without_gpu_work_raises_rather_than_reading_as_zero():
-    events = [Event("perfgate-clock:eager:0", 0, 10, "user_annotation")]
-    with pytest.raises(RuntimeError, match="no GPU activity"):
-        busy_ms_by_range(events, ["perfgate-clock:eager:0"])
-    with pytest.raises(RuntimeError, match="no range"):
-        busy_ms_by_range(events, ["perfgate-clock:compiled:0"])
+def test_round_labels_follow_the_alternating_order():
+    assert clocks.round_labels(2) == [
+        "perfgate-clock:eager:0",
+        "perfgate-clock:compiled:0",
+        "perfgate-clock:compiled:1",
+        "perfgate-clock:eager:1",
+    ]
+
+
+def test_missing_markers_or_an_empty_round_raise_rather_than_read_as_zero():
+    marker = lambda t: Event("spin_kernel", t, t + 1, "kernel")  # noqa: E731
+    labels = ["perfgate-clock:eager:0", "perfgate-clock:compiled:0"]
+    with pytest.raises(RuntimeError, match="2 round markers for 2 rounds"):
+        clocks.work_between_markers([marker(0), Event("k", 5, 6, "kernel"), marker(10)], labels)
+    with pytest.raises(RuntimeError, match="no GPU activity in perfgate-clock:compiled:0"):
+        clocks.work_between_markers([marker(0), Event("k", 5, 6, "kernel"), marker(10), marker(20)], labels)
 
 
 def test_clock_speedup_pairs_rounds():
@@ -120,7 +132,11 @@ def test_host_slow_busy_waits_a_share_of_the_calibrated_host_time():
 
 
 def test_the_device_clocks_seconds_are_its_steps_of_both_sides():
-    """The host clock runs first and leaves the device clock its steps' seconds: 5 rounds of 3 steps (a stream
-    of 8: one pass of 8) of each side."""
-    assert clocks.device_seconds(20.0, 10.0) == pytest.approx(5 * 3 * 30.0 / 1e3)
-    assert clocks.device_seconds(130.0, 90.0, stream=8) == pytest.approx(5 * 8 * 220.0 / 1e3)
+    """The host clock runs first and leaves the device clock what it will take: 5 rounds of 3 steps (a stream
+    of 8: one pass of 8) of each side, as profiled steps, and the profiler's own start and teardown."""
+    steps_s = 5 * 3 * 30.0 / 1e3
+    assert clocks.device_seconds(20.0, 10.0) == pytest.approx(clocks.PROFILER_S + clocks.PROFILED_STEP * steps_s)
+    steps_s = 5 * 8 * 220.0 / 1e3
+    assert clocks.device_seconds(130.0, 90.0, stream=8) == pytest.approx(
+        clocks.PROFILER_S + clocks.PROFILED_STEP * steps_s
+    )

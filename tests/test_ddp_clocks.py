@@ -8,6 +8,7 @@ import torch
 from test_clocks import Event
 
 from perfgate.measure import ddp_clocks
+from perfgate.measure.clocks import round_labels, work_between_markers
 from perfgate.measure.ddp_clocks import rank_rounds, split_ms, store
 
 MS = 1_000_000  # ns
@@ -29,12 +30,12 @@ def test_a_step_without_communication_exposes_none():
 
 
 def _round_events(compute_ms: dict, alone_ms: float) -> list[Event]:
-    """Round 0 of each side: 2 steps, each `compute_ms[side]` of kernels and then `alone_ms` of an
-    all-reduce with nothing beside it."""
-    events = []
+    """Round 0 of each side, each opened by its marker kernel: 2 steps, each `compute_ms[side]` of kernels
+    and then `alone_ms` of an all-reduce with nothing beside it; a last marker closes the round."""
+    events = [Event("spin_kernel", 200 * MS, 200 * MS + 1, "kernel")]
     for side, start in (("eager", 0), ("compiled", 100 * MS)):
-        events.append(Event(f"perfgate-clock:{side}:0", start, start + 50 * MS, "user_annotation"))
-        t = start
+        events.append(Event("at::cuda::spin_kernel(long)", start, start + 1, "kernel"))
+        t = start + 1
         for _ in range(2):
             c = compute_ms[side]
             events.append(Event("gemm", t, t + int(c * MS), "kernel"))
@@ -45,7 +46,7 @@ def _round_events(compute_ms: dict, alone_ms: float) -> list[Event]:
 
 def test_a_rank_s_rounds_are_per_step_and_per_side():
     events = _round_events({"eager": 8.0, "compiled": 4.0}, 2.0)
-    out = rank_rounds(events, rounds=1, steps=2)
+    out = rank_rounds(work_between_markers(events, round_labels(1)), rounds=1, steps=2)
     assert out["steps"] == 2
     assert out["eager"][0] == pytest.approx((8.0, 2.0, 2.0))
     assert out["compiled"][0] == pytest.approx((4.0, 2.0, 2.0))

@@ -5,7 +5,11 @@ unit, what validate asks of it, how a baseline folds it and whether the history 
 validate, baseline, history and the reports take their field lists from it. Absent or not-measured values
 are null. Imports no torch.
 
-Schemas (a record's `schema`): 10 adds `process`, where the cell ran (PROCESSES): on H100 machines upernet
+Schemas (a record's `schema`): 11 profiles the device clock with the GPU's activity alone, rounds bounded
+by marker kernels (the same union of kernel intervals, without the host's operators, whose recording cost
+seconds a cell), and lets the host clock go down to 5 rounds (11 before) where the timed rounds are short:
+both figures mean what they did, a short cell's host interval is wider; 10 adds `process`, where the cell
+ran (PROCESSES): on H100 machines upernet
 infer's compiled step took 23-51 % longer in perfgate's isolated worker than in pytest's own process, same
 code, same machine, same call (docs/time-to-verdict.md), so a baseline says which its runs used
 (process_of reads it back for schemas 8 and 9 from their stage account); 9 takes the host clock before the
@@ -33,7 +37,7 @@ from dataclasses import dataclass
 from perfgate.core.clocks import CLOCKS as ALL_CLOCKS
 from perfgate.core.clocks import COMPUTE, DEVICE, HOST, WALL, Clock
 
-RECORD_SCHEMA = 10
+RECORD_SCHEMA = 11
 # Where a cell ran: in pytest's own process (--perf-isolate off, or a CPU cell), in perfgate's isolated warm
 # worker (perfgate.measure.isolate, the default for a GPU cell), or as the ranks of a data-parallel cell.
 PROCESSES = ("pytest", "worker", "ranks")

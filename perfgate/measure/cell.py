@@ -143,10 +143,11 @@ def _measure(run: CellRun, record_compiled, why_dir: Path | None) -> bytes | Non
 
 def _clocks(run: CellRun, timing_s: float) -> None:
     """Stages "host_clock" then "device_clock": together they take about what the timed rounds took (the host
-    clock gets what the device clock's steps will leave of that, never fewer than clocks.HOST_MIN_ROUNDS
-    rounds). The host clock goes first, before the cell's own profiler session, as it did before the
-    rebuild: taken after the device clock's profiler session, the same code read host times 25-33 % longer
-    (gpt2 infer, H100, lease AW, 2026-11-25: eager 11.24 against 8.42 ms, compiled 4.63 against 3.70 ms)."""
+    clock gets what the device clock will leave of that, clocks.device_seconds, never fewer than
+    clocks.HOST_MIN_ROUNDS rounds). The host clock goes first, before the cell's own profiler session, as it
+    did before the rebuild: taken after a profiler session that recorded the host's operators, the same code
+    read host times 25-33 % longer (gpt2 infer, H100, lease AW, 2026-11-25: eager 11.24 against 8.42 ms,
+    compiled 4.63 against 3.70 ms)."""
     stream = len(run.timed)
     run.clock.enter("host_clock", f"{run.id}: host clock")
     device_s = clocks.device_seconds(run.record["eager_ms"], run.record["compiled_ms"], stream)

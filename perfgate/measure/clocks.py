@@ -6,9 +6,9 @@ lease: 39.4 ms of host time for 24.2 ms of kernels) moves with the host CPU of t
 separate the two:
 
 - device ms per step: the union of the step's GPU activity intervals (kernels, memcpy, memset) as CUPTI
-  reports them through torch.profiler. The union, not the sum: kernels that overlap on several streams
-  count once, so busy time can never exceed the wall. Profiled steps are never timed steps, so the
-  profiler's host overhead stays out of the wall figures.
+  reports them through torch.profiler, recording the GPU alone. The union, not the sum: kernels that overlap
+  on several streams count once, so busy time can never exceed the wall. Profiled steps are never timed
+  steps, so the profiler's host overhead stays out of the wall figures.
 - host ms per step: the host clock from a synchronized, idle device to the step call's return. The GPU
   starts each step empty, so the host never waits on a full launch queue; a step that synchronizes inside
   (a .item(), GradScaler's inf check) does wait, and that wait is the step's own. A round's figure is the
@@ -22,13 +22,12 @@ speedup with an interval. Imports torch (measuring side).
 
 from __future__ import annotations
 
-import bisect
 import statistics
 import time
 from typing import Callable
 
 import torch
-from torch.profiler import ProfilerActivity, profile, record_function
+from torch.profiler import ProfilerActivity, profile
 
 from perfgate.core.record import bound_of, error_line
 from perfgate.measure.timing import Rounds
@@ -41,17 +40,28 @@ DEVICE_STEPS = 3  # steps per profiled round (a stream model: one pass over its 
 # Host rounds. One round's eager/compiled ratio moved 5-25 % (sd) on H100 leases, and the host speedup's
 # spread between processes matched its in-run error (ratio 0.5-1.5 on 10 of 12 PR cells, 2026-11-23/24):
 # the spread was the rounds' sampling noise, so more rounds narrow it (41 halve the error of 11). But a host
-# round is 5 single steps of each side, each from an idle GPU, and 41 of them cost twice a cell's timed rounds
-# (gpt2 train, H100, 2026-11-25: clocks 19 s, timed rounds 8 s). So the host clock gets the seconds the timed
-# rounds took less what the device clock took (schema 8 on), never fewer than HOST_MIN_ROUNDS rounds nor more
-# than HOST_ROUNDS: its per-round figure is unchanged (older baselines stay comparable), its interval wider
-# where fewer rounds fit, and the gate's host line widens with it. The CPU tier keeps the minimum: its host
-# figure proves the engine, not a gate, and CI's minutes are few.
-HOST_MIN_ROUNDS = 11
+# round is 5 single steps of each side, each from an idle GPU, and its floor of 11 rounds made the two clocks
+# 1.7x the timed rounds over the PR tier (H100, 2026-11-26: 128 s against 76 s; upernet train 11.4 s of
+# clocks for 2.0 s of timing). So the two clocks together get the seconds the timed rounds took: the host
+# clock what the device clock will leave of them (device_seconds), never fewer than HOST_MIN_ROUNDS rounds nor
+# more than HOST_ROUNDS. Its per-round figure is unchanged (older baselines stay comparable), its interval
+# wider where fewer rounds fit, and the gate's host line widens with it: the host rule gives up power on
+# cells whose timed rounds are short, the device rule none. The CPU tier keeps the minimum: its host figure
+# proves the engine, not a gate, and CI's minutes are few.
+HOST_MIN_ROUNDS = 5
 HOST_ROUNDS = 41
 HOST_STEPS = 5  # single steps per host round; the round's figure is the fastest
 GPU_ACTIVITIES = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
 LABEL = "perfgate-clock"
+SIDES = ("eager", "compiled")
+# A round's bounds on the GPU's timeline: torch.cuda._sleep's kernel, which no model launches, spinning
+# MARK_CYCLES clock cycles (under a microsecond).
+MARKER = "spin_kernel"
+MARK_CYCLES = 1000
+# What the device clock costs beside its steps (device_seconds): PROFILER_S of CUPTI start and teardown, and
+# its steps at PROFILED_STEP times their timed length.
+PROFILER_S = 1.0
+PROFILED_STEP = 1.5
 
 
 def device_rounds(
@@ -63,8 +73,8 @@ def device_rounds(
 ) -> Rounds:
     """GPU busy ms per step of each side, over `rounds` interleaved profiled rounds in one profiler session
     (one CUPTI start and teardown per cell)."""
-    events, steps = profiled_rounds(eager, compiled, device, stream, rounds)
-    busy = busy_ms_by_range(events, round_labels(rounds))
+    work, steps = profiled_rounds(eager, compiled, device, stream, rounds)
+    busy = {label: union_ns([(start, end) for start, end, _ in inside]) / 1e6 for label, inside in work.items()}
     return Rounds(
         [busy[f"{LABEL}:eager:{i}"] / steps for i in range(rounds)],
         [busy[f"{LABEL}:compiled:{i}"] / steps for i in range(rounds)],
@@ -73,9 +83,10 @@ def device_rounds(
 
 
 def device_seconds(eager_ms: float, compiled_ms: float, stream: int = 1, rounds: int = DEVICE_ROUNDS) -> float:
-    """The seconds the device clock's steps take, from the timed ms per step of each side (its profiler's
-    start and teardown not counted): what the host clock, which runs first, leaves it."""
-    return rounds * whole_passes(DEVICE_STEPS, stream) * (eager_ms + compiled_ms) / 1e3
+    """The seconds the device clock is expected to take, from the timed ms per step of each side: its steps,
+    plus what the profiler costs beside them (PROFILER_S, PROFILED_STEP)."""
+    steps_s = rounds * whole_passes(DEVICE_STEPS, stream) * (eager_ms + compiled_ms) / 1e3
+    return PROFILER_S + PROFILED_STEP * steps_s
 
 
 def whole_passes(steps: int, stream: int = 1) -> int:
@@ -84,8 +95,9 @@ def whole_passes(steps: int, stream: int = 1) -> int:
 
 
 def round_labels(rounds: int) -> list[str]:
-    """The labelled host ranges of profiled_rounds, eager's and compiled's of each round."""
-    return [f"{LABEL}:{side}:{i}" for i in range(rounds) for side in ("eager", "compiled")]
+    """The profiled rounds' labels in the order profiled_rounds runs them: eager first in even rounds,
+    compiled first in odd ones."""
+    return [f"{LABEL}:{side}:{i}" for i in range(rounds) for side in (SIDES if i % 2 == 0 else tuple(reversed(SIDES)))]
 
 
 def profiled_rounds(
@@ -94,53 +106,45 @@ def profiled_rounds(
     device: torch.device,
     stream: int = 1,
     rounds: int = DEVICE_ROUNDS,
-) -> tuple[list, int]:
-    """(the profiler's events, steps per round) of `rounds` interleaved rounds of each side under one
-    profiler. Each round is a range labelled round_labels' way that ends in a synchronize, so every kernel
-    it launched starts and ends inside it; kernels are assigned to rounds by their start time."""
+) -> tuple[dict[str, list[tuple[int, int, str]]], int]:
+    """({round label: its GPU work, [(start ns, end ns, name)]}, steps per round) of `rounds` interleaved
+    rounds of each side under one profiler that records the GPU alone. A marker kernel on the GPU's own
+    timeline opens each round and closes the last (MARKER): a round ends in a synchronize, so its kernels
+    all run between its marker and the next. Recording the host's operators too (the labelled ranges this
+    clock used before) cost the profiler's teardown and event processing several seconds a cell
+    (captioner train, H100, 2026-11-26: 21.5 s of device clock for ~8.5 s of steps)."""
     steps = whole_passes(DEVICE_STEPS, stream)
-    order = [("eager", eager), ("compiled", compiled)]
+    sides = {"eager": eager, "compiled": compiled}
     torch.cuda.synchronize(device)
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        for index in range(rounds):
-            for name, fn in order if index % 2 == 0 else reversed(order):
-                with record_function(f"{LABEL}:{name}:{index}"):
-                    for i in range(steps):
-                        fn(i)
-                    torch.cuda.synchronize(device)
-    return prof.profiler.kineto_results.events(), steps
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for label in round_labels(rounds):
+            fn = sides[label.split(":")[1]]
+            torch.cuda._sleep(MARK_CYCLES)
+            for i in range(steps):
+                fn(i)
+            torch.cuda.synchronize(device)
+        torch.cuda._sleep(MARK_CYCLES)
+        torch.cuda.synchronize(device)
+    return work_between_markers(prof.profiler.kineto_results.events(), round_labels(rounds)), steps
 
 
-def busy_ms_by_range(events, labels: list[str]) -> dict[str, float]:
-    """{label: ms the GPU was busy inside that labelled host range}."""
-    return {
-        label: union_ns([(start, end) for start, end, _ in inside]) / 1e6
-        for label, inside in gpu_work_by_range(events, labels).items()
-    }
-
-
-def gpu_work_by_range(events, labels: list[str]) -> dict[str, list[tuple[int, int, str]]]:
-    """{label: [(start ns, end ns, name)] of the GPU activity (kernels, memcpy, memset) that started inside
-    that labelled host range, sorted}. Raises if a range saw no GPU work (the profiler missed the kernels,
-    e.g. CUPTI unavailable): a zero would read as an infinitely fast side."""
-    ranges, intervals, wanted = {}, [], set(labels)
-    for event in events:
-        if _activity(event) in GPU_ACTIVITIES:
-            intervals.append((event.start_ns(), event.end_ns(), event.name()))
-        elif event.name() in wanted and not _on_gpu(event):
-            ranges[event.name()] = (event.start_ns(), event.end_ns())
-    missing = [label for label in labels if label not in ranges]
-    if missing:
-        raise RuntimeError(f"the profiler recorded no range for {missing[0]}")
-    intervals.sort()
-    starts = [start for start, _, _ in intervals]
-    work = {}
-    for label in labels:
-        lo, hi = ranges[label]
-        work[label] = intervals[bisect.bisect_left(starts, lo) : bisect.bisect_right(starts, hi)]
-        if not work[label]:
+def work_between_markers(events, labels: list[str]) -> dict[str, list[tuple[int, int, str]]]:
+    """{label: [(start ns, end ns, name)] of the GPU activity (kernels, memcpy, memset) that started between
+    the label's marker and the next}, `labels` in the order their rounds ran. Raises where the markers do not
+    bound every round (the profiler missed kernels, or CUPTI is unavailable) or a round saw no GPU work: a
+    zero would read as an infinitely fast side."""
+    work = sorted(
+        (event.start_ns(), event.end_ns(), event.name()) for event in events if _activity(event) in GPU_ACTIVITIES
+    )
+    markers = [i for i, (_, _, name) in enumerate(work) if MARKER in name]
+    if len(markers) != len(labels) + 1:
+        raise RuntimeError(f"the profiler recorded {len(markers)} round markers for {len(labels)} rounds")
+    out = {}
+    for label, lo, hi in zip(labels, markers, markers[1:]):
+        out[label] = work[lo + 1 : hi]
+        if not out[label]:
             raise RuntimeError(f"the profiler recorded no GPU activity in {label}")
-    return work
+    return out
 
 
 def union_ns(intervals: list[tuple[int, int]]) -> int:

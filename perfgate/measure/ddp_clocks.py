@@ -28,9 +28,7 @@ from perfgate.core.record import error_line
 from perfgate.measure.clocks import (
     DEVICE_ROUNDS,
     LABEL,
-    gpu_work_by_range,
     profiled_rounds,
-    round_labels,
     store_clock,
     union_ns,
 )
@@ -57,9 +55,9 @@ def split_ms(work: list[tuple[int, int, str]]) -> tuple[float, float, float]:
     return compute / 1e6, comm / 1e6, (busy - compute) / 1e6
 
 
-def rank_rounds(events, rounds: int, steps: int) -> dict:
-    """This rank's {"steps": steps, side: [(compute, comm, exposed) ms per step, one per round]}."""
-    work = gpu_work_by_range(events, round_labels(rounds))
+def rank_rounds(work: dict, rounds: int, steps: int) -> dict:
+    """This rank's {"steps": steps, side: [(compute, comm, exposed) ms per step, one per round]}, from
+    profiled_rounds' {round label: GPU work}."""
     out: dict = {"steps": steps}
     for side in SIDES:
         out[side] = [tuple(ms / steps for ms in split_ms(work[f"{LABEL}:{side}:{i}"])) for i in range(rounds)]
@@ -92,8 +90,8 @@ def measure_into(record: dict, eager, compiled, device: torch.device, world: int
         return
     mine, failure = None, None
     try:
-        events, steps = profiled_rounds(eager, compiled, device, rounds=DEVICE_ROUNDS)
-        mine = rank_rounds(events, DEVICE_ROUNDS, steps)
+        work, steps = profiled_rounds(eager, compiled, device, rounds=DEVICE_ROUNDS)
+        mine = rank_rounds(work, DEVICE_ROUNDS, steps)
     except Exception as err:  # noqa: BLE001 - a profiler failure costs the breakdown, not the cell
         failure = error_line(err)
     gathered: list = [None] * world

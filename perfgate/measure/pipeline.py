@@ -210,11 +210,20 @@ def capture_eager(run: CellRun, adapt: Callable[[dict], dict] = lambda c: c) -> 
     run.eager_step = cycling(run.eager, run.timed)
 
 
+# Eager's steps before the compile: enough for its peak memory (the optimizer's state is allocated in the
+# first step, cuDNN's trial workspaces in the first few), not for steadiness. Eager warms up in full after
+# the compiled side (warm_compiled), right before the timed rounds; before, it warmed up to steady twice, 20
+# steps at least each time (H100, 2026-11-26: 39 s of the PR tier's 357 s of cells were warm-up).
+EAGER_MEMORY_STEPS = 4
+
+
 def warm_eager(run: CellRun) -> float:
-    """Stage "warmup": eager alone on the device, its peak memory measured; returns its ms per step."""
+    """Stage "warmup": eager alone on the device for EAGER_MEMORY_STEPS steps at least, its peak memory
+    measured; returns its ms per step."""
     run.clock.enter("warmup", f"{run.id}: warming up the eager side")
     run.memory.reset()
-    eager_ms, _ = warm_up(run.eager_step, run.device, run.options.plan, len(run.timed), clock=run.step_clock)
+    plan = run.options.plan.replace(warmup_min_steps=min(run.options.plan.warmup_min_steps, EAGER_MEMORY_STEPS))
+    eager_ms, _ = warm_up(run.eager_step, run.device, plan, len(run.timed), clock=run.step_clock)
     return eager_ms
 
 
