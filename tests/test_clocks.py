@@ -59,6 +59,27 @@ def test_rounds_are_the_gpu_work_between_their_markers_in_the_order_they_ran():
     assert [name for _, _, name in work["perfgate-clock:compiled:0"]] == ["k3"]
 
 
+def test_a_planted_spin_inside_a_round_is_its_work_not_a_marker():
+    """device_slow spins the markers' kernel inside the compiled step: its spins are GPU time of the round."""
+    spin = "at::cuda::(anonymous namespace)::spin_kernel(long)"
+    events = [
+        Event(spin, 0, 1_000, "kernel"),
+        Event("k1", 10_000, 20_000, "kernel"),
+        Event(spin, 1_000_000, 1_001_000, "kernel"),
+        Event("k2", 1_010_000, 1_020_000, "kernel"),
+        Event(spin, 1_020_000, 1_220_000, "kernel"),  # the plant: 200 us
+        Event(spin, 2_000_000, 2_001_000, "kernel"),
+    ]
+    work = clocks.work_between_markers(events, ["perfgate-clock:eager:0", "perfgate-clock:compiled:0"])
+    assert [name for _, _, name in work["perfgate-clock:compiled:0"]] == ["k2", spin]
+
+
+def test_a_device_plant_too_short_to_tell_from_a_marker_is_refused():
+    step = lambda _i: None  # noqa: E731
+    with pytest.raises(ValueError, match=r"device_slow:3 plants 30.0 us a step, under the 40 us"):
+        faults.slowed(step, faults.Fault("device_slow", 3.0), torch.device("cuda"), lambda clock: 1.0)
+
+
 def test_round_labels_follow_the_alternating_order():
     assert clocks.round_labels(2) == [
         "perfgate-clock:eager:0",

@@ -55,9 +55,13 @@ GPU_ACTIVITIES = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
 LABEL = "perfgate-clock"
 SIDES = ("eager", "compiled")
 # A round's bounds on the GPU's timeline: torch.cuda._sleep's kernel, which no model launches, spinning
-# MARK_CYCLES clock cycles (under a microsecond).
+# MARK_CYCLES clock cycles (0.5 us at an H100's 1980 MHz, 3 us at its 345 MHz idle clock). The planted
+# device_slow fault spins the same kernel inside the compiled step, for far longer (3 % of a 6.7 ms step:
+# 200 us), and must count as the step's GPU time: a marker is a spin shorter than MARK_MAX_NS, and the fault
+# refuses to plant a spin that short (faults.MIN_SPIN_MS).
 MARKER = "spin_kernel"
 MARK_CYCLES = 1000
+MARK_MAX_NS = 20_000
 # What the device clock costs beside its steps (device_seconds): PROFILER_S of CUPTI start and teardown, and
 # its steps at PROFILED_STEP times their timed length.
 PROFILER_S = 1.0
@@ -136,7 +140,7 @@ def work_between_markers(events, labels: list[str]) -> dict[str, list[tuple[int,
     work = sorted(
         (event.start_ns(), event.end_ns(), event.name()) for event in events if _activity(event) in GPU_ACTIVITIES
     )
-    markers = [i for i, (_, _, name) in enumerate(work) if MARKER in name]
+    markers = [i for i, (start, end, name) in enumerate(work) if MARKER in name and end - start < MARK_MAX_NS]
     if len(markers) != len(labels) + 1:
         raise RuntimeError(f"the profiler recorded {len(markers)} round markers for {len(labels)} rounds")
     out = {}

@@ -37,6 +37,9 @@ KINDS = {
     "hang": 3600.0,
     "crash": 0.0,
 }
+# The shortest GPU spin a device_slow or slow fault plants a step: twice what the device clock takes for one of
+# its round markers, the same kernel (perfgate.measure.clocks.MARK_MAX_NS, 20 us).
+MIN_SPIN_MS = 0.04
 
 
 @dataclass(frozen=True)
@@ -104,6 +107,11 @@ def slowed(step, fault: Fault | None, device: torch.device, calibrate: Callable[
             time.sleep(ms / 1e3)
 
         return slow_cpu_step
+    if ms < MIN_SPIN_MS:
+        raise ValueError(
+            f"{fault.kind}:{fault.arg:g} plants {ms * 1e3:.1f} us a step, under the {MIN_SPIN_MS * 1e3:.0f} us "
+            "the device clock tells from its own round markers (the same kernel); plant a larger one"
+        )
     cycles = int(ms * _cycles_per_ms())
 
     def slow_cuda_step(i):
