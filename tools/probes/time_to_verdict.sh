@@ -14,7 +14,12 @@
 # (default baselines/); REFRESH="results files..." first folds tools/probes/pr_baseline_sources.txt and those
 # files into DIR (perfgate baseline update), so a run is gated against a baseline of the rebuilt pipeline.
 # ISOLATE=gpu runs the tier's cells in the isolated worker; the default, off, is the PR workflow's.
+# EXPECT_GPU="H100" stops at once (rc 4) on another GPU: a call meant for a warm machine that went back lands
+# on a fresh one, perhaps of another kind with no baseline (BL, 2026-11-26: 8 minutes on an H200).
 set -u
+if [ -n "${EXPECT_GPU:-}" ] && ! nvidia-smi --query-gpu=name --format=csv,noheader | grep -q "$EXPECT_GPU"; then
+  echo "not a $EXPECT_GPU: $(nvidia-smi --query-gpu=name --format=csv,noheader)"; exit 4
+fi
 step=$1; limit=${2:-540}
 export PYTHONPATH=$PWD TORCHINDUCTOR_CACHE_DIR=$PWD/.perfgate/inductor-default
 out=.perfgate/out/$step; mkdir -p "$out"
