@@ -6,6 +6,7 @@ process and the artifacts process (their compiled side).
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 import math
 
@@ -175,15 +176,33 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def initial_state(spec, size, seed: int) -> dict:
+class InitialState(dict):
+    """The weights both sides start from, {name: tensor}, and `template`: the host model they are the state of,
+    which is never stepped (the tensors are its own, so neither may be changed in place)."""
+
+    template: nn.Module | None = None
+
+
+def initial_state(spec, size, seed: int) -> InitialState:
     """The weights both sides start from: the model's random init under `seed`."""
     torch.manual_seed(seed)
-    return {k: v.detach().clone() for k, v in spec.build(size.config).state_dict().items()}
+    template = spec.build(size.config)
+    state = InitialState((k, v.detach()) for k, v in template.state_dict().items())
+    state.template = template
+    return state
 
 
 def build_model(spec, size, state: dict, device: torch.device, dtype: torch.dtype | None = None):
-    model = spec.build(size.config)
-    model.load_state_dict(state)
+    """A model holding `state`, on `device`: a copy of the state's template where it has one. Building from the
+    config again ran a random init that load_state_dict then overwrote: a cell builds a model three times
+    (its state, eager, compiled; four with the reference), and a copy of GPT-2's 124M parameters took 0.6 s
+    where a build and load took 3.3 s (on a 2-core CI box)."""
+    template = getattr(state, "template", None)
+    if template is not None:
+        model = copy.deepcopy(template)
+    else:
+        model = spec.build(size.config)
+        model.load_state_dict(state)
     return model.to(device=device, dtype=dtype)
 
 

@@ -1,0 +1,57 @@
+"""Each side is a copy of the initial state's template model, not a second build from the config: for every
+zoo model the copy must be the model a build and load_state_dict gave (weights, every buffer, tied weights,
+modes), and stepping it must leave the state untouched."""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from fixtures import REGISTRY  # noqa: E402
+from perfgate.core.matrix import Cell  # noqa: E402
+from perfgate.measure.steps import build_model, initial_state  # noqa: E402
+
+CPU = torch.device("cpu")
+
+
+def tied_groups(model) -> list[list[str]]:
+    """Parameter names grouped by the tensor they name (a tied embedding and head share one)."""
+    groups: dict[int, list[str]] = {}
+    for name, param in model.named_parameters(remove_duplicate=False):
+        groups.setdefault(id(param), []).append(name)
+    return sorted(groups.values())
+
+
+@pytest.mark.parametrize("name", sorted(REGISTRY))
+def test_a_copy_of_the_template_is_the_model_a_build_and_load_gave(name):
+    spec = REGISTRY[name]
+    size = spec.size(Cell(name, "train", "inductor_default", "fp32", "cpu"))
+    state = initial_state(spec, size, seed=0)
+    copied = build_model(spec, size, state, CPU)
+    built = spec.build(size.config)
+    built.load_state_dict(dict(state))
+
+    assert copied is not state.template
+    assert tied_groups(copied) == tied_groups(built)
+    for mine, theirs in (
+        (copied.named_parameters(), built.named_parameters()),
+        (copied.named_buffers(), built.named_buffers()),
+    ):
+        mine, theirs = dict(mine), dict(theirs)
+        assert mine.keys() == theirs.keys()  # non-persistent buffers too: load_state_dict never sets them
+        for key in mine:
+            assert torch.equal(mine[key], theirs[key]), key
+            assert mine[key].requires_grad == theirs[key].requires_grad, key
+    assert [m.training for m in copied.modules()] == [m.training for m in built.modules()]
+
+    with torch.no_grad():
+        for param in copied.parameters():
+            param.add_(1.0)  # a step of the copy
+    assert all(torch.equal(state[k], v) for k, v in built.state_dict().items())
+
+
+def test_a_plain_state_without_a_template_is_still_built_and_loaded():
+    spec = REGISTRY["resnet50"]
+    size = spec.size(Cell("resnet50", "infer", "inductor_default", "fp32", "cpu"))
+    state = initial_state(spec, size, seed=0)
+    model = build_model(spec, size, dict(state), CPU, torch.float64)
+    assert all(torch.equal(v, state[k].double()) for k, v in model.state_dict().items() if v.is_floating_point())
