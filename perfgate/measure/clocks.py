@@ -124,7 +124,7 @@ def profiled_rounds(
     steps = whole_passes(DEVICE_STEPS, stream)
     sides = {"eager": eager, "compiled": compiled}
     torch.cuda.synchronize(device)
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+    with torch.cuda.device(device), profile(activities=[ProfilerActivity.CUDA]) as prof:  # markers go to `device`
         for label in round_labels(rounds):
             fn = sides[label.split(":")[1]]
             torch.cuda._sleep(MARK_CYCLES)
