@@ -151,9 +151,7 @@ def _clocks(run: CellRun, timing_s: float) -> None:
     stream = len(run.timed)
     run.clock.enter("host_clock", f"{run.id}: host clock")
     device_s = clocks.device_seconds(run.record["eager_ms"], run.record["compiled_ms"], stream)
-    clocks.measure_host(
-        run.record, run.eager_step, run.compiled_step, run.device, stream, seconds=max(timing_s - device_s, 0.0)
-    )
+    clocks.measure_host(run.record, run.eager_step, run.compiled_step, run.device, stream, seconds=timing_s - device_s)
     run.clock.enter("device_clock", f"{run.id}: device clock")
     clocks.measure_device(run.record, run.eager_step, run.compiled_step, run.device, stream)
 

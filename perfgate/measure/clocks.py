@@ -58,7 +58,7 @@ SIDES = ("eager", "compiled")
 # MARK_CYCLES clock cycles (0.5 us at an H100's 1980 MHz, 3 us at its 345 MHz idle clock). The planted
 # device_slow fault spins the same kernel inside the compiled step, for far longer (3 % of a 6.7 ms step:
 # 200 us), and must count as the step's GPU time: a marker is a spin shorter than MARK_MAX_NS, and the fault
-# refuses to plant a spin that short (faults.MIN_SPIN_MS).
+# refuses to plant a spin under twice that (faults.MIN_SPIN_MS).
 MARKER = "spin_kernel"
 MARK_CYCLES = 1000
 MARK_MAX_NS = 20_000
@@ -122,10 +122,10 @@ def profiled_rounds(
     clock used before) cost the profiler's teardown and event processing several seconds a cell
     (captioner train, H100, 2026-11-26: 21.5 s of device clock for ~8.5 s of steps)."""
     steps = whole_passes(DEVICE_STEPS, stream)
-    sides = {"eager": eager, "compiled": compiled}
+    sides, labels = {"eager": eager, "compiled": compiled}, round_labels(rounds)
     torch.cuda.synchronize(device)
     with torch.cuda.device(device), profile(activities=[ProfilerActivity.CUDA]) as prof:  # markers go to `device`
-        for label in round_labels(rounds):
+        for label in labels:
             fn = sides[label.split(":")[1]]
             torch.cuda._sleep(MARK_CYCLES)
             for i in range(steps):
@@ -133,7 +133,7 @@ def profiled_rounds(
             torch.cuda.synchronize(device)
         torch.cuda._sleep(MARK_CYCLES)
         torch.cuda.synchronize(device)
-    return work_between_markers(prof.profiler.kineto_results.events(), round_labels(rounds)), steps
+    return work_between_markers(prof.profiler.kineto_results.events(), labels), steps
 
 
 def work_between_markers(events, labels: list[str]) -> dict[str, list[tuple[int, int, str]]]:

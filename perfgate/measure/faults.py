@@ -28,6 +28,8 @@ from typing import Callable
 
 import torch
 
+from perfgate.measure.clocks import MARK_MAX_NS
+
 KINDS = {
     "numerics": 0.05,
     "graph_break": 0.0,
@@ -37,9 +39,9 @@ KINDS = {
     "hang": 3600.0,
     "crash": 0.0,
 }
-# The shortest GPU spin a device_slow or slow fault plants a step: twice what the device clock takes for one of
-# its round markers, the same kernel (perfgate.measure.clocks.MARK_MAX_NS, 20 us).
-MIN_SPIN_MS = 0.04
+# The shortest GPU spin a device_slow or slow fault plants a step: twice the longest spin the device clock takes
+# for one of its round markers, the same kernel (40 us).
+MIN_SPIN_MS = 2 * MARK_MAX_NS / 1e6
 
 
 @dataclass(frozen=True)
