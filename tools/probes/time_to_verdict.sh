@@ -4,6 +4,7 @@
 #   cold    the PR tier gated against baselines/, precompile 4, from empty caches (.perfgate/cc, reference)
 #   warm    the same again with the caches the cold step left (A/A against the committed baseline)
 #   inject  the same with --perf-inject device_slow:3 (every cell must fail the device rule)
+#   plant   the same ungated (no confirm round to wait for): compare it offline, perfgate compare
 #   precompile  only the precompile (--collect-only), from empty caches
 #   inject6 device_slow:3 on gpt2, vit_b16 and resnet50 (6 cells), warm, no precompile
 #   rest    the 6 inference cells and the captioner's train cell, precompile 4 (from empty caches on a fresh machine)
@@ -44,6 +45,8 @@ case $step in
   precompile) timeout -k 5 "$limit" python -m pytest perftests -m "gpu and pr" -p no:randomly --perf-cache-dir .perfgate/cc --collect-only -q --perf-precompile 4 --perf-results "$out/results.jsonl" > "$out/log.txt" 2>&1 ;;
   inject6) timeout -k 5 "$limit" python -m pytest "${tier[@]}" -k "gpt2 or vit_b16 or resnet50" --perf-precompile 4 --perf-inject device_slow:3 --perf-results "$out/results.jsonl" > "$out/log.txt" 2>&1 ;;
   rest) timeout -k 5 "$limit" python -m pytest "${tier[@]}" -k "infer or captioner" --perf-precompile 4 --perf-results "$out/results.jsonl" > "$out/log.txt" 2>&1 ;;
+  plant) timeout -k 5 "$limit" python -m pytest perftests -m "gpu and pr" -p no:randomly --perf-cache-dir .perfgate/cc \
+        --perf-isolate "${ISOLATE:-off}" --perf-precompile 4 --perf-inject device_slow:3 --perf-results "$out/results.jsonl" > "$out/log.txt" 2>&1 ;;
   inject) timeout "$limit" python -m pytest "${tier[@]}" --perf-precompile 4 --perf-inject device_slow:3 --perf-results "$out/results.jsonl" > "$out/log.txt" 2>&1 ;;
   aa-inject6)
       six=(-k "gpt2 or vit_b16 or resnet50"); cp "$out/host.txt" "$OUT/"
