@@ -4,7 +4,8 @@
 #   tools/probes/lease_chain.sh start "cold warm plant" [EXTRA]  start the steps, then wait as below
 #   tools/probes/lease_chain.sh wait                             wait until the chain ends or WAIT_S (570) pass
 # EXTRA is a command run after the steps (e.g. a probe), its output in .perfgate/chain/extra.txt. Each wait
-# packs what the chain has written so far (the steps' tarballs, logs) into $OUT/chain.tgz. The steps keep EXPECT_GPU from the caller.
+# packs what the chain has written so far (the steps' tarballs, logs) into $OUT/chain.tgz. The steps keep
+# EXPECT_GPU from the caller.
 set -u
 chain=$PWD/.perfgate/chain
 if [ "$1" = start ]; then
@@ -22,7 +23,7 @@ if [ "$1" = start ]; then
     touch "$CHAIN/done"' > /dev/null 2>&1 < /dev/null &
 fi
 # A wait that finds no chain is on a fresh machine (the one that ran it went back): say so at once rather than
-# spend the call's device time waiting (2026-11-26: 9:35 of an H200's time that way).
+# spend the call's device time waiting (2026-11-26: a 9:36 call on a fresh H200 that way).
 [ -d "$chain" ] || { echo "no chain on this machine (boot $(cat /proc/sys/kernel/random/boot_id)): it went back"; exit 5; }
 deadline=$(( $(date +%s) + ${WAIT_S:-570} ))
 while [ ! -f "$chain/done" ] && [ "$(date +%s)" -lt "$deadline" ]; do sleep 5; done

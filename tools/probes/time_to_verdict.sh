@@ -36,8 +36,8 @@ if [ -n "${REFRESH+x}" ]; then
   python -m perfgate.cli baseline update --dir "$baseline" $(cat tools/probes/pr_baseline_sources.txt) $REFRESH > "$out/refresh.txt" 2>&1
   tail -1 "$out/refresh.txt"; cp "$baseline"/*.json "$out/"
 fi
-tier=(perftests -m "gpu and pr" -p no:randomly --perf-baseline "$baseline" --perf-cache-dir .perfgate/cc
-      --perf-isolate "${ISOLATE:-off}")
+ungated=(perftests -m "gpu and pr" -p no:randomly --perf-cache-dir .perfgate/cc --perf-isolate "${ISOLATE:-off}")
+tier=("${ungated[@]}" --perf-baseline "$baseline")
 slice=(-k "gpt2 or vit_b16")
 t0=$(date +%s.%N)
 case $step in
@@ -45,15 +45,13 @@ case $step in
   precompile) timeout -k 5 "$limit" python -m pytest perftests -m "gpu and pr" -p no:randomly --perf-cache-dir .perfgate/cc --collect-only -q --perf-precompile 4 --perf-results "$out/results.jsonl" > "$out/log.txt" 2>&1 ;;
   inject6) timeout -k 5 "$limit" python -m pytest "${tier[@]}" -k "gpt2 or vit_b16 or resnet50" --perf-precompile 4 --perf-inject device_slow:3 --perf-results "$out/results.jsonl" > "$out/log.txt" 2>&1 ;;
   rest) timeout -k 5 "$limit" python -m pytest "${tier[@]}" -k "infer or captioner" --perf-precompile 4 --perf-results "$out/results.jsonl" > "$out/log.txt" 2>&1 ;;
-  plant) timeout -k 5 "$limit" python -m pytest perftests -m "gpu and pr" -p no:randomly --perf-cache-dir .perfgate/cc \
-        --perf-isolate "${ISOLATE:-off}" --perf-precompile 4 --perf-inject device_slow:3 --perf-results "$out/results.jsonl" > "$out/log.txt" 2>&1 ;;
+  plant) timeout -k 5 "$limit" python -m pytest "${ungated[@]}" --perf-precompile 4 --perf-inject device_slow:3 --perf-results "$out/results.jsonl" > "$out/log.txt" 2>&1 ;;
   inject) timeout "$limit" python -m pytest "${tier[@]}" --perf-precompile 4 --perf-inject device_slow:3 --perf-results "$out/results.jsonl" > "$out/log.txt" 2>&1 ;;
   aa-inject6)
       six=(-k "gpt2 or vit_b16 or resnet50"); cp "$out/host.txt" "$OUT/"
       timeout -k 5 330 python -m pytest "${tier[@]}" "${six[@]}" --perf-precompile 4 --perf-results "$OUT/aa.jsonl" > "$OUT/aa-log.txt" 2>&1
       echo "aa rc=$? at $(python -c "import time; print(round(time.time()-$t0,1))") s" | tee -a "$out/times.txt"
-      timeout -k 5 $((limit - 340)) python -m pytest perftests -m "gpu and pr" -p no:randomly --perf-cache-dir .perfgate/cc \
-        --perf-isolate "${ISOLATE:-off}" "${six[@]}" --perf-inject device_slow:3 --perf-results "$OUT/inject.jsonl" > "$OUT/inject-log.txt" 2>&1 ;;
+      timeout -k 5 $((limit - 340)) python -m pytest "${ungated[@]}" "${six[@]}" --perf-inject device_slow:3 --perf-results "$OUT/inject.jsonl" > "$OUT/inject-log.txt" 2>&1 ;;
   ab) if [ -f .perfgate/ab/manifest.json ]; then args=(--resume .perfgate/ab); else args=(--processes 3 --out .perfgate/ab -- perftests -m "gpu and pr" -p no:randomly "${slice[@]}"); fi
       timeout "$limit" python -m perfgate.cli ab "${args[@]}" > "$out/log.txt" 2>&1; ab_rc=$?
       cp .perfgate/ab/manifest.json .perfgate/ab/report.md .perfgate/ab/report.json "$out/" 2>/dev/null; cp -r .perfgate/ab/results "$out/" 2>/dev/null
