@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Sequence
 
 # Options the A/B run sets for every process itself: a side or the common args must not.
-OWNED_OPTIONS = ("--perf-results", "--perf-cache-dir", "--perf-baseline")
+OWNED_OPTIONS = ("--perf-results", "--perf-cache-dir", "--perf-baseline", "--perf-precompile")
 PROBE_TIMEOUT_S = 300  # importing a CUDA torch from a cold disk can take a minute
 COLLECT_TIMEOUT_S = 600  # collection imports the zoo (transformers, timm)
 # The probe imports torch and reports the versions a reader of the verdict wants to see.
@@ -98,8 +98,26 @@ def check_args(args: Sequence[str], where: str) -> None:
     if owned:
         raise ABError(
             f"{where} set {', '.join(owned)}: perfgate ab sets these itself for each process "
-            f"(a results file per process, a compile cache per side); drop them"
+            f"(a results file per process, a compile cache per side, a side's first process precompiling "
+            f"with --precompile N); drop them"
         )
+
+
+def check_precompile(precompile: int, args: Sequence[str]) -> None:
+    """`perfgate ab --precompile N`: N of 0 or more, and no pytest-xdist (-n), under which a precompile
+    does not run (perfgate.plugin.options.check_precompile)."""
+    if precompile < 0:
+        raise ABError(f"--precompile {precompile}: give 0 (each cell compiles in its own process) or more")
+    xdist = [a for a in args if a in ("-n", "--numprocesses") or a.startswith("--numprocesses=") or _short_n(a)]
+    if precompile and xdist:
+        raise ABError(
+            f"--precompile {precompile} with {xdist[0]}: a side's first process precompiles, which pytest-xdist "
+            f"workers cannot; give --precompile 0 to run the sides under -n"
+        )
+
+
+def _short_n(arg: str) -> bool:
+    return arg.startswith("-n") and not arg.startswith("--") and len(arg) > 2
 
 
 def check_python(side: ABEnvironment) -> None:

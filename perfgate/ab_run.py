@@ -10,7 +10,9 @@ Everything lands in one directory as it happens, so a killed run keeps what it m
     logs/A-1.log ...        each process's stdout and stderr
     cache/A, cache/B        each side's inductor cache (--perf-cache-dir), kept apart: empty at the start, so
                             a side's first process compiles cold (the verdict's compile time) and the rest
-                            reuse it (3-10 s instead of 25-70 s a model on an H100)
+                            reuse it (3-10 s instead of 25-70 s a model on an H100); with --precompile N
+                            (default 4) the first process compiles its cells N at once before timing them
+    results/A-1.precompile.json   that precompile's first call of each cell (the verdict's compile time)
     worktrees/A             a side's git revision of this repository, where it names one
     report.md, report.json  the verdict
 
@@ -42,6 +44,9 @@ from perfgate.judge.ab_verdict import AB_SIDES, ABReport, Process, judge_ab
 MANIFEST_SCHEMA = 1
 MIN_PROCESSES = 2  # a side's spread between processes needs 2 at least
 DEFAULT_PROCESSES = 3  # Student's q at df 2 (2 a side) is 22.3: a verdict needs 3 a side (docs/ab.md)
+# A side's first process compiles its cells this many at once before timing them (--perf-precompile): the PR
+# tier's 12 compiles took 2:52 so on an H100 (docs/time-to-verdict.md), one after another ~3x that.
+DEFAULT_PRECOMPILE = 4
 COMPLETE = ("done", "crashed")
 STOP_WAIT_S = 30  # how long a stopped run waits for its pytest to end before killing it
 
@@ -163,7 +168,9 @@ def plan(processes: int, runs: Sequence[dict] = ()) -> list[dict]:
 # ---------------------------------------------------------------------------------------------- set-up
 
 
-def prepare(out: Path, sides: Sequence[ABEnvironment], common: Sequence[str], processes: int, cwd: Path) -> dict:
+def prepare(
+    out: Path, sides: Sequence[ABEnvironment], common: Sequence[str], processes: int, cwd: Path, precompile: int = 0
+) -> dict:
     """Check both sides and write a new run's manifest; ABError on anything an A/B run cannot use, before
     any cell runs. The cheap checks first (options, interpreters, revisions), then what takes seconds:
     importing torch in each interpreter and collecting the tests, once where both sides would ask alike.
@@ -175,6 +182,7 @@ def prepare(out: Path, sides: Sequence[ABEnvironment], common: Sequence[str], pr
     ab_env.check_args(common, "the common pytest args")
     for side in sides:
         ab_env.check_args(side.args, f"--{side.label.lower()}-args")
+        ab_env.check_precompile(precompile, [*common, *side.args])
     runs = plan(processes)
     for side in sides:
         ab_env.check_python(side)
@@ -194,6 +202,7 @@ def prepare(out: Path, sides: Sequence[ABEnvironment], common: Sequence[str], pr
         "common_args": list(common),
         "sides": entries,
         "processes": processes,
+        "precompile": precompile,
         "runs": runs,
     }
     save_manifest(out, manifest)
@@ -237,6 +246,9 @@ def command(manifest: dict, out: Path, run: dict) -> list[str]:
     # A side's later processes skip the numerics check its first complete process made (they cost their
     # timing, not the reference and the judge again); a run from before this key judged in every process.
     numerics = [] if run.get("judges_numerics", True) else ["--perf-numerics=off"]
+    # Its first process also compiles the side's cells several at once before timing them (a run from before
+    # this key compiled each cell in its own turn).
+    precompile = [f"--perf-precompile={run['precompile']}"] if run.get("precompile") else []
     return [
         side["python"],
         "-m",
@@ -246,7 +258,14 @@ def command(manifest: dict, out: Path, run: dict) -> list[str]:
         f"--perf-results={(out / run['results']).resolve()}",
         f"--perf-cache-dir={(out / 'cache' / run['side']).resolve()}",
         *numerics,
+        *precompile,
     ]
+
+
+def _precompile_file(out: Path, run: dict) -> Path:
+    """Where a process's precompile writes each cell's first call (perfgate.plugin.session)."""
+    results = out / run["results"]
+    return results.with_name(f"{results.stem}.precompile.json")
 
 
 def _set_aside(out: Path, run: dict) -> None:
@@ -258,6 +277,7 @@ def _set_aside(out: Path, run: dict) -> None:
             break
     for path in _results_files(out, run):
         path.rename(kept if path == results else kept.with_name(f"{kept.stem}.{path.name}"))
+    _precompile_file(out, run).unlink(missing_ok=True)  # its re-run precompiles into an emptied cache again
 
 
 def _results_files(out: Path, run: dict) -> list[Path]:
@@ -325,6 +345,7 @@ def run_one(
         rc=None,
         cold=_cache_is_cold(manifest, out, run["side"]),
         judges_numerics=first,
+        precompile=manifest.get("precompile", 0) if first else 0,
         started=now_text(),
         finished=None,
     )
@@ -405,8 +426,22 @@ def complete_processes(manifest: dict, out: Path) -> list[Process]:
             records = load_records(_results_files(out, run))
         except RecordFileError as err:  # a file the plugin wrote and cannot be read: nothing to judge it by
             raise ABError(f"process {run['name']}: {err}") from None
-        processes.append(Process(run["side"], run["rep"], tuple(records), bool(run["cold"])))
+        cold = bool(run["cold"])
+        processes.append(Process(run["side"], run["rep"], tuple(records), cold, _precompiled(out, run) if cold else {}))
     return processes
+
+
+def _precompiled(out: Path, run: dict) -> dict[str, float]:
+    """A process's precompile: cell id -> its first call, s (the cells it compiled; none without one)."""
+    try:
+        lines = json.loads(_precompile_file(out, run).read_text(encoding="utf-8"))
+    except (OSError, ValueError):  # no precompile ran (a missing file), or a broken one: no figure from it
+        return {}
+    return {
+        line["cell"]: line["first_call_s"]
+        for line in lines
+        if isinstance(line, dict) and line.get("status") == "ok" and "first_call_s" in line
+    }
 
 
 def verdict(manifest: dict, out: Path, rules: Sequence | None = None) -> ABReport:
@@ -434,6 +469,7 @@ def run_ab(
     resume: bool = False,
     cwd: Path | None = None,
     rules: Sequence | None = None,
+    precompile: int = 0,
 ) -> ABReport:
     """A new A/B run in `out` (or, with resume, the one there, extended to `processes` a side when given),
     run to its end and judged."""
@@ -446,7 +482,12 @@ def run_ab(
             save_manifest(out, manifest)
     else:
         manifest = prepare(
-            out, sides, common, DEFAULT_PROCESSES if processes is None else processes, (cwd or Path.cwd()).resolve()
+            out,
+            sides,
+            common,
+            DEFAULT_PROCESSES if processes is None else processes,
+            (cwd or Path.cwd()).resolve(),
+            precompile,
         )
     for label in AB_SIDES:
         side = manifest["sides"][label]

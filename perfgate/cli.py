@@ -302,12 +302,13 @@ def cmd_ab(args: argparse.Namespace) -> int:
             if (
                 args.resume
                 or args.processes is not None
+                or args.precompile is not None
                 or args.pytest_args
                 or any(getattr(args, f"{s}_{k}") for s in "ab" for k in ("python", "rev", "env", "args"))
             ):
                 raise ABError(
                     "--judge DIR judges the run in DIR as it stands: give no sides, --resume, "
-                    "--processes or pytest args"
+                    "--processes, --precompile or pytest args"
                 )
             report = ab_run.verdict(ab_run.load_manifest(out), out)
             sys.stdout.write(ab_report.write(report, out, args.markdown, args.json, args.html))
@@ -318,11 +319,21 @@ def cmd_ab(args: argparse.Namespace) -> int:
             for label in ("A", "B")
         ]
         if args.resume and (
-            args.pytest_args or any(s.rev or s.env or s.args or args.a_python or args.b_python for s in sides)
+            args.pytest_args
+            or args.precompile is not None
+            or any(s.rev or s.env or s.args or args.a_python or args.b_python for s in sides)
         ):
-            raise ABError("--resume DIR carries on the run as its manifest says: give no sides or pytest args")
+            raise ABError(
+                "--resume DIR carries on the run as its manifest says: give no sides, --precompile or pytest args"
+            )
         report = ab_run.run_ab(
-            out, progress, sides=sides, common=args.pytest_args, processes=args.processes, resume=bool(args.resume)
+            out,
+            progress,
+            sides=sides,
+            common=args.pytest_args,
+            processes=args.processes,
+            resume=bool(args.resume),
+            precompile=ab_run.DEFAULT_PRECOMPILE if args.precompile is None else args.precompile,
         )
         sys.stdout.write(ab_report.write(report, out, args.markdown, args.json, args.html))
     except (ABError, OutputError) as err:
@@ -375,6 +386,13 @@ def _add_ab_parser(sub) -> None:
         type=int,
         metavar="N",
         help="processes per side, at least 2 (default 3; with --resume: raise it to add pairs)",
+    )
+    ab.add_argument(
+        "--precompile",
+        type=int,
+        metavar="N",
+        help="a side's first process compiles its cells N at once before timing them, and its compile-time "
+        "figures are those first calls (default 4; 0: each cell compiles in its own turn)",
     )
     ab.add_argument("--out", metavar="DIR", help="the run's directory (default: .perfgate/ab-<UTC time>)")
     ab.add_argument("--resume", metavar="DIR", help="carry on the A/B run in DIR, then judge it")

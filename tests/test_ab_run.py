@@ -16,7 +16,7 @@ import pytest
 from cheap_cell import CHEAP_CELL_ARGS
 
 from perfgate.ab_env import ABEnvironment, collect
-from perfgate.ab_run import plan, save_manifest, verdict
+from perfgate.ab_run import command, complete_processes, plan, save_manifest, verdict
 from perfgate.cli import main
 from perfgate.core.records_file import append_record
 
@@ -68,6 +68,8 @@ def test_a_a_passes(in_repo, tmp_path, capsys):
         ("B-2", "done", 0),
     ]
     assert runs[0]["cold"] and runs[1]["cold"]  # each side's cache starts empty (aot_eager leaves it so)
+    # each side's first process precompiles (aot_eager: nothing to compile), the later ones find it done
+    assert [r["precompile"] for r in runs] == [4, 4, 0, 0]
     for run in runs:  # one results file a process, a compile cache a side
         record = cells_of(out / run["results"])[CELL]
         assert record["status"] == "ok" and record["compile_cache"] == "persistent"
@@ -155,7 +157,35 @@ def test_fewer_than_2_processes_owned_options_and_bad_env_are_refused(tmp_path, 
     _refused([*out, "--", "perftests", "--perf-results=x.jsonl"], capsys, "--perf-results", "sets these itself")
     _refused([*out, "--b-args=--perf-cache-dir /tmp/c", "--", "perftests"], capsys, "--b-args set --perf-cache-dir")
     _refused([*out, "--a-env", "NOEQUALS", "--", "perftests"], capsys, "--a-env 'NOEQUALS'", "NAME=VALUE")
+    _refused([*out, "--", "perftests", "--perf-precompile=2"], capsys, "--perf-precompile", "--precompile N")
+    _refused([*out, "--precompile", "-1", "--", "perftests"], capsys, "--precompile -1", "give 0")
+    _refused([*out, "--", "perftests", "-n", "2"], capsys, "--precompile 4 with -n", "--precompile 0")
+    _refused([*out, "--b-args=-n2", "--precompile", "3", "--", "perftests"], capsys, "--precompile 3 with -n2")
     assert not (tmp_path / "ab").exists()
+
+
+def test_a_sides_first_process_precompiles_and_its_first_calls_are_read_back(tmp_path):
+    """Without running anything: only a side's first process gets --perf-precompile, and the verdict reads
+    its precompile's first calls (ok lines only; no file, or a broken one, gives none)."""
+    runs, cell = plan(2), syn.cells(models=["gpt2"], phases=["train"])[0]
+    manifest = {"common_args": ["perftests"], "sides": {s: {"python": "py", "args": []} for s in "AB"}}
+    for run in runs:
+        run.update(precompile=4 if run["rep"] == 1 else 0, state="done", cold=run["rep"] == 1)
+        append_record(tmp_path / run["results"], syn.record(cell, rng=np.random.default_rng(run["rep"])))
+    assert [next((a for a in command(manifest, tmp_path, r) if "precompile" in a), None) for r in runs] == [
+        "--perf-precompile=4",
+        "--perf-precompile=4",
+        None,
+        None,
+    ]
+    lines = [
+        {"cell": "gpu-a", "status": "ok", "first_call_s": 41.5},
+        {"cell": "gpu-b", "status": "failed", "reason": "not compiled: boom"},
+    ]
+    (tmp_path / "results" / "A-1.precompile.json").write_text(json.dumps(lines))
+    (tmp_path / "results" / "B-1.precompile.json").write_text("{not json")
+    processes = {p.name: p.precompiled for p in complete_processes({**manifest, "runs": runs}, tmp_path)}
+    assert processes == {"A-1": {"gpu-a": 41.5}, "B-1": {}, "A-2": {}, "B-2": {}}
 
 
 def test_an_interpreter_that_is_missing_or_lacks_torch_is_refused(tmp_path, capsys):

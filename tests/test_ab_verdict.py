@@ -154,6 +154,37 @@ def test_cold_compile_is_the_first_process_of_each_side():
     assert not findings(report) and any("no cold compile on side A, B" in n for n in report.notes)
 
 
+@pytest.mark.parametrize(
+    "precompiled_b, verdict_words",
+    [
+        pytest.param(70.0, "40 -> 70", id="the-precompile's-first-call-is-the-cold-compile"),
+        pytest.param(None, None, id="a-cache-hit-without-a-precompile-figure-is-no-cold-compile"),
+    ],
+)
+def test_a_precompiling_first_process_gives_its_precompiles_first_call(precompiled_b, verdict_words):
+    """`perfgate ab --precompile N`: the first process's cells find their graphs in the cache (a 2 s first
+    call), so the cold compile is the precompile's; a hit with no precompile figure is never read as cold."""
+
+    def hits(rep: int) -> dict:
+        return {"compile_s": 2.0, "compile_cache": "persistent", "compile_cache_hits": 9, "compile_cache_misses": 0}
+
+    def precompiling(processes: list[Process], first_call_s: float | None) -> list[Process]:
+        figures = {} if first_call_s is None else {GPT2_ID: first_call_s}
+        return [Process(p.side, p.rep, p.records, p.cold, figures if p.cold else {}) for p in processes]
+
+    report = judge_ab(
+        precompiling(side("A", per_process=hits), 40.0) + precompiling(side("B", per_process=hits), precompiled_b)
+    )
+    compile_findings = findings(report, "compile_s")
+    if verdict_words:
+        (finding,) = compile_findings
+        assert verdict_words in finding.message
+        assert any("A-1, B-1: its precompile's first calls, compiled several at once" in n for n in report.notes)
+    else:
+        assert not compile_findings and report.rows[0].b["compile_cache"] == "warm"
+        assert any("no cold compile on side B" in n for n in report.notes)
+
+
 def test_different_cells_or_too_few_processes_cannot_compare():
     other = syn.cells(models=["vit_b16"], phases=["train"])
     report = judge_ab(side("A") + side("B", cells=GPT2 + other))

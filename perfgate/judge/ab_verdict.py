@@ -18,7 +18,9 @@ i.e. the rule's two lines (perfgate.judge.rules.SpeedupRule.lines_for) with Stud
 count, memory, compile-time, numerics and status rules see one cell per side (side_cell): counts and
 memory the largest over processes, numerics failing if any process failed, status ok only if every
 process ran the cell ok, and compile time the cold compile of the side's first process (its cache was
-empty; the later ones compile from it).
+empty; the later ones compile from it): the cell's first call there, or, where that process precompiled
+(`perfgate ab --precompile N`) and its cell found every graph in the cache, the precompile's first call of
+the cell, made beside N-1 other compiles on both sides alike.
 """
 
 from __future__ import annotations
@@ -102,6 +104,8 @@ class Process:
     rep: int  # 1, 2, ... within its side
     records: tuple[dict, ...]
     cold: bool = False  # its side's compile cache was empty when it started
+    # A cold process's precompile (<results>.precompile.json): cell id -> its cold first call, s.
+    precompiled: dict = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -191,12 +195,20 @@ def side_cell(cell_id: str, processes: Sequence[Process]) -> dict:
         )
     cold = next((p for p in processes if p.cold), None)
     cold_record = _by_cell(cold).get(cell_id) if cold else None
-    ok_cold = cold_record is not None and cold_record.get("status") == "ok"
+    compile_s = cold_compile_s(cold_record, cold.precompiled.get(cell_id)) if cold else None
     # The cold compile: the compile-time rule judges "fresh" (cold) compiles only.
-    cell.update(
-        compile_s=cold_record.get("compile_s") if ok_cold else None, compile_cache="fresh" if ok_cold else "warm"
-    )
+    cell.update(compile_s=compile_s, compile_cache="fresh" if compile_s is not None else "warm")
     return cell
+
+
+def cold_compile_s(record: dict | None, precompiled_s: float | None) -> float | None:
+    """A cold process's compile of the cell, s: its record's first call, unless that call found every graph
+    in the cache (its precompile compiled them: then the precompile's first call, or None without one)."""
+    if record is None or record.get("status") != "ok":
+        return None
+    if record.get("compile_cache_hits") and not record.get("compile_cache_misses"):
+        return precompiled_s
+    return record.get("compile_s")
 
 
 def _by_cell(process: Process) -> dict[str, dict]:
@@ -436,10 +448,15 @@ def _notes(report: ABReport, rules: Sequence) -> list[str]:
     if report.rows:
         notes.append(
             f"where the figures come from: timed figures, every process of a side; compile time, the "
-            f"cold process ({_names(report, lambda p: p.cold)}); numerics, the processes that judged it "
-            f"({_names(report, _judged_numerics)}; the later ones ran with --perf-numerics=off)"
+            f"cold process ({_names(report, lambda p: p.cold)}{_precompiled(report)}); numerics, the processes "
+            f"that judged it ({_names(report, _judged_numerics)}; the later ones ran with --perf-numerics=off)"
         )
     return notes
+
+
+def _precompiled(report: ABReport) -> str:
+    names = _names(report, lambda p: p.cold and p.precompiled)
+    return "" if names == "none" else f"; {names}: its precompile's first calls, compiled several at once"
 
 
 def _judged_numerics(process: Process) -> bool:

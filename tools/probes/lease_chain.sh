@@ -5,7 +5,7 @@
 #   tools/probes/lease_chain.sh wait                             wait until the chain ends or WAIT_S (570) pass
 # EXTRA is a command run after the steps (e.g. a probe), its output in .perfgate/chain/extra.txt. Each wait
 # packs what the chain has written so far (the steps' tarballs, logs) into $OUT/chain.tgz. The steps keep
-# EXPECT_GPU from the caller.
+# EXPECT_GPU from the caller; STEP_LIMIT_S (900) is each step's time limit.
 set -u
 chain=$PWD/.perfgate/chain
 if [ "$1" = start ]; then
@@ -13,7 +13,7 @@ if [ "$1" = start ]; then
   STEPS=$2 EXTRA=${3:-} CHAIN=$chain setsid nohup bash -c '
     for s in $STEPS; do
       echo "$(date -u +%T) start $s" >> "$CHAIN/log.txt"
-      OUT=$CHAIN tools/probes/time_to_verdict.sh "$s" 900 > "$CHAIN/$s.txt" 2>&1
+      OUT=$CHAIN tools/probes/time_to_verdict.sh "$s" "${STEP_LIMIT_S:-900}" > "$CHAIN/$s.txt" 2>&1
       rc=$?; echo "$(date -u +%T) end $s rc=$rc" >> "$CHAIN/log.txt"; [ $rc = 4 ] && break
     done
     if [ -n "$EXTRA" ]; then
