@@ -164,6 +164,7 @@ def test_pr_gate_takes_the_ab_path_when_the_pins_change():
     assert option(args, "--a-python") == "X/venv-base/bin/python" and option(args, "--a-rev") == "X"
     assert option(args, "--b-python") == "X/venv/bin/python" and option(args, "--markdown") == "out/report.md"
     assert args[args.index("--") + 1 : args.index("--") + 4] == ["perftests", "-m", "gpu and pr"]
+    assert option(args, "--perf-isolate") == "off"  # the worker's wall rules were noise-limited (docs/ab.md)
     assert '-c "$RUNNER_TEMP/base-constraints.txt"' in scripts(gate) and "-c .ci/gpu-constraints.txt" in scripts(gate)
     assert (REPO / ".ci" / "gpu-constraints.txt").read_text().count("==") >= 3
 

@@ -13,6 +13,7 @@
 #   ab      perfgate ab, 3 + 3 processes, A/A, a 4-cell slice (resumable: --resume on a later call), each
 #           side's first process precompiling (perfgate ab's default, --precompile 4)
 #   ab0     the same with --precompile 0: each cell compiles cold in its own turn, as before (.perfgate/ab0)
+#   ab-off  the same as ab with the cells in pytest's process (--perf-isolate off), as the gated tier runs them
 # Logs and results under .perfgate/out/STEP; one tarball of them into $OUT. BASELINE=DIR gates against DIR
 # (default baselines/); REFRESH="results files..." first folds tools/probes/pr_baseline_sources.txt and those
 # files into DIR (perfgate baseline update), so a run is gated against a baseline of the rebuilt pipeline.
@@ -54,10 +55,11 @@ case $step in
       timeout -k 5 330 python -m pytest "${tier[@]}" "${six[@]}" --perf-precompile 4 --perf-results "$OUT/aa.jsonl" > "$OUT/aa-log.txt" 2>&1
       echo "aa rc=$? at $(python -c "import time; print(round(time.time()-$t0,1))") s" | tee -a "$out/times.txt"
       timeout -k 5 $((limit - 340)) python -m pytest "${ungated[@]}" "${six[@]}" --perf-inject device_slow:3 --perf-results "$OUT/inject.jsonl" > "$OUT/inject-log.txt" 2>&1 ;;
-  ab|ab0) run=.perfgate/$step; pre=$([ "$step" = ab0 ] && echo 0 || echo 4)
-      if [ -f $run/manifest.json ]; then args=(--resume $run); else args=(--processes 3 --precompile "$pre" --out $run -- perftests -m "gpu and pr" -p no:randomly "${slice[@]}"); fi
+  ab|ab0|ab-off) run=.perfgate/$step; pre=$([ "$step" = ab0 ] && echo 0 || echo 4)
+      isolate=(); [ "$step" = ab-off ] && isolate=(--perf-isolate off)
+      if [ -f $run/manifest.json ]; then args=(--resume $run); else args=(--processes 3 --precompile "$pre" --out $run -- perftests -m "gpu and pr" -p no:randomly "${slice[@]}" "${isolate[@]}"); fi
       timeout "$limit" python -m perfgate.cli ab "${args[@]}" > "$out/log.txt" 2>&1; ab_rc=$?
-      cp $run/manifest.json $run/report.md $run/report.json "$out/" 2>/dev/null; cp -r $run/results "$out/" 2>/dev/null
+      cp $run/manifest.json $run/report.md $run/report.json "$out/" 2>/dev/null; cp -r $run/results $run/logs "$out/" 2>/dev/null
       (exit $ab_rc) ;;  # the step's rc is perfgate ab's, not the copies' (BH's first call printed cp's 0)
 esac
 rc=$?
