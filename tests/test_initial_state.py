@@ -55,3 +55,22 @@ def test_a_plain_state_without_a_template_is_still_built_and_loaded():
     state = initial_state(spec, size, seed=0)
     model = build_model(spec, size, dict(state), CPU, torch.float64)
     assert all(torch.equal(v, state[k].double()) for k, v in model.state_dict().items() if v.is_floating_point())
+
+
+def test_numerics_steps_without_tensors_take_the_same_steps_and_copy_only_the_losses():
+    """A process that does not judge numerics (an A/B side's later ones) still takes the numerics steps, so its
+    timed steps start from the same state, but copies no gradient or parameter to the host."""
+    from perfgate.measure.steps import Side, captured_steps, cell_batches
+
+    spec = REGISTRY["vit_b16"]
+    cell = Cell("vit_b16", "train", "inductor_default", "fp32", "cpu")
+    size = spec.size(cell)
+    state = initial_state(spec, size, seed=0)
+    _, batches, _ = cell_batches(spec, cell, size, 0, CPU)
+    judged, skipped = (Side(spec, build_model(spec, size, state, CPU), "train", "fp32", CPU) for _ in range(2))
+    full, lean = captured_steps(judged, batches), captured_steps(skipped, batches, tensors=False)
+    assert [list(step) for step in lean] == [["loss"], ["loss"]]
+    assert any(key.startswith("grad.") for key in full[1]) and any(key.startswith("param.") for key in full[1])
+    assert all(torch.equal(a["loss"], b["loss"]) for a, b in zip(full, lean))
+    for (name, mine), theirs in zip(skipped.model.state_dict().items(), judged.model.state_dict().values()):
+        assert torch.equal(mine, theirs), name

@@ -206,7 +206,7 @@ def capture_eager(run: CellRun, adapt: Callable[[dict], dict] = lambda c: c) -> 
     if run.options.numerics:
         run.eager_captured = [adapt(c) for c in captured_steps(run.eager, run.batches)]
     else:  # the sides still take the numerics steps, so every process's timed steps start from the same state
-        captured_steps(run.eager, run.batches)
+        captured_steps(run.eager, run.batches, tensors=False)
     run.eager_step = cycling(run.eager, run.timed)
 
 
@@ -261,8 +261,9 @@ def judge_numerics(run: CellRun, adapt: Callable[[dict], dict] = lambda c: c, ju
     """Stage "numerics": compiled's second captured step (training), then the judge, set aside from the
     compiled side's peak. `judged_here`: False on a data-parallel rank other than 0 (the steps still run)."""
     run.clock.enter("numerics", f"{run.id}: compiled in {run.record['compile_s']:.1f} s; checking numerics")
-    if run.cell.phase != "infer":
-        run.compiled_captured.append(adapt(run.compiled.captured_step(run.batches[1])))
+    if run.cell.phase != "infer":  # its gradients and parameters copied to the host only where judged
+        tensors = run.options.numerics and judged_here
+        run.compiled_captured.append(adapt(run.compiled.captured_step(run.batches[1], tensors=tensors)))
     if not run.options.numerics:
         run.record["numerics"] = "skipped"
         run.record["numerics_detail"] = {

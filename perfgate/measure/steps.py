@@ -157,12 +157,14 @@ class Side:
         return captured
 
 
-def captured_steps(side: Side, batches: list) -> list[dict]:
+def captured_steps(side: Side, batches: list, tensors: bool = True) -> list[dict]:
     """What numerics compares. Training: the loss of two optimizer steps, gradients and parameters of the
-    second. Inference: the outputs of one batch (no state changes between batches)."""
+    second (`tensors`: False takes the same steps and keeps only the losses, for a process that does not
+    judge: no host copy of every gradient and parameter). Inference: the outputs of one batch (no state
+    changes between batches)."""
     if side.phase == "infer":
         return [side.captured_step(batches[0])]
-    return [side.captured_step(batches[0], tensors=False), side.captured_step(batches[1])]
+    return [side.captured_step(batches[0], tensors=False), side.captured_step(batches[1], tensors=tensors)]
 
 
 def _host(tensor: torch.Tensor) -> torch.Tensor:
