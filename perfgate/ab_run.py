@@ -38,7 +38,7 @@ from typing import Callable, Sequence
 
 from perfgate import ab_env
 from perfgate.ab_env import ABEnvironment, ABError
-from perfgate.core.records_file import RecordFileError, load_records
+from perfgate.core.records_file import RecordFileError, load_records, precompile_path
 from perfgate.judge.ab_verdict import AB_SIDES, ABReport, Process, judge_ab
 
 MANIFEST_SCHEMA = 1
@@ -262,12 +262,6 @@ def command(manifest: dict, out: Path, run: dict) -> list[str]:
     ]
 
 
-def _precompile_file(out: Path, run: dict) -> Path:
-    """Where a process's precompile writes each cell's first call (perfgate.plugin.session)."""
-    results = out / run["results"]
-    return results.with_name(f"{results.stem}.precompile.json")
-
-
 def _set_aside(out: Path, run: dict) -> None:
     """Keep an interrupted process's partial records (what it measured), out of the verdict's way."""
     results = out / run["results"]
@@ -277,7 +271,7 @@ def _set_aside(out: Path, run: dict) -> None:
             break
     for path in _results_files(out, run):
         path.rename(kept if path == results else kept.with_name(f"{kept.stem}.{path.name}"))
-    _precompile_file(out, run).unlink(missing_ok=True)  # its re-run precompiles into an emptied cache again
+    precompile_path(results).unlink(missing_ok=True)  # its re-run precompiles into an emptied cache again
 
 
 def _results_files(out: Path, run: dict) -> list[Path]:
@@ -434,7 +428,7 @@ def complete_processes(manifest: dict, out: Path) -> list[Process]:
 def _precompiled(out: Path, run: dict) -> dict[str, float]:
     """A process's precompile: cell id -> its first call, s (the cells it compiled; none without one)."""
     try:
-        lines = json.loads(_precompile_file(out, run).read_text(encoding="utf-8"))
+        lines = json.loads(precompile_path(out / run["results"]).read_text(encoding="utf-8"))
     except (OSError, ValueError):  # no precompile ran (a missing file), or a broken one: no figure from it
         return {}
     return {

@@ -31,6 +31,13 @@ def append_record(path: str | os.PathLike, record: dict) -> None:
         os.fsync(fh.fileno())
 
 
+def precompile_path(results: str | os.PathLike) -> Path:
+    """Where a run's --perf-precompile writes each cell's first call or why it did not compile, beside its
+    results file (results.jsonl -> results.precompile.json): a JSON list, not records, so no *.jsonl."""
+    results = Path(results)
+    return results.with_name(f"{results.stem}.precompile.json")
+
+
 class RecordFileError(ValueError):
     """A results file that cannot be read as records; the message names the file and line."""
 

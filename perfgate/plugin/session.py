@@ -314,6 +314,7 @@ class PerfSession:
         import torch
 
         from perfgate.core import zoo
+        from perfgate.core.records_file import precompile_path
         from perfgate.measure import precompile, precompiled, reference
         from perfgate.plan.costs import hms, precompile_shares
 
@@ -345,7 +346,7 @@ class PerfSession:
             tf32=self.tf32,
             limit_s=limit,
             reference_dir=None if references == "off" else references,
-            out=self.results_path.with_name(f"{self.results_path.stem}.precompile.json"),
+            out=precompile_path(self.results_path),
         )
         precompiled.mark(results, cache_dir, keys)
         self.precompile_s = time.monotonic() - started
