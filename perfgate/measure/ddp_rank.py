@@ -174,7 +174,7 @@ def measure(run: CellRun, rank: int, world: int) -> None:
         key = reference.key(spec, cell, run.size, options.seed, [b for bs in all_host for b in bs], device, world)
         load_reference(run, lambda: compute_reference(spec, cell, run.size, run.state, all_host, device, world), key)
     build_eager(run, _ddp_side)
-    capture_eager(run, adapt=_unwrapped)
+    capture_eager(run, adapt=_unwrapped, judged_here=rank == 0)
     warm_eager(run)
     eager_peak = run.memory.peak_mb()
 

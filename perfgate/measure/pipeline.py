@@ -200,10 +200,11 @@ def load_reference(run: CellRun, compute: Callable[[], tuple], key: str | None) 
     )
 
 
-def capture_eager(run: CellRun, adapt: Callable[[dict], dict] = lambda c: c) -> None:
-    """Stage "numerics": eager's captured steps (`adapt`: DDP's parameter names as the plain model's)."""
+def capture_eager(run: CellRun, adapt: Callable[[dict], dict] = lambda c: c, judged_here: bool = True) -> None:
+    """Stage "numerics": eager's captured steps (`adapt`: DDP's parameter names as the plain model's;
+    `judged_here`: False on a data-parallel rank other than 0, as in judge_numerics)."""
     run.clock.enter("numerics")
-    if run.options.numerics:
+    if run.options.numerics and judged_here:
         run.eager_captured = [adapt(c) for c in captured_steps(run.eager, run.batches)]
     else:  # the sides still take the numerics steps, so every process's timed steps start from the same state
         captured_steps(run.eager, run.batches, tensors=False)
