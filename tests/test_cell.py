@@ -66,8 +66,11 @@ def test_a_healthy_cell_passes():
     assert (record["status"], record["numerics"]) == ("ok", "pass")
 
 
-def test_a_record_says_its_batch():
-    assert _run(_spec(), phase="train")["batch"] == 4
+def test_a_record_says_its_batch_and_how_fast_its_host_ran():
+    record = _run(_spec(), phase="train")
+    assert record["batch"] == 4
+    # the host probe around the timed rounds: wall ms of its work, and the thread's CPU ms for it
+    assert 0 < record["host_probe_cpu_ms"] <= record["host_probe_ms"] * 1.05
 
 
 @pytest.mark.parametrize(

@@ -18,6 +18,7 @@ import torch
 from perfgate.core.matrix import VARIANTS, Cell
 from perfgate.measure import cache_artifacts, clocks, introspect, neighbours, reference, why
 from perfgate.measure.compile_cache import compile_cache
+from perfgate.measure.host_speed import HostSpeed
 from perfgate.measure.job import RunOptions
 from perfgate.measure.peaks import peak_tflops
 from perfgate.measure.pipeline import (
@@ -111,12 +112,16 @@ def _measure(run: CellRun, record_compiled, why_dir: Path | None) -> bytes | Non
     eager_ms, compiled_ms = warm_compiled(run)
 
     watch = neighbours.Watch() if device.type == "cuda" else None  # other processes on the GPU, around the clocks
+    host = HostSpeed()  # how fast the host ran around the timed rounds and the clocks (~20 ms a probe)
     if watch:
         watch.sample()
+    host.sample()
     started = time.perf_counter()
     timed_rounds(run, min(eager_ms, compiled_ms), record_compiled)
     timing_s = time.perf_counter() - started
     _clocks(run, timing_s)
+    host.sample()
+    host.store(record)
 
     run.clock.enter("extras", f"{cell.id}: {clocks.summary(record)}, compile {record['compile_s']:.1f} s")
     if watch:

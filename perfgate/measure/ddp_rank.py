@@ -33,6 +33,7 @@ from perfgate.measure import ddp_clocks, introspect, neighbours, reference
 from perfgate.measure.cell import store_throughput
 from perfgate.measure.compile_cache import clean_up, compile_cache
 from perfgate.measure.ddp import rank_device
+from perfgate.measure.host_speed import HostSpeed
 from perfgate.measure.pipeline import (
     CellFailure,
     CellRun,
@@ -206,12 +207,16 @@ def measure(run: CellRun, rank: int, world: int) -> None:
         compiled_peak = record["peak_mem_compiled_mb"]
         # Each rank watches its own GPU; the launcher's process tree (the other ranks) is this cell's own.
         watch = neighbours.Watch(root=os.getppid()) if device.type == "cuda" else None
+        host = HostSpeed()  # rank 0's host speed is the record's, as its other figures are
         if watch:
             watch.sample()
+        host.sample()
         timed_rounds(run, min(eager_ms, compiled_ms), what=f"timing DDP, the slowest of {world} ranks")
         run.clock.enter("device_clock", f"{cell.id}: profiling where a DDP step's time goes, on every rank")
         ddp_clocks.measure_into(record, run.eager_step, run.compiled_step, device, world)
         run.clock.enter("extras")
+        host.sample()
+        host.store(record)
         if watch:
             watch.sample()
         counts = introspect.compile_counts()
