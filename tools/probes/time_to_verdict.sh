@@ -14,6 +14,10 @@
 #           side's first process precompiling (perfgate ab's default, --precompile 4)
 #   ab0     the same with --precompile 0: each cell compiles cold in its own turn, as before (.perfgate/ab0)
 #   ab-off  the same as ab with the cells in pytest's process (--perf-isolate off), as the gated tier runs them
+#   hostload  gpt2, vit_b16 and resnet50 (6 cells), warm, with one busy process per CPU beside pytest (a slower
+#           host, on purpose), gated against .perfgate/bl-probe: tools/probes/pr_baseline_sources.txt and the
+#           cold and warm steps' results of this machine, whose records carry the host probe (schema 12)
+#   hostload-inject  the same with --perf-inject device_slow:3 (the device rule must still fail every cell)
 # Logs and results under .perfgate/out/STEP; one tarball of them into $OUT. BASELINE=DIR gates against DIR
 # (default baselines/); REFRESH="results files..." first folds tools/probes/pr_baseline_sources.txt and those
 # files into DIR (perfgate baseline update), so a run is gated against a baseline of the rebuilt pipeline.
@@ -55,6 +59,17 @@ case $step in
       timeout -k 5 330 python -m pytest "${tier[@]}" "${six[@]}" --perf-precompile 4 --perf-results "$OUT/aa.jsonl" > "$OUT/aa-log.txt" 2>&1
       echo "aa rc=$? at $(python -c "import time; print(round(time.time()-$t0,1))") s" | tee -a "$out/times.txt"
       timeout -k 5 $((limit - 340)) python -m pytest "${ungated[@]}" "${six[@]}" --perf-inject device_slow:3 --perf-results "$OUT/inject.jsonl" > "$OUT/inject-log.txt" 2>&1 ;;
+  hostload|hostload-inject)
+      plant=(); [ "$step" = hostload-inject ] && plant=(--perf-inject device_slow:3)
+      if [ ! -d .perfgate/bl-probe ]; then
+        # shellcheck disable=SC2046  # the sources are one path a line, none with spaces
+        python -m perfgate.cli baseline update --dir .perfgate/bl-probe $(cat tools/probes/pr_baseline_sources.txt) \
+          .perfgate/out/cold/results.jsonl .perfgate/out/warm/results.jsonl > "$out/refresh.txt" 2>&1
+      fi
+      burners=(); for _ in $(seq "$(nproc)"); do python -c 'while True: pass' & burners+=($!); done
+      timeout -k 5 "$limit" python -m pytest "${ungated[@]}" -k "gpt2 or vit_b16 or resnet50" \
+        --perf-baseline .perfgate/bl-probe "${plant[@]}" --perf-results "$out/results.jsonl" > "$out/log.txt" 2>&1
+      load_rc=$?; kill "${burners[@]}"; cp .perfgate/bl-probe/*.json "$out/" 2>/dev/null; (exit $load_rc) ;;
   ab|ab0|ab-off) run=.perfgate/$step; pre=$([ "$step" = ab0 ] && echo 0 || echo 4)
       isolate=(); [ "$step" = ab-off ] && isolate=(--perf-isolate off)
       if [ -f $run/manifest.json ]; then args=(--resume $run); else args=(--processes 3 --precompile "$pre" --out $run -- perftests -m "gpu and pr" -p no:randomly "${slice[@]}" "${isolate[@]}"); fi
