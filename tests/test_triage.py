@@ -62,6 +62,14 @@ def test_each_flagged_cell_is_classified_by_its_evidence(base, case, kind):
         assert "transformers" in line.why and "9.0.0" in line.why
 
 
+def test_a_host_side_line_gives_the_host_probes_reading_against_the_baselines(base):
+    (line,) = flagged(base, device_speedup=base["cells"][GPT2]["device_speedup"], host_probe_ms=syn.HOST_PROBE_MS * 1.5)
+    assert line.kind == "host-side"
+    assert line.why.endswith("; host probe 2.55 ms against the baseline's 1.70 ms (+50%: + is a slower host)")
+    (unprobed,) = flagged(base, device_speedup=base["cells"][GPT2]["device_speedup"], host_probe_ms=None)
+    assert "host probe" not in unprobed.why  # a record before schema 12: nothing to say
+
+
 def test_the_gate_report_carries_a_triage_section(base):
     wall = base["cells"][GPT2]["speedup"] * 0.85
     report = gate.compare(syn.run(42, overrides={GPT2: {"speedup": wall}}, **QUIET), base)

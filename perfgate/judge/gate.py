@@ -14,7 +14,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Iterable, Sequence
 
-from perfgate.core.clocks import COMPUTE, DEVICE
 from perfgate.core.record import FIELD, TIME_ALONE, nothing_measured, process_of, unfiled
 from perfgate.core.stats import geomean
 from perfgate.core.validate import checked
@@ -36,7 +35,6 @@ from perfgate.judge.rules import (
     changed_batch_advisory,
     default_rules,
     foreign_cpu_advisory,
-    slow_host_advisory,
 )
 
 # The rules are re-exported, so a caller builds a rule set from the gate alone (gate.default_rules(...));
@@ -223,33 +221,19 @@ def _verdict(findings: Sequence[Finding], base: dict | None, cur: dict | None) -
 
 
 def _evaluate(current: dict[str, dict], baseline: dict, rules: Sequence) -> dict[str, list[Finding]]:
-    """Findings per cell present in both the run and the baseline. Advisories, not regressions: the wall rule's
-    on a host-bound cell measured on a host CPU foreign to the baseline, the wall and host rules' on a cell
-    whose host probe read slower than the baseline's while its device clock held, and those that scale with
-    the batch of a cell whose batch changed (perfgate.judge.rules: foreign_cpu_advisory, slow_host_advisory,
-    changed_batch_advisory)."""
+    """Findings per cell present in both the run and the baseline; the wall rule's on a host-bound cell
+    measured on a host CPU foreign to the baseline, and those that scale with the batch of a cell whose batch
+    changed, are advisories (perfgate.judge.rules.foreign_cpu_advisory, changed_batch_advisory)."""
     cells, cpus = baseline["cells"], baseline.get("host_cpus") or []
-    findings = {}
-    for cid, cur in current.items():
-        if cid not in cells:
-            continue
-        base = cells[cid]
-        found = [(rule, f) for rule in rules if (f := rule.check(base, cur)) is not None]
-        held = _device_held(rules, found, base, cur)
-        findings[cid] = [
-            changed_batch_advisory(
-                rule, slow_host_advisory(rule, foreign_cpu_advisory(rule, f, cur, cpus), base, cur, held), base, cur
-            )
-            for rule, f in found
+    return {
+        cid: [
+            changed_batch_advisory(rule, foreign_cpu_advisory(rule, f, cur, cpus), cells[cid], cur)
+            for rule in rules
+            if (f := rule.check(cells[cid], cur)) is not None
         ]
-    return findings
-
-
-def _device_held(rules: Sequence, found: Sequence[tuple], base: dict, cur: dict) -> bool:
-    """The cell's device clock (or a data-parallel cell's compute clock) was compared and found no loss."""
-    device_rules = [r for r in rules if isinstance(r, SpeedupRule) and r.clock in (DEVICE.name, COMPUTE.name)]
-    compared = [r for r in device_rules if r.applies(cur) and r.compared(base, cur)]
-    return bool(compared) and not any(f.kind == REGRESSION and rule in compared for rule, f in found)
+        for cid, cur in current.items()
+        if cid in cells
+    }
 
 
 def _why_noisy(row: CellRow) -> str:

@@ -31,8 +31,8 @@ CLOCK_NAMES = clocks.NAMES
 @dataclass(frozen=True)
 class Advisory:
     """Why a finding only advises: `why` is foreign_cpu (`now` the run's host CPU, `was` the baseline's, `busy`
-    the compiled step's busy fraction of the GPU), changed_batch (`was`, `now`: the baseline's batch and this
-    run's) or slow_host (`was`, `now`: the host probe's ms in the baseline and now)."""
+    the compiled step's busy fraction of the GPU) or changed_batch (`was`, `now`: the baseline's batch and
+    this run's)."""
 
     why: str
     was: object
@@ -294,38 +294,6 @@ def foreign_cpu_advisory(rule, finding: Finding, cur: dict, host_cpus) -> Findin
     ):
         return finding
     why = Advisory("foreign_cpu", tuple(host_cpus), cpu, cur.get("busy_compiled"))
-    return replace(finding, kind=ADVISORY, advisories=(*finding.advisories, why))
-
-
-# The host probe (perfgate.measure.host_speed) reading more than this much slower than the baseline's: the host
-# ran slower than the baseline's did, and the clocks that count host time cannot tell that from the code.
-# PLACEHOLDER: the probe's own spread, measured on GPU hosts (docs/time-to-verdict.md).
-SLOW_HOST = 0.10
-
-
-def host_slowdown(base: dict, cur: dict) -> float | None:
-    """How much slower the host ran for `cur` than for the baseline cell, by the host probe's ms (0.2: 20 %
-    slower); None where either lacks the probe (records before schema 12, a baseline made from them)."""
-    was, now = base.get("host_probe_ms"), cur.get("host_probe_ms")
-    return now / was - 1 if was and now else None
-
-
-def slow_host_advisory(rule, finding: Finding, base: dict, cur: dict, device_held: bool) -> Finding:
-    """The finding as the gate should count it: a loss on a clock that counts host time (the wall speedup, the
-    host clock) of a cell whose host probe read more than SLOW_HOST slower than the baseline's while its device
-    clock held (`device_held`: measured, and no device finding) is ADVISORY: the machine's host, not the
-    code, is what the figures say moved. A cell without a device clock keeps its finding: nothing else
-    would judge it."""
-    slower = host_slowdown(base, cur)
-    if (
-        finding.kind != REGRESSION
-        or not (getattr(rule, "follows_host_cpu", False) or isinstance(rule, HostTimeRule))
-        or not device_held
-        or slower is None
-        or slower <= SLOW_HOST
-    ):
-        return finding
-    why = Advisory("slow_host", base.get("host_probe_ms"), cur.get("host_probe_ms"))
     return replace(finding, kind=ADVISORY, advisories=(*finding.advisories, why))
 
 

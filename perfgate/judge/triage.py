@@ -11,7 +11,8 @@ A flagged cell's class, from the evidence in its row and the records (first that
     noise-limited  the clock that tripped had a line wider than its threshold: too little evidence to say
                    more; re-measure (more runs in the baseline, or perfgate ab with more processes)
     host-side      the wall or host clock tripped and the device clock, measured, did not: more Python,
-                   guards or launches per step, or a slower host
+                   guards or launches per step, or a slower host (the line gives the host probe's reading
+                   against the baseline's, where both have one)
     wall only      no device clock (a CPU run, or the profiler failed): real and host-side look alike
 """
 
@@ -100,9 +101,21 @@ def classify(row, record: dict, baseline: dict) -> tuple[str, str]:
     if limited:
         c = limited[0]
         return "noise-limited", f"{c.clock} line {c.threshold:.1%} is wider than its threshold (change {c.change:+.1%})"
+    probe = host_probe_text(record, (baseline.get("cells") or {}).get(row.cell) or {})
     if device is not None:
-        return "host-side", f"{', '.join(timed)} tripped, {device.clock} clock {device.change:+.1%} did not move"
-    return "wall only", f"{', '.join(timed)} tripped; no device clock to tell GPU from host"
+        return "host-side", f"{', '.join(timed)} tripped, {device.clock} clock {device.change:+.1%} did not move{probe}"
+    return "wall only", f"{', '.join(timed)} tripped; no device clock to tell GPU from host{probe}"
+
+
+def host_probe_text(record: dict, base_cell: dict) -> str:
+    """How fast the host ran for this record against the baseline's runs, by the host probe (schema 12,
+    perfgate.measure.host_speed): context for a reader, not a verdict. On one quiet H100 machine the probe read
+    1.33-3.56 ms from cell to cell (lease BR, 2026-11-26), and followed the inference cells' host clocks but not
+    the training cells' (docs/time-to-verdict.md), so the gate does not act on it."""
+    was, now = base_cell.get("host_probe_ms"), record.get("host_probe_ms")
+    if not was or not now:
+        return ""
+    return f"; host probe {now:.2f} ms against the baseline's {was:.2f} ms ({now / was - 1:+.0%}: + is a slower host)"
 
 
 def triage(report) -> list[Triage]:

@@ -139,15 +139,7 @@ def _changed_batch(a) -> str:
     return f"; advisory only: batch {a.was} in the baseline, {a.now} now{REFRESH_TAIL}"
 
 
-def _slow_host(a) -> str:
-    return (
-        f"; advisory only: the host ran {a.now / a.was - 1:.0%} slower than the baseline's (host probe "
-        f"{a.now:.3g} ms against {a.was:.3g} ms) while the device clock held: re-run on a steady host "
-        f"to judge this clock"
-    )
-
-
-ADVISORIES = {"foreign_cpu": _foreign_cpu, "changed_batch": _changed_batch, "slow_host": _slow_host}
+ADVISORIES = {"foreign_cpu": _foreign_cpu, "changed_batch": _changed_batch}
 
 
 def ab_words(message: str) -> str:
