@@ -1,6 +1,6 @@
 """`perfgate bisect`: the search (a fake oracle per step), how a probe's A/B verdict reads under a rule
 (synthetic processes), re-measuring an unsure probe, resuming, the report, the inputs it refuses, and
-the CPU proof (a throwaway repository of 8 commits, one planting a slowdown: `serial`, minutes)."""
+the CPU proof (a throwaway repository of 5 commits, one planting a slowdown: `serial`, minutes)."""
 
 from __future__ import annotations
 
@@ -330,7 +330,7 @@ def test_bad_input_is_refused_with_exit_2_before_anything_runs(tiny_repo, monkey
 PROOF_FILES = ("conftest.py", "pyproject.toml", "perfgate", "perftests", "fixtures")
 
 
-def throwaway_repo(root: Path, culprit: int | None, commits: int = 8) -> Path:
+def throwaway_repo(root: Path, culprit: int | None, commits: int = 5) -> Path:
     """This repository's suite as a new git repository of `commits` commits; commit `culprit` (if any) adds
     `--perf-inject=slow:30` to pytest's addopts (30 ms of sleep after every ~1 ms compiled step)."""
     repo = root / "repo"
@@ -359,10 +359,10 @@ def throwaway_repo(root: Path, culprit: int | None, commits: int = 8) -> Path:
 
 
 @pytest.mark.serial
-@pytest.mark.parametrize("culprit", [5, None], ids=["slowdown-at-step-5", "no-change"])
+@pytest.mark.parametrize("culprit", [3, None], ids=["slowdown-at-step-3", "no-change"])
 def test_cpu_proof_a_planted_slowdown_is_bisected_to_its_commit(tmp_path, monkeypatch, capsys, culprit):
     pytest.importorskip("torch")
-    repo = throwaway_repo(tmp_path, culprit)
+    repo = throwaway_repo(tmp_path, culprit)  # a slowdown at 3 takes 3 probes: 4 bad, 2 good, 3 bad
     monkeypatch.chdir(repo)
     monkeypatch.setenv("OMP_NUM_THREADS", "1")  # two torch thread pools on 2 shared cores: see test_ab_run.py
     # 2 processes a side, 3 where unsure; a 80 % drop of the wall speedup is the line: the CPU proves the
@@ -371,7 +371,7 @@ def test_cpu_proof_a_planted_slowdown_is_bisected_to_its_commit(tmp_path, monkey
         [
             "bisect",
             "--good",
-            "HEAD~7",
+            "HEAD~4",
             "--bad",
             "HEAD",
             "--rule",
@@ -388,7 +388,7 @@ def test_cpu_proof_a_planted_slowdown_is_bisected_to_its_commit(tmp_path, monkey
     )
     report = json.loads((tmp_path / "b" / "report.json").read_text())
     if culprit is None:
-        assert (code, report["outcome"]["outcome"], list(report["probes"])) == (0, "no_bad_step", ["7"])
+        assert (code, report["outcome"]["outcome"], list(report["probes"])) == (0, "no_bad_step", ["4"])
     else:
         assert (code, report["outcome"]["first_bad"], report["outcome"]["last_good"]) == (1, culprit, culprit - 1)
         assert "plants a slowdown" in capsys.readouterr().out
