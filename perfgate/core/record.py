@@ -6,8 +6,9 @@ validate, baseline, history and the reports take their field lists from it. Abse
 are null. Imports no torch.
 
 Schemas (a record's `schema`): 12 adds the host probe (`host_probe_ms`, perfgate.measure.host_speed): how fast
-the host CPU ran while the cell was timed, which the gate reads against the baseline's; 11 profiles the device
-clock with the GPU's activity alone, rounds bounded
+the host CPU ran while the cell was timed, for the reader (a triage line quotes it against the baseline's; the
+gate does not act on it), no other figure changed; 11 profiles the device clock with the GPU's activity alone,
+rounds bounded
 by marker kernels (the same union of kernel intervals, without the host's operators, whose recording cost
 seconds a cell), and lets the host clock go down to 5 rounds (11 before) where the timed rounds are short:
 both figures mean what they did, a short cell's host interval is wider; 10 adds `process`, where the cell
@@ -237,7 +238,7 @@ FIELDS: tuple[Field, ...] = (
     Field("bound", str, fold="custom", doc="the compiled side's, bound_of(busy_compiled)"),
     Field("clocks_note", str, default="", doc="why a clock is null (no CUDA device, a profiler error)"),
     # The host probe (perfgate.measure.host_speed): ms of one fixed piece of interpreter work in the measuring
-    # thread, around the timed rounds and the clocks; the gate reads a slower host from its wall figure.
+    # thread, around the timed rounds and the clocks; triage quotes its wall figure, the gate does not act on it.
     Field("host_probe_ms", float, "ms", "> 0", fold="median", doc="wall ms of the probe's work, median of its probes"),
     Field("host_probe_cpu_ms", float, "ms", "> 0", fold="median", doc="the thread's CPU ms for the same work"),
     Field(

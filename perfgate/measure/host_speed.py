@@ -1,5 +1,5 @@
-"""How fast the host CPU runs now: a fixed piece of interpreter work timed in the measuring thread's own CPU
-time, so a cell's record says how fast its host was while its timed rounds ran.
+"""How fast the host CPU runs now: a fixed piece of interpreter work timed on the measuring thread (wall and
+CPU ms), so a cell's record says how fast its host was while its timed rounds ran.
 
 Why: on H100 leases of 2026-11-26 the same machine ran host-bound steps up to 2.4x slower minutes apart
 (segformer_b2 infer's eager host clock 48.8 against 20.2 ms, the fastest of 5 single steps, so not the
@@ -13,6 +13,10 @@ clock, a neighbour on its sibling hyperthread, a shared cache) and with a core s
 The measuring thread's CPU time for the same work (CLOCK_THREAD_CPUTIME_ID) is kept beside it: where the wall
 time grew and the CPU time did not, the thread waited (the scheduler, or the GIL held by another thread of the
 process) rather than ran slower. Imports no torch.
+
+What it is for: the reader's triage line (perfgate.judge.triage). The gate does not act on it: on one quiet
+H100 (lease BR, 2026-11-26) it read 1.33-3.56 ms from cell to cell, and under 16 busy processes it barely
+moved while the cells' host clocks doubled (docs/time-to-verdict.md).
 """
 
 from __future__ import annotations
