@@ -339,8 +339,8 @@ def test_bad_input_is_refused_with_exit_2_before_anything_runs(tiny_repo, monkey
 PROOF_FILES = ("conftest.py", "pyproject.toml", "perfgate", "perftests", "fixtures")
 
 
-def throwaway_repo(root: Path, culprit: int | None, commits: int = 5) -> Path:
-    """This repository's suite as a new git repository of `commits` commits; commit `culprit` (if any) adds
+def throwaway_repo(root: Path, culprit: int, commits: int = 5) -> Path:
+    """This repository's suite as a new git repository of `commits` commits; commit `culprit` adds
     `--perf-inject=slow:30` to pytest's addopts (30 ms of sleep after every ~1 ms compiled step)."""
     repo = root / "repo"
     repo.mkdir()

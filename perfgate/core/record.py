@@ -8,8 +8,7 @@ are null. Imports no torch.
 Schemas (a record's `schema`): 12 adds the host probe (`host_probe_ms`, perfgate.measure.host_speed): how fast
 the host CPU ran while the cell was timed, for the reader (a triage line quotes it against the baseline's; the
 gate does not act on it), no other figure changed; 11 profiles the device clock with the GPU's activity alone,
-rounds bounded
-by marker kernels (the same union of kernel intervals, without the host's operators, whose recording cost
+rounds bounded by marker kernels (the same union of kernel intervals, without the host's operators, whose recording cost
 seconds a cell), and lets the host clock go down to 5 rounds (11 before) where the timed rounds are short:
 both figures mean what they did, a short cell's host interval is wider; 10 adds `process`, where the cell
 ran (PROCESSES): on H100 machines upernet
