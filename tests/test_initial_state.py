@@ -74,3 +74,23 @@ def test_numerics_steps_without_tensors_take_the_same_steps_and_copy_only_the_lo
     assert all(torch.equal(a["loss"], b["loss"]) for a, b in zip(full, lean))
     for (name, mine), theirs in zip(skipped.model.state_dict().items(), judged.model.state_dict().values()):
         assert torch.equal(mine, theirs), name
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device: a GPU cell's weights are drawn on it")
+@pytest.mark.parametrize("name", ["gpt2", "resnet50"])
+def test_a_gpu_cells_weights_are_drawn_on_the_gpu_the_same_every_time_and_kept_on_the_host(name):
+    spec = REGISTRY[name]
+    size = spec.size(Cell(name, "train", "inductor_default", "fp32", "cpu"))
+    first, again = (initial_state(spec, size, seed=0, device=torch.device("cuda")) for _ in range(2))
+    host = initial_state(spec, size, seed=0)
+    assert first.keys() == again.keys() == host.keys()
+    assert all(t.device.type == "cpu" for t in [*first.values(), *first.template.parameters()])
+    assert all(torch.equal(first[k], again[k]) for k in first)
+    assert not all(torch.equal(first[k], host[k]) for k in first)  # another generator: other weights
+
+
+def test_a_cpu_cells_weights_are_the_host_draw():
+    spec = REGISTRY["gpt2"]
+    size = spec.size(Cell("gpt2", "train", "inductor_default", "fp32", "cpu"))
+    on_cpu, plain = initial_state(spec, size, seed=0, device=CPU), initial_state(spec, size, seed=0)
+    assert all(torch.equal(on_cpu[k], plain[k]) for k in plain)

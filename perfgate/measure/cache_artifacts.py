@@ -156,7 +156,7 @@ def _first_call(job) -> dict:
     spec, cell = registry[name], job.cell
     device = start_cell(job.options.device, job.tf32)
     size = spec.size(cell)
-    state = initial_state(spec, size, job.options.seed)
+    state = initial_state(spec, size, job.options.seed, device)
     _, batches, _ = cell_batches(spec, cell, size, job.options.seed, device)
     side = compiled_side(spec, cell, size, state, device, job.options.fault)
     data = Path(job.artifacts_path).read_bytes()

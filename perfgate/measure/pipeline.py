@@ -172,7 +172,7 @@ def prepare(run: CellRun, batch_seed: int | None = None) -> None:
     run.size = run.spec.size(run.cell)
     run.record["batch"] = run.size.batch
     introspect.reset_compiler()
-    run.state = initial_state(run.spec, run.size, run.options.seed)
+    run.state = initial_state(run.spec, run.size, run.options.seed, run.device)
     seed = run.options.seed if batch_seed is None else batch_seed
     run.host_batches, run.batches, run.record["recompiles_allowed"] = cell_batches(
         run.spec, run.cell, run.size, seed, run.device
@@ -216,6 +216,12 @@ def capture_eager(run: CellRun, adapt: Callable[[dict], dict] = lambda c: c, jud
 # the compiled side (warm_compiled), right before the timed rounds; before, it warmed up to steady twice, 20
 # steps at least each time (H100, 2026-11-26: 39 s of the PR tier's 357 s of cells were warm-up).
 EAGER_MEMORY_STEPS = 4
+# Eager's warm-up after the compiled side's: at least this many steps, then until two chunks agree (the
+# plan's settle). By then eager has taken its memory steps and its numerics steps (its cuDNN picks, allocator
+# and optimizer state settled), and the compiled side's warm-up has just kept the GPU busy, so its clocks are
+# up; what is left to see is that eager runs steady. Its 20-step floor was 15 of the PR tier's ~33 s of
+# warm-up (H100, 2026-11-26: eager's steps are the slower side's, 21-136 ms).
+EAGER_REWARM_STEPS = 6
 
 
 def warm_eager(run: CellRun) -> float:
@@ -288,7 +294,8 @@ def judge_numerics(run: CellRun, adapt: Callable[[dict], dict] = lambda c: c, ju
 
 def warm_compiled(run: CellRun) -> tuple[float, float]:
     """Stage "warmup": the compiled side until steady (its peak measured), then eager again, which idled while
-    the compiled side compiled (clocks drop on an idle GPU); returns (eager, compiled) ms per step."""
+    the compiled side compiled (clocks drop on an idle GPU), from EAGER_REWARM_STEPS steps until steady;
+    returns (eager, compiled) ms per step."""
     run.clock.enter("warmup", f"{run.id}: warming up the compiled side on {len(run.timed)} batch(es)")
     plan, stream = run.options.plan, len(run.timed)
     compiled_ms, compiled_warm = warm_up(
@@ -296,7 +303,8 @@ def warm_compiled(run: CellRun) -> tuple[float, float]:
     )
     run.compiled_step = faulted(cycling(run.compiled, run.timed), run.options.fault, run.device, stream)
     run.record["peak_mem_compiled_mb"] = run.memory.peak_mb()
-    eager_ms, eager_warm = warm_up(run.eager_step, run.device, plan, stream, clock=run.step_clock)
+    rewarm = plan.replace(warmup_min_steps=min(plan.warmup_min_steps, EAGER_REWARM_STEPS))
+    eager_ms, eager_warm = warm_up(run.eager_step, run.device, rewarm, stream, clock=run.step_clock)
     run.record["warmup_steps"] = max(eager_warm, compiled_warm)
     return eager_ms, compiled_ms
 

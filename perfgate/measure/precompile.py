@@ -176,7 +176,7 @@ def compile_cell(job: Job) -> dict:
         size = spec.size(cell)
         with compile_cache(options.cache_dir, {}, cell.precision):
             introspect.reset_compiler()
-            state = initial_state(spec, size, options.seed)
+            state = initial_state(spec, size, options.seed, device)
             host_batches, batches, _ = cell_batches(spec, cell, size, options.seed, device)
             side = compiled_side(spec, cell, size, state, device, None)
             first = time.perf_counter()

@@ -34,9 +34,10 @@ from perfgate.core.record import error_line
 from perfgate.measure.compile_cache import clean_up
 from perfgate.measure.steps import Side, build_model, captured_steps, to_device
 
-# What a stored reference holds; a change to captured_steps or to the DDP reference bumps it, so that an
-# older file is never read as today's.
-REFERENCE_FORMAT = 1
+# What a stored reference holds; a change to captured_steps, to the DDP reference or to the initial weights
+# bumps it, so that an older file is never read as today's. 2: a GPU cell's weights are drawn on the GPU
+# (perfgate.measure.steps.initial_state), so format 1's GPU references are of other weights.
+REFERENCE_FORMAT = 2
 # A reference larger than this (fp64 bytes) is computed each time rather than written: gpt2_xl's two steps
 # would be ~25 GB.
 MAX_STORED_BYTES = 8 * 2**30

@@ -185,10 +185,19 @@ class InitialState(dict):
     template: nn.Module | None = None
 
 
-def initial_state(spec, size, seed: int) -> InitialState:
-    """The weights both sides start from: the model's random init under `seed`."""
+def initial_state(spec, size, seed: int, device: torch.device | None = None) -> InitialState:
+    """The weights both sides start from: the model's random init under `seed`, run on `device` where it is a
+    GPU and kept on the host. The host's init is one thread drawing every weight: on an H100 lease's host
+    (2026-11-27, the PR tier under cProfile) normal_ and uniform_ took 12.8 s of the tier's 11 builds, the
+    build stage's half; on the GPU they take milliseconds, and the copy back ~0.1 s for GPT-2's 124M
+    parameters. The draws differ from the host's (another generator), so the weights do too: the reference
+    cache's format says which init its references came from (perfgate.measure.reference.REFERENCE_FORMAT)."""
     torch.manual_seed(seed)
-    template = spec.build(size.config)
+    on_gpu = device is not None and device.type == "cuda"
+    with torch.device(device) if on_gpu else contextlib.nullcontext():
+        template = spec.build(size.config)
+    if on_gpu:
+        template.to("cpu")  # in place: the template and its state live on the host, as a host init's do
     state = InitialState((k, v.detach()) for k, v in template.state_dict().items())
     state.template = template
     return state
