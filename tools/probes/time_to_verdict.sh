@@ -22,15 +22,22 @@
 # (default baselines/); REFRESH="results files..." first folds tools/probes/pr_baseline_sources.txt and those
 # files into DIR (perfgate baseline update), so a run is gated against a baseline of the rebuilt pipeline.
 # ISOLATE=gpu runs the tier's cells in the isolated worker; the default, off, is the PR workflow's.
+# STEP-old (cold-old, warm-old, precompile-old, ...) runs STEP with the code in .old/ (an earlier commit's
+# perfgate, perftests, fixtures, conftest.py and pyproject.toml, e.g. `git archive REF ... | tar x -C .old`,
+# carried) on the same caches and baseline: the before of a before/after on one machine. It runs from a copy
+# outside the repository: pytest loads the conftest.py of every folder above its tests, and the repository's
+# would import today's perfgate first (BW, 2026-11-27: a "warm-old" step ran today's code). K="EXPR" runs
+# the cold, warm, precompile and plant steps on the cells `-k EXPR` selects.
 # EXPECT_GPU="H100" stops at once (rc 4) on another GPU: a call meant for a warm machine that went back lands
 # on a fresh one, perhaps of another kind with no baseline (BL, 2026-11-26: 8 minutes on an H200).
 set -u
 if [ -n "${EXPECT_GPU:-}" ] && ! nvidia-smi --query-gpu=name --format=csv,noheader | grep -q "$EXPECT_GPU"; then
   echo "not a $EXPECT_GPU: $(nvidia-smi --query-gpu=name --format=csv,noheader)"; exit 4
 fi
-step=$1; limit=${2:-540}
-export PYTHONPATH=$PWD TORCHINDUCTOR_CACHE_DIR=$PWD/.perfgate/inductor-default
-out=.perfgate/out/$step; mkdir -p "$out"
+step=$1; limit=${2:-540}; root=$PWD; code=$PWD
+if [ "${step%-old}" != "$step" ]; then code=/tmp/perfgate-old; rm -rf "$code"; cp -r .old "$code" || exit 3; fi
+export PYTHONPATH=$code TORCHINDUCTOR_CACHE_DIR=$root/.perfgate/inductor-default
+out=$root/.perfgate/out/$step; mkdir -p "$out"
 {
   date -u +%FT%TZ; cat /proc/sys/kernel/random/boot_id; lscpu | grep -m1 'Model name'; nproc
   nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
@@ -43,13 +50,16 @@ if [ -n "${REFRESH+x}" ]; then
   python -m perfgate.cli baseline update --dir "$baseline" $(cat tools/probes/pr_baseline_sources.txt) $REFRESH > "$out/refresh.txt" 2>&1
   tail -1 "$out/refresh.txt"; cp "$baseline"/*.json "$out/"
 fi
-ungated=(perftests -m "gpu and pr" -p no:randomly --perf-cache-dir .perfgate/cc --perf-isolate "${ISOLATE:-off}")
-tier=("${ungated[@]}" --perf-baseline "$baseline")
+ungated=(perftests -m "gpu and pr" -p no:randomly --perf-cache-dir "$root/.perfgate/cc" --perf-isolate "${ISOLATE:-off}"
+  --perf-reference-cache "$root/.perfgate/reference" -c "$code/pyproject.toml")
+[ -n "${K:-}" ] && ungated+=(-k "$K")
+tier=("${ungated[@]}" --perf-baseline "$root/$baseline")
 slice=(-k "gpt2 or vit_b16")
 t0=$(date +%s.%N)
-case $step in
+cd "$code" || exit 3
+case ${step%-old} in
   cold|warm) timeout "$limit" python -m pytest "${tier[@]}" --perf-precompile 4 --perf-results "$out/results.jsonl" > "$out/log.txt" 2>&1 ;;
-  precompile) timeout -k 5 "$limit" python -m pytest perftests -m "gpu and pr" -p no:randomly --perf-cache-dir .perfgate/cc --collect-only -q --perf-precompile 4 --perf-results "$out/results.jsonl" > "$out/log.txt" 2>&1 ;;
+  precompile) timeout -k 5 "$limit" python -m pytest "${ungated[@]}" --collect-only -q --perf-precompile 4 --perf-results "$out/results.jsonl" > "$out/log.txt" 2>&1 ;;
   inject6) timeout -k 5 "$limit" python -m pytest "${tier[@]}" -k "gpt2 or vit_b16 or resnet50" --perf-precompile 4 --perf-inject device_slow:3 --perf-results "$out/results.jsonl" > "$out/log.txt" 2>&1 ;;
   rest) timeout -k 5 "$limit" python -m pytest "${tier[@]}" -k "infer or captioner" --perf-precompile 4 --perf-results "$out/results.jsonl" > "$out/log.txt" 2>&1 ;;
   plant) timeout -k 5 "$limit" python -m pytest "${ungated[@]}" --perf-precompile 4 --perf-inject device_slow:3 --perf-results "$out/results.jsonl" > "$out/log.txt" 2>&1 ;;
@@ -72,13 +82,13 @@ case $step in
       load_rc=$?; kill "${burners[@]}"; cp .perfgate/bl-probe/*.json "$out/" 2>/dev/null; (exit $load_rc) ;;
   ab|ab0|ab-off) run=.perfgate/$step; pre=$([ "$step" = ab0 ] && echo 0 || echo 4)
       isolate=(); [ "$step" = ab-off ] && isolate=(--perf-isolate off)
-      if [ -f $run/manifest.json ]; then args=(--resume $run); else args=(--processes 3 --precompile "$pre" --out $run -- perftests -m "gpu and pr" -p no:randomly "${slice[@]}" "${isolate[@]}"); fi
+      if [ -f "$run/manifest.json" ]; then args=(--resume "$run"); else args=(--processes 3 --precompile "$pre" --out "$run" -- perftests -m "gpu and pr" -p no:randomly "${slice[@]}" "${isolate[@]}"); fi
       timeout "$limit" python -m perfgate.cli ab "${args[@]}" > "$out/log.txt" 2>&1; ab_rc=$?
-      cp $run/manifest.json $run/report.md $run/report.json "$out/" 2>/dev/null; cp -r $run/results $run/logs "$out/" 2>/dev/null
+      cp "$run/manifest.json" "$run/report.md" "$run/report.json" "$out/" 2>/dev/null; cp -r "$run/results" "$run/logs" "$out/" 2>/dev/null
       (exit $ab_rc) ;;  # the step's rc is perfgate ab's, not the copies' (BH's first call printed cp's 0)
 esac
 rc=$?
 t1=$(date +%s.%N)
 echo "step=$step rc=$rc wall_s=$(python -c "print(round($t1-$t0,1))")" | tee -a "$out/times.txt"
 grep -E "^perfgate:|PASS|FAIL|passed|failed" "$out/log.txt" | cut -c1-400 | tail -25
-tar czf "$OUT/$step.tgz" -C .perfgate/out "$step"
+cd "$root" && tar czf "$OUT/$step.tgz" -C .perfgate/out "$step"
