@@ -36,6 +36,16 @@ def test_a_marker_of_another_environment_is_not_held(tmp_path, change):
     assert precompiled.split(CELLS, str(tmp_path), _keys(**change)) == (CELLS, [])
 
 
+def test_two_trees_sharing_a_cache_keep_each_others_markers(tmp_path, monkeypatch):
+    ours = _keys()
+    monkeypatch.setattr(precompiled, "sources_digest", lambda registry: "another tree")
+    theirs = _keys()
+    for keys in (ours, theirs):
+        precompiled.mark([{"cell": c.id, "status": "ok"} for c in CELLS], str(tmp_path), keys)
+    assert precompiled.split(CELLS, str(tmp_path), ours) == ([], CELLS)
+    assert precompiled.split(CELLS, str(tmp_path), theirs) == ([], CELLS)
+
+
 def test_a_source_change_changes_the_key(monkeypatch):
     before = _keys()
     monkeypatch.setattr(precompiled, "sources_digest", lambda registry: "another tree")
@@ -45,7 +55,7 @@ def test_a_source_change_changes_the_key(monkeypatch):
 def test_a_torn_marker_is_compiled_again(tmp_path):
     keys = _keys()
     (tmp_path / precompiled.MARKERS).mkdir()
-    (tmp_path / precompiled.MARKERS / f"{CELLS[0].id}.json").write_text('{"ke')
+    precompiled.marker(str(tmp_path), CELLS[0].id, keys[CELLS[0].id]).write_text('{"ke')
     assert precompiled.split(CELLS[:1], str(tmp_path), keys) == (CELLS[:1], [])
 
 
