@@ -219,8 +219,8 @@ EAGER_MEMORY_STEPS = 4
 # Eager's warm-up after the compiled side's: at least this many steps, then until two chunks agree (the
 # plan's settle). By then eager has taken its memory steps and its numerics steps (its cuDNN picks, allocator
 # and optimizer state settled), and the compiled side's warm-up has just kept the GPU busy, so its clocks are
-# up; what is left to see is that eager runs steady. Its 20-step floor was 15 of the PR tier's ~33 s of
-# warm-up (H100, 2026-11-26: eager's steps are the slower side's, 21-136 ms).
+# up; what is left to see is that eager runs steady. Its 20-step floor was ~13 s of the PR tier's ~33 s of
+# warm-up (H100, 2026-11-26: 20 eager steps of 21-136 ms a cell); 6 saved 2.5 s over 6 cells (BX, 2026-11-27).
 EAGER_REWARM_STEPS = 6
 
 
