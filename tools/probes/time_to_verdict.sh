@@ -22,12 +22,13 @@
 # (default baselines/); REFRESH="results files..." first folds tools/probes/pr_baseline_sources.txt and those
 # files into DIR (perfgate baseline update), so a run is gated against a baseline of the rebuilt pipeline.
 # ISOLATE=gpu runs the tier's cells in the isolated worker; the default, off, is the PR workflow's.
-# STEP-old (cold-old, warm-old, precompile-old, ...) runs STEP with the code in .old/ (an earlier commit's
-# perfgate, perftests, fixtures, conftest.py and pyproject.toml, e.g. `git archive REF ... | tar x -C .old`,
-# carried) on the same caches and baseline: the before of a before/after on one machine. It runs from a copy
-# outside the repository: pytest loads the conftest.py of every folder above its tests, and the repository's
-# would import today's perfgate first (BW, 2026-11-27: a "warm-old" step ran today's code). K="EXPR" runs
-# the cold, warm, precompile and plant steps on the cells `-k EXPR` selects.
+# STEP-old (cold-old, warm-old, precompile-old, plant-old; not hostload or ab) runs STEP with the code in
+# .old/ (an earlier commit's perfgate, perftests, fixtures, conftest.py and pyproject.toml, e.g.
+# `git archive REF ... | tar x -C .old`, carried) on the same caches and baseline: the before of a
+# before/after on one machine. It runs from a copy outside the repository: pytest loads the conftest.py of
+# every folder above its tests, and the repository's would import today's perfgate first (BW, 2026-11-27: a
+# "warm-old" step ran today's code). K="EXPR" runs the cold, warm, precompile and plant steps on the cells
+# `-k EXPR` selects.
 # EXPECT_GPU="H100" stops at once (rc 4) on another GPU: a call meant for a warm machine that went back lands
 # on a fresh one, perhaps of another kind with no baseline (BL, 2026-11-26: 8 minutes on an H200).
 set -u
@@ -35,7 +36,12 @@ if [ -n "${EXPECT_GPU:-}" ] && ! nvidia-smi --query-gpu=name --format=csv,nohead
   echo "not a $EXPECT_GPU: $(nvidia-smi --query-gpu=name --format=csv,noheader)"; exit 4
 fi
 step=$1; limit=${2:-540}; root=$PWD; code=$PWD
-if [ "${step%-old}" != "$step" ]; then code=/tmp/perfgate-old; rm -rf "$code"; cp -r .old "$code" || exit 3; fi
+if [ "${step%-old}" != "$step" ]; then
+  case ${step%-old} in  # the steps whose paths are all absolute; hostload and ab read files relative to $root
+    hostload*|ab*) echo "$step: no old-code run of ${step%-old} (its paths are relative to the repository)"; exit 3 ;;
+  esac
+  code=/tmp/perfgate-old; rm -rf "$code"; cp -r .old "$code" || exit 3
+fi
 export PYTHONPATH=$code TORCHINDUCTOR_CACHE_DIR=$root/.perfgate/inductor-default
 out=$root/.perfgate/out/$step; mkdir -p "$out"
 {
