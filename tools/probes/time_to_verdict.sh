@@ -2,7 +2,8 @@
 # One device call of issue 37's measurements (docs/time-to-verdict.md), run from the repository root on a
 # GPU machine. Usage: tools/probes/time_to_verdict.sh STEP [LIMIT_S]
 #   cold    the PR tier gated against baselines/, precompile 4, from empty caches (.perfgate/cc, reference)
-#   warm    the same again with the caches the cold step left (A/A against the committed baseline)
+#   warm    the same again with the caches the cold step left (A/A against the committed baseline); warm2,
+#           warm3 ... the same into a folder of their own, so a chain's later warm runs keep their logs
 #   inject  the same with --perf-inject device_slow:3 (every cell must fail the device rule)
 #   plant   the same ungated (no confirm round to wait for): compare it offline, perfgate compare
 #   precompile  only the precompile (--collect-only), from empty caches
@@ -64,7 +65,7 @@ slice=(-k "gpt2 or vit_b16")
 t0=$(date +%s.%N)
 cd "$code" || exit 3
 case ${step%-old} in
-  cold|warm) timeout "$limit" python -m pytest "${tier[@]}" --perf-precompile 4 --perf-results "$out/results.jsonl" > "$out/log.txt" 2>&1 ;;
+  cold|warm|warm[0-9]) timeout "$limit" python -m pytest "${tier[@]}" --perf-precompile 4 --perf-results "$out/results.jsonl" > "$out/log.txt" 2>&1 ;;
   precompile) timeout -k 5 "$limit" python -m pytest "${ungated[@]}" --collect-only -q --perf-precompile 4 --perf-results "$out/results.jsonl" > "$out/log.txt" 2>&1 ;;
   inject6) timeout -k 5 "$limit" python -m pytest "${tier[@]}" -k "gpt2 or vit_b16 or resnet50" --perf-precompile 4 --perf-inject device_slow:3 --perf-results "$out/results.jsonl" > "$out/log.txt" 2>&1 ;;
   rest) timeout -k 5 "$limit" python -m pytest "${tier[@]}" -k "infer or captioner" --perf-precompile 4 --perf-results "$out/results.jsonl" > "$out/log.txt" 2>&1 ;;
