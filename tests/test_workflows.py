@@ -146,7 +146,13 @@ def test_pr_gate_gates_the_pr_tier_on_a_self_hosted_gpu_runner():
     assert option(args, "--perf-cache-dir") == "X" and cache["with"]["path"].endswith("/inductor-cache")
     assert "CACHE_DIR=$RUNNER_TEMP/inductor-cache" in scripts(gate)
     (upload,) = uses(gate, "actions/upload-artifact")
-    assert upload["with"]["path"].split() == ["out/", "!out/ab/cache/", "!out/ab/worktrees/"]
+    assert upload["with"]["path"].split() == [
+        "out/",
+        "!out/ab/cache/",
+        "!out/ab/worktrees/",
+        "!out/settle/cache/",
+        "!out/settle/worktrees/",
+    ]
     assert "$GITHUB_STEP_SUMMARY" in scripts(gate) and uses(gate, "actions/github-script")
 
 
@@ -167,6 +173,25 @@ def test_pr_gate_takes_the_ab_path_when_the_pins_change():
     assert option(args, "--perf-isolate") == "off"  # the worker's wall rules were noise-limited (docs/ab.md)
     assert '-c "$RUNNER_TEMP/base-constraints.txt"' in scripts(gate) and "-c .ci/gpu-constraints.txt" in scripts(gate)
     assert (REPO / ".ci" / "gpu-constraints.txt").read_text().count("==") >= 3
+
+
+def test_pr_gate_settles_host_side_regressions_ab_on_its_runner_and_nothing_else():
+    """The gate step passes its exit code on; the next step alone fails the job: a gate that judged nothing
+    (2, 3) as it is, a regression through `perfgate settle` (docs/gate.md "Host-side alarms")."""
+    gate = load("pr-gate.yml")
+    by_name = {step.get("name", ""): step for step in steps(gate)}
+    measured = by_name["PR tier, gated against the committed baseline"]
+    settle = by_name["Host-side regressions, judged again A/B on this runner"]
+    assert measured["id"] == "gate" and measured["run"].startswith("set +e\n")
+    assert measured["run"].rstrip().endswith('echo "exit=$?" >> "$GITHUB_OUTPUT"')
+    assert settle["if"] == "steps.path.outputs.ab != 'true' && steps.gate.outputs.exit != '0'"
+    assert 'if [ "$GATE_EXIT" != 1 ]' in settle["run"] and 'exit "${GATE_EXIT:-2}"' in settle["run"]
+    (args,) = [a for a in commands(gate, "perfgate") if a[0] == "settle"]
+    assert option(args, "--report") == "out/report.json" and option(args, "--base") == "X"
+    assert settle["env"]["BASE_SHA"] == "${{ github.event.pull_request.base.sha }}"
+    (gated,) = pytest_runs(gate)  # settle measures the cells as the gate did: in pytest's process
+    after = args[args.index("--") + 1 :]
+    assert after == ["-p", "no:randomly", "--perf-isolate", "off"] and option(gated, "--perf-isolate") == "off"
 
 
 def test_nightly_shards_over_runners_and_gpus():
@@ -261,4 +286,4 @@ def test_workflows_call_history_report_and_baseline_update():
     ]
     report = nightly[1]
     assert {"--db", "--baseline", "--html", "--markdown"} <= set(report)
-    assert [a[0] for a in commands(load("pr-gate.yml"), "perfgate")] == ["ab", "report"]
+    assert [a[0] for a in commands(load("pr-gate.yml"), "perfgate")] == ["settle", "ab", "report"]

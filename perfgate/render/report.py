@@ -250,17 +250,26 @@ def _tables(rows: Sequence) -> list[str]:
     ]
 
 
+# A baseline from other machines cannot tell a slower host from added host work (docs/gate.md).
+SETTLE_HINT = (
+    "- **host-side** cells are judged again on this runner, the base revision against this tree, by "
+    "`perfgate settle --report REPORT.json --base BASE_REV` (the PR workflow runs it; docs/gate.md)"
+)
+
+
 def _head(report: GateReport) -> list[str]:
     lines = [verdict_line(report), "", geomean_line(report), ""]
     lines += _section(
         "Regressions", [f"- {md_code(f.cell)} ({_rule_name(f)}) {md_text(finding_text(f))}" for f in report.regressions]
     )
+    triaged = triage(report)
     lines += _section(
         "Triage (what each flagged cell looks like, and the command that measures it again)",
         [
             f"- {md_code(t.cell)} **{t.kind}**: {md_text(t.why)}; {md_code(t.command)}; {md_text(t.env_text())}"
-            for t in triage(report)
-        ],
+            for t in triaged
+        ]
+        + ([SETTLE_HINT] if any(t.kind == "host-side" for t in triaged) else []),
     )
     lines += _section("Improvements", [f"- {md_code(f.cell)} {md_text(finding_text(f))}" for f in report.improvements])
     lines += _section(
