@@ -64,6 +64,12 @@ def run(args: argparse.Namespace) -> int:
     except (ABError, OutputError) as err:
         print(f"perfgate settle: cannot compare: {err}", file=sys.stderr)
         return EXIT_CANNOT_COMPARE
+    except KeyboardInterrupt:
+        print(
+            f"perfgate settle: stopped; what was measured is in {out}: perfgate ab --resume {out} carries on",
+            file=sys.stderr,
+        )
+        return EXIT_CANNOT_COMPARE
     return report.exit_code
 
 

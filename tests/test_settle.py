@@ -136,3 +136,13 @@ def test_the_gate_report_points_a_host_side_cell_to_settle(base):
     assert SETTLE_HINT in markdown(gate.compare(records, base))
     real = syn.run(42, overrides={GPT2: slower(base, GPT2, device=0.85)}, **QUIET)
     assert SETTLE_HINT not in markdown(gate.compare(real, base))
+
+
+def test_a_stopped_settle_says_where_its_measurements_are(tmp_path, base, monkeypatch, capsys):
+    def stopped(out, progress, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(ab_run, "run_ab", stopped)
+    path = report_file(tmp_path, base, {GPT2: slower(base, GPT2)})
+    assert main(["settle", "--report", str(path), "--base", "abc", "--out", str(tmp_path / "s")]) == 2
+    assert f"perfgate ab --resume {tmp_path / 's'} carries on" in capsys.readouterr().err
