@@ -24,9 +24,22 @@ from perfgate.render import ab_report
 EXIT_CANNOT_COMPARE = 2
 
 
+def _names_tests(arg: str) -> bool:
+    """A node id, a test file or a folder of test files: what pytest would run beside the cells. An option's
+    value (a cache folder, a baseline folder, `no:randomly`) is none of these."""
+    path = Path(arg.split("::")[0])
+    if arg.startswith("-"):
+        return False
+    return (
+        "::" in arg
+        or (path.suffix == ".py" and path.name.startswith("test"))
+        or (path.is_dir() and any(path.glob("test_*.py")))
+    )
+
+
 def _selection_problem(pytest_args) -> str | None:
     """settle selects the cells itself (their node ids): a test path or node id among the args would run more."""
-    extra = [a for a in pytest_args if "::" in a or (not a.startswith("-") and Path(a).exists())]
+    extra = [a for a in pytest_args if _names_tests(a)]
     if extra:
         return (
             f"pytest args {extra}: settle adds the host-side cells' node ids itself; give options only "

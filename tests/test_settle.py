@@ -20,6 +20,7 @@ from perfgate.render.report_files import write_reports
 
 import synthetic as syn
 
+REPO = Path(__file__).resolve().parents[1]
 KEY = (syn.H100, "pr")
 GPT2, VIT = "gpt2-train-inductor_default-amp_bf16", "vit_b16-infer-inductor_default-amp_bf16"
 GPT2_NODE = f"{PERF_TESTS}::test_train_step[gpt2-inductor_default-amp_bf16]"
@@ -118,8 +119,12 @@ def test_settle_runs_the_host_side_cells_alone_ab_base_against_this_tree(tmp_pat
     calls.clear()
     both = report_file(tmp_path, base, {GPT2: slower(base, GPT2), VIT: slower(base, VIT, 0.8, 0.8)}, "both.json")
     assert main(["settle", "--report", str(both), "--base", "abc123"]) == 1 and not calls
-    assert main(["settle", "--report", str(path), "--base", "abc123", "--", "perftests"]) == 2 and not calls
-    assert "settle adds the host-side cells' node ids itself" in capsys.readouterr().err
+    for tests in (str(REPO / "perftests"), str(REPO / PERF_TESTS), GPT2_NODE):
+        assert main(["settle", "--report", str(path), "--base", "abc123", "--", tests]) == 2 and not calls
+        assert "settle adds the host-side cells' node ids itself" in capsys.readouterr().err
+    # an option's value that is a folder is not a test path
+    argv[-2:] = ["--perf-cache-dir", str(tmp_path)]
+    assert main(argv) == 0 and calls[-1][1]["common"] == ["--perf-cache-dir", str(tmp_path), GPT2_NODE]
 
 
 def test_the_report_json_keeps_what_settle_reads(tmp_path, base):
