@@ -27,9 +27,9 @@ EXIT_CANNOT_COMPARE = 2
 def _names_tests(arg: str) -> bool:
     """A node id, a test file or a folder of test files: what pytest would run beside the cells. An option's
     value (a cache folder, a baseline folder, `no:randomly`) is none of these."""
-    path = Path(arg.split("::")[0])
     if arg.startswith("-"):
         return False
+    path = Path(arg.split("::")[0])
     return (
         "::" in arg
         or (path.suffix == ".py" and path.name.startswith("test"))
@@ -63,7 +63,6 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_CANNOT_COMPARE
     out = Path(args.out or ab_run.default_out("settle"))
     try:
-        ab_run.check_processes(args.processes)
         sides = [side_from_options("A", None, args.base, [], ""), side_from_options("B", None, None, [], "")]
         report = ab_run.run_ab(
             out,

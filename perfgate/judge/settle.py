@@ -5,10 +5,10 @@ The committed baseline comes from other machines. The device clock carries acros
 speedup repeats to ~0.2 % between H100 leases), the wall and host clocks do not where the compiled step has
 little host headroom: on H100 leases whose host ran slow, clean runs of unchanged code read gpt2 infer's wall
 speedup 7-21 % low and resnet50 infer's 9 % low with their device clocks within 1.8 % (BQ, BW, CA,
-2026-11-26/27), and the confirm round, on the same slow host, confirmed them. Every failed clean 12-cell run
-since 2026-11-26 failed that way alone, while every cell caught in the planted-GPU-loss runs was caught by
-its device clock. A baseline from other hosts cannot tell a slower host from a change that adds host work;
-the base revision measured beside the change on the same runner can.
+2026-11-26/27), and the confirm round, on the same slow host, confirmed them. Of the ten clean 12-cell runs
+gated live from BK on, five failed, each on one such cell alone, while every cell caught in the eight
+planted-GPU-loss runs was caught by its device clock. A baseline from other hosts cannot tell a slower host
+from a change that adds host work; the base revision measured beside the change on the same runner can.
 
 So a cell is *host-side* when every regression the gate found on it is on the wall or host clock and its
 device clock was measured and did not move (perfgate.judge.triage's test); `perfgate settle` runs those cells
