@@ -151,3 +151,20 @@ def test_a_stopped_settle_says_where_its_measurements_are(tmp_path, base, monkey
     path = report_file(tmp_path, base, {GPT2: slower(base, GPT2)})
     assert main(["settle", "--report", str(path), "--base", "abc", "--out", str(tmp_path / "s")]) == 2
     assert f"perfgate ab --resume {tmp_path / 's'} carries on" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "device, held",
+    [
+        ({"metric": "device_speedup", "change": -0.01, "threshold": 0.025}, True),
+        ({"metric": "device_speedup", "change": -0.03, "threshold": 0.045}, True),  # a wide line, within it
+        ({"metric": "device_speedup", "change": -0.03, "threshold": 0.025}, False),  # past the threshold, untripped
+        ({"metric": "compute_speedup", "change": -0.03, "threshold": 0.025}, False),  # a data-parallel cell's
+        ({"metric": "device_speedup", "change": None, "threshold": None}, False),  # not compared: no evidence
+    ],
+)
+def test_a_device_clock_holds_only_if_it_was_compared_and_stayed_above_its_threshold(device, held):
+    from perfgate.judge.settle import _device_held
+
+    row = {"tripped": ["speedup"], "clocks": [{"metric": "speedup", "change": -0.15, "threshold": 0.03}, device]}
+    assert _device_held(row) is held
