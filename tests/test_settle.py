@@ -157,8 +157,8 @@ def test_a_stopped_settle_says_where_its_measurements_are(tmp_path, base, monkey
     "device, held",
     [
         ({"metric": "device_speedup", "change": -0.01, "threshold": 0.025}, True),
-        ({"metric": "device_speedup", "change": -0.03, "threshold": 0.045}, True),  # a wide line, within it
-        ({"metric": "device_speedup", "change": -0.03, "threshold": 0.025}, False),  # past the threshold, untripped
+        ({"metric": "device_speedup", "change": -0.03, "threshold": 0.045}, True),  # within its line
+        ({"metric": "device_speedup", "change": -0.03, "threshold": 0.025}, False),  # past its line, no finding counted
         ({"metric": "compute_speedup", "change": -0.03, "threshold": 0.025}, False),  # a data-parallel cell's
         ({"metric": "device_speedup", "change": None, "threshold": None}, False),  # not compared: no evidence
     ],

@@ -108,8 +108,8 @@ def classify(row, record: dict, baseline: dict) -> tuple[str, str]:
 
 
 def device_moved(metric: str, change: float, threshold: float | None, tripped) -> bool:
-    """A device clock moved: its rule tripped, or it fell by its threshold or more (a noisy baseline can keep
-    the rule from tripping on that). perfgate.judge.settle reads the same test from a report's JSON."""
+    """A device clock moved: its rule's finding counted, or its change reached the row's threshold (the smallest
+    drop that trips) without one. perfgate.judge.settle reads the same test from a report's JSON."""
     return metric in tripped or change <= -(threshold or 0)
 
 
