@@ -31,6 +31,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -38,8 +39,10 @@ from typing import Callable, Sequence
 
 from perfgate import ab_env
 from perfgate.ab_env import ABEnvironment, ABError
+from perfgate.core.output import OutputError
 from perfgate.core.records_file import RecordFileError, load_records, precompile_path
 from perfgate.judge.ab_verdict import AB_SIDES, ABReport, Process, judge_ab
+from perfgate.render import ab_report
 
 MANIFEST_SCHEMA = 1
 MIN_PROCESSES = 2  # a side's spread between processes needs 2 at least
@@ -49,6 +52,7 @@ DEFAULT_PROCESSES = 3  # Student's q at df 2 (2 a side) is 22.3: a verdict needs
 DEFAULT_PRECOMPILE = 4
 COMPLETE = ("done", "crashed")
 STOP_WAIT_S = 30  # how long a stopped run waits for its pytest to end before killing it
+EXIT_CANNOT_COMPARE = 2
 
 
 def now_text() -> str:
@@ -491,3 +495,29 @@ def run_ab(
         )
     run_pending(manifest, out, progress)
     return verdict(manifest, out, rules)
+
+
+def report_and_exit(
+    command: str,
+    out: Path,
+    judged: Callable[[], ABReport],
+    markdown: str | None,
+    json_path: str | None,
+    html: str | None,
+) -> int:
+    """The end of `perfgate ab` and `perfgate settle`: the verdict `judged()` returns, its reports written (and
+    its Markdown printed), and its exit code; 2 where the run cannot compare or was stopped, saying so and,
+    when stopped, where its records are and how to carry on."""
+    try:
+        report = judged()
+        sys.stdout.write(ab_report.write(report, out, markdown, json_path, html))
+    except (ABError, OutputError) as err:
+        print(f"perfgate {command}: cannot compare: {err}", file=sys.stderr)
+        return EXIT_CANNOT_COMPARE
+    except KeyboardInterrupt:
+        print(
+            f"perfgate {command}: stopped; what was measured is in {out}: perfgate ab --resume {out} carries on",
+            file=sys.stderr,
+        )
+        return EXIT_CANNOT_COMPARE
+    return report.exit_code

@@ -293,13 +293,13 @@ def _add_report_parser(sub) -> None:
 def cmd_ab(args: argparse.Namespace) -> int:
     from perfgate import ab_run
     from perfgate.ab_env import ABError, side_from_options
-    from perfgate.render import ab_report
 
     def progress(message: str) -> None:
         print(f"[perfgate ab] {message}", flush=True)
 
     out = Path(args.judge or args.resume or args.out or ab_run.default_out())
-    try:
+
+    def judged():
         if args.judge:  # a run cut by a time limit, judged here: resuming on another machine would mix two
             if (
                 args.resume
@@ -312,9 +312,7 @@ def cmd_ab(args: argparse.Namespace) -> int:
                     "--judge DIR judges the run in DIR as it stands: give no sides, --resume, "
                     "--processes, --precompile or pytest args"
                 )
-            report = ab_run.verdict(ab_run.load_manifest(out), out)
-            sys.stdout.write(ab_report.write(report, out, args.markdown, args.json, args.html))
-            return report.exit_code
+            return ab_run.verdict(ab_run.load_manifest(out), out)
         ab_run.check_processes(args.processes)
         sides = [
             side_from_options(label, *(getattr(args, f"{label.lower()}_{k}") for k in ("python", "rev", "env", "args")))
@@ -328,7 +326,7 @@ def cmd_ab(args: argparse.Namespace) -> int:
             raise ABError(
                 "--resume DIR carries on the run as its manifest says: give no sides, --precompile or pytest args"
             )
-        report = ab_run.run_ab(
+        return ab_run.run_ab(
             out,
             progress,
             sides=sides,
@@ -337,17 +335,8 @@ def cmd_ab(args: argparse.Namespace) -> int:
             resume=bool(args.resume),
             precompile=ab_run.DEFAULT_PRECOMPILE if args.precompile is None else args.precompile,
         )
-        sys.stdout.write(ab_report.write(report, out, args.markdown, args.json, args.html))
-    except (ABError, OutputError) as err:
-        print(f"perfgate ab: cannot compare: {err}", file=sys.stderr)
-        return EXIT_CANNOT_COMPARE
-    except KeyboardInterrupt:
-        print(
-            f"perfgate ab: stopped; what was measured is in {out}: perfgate ab --resume {out} carries on",
-            file=sys.stderr,
-        )
-        return EXIT_CANNOT_COMPARE
-    return report.exit_code
+
+    return ab_run.report_and_exit("ab", out, judged, args.markdown, args.json, args.html)
 
 
 def _add_ab_parser(sub) -> None:

@@ -16,12 +16,8 @@ import sys
 from pathlib import Path
 
 from perfgate import ab_run
-from perfgate.ab_env import ABError, side_from_options
-from perfgate.core.output import OutputError
+from perfgate.ab_env import side_from_options
 from perfgate.judge import settle
-from perfgate.render import ab_report
-
-EXIT_CANNOT_COMPARE = 2
 
 
 def _names_tests(arg: str) -> bool:
@@ -53,36 +49,31 @@ def run(args: argparse.Namespace) -> int:
         found = settle.settlement(settle.read_report(args.report))
     except settle.SettleError as err:
         print(f"perfgate settle: {err}", file=sys.stderr)
-        return EXIT_CANNOT_COMPARE
+        return ab_run.EXIT_CANNOT_COMPARE
     print(settle.text(found), flush=True)
     if found.exit_code or not found.host_side:
         return found.exit_code
     problem = _selection_problem(args.pytest_args)
     if problem:
         print(f"perfgate settle: cannot compare: {problem}", file=sys.stderr)
-        return EXIT_CANNOT_COMPARE
+        return ab_run.EXIT_CANNOT_COMPARE
     out = Path(args.out or ab_run.default_out("settle"))
-    try:
-        sides = [side_from_options("A", None, args.base, [], ""), side_from_options("B", None, None, [], "")]
-        report = ab_run.run_ab(
+    sides = [side_from_options("A", None, args.base, [], ""), side_from_options("B", None, None, [], "")]
+    return ab_run.report_and_exit(
+        "settle",
+        out,
+        lambda: ab_run.run_ab(
             out,
             lambda message: print(f"[perfgate settle] {message}", flush=True),
             sides=sides,
             common=[*args.pytest_args, *found.host_side],
             processes=args.processes,
             precompile=ab_run.DEFAULT_PRECOMPILE,
-        )
-        sys.stdout.write(ab_report.write(report, out, args.markdown, args.json, args.html))
-    except (ABError, OutputError) as err:
-        print(f"perfgate settle: cannot compare: {err}", file=sys.stderr)
-        return EXIT_CANNOT_COMPARE
-    except KeyboardInterrupt:
-        print(
-            f"perfgate settle: stopped; what was measured is in {out}: perfgate ab --resume {out} carries on",
-            file=sys.stderr,
-        )
-        return EXIT_CANNOT_COMPARE
-    return report.exit_code
+        ),
+        args.markdown,
+        args.json,
+        args.html,
+    )
 
 
 def add_parser(sub) -> None:
