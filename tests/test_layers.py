@@ -17,8 +17,9 @@ ALLOWED = {
     "store": {"core", "store"},
     "plan": {"core", "plan"},
     "render": {"core", "judge", "store", "plan", "render"},
-    "plugin": {"core", "measure", "judge", "store", "plan", "render", "plugin"},
-    FACES: {"core", "judge", "store", "plan", "render", FACES},
+    "ab": {"core", "judge", "store", "plan", "render", "ab"},
+    "plugin": {"core", "measure", "judge", "store", "plan", "render", "ab", "plugin"},
+    FACES: {"core", "judge", "store", "plan", "render", "ab", FACES},
 }
 # The one arrow up, and only inside a function (a lazy import): a judge Finding's `message` reads its words from
 # render's wording, which imports core alone, so it cannot close a cycle (docs/architecture.md, "The layers").

@@ -424,6 +424,13 @@ FIELDS: tuple[Field, ...] = (
     Field("gate", dict, check="object", default={}, doc="{speedup_threshold: fraction}: the model's overrides"),
     Field("why", dict, doc="{dir, compile_log, trace_eager, trace_compiled} paths when profiled"),
     Field(
+        "paired",
+        dict,
+        check="object",
+        doc="a paired run's comparison with its base side (perfgate.ab.duet.measure): against, estimator, "
+        "duets, looks, outcome, rules [{rule, change, lo, hi, outcome, pairs}], the rounds of both sides",
+    ),
+    Field(
         "gpu_neighbours",
         list,
         default=None,

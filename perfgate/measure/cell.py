@@ -50,11 +50,14 @@ def run_cell(
     record_compiled: Callable[[float], None] | None = None,
     checkpoint: Callable[[dict], None] | None = None,
     process: str = "pytest",
+    serve: Callable | None = None,
 ) -> dict:
     """Measure one cell and return its record. `checkpoint`, if given, receives the record as it stands at
     each stage (status "failed", reason "did not finish ..."): a process killed mid-cell (a CI timeout, a
     hung compile) then leaves what it had measured, and the final record supersedes it. `process`: where
-    this runs (perfgate.core.record.PROCESSES), which the record keeps."""
+    this runs (perfgate.core.record.PROCESSES), which the record keeps. `serve(run, eager_ms, compiled_ms)`: a
+    paired comparison's side (perfgate.measure.duet), which serves its timed rounds to the coordinator and
+    returns them (wall, host, device or None), or None to time the cell as usual."""
     if cell.phase == "ddp":  # its ranks are processes of their own
         from perfgate.measure import ddp
 
@@ -73,7 +76,7 @@ def run_cell(
             why.compile_logs(why_dir and why_dir / "compile.log"),
             cache_artifacts.fresh_recording(),
         ):
-            saved[0] = _measure(run, record_compiled, why_dir)
+            saved[0] = _measure(run, record_compiled, why_dir, serve)
 
     guarded(record, clock, stages)
     if saved[0] is not None:  # after clean-up: this process's models are freed while the child builds its own
@@ -91,7 +94,7 @@ def run_cell(
     return record
 
 
-def _measure(run: CellRun, record_compiled, why_dir: Path | None) -> bytes | None:
+def _measure(run: CellRun, record_compiled, why_dir: Path | None, serve: Callable | None = None) -> bytes | None:
     """The single-device stages into run.record; returns the saved cache artifacts when the options ask."""
     spec, cell, options, record, device = run.spec, run.cell, run.options, run.record, run.device
     prepare(run)
@@ -117,9 +120,14 @@ def _measure(run: CellRun, record_compiled, why_dir: Path | None) -> bytes | Non
         watch.sample()
     host.sample()
     started = time.perf_counter()
-    timed_rounds(run, min(eager_ms, compiled_ms), record_compiled)
-    timing_s = time.perf_counter() - started
-    _clocks(run, timing_s)
+    if serve is not None:
+        run.clock.enter("timing", f"{cell.id}: ready; serving paired rounds")
+        served = serve(run, eager_ms, compiled_ms)
+    if serve is None or served is None:
+        timed_rounds(run, min(eager_ms, compiled_ms), record_compiled)
+        _clocks(run, time.perf_counter() - started)
+    else:
+        _store_served(run, *served)
     host.sample()
     host.store(record)
 
@@ -159,6 +167,23 @@ def _clocks(run: CellRun, timing_s: float) -> None:
     clocks.measure_host(run.record, run.eager_step, run.compiled_step, run.device, stream, seconds=timing_s - device_s)
     run.clock.enter("device_clock", f"{run.id}: device clock")
     clocks.measure_device(run.record, run.eager_step, run.compiled_step, run.device, stream)
+
+
+def _store_served(run: CellRun, wall, host, on_device) -> None:
+    """A paired side's clocks from the rounds it served: the same fields its own rounds would have filled."""
+    from perfgate.core.record import bound_of
+    from perfgate.measure.pipeline import store_timing
+
+    store_timing(run.record, wall)
+    clocks.store_clock(run.record, "host", host)
+    if on_device is None:
+        run.record["clocks_note"] = clocks.NO_DEVICE_CLOCK if run.device.type != "cuda" else "device clock failed"
+        return
+    clocks.store_clock(run.record, "device", on_device)
+    for side in ("eager", "compiled"):
+        run.record[f"busy_{side}"] = round(run.record[f"{side}_device_ms"] / run.record[f"{side}_ms"], 4)
+    run.record["bound_eager"] = bound_of(run.record["busy_eager"])
+    run.record["bound"] = bound_of(run.record["busy_compiled"])
 
 
 def store_throughput(spec, size, cell, record: dict, eager_step, device) -> None:

@@ -85,7 +85,9 @@ class Watch:
     def sample(self) -> None:
         rows = self.list_processes()
         me = os.getpid()
-        seen = None if rows is None else neighbours(rows, me, own_processes(me, root=self.root))
+        # A paired side's partner shares the GPU by design (perfgate.measure.duet sets the variable).
+        peers = {int(pid) for pid in os.environ.get("PERFGATE_PAIRED_PEERS", "").split(",") if pid.strip()}
+        seen = None if rows is None else neighbours(rows, me, own_processes(me, root=self.root) | peers)
         if seen is not None:
             self.found = merged([self.found or [], seen])
 

@@ -12,8 +12,9 @@ import logging
 
 import pytest
 
+from perfgate.ab import sides
 from perfgate.core.matrix import UnknownNameError
-from perfgate.plugin import options, selection
+from perfgate.plugin import against, options, selection
 from perfgate.plugin.session import PerfSession
 
 SESSION_KEY = pytest.StashKey[PerfSession]()
@@ -28,9 +29,14 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", selection.MARK_HELP)
     try:
         chosen = options.check(config)
+        base = against.base_side(config)  # --perf-against: checked (and checked out) before any cell
     except (UnknownNameError, ValueError) as err:
         raise pytest.UsageError(str(err)) from None
     perf = config.stash[SESSION_KEY] = PerfSession(config, chosen)
+    if base is not None and not config.option.collectonly:
+        perf.pairing = against.Pairing(
+            base, perf.results_path, config.getoption("--perf-cache-dir"), sides.repo_root(str(config.rootpath))
+        )
     perf.summary += options.ineffective(config.getoption)  # said again at the end, where a reader looks
     config.pluginmanager.register(_ShardHook(), "perfgate-shard")
     if perf.worker is None:  # prints the finished-cell lines xdist workers send (none without xdist)

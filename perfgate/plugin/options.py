@@ -107,6 +107,21 @@ def add(parser: pytest.Parser) -> None:
     )
     group.addoption("--perf-baseline", help="gate this run against a baseline file or directory")
     group.addoption(
+        "--perf-against",
+        metavar="REV",
+        help="measure each cell beside REV (a git revision of this checkout, e.g. origin/main) on this runner, "
+        "rounds alternated, and judge the clocks against it: regression, no regression, or unsure (exit 2)",
+    )
+    group.addoption(
+        "--perf-against-python", metavar="PY", help="the base side's interpreter (an upgrade's A/B; default: this one)"
+    )
+    group.addoption(
+        "--perf-against-env",
+        metavar="NAME=VALUE",
+        action="append",
+        help="an environment variable of the base side's processes, repeatable",
+    )
+    group.addoption(
         "--perf-save-baseline",
         metavar="DIR",
         help="write this run's records as the baseline of its environment and tier into DIR",

@@ -61,6 +61,8 @@ class PerfSession:
         self.offered: list[Cell] = []
         self.cell_process = None  # the warm process isolated cells run in (perfgate.measure.isolate)
         self.precompile_s = 0.0  # seconds the session spent precompiling before its first cell
+        self.pairing = None  # --perf-against: the paired engine's state (perfgate.plugin.against.Pairing)
+        self.paired = None  # the paired verdict, once judged (perfgate.ab.verdict.PairedVerdict)
 
     def start_relay(self, workers: int):
         """On the xdist controller: the plugin that prints the finished-cell lines `workers` workers send."""
@@ -106,7 +108,11 @@ class PerfSession:
         options = self.options(cell, for_cell(cell.device_kind, self.worker))
         if profile_dir:
             options = dataclasses.replace(options, profile_dir=profile_dir)
-        if self.isolates(cell):
+        if self.pairing is not None and cell.phase != "ddp":
+            record = self.pairing.run(self.job(spec, cell, options, remeasure), self._progress)
+            if record.get("env"):
+                self._envs.setdefault(options.device, record["env"])
+        elif self.isolates(cell):
             record = self._run_isolated(spec, cell, options, record_compiled, remeasure)
         else:
             record = self._run_here(spec, cell, options, record_compiled, remeasure)
@@ -208,11 +214,12 @@ class PerfSession:
             or matrix.VARIANTS[cell.variant].time_limit_s
         )
 
-    def _run_isolated(self, spec, cell: Cell, options, record_compiled, remeasure: str = "") -> dict:
+    def job(self, spec, cell: Cell, options, remeasure: str = ""):
+        """The cell as one serializable job, for a process other than this one."""
         from perfgate.measure.job import Job
         from perfgate.measure.launch import import_path
 
-        job = Job(
+        return Job(
             cell=cell,
             options=options,
             tf32=self.tf32,
@@ -222,6 +229,9 @@ class PerfSession:
             sys_path=tuple(import_path()),
             remeasure=remeasure,
         )
+
+    def _run_isolated(self, spec, cell: Cell, options, record_compiled, remeasure: str = "") -> dict:
+        job = self.job(spec, cell, options, remeasure)
         record = self.isolated_process().run(job, self._progress, record_compiled)
         if record.get("env"):  # what pytest-benchmark's machine_info shows, as an in-process cell leaves it
             self._envs.setdefault(options.device, record["env"])
@@ -240,6 +250,8 @@ class PerfSession:
         if self.cell_process is not None:
             self.cell_process.close()
             self.cell_process = None
+        if self.pairing is not None:
+            self.pairing.close()
 
     def environment(self, device) -> dict:
         """The environment of `device` (a torch.device), taken once per device and session."""
@@ -400,13 +412,18 @@ class PerfSession:
                     profiled[cell_id] = self._run(*self.ran[cell_id], profile_dir=why_dir, remeasure="confirm")
             return list(profiled.values())
 
-        outcome = gate_run(records, baseline, None if interrupted else remeasure)
+        if self.pairing is not None:  # the clocks are the paired verdict's; the baseline judges the rest
+            from perfgate.ab.verdict import baseline_rules
+
+            outcome = gate_run(records, baseline, None, baseline_rules())
+        else:
+            outcome = gate_run(records, baseline, None if interrupted else remeasure)
         if interrupted:
             self.summary.append(
                 "perfgate: the run was interrupted: no confirm round and no why-artifacts; a "
                 "tripped speedup rule stands unconfirmed"
             )
-        for cell_id in set() if interrupted else _flagged(outcome) - set(profiled):
+        for cell_id in set() if interrupted or self.pairing else _flagged(outcome) - set(profiled):
             if cell_id in self.ran:  # flagged by another rule: profile it for the reader, gate unchanged
                 self._progress(f"{cell_id}: flagged; writing why-artifacts")
                 profiled[cell_id] = self._run(*self.ran[cell_id], profile_dir=why_dir, remeasure="why-artifacts")
@@ -414,12 +431,23 @@ class PerfSession:
             f"why-artifacts for {cid}: {rec['why']['dir']}" for cid, rec in profiled.items() if rec.get("why")
         ]
         paths = (Path(report_dir) / "report.md", Path(report_dir) / "report.json") if report_dir else (None, None)
+        paired = self.paired_verdict(records)
         if outcome.errors:
             self.summary += [f"perfgate: cannot compare (exit 2): {error}" for error in outcome.errors]
-            write_reports(outcome, *paths)  # the PR comment says why nothing was judged
+            write_reports(outcome, *paths, paired=paired)  # the PR comment says why nothing was judged
         else:
-            self.summary += write_reports(outcome, *paths).splitlines()
+            self.summary += write_reports(outcome, *paths, paired=paired).splitlines()
         return outcome
+
+    def paired_verdict(self, records: list[dict]):
+        """The paired verdict over this run's records (None unless --perf-against), its lines in the summary."""
+        if self.pairing is None:
+            return None
+        from perfgate.ab.verdict import PairedVerdict
+
+        self.paired = verdict = PairedVerdict.of(records)
+        self.summary += verdict.lines()
+        return verdict
 
     def _progress(self, message: str) -> None:
         """One line as each phase of a cell starts, so a 40-minute run is never silent. Cells run inside a

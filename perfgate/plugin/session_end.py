@@ -28,7 +28,7 @@ def finish(session, perf: PerfSession) -> None:
     config = session.config
     save_dir, baseline = config.getoption("--perf-save-baseline"), config.getoption("--perf-baseline")
     history_db = config.getoption("--perf-history")
-    if not (save_dir or baseline or history_db):
+    if not (save_dir or baseline or history_db or perf.pairing is not None):
         return
     records = _step(session, perf, "read this run's records", lambda: _session_records(perf))
     if records is None:
@@ -41,7 +41,19 @@ def finish(session, perf: PerfSession) -> None:
         interrupted = int(session.exitstatus) == int(pytest.ExitCode.INTERRUPTED)
         outcome = _step(session, perf, "gate the run", lambda: perf.gate(records, baseline, interrupted))
         if outcome is not None:
-            session.exitstatus = max(int(session.exitstatus), outcome.exit_code)
+            _exit_with(session, outcome.exit_code, perf.paired)
+    elif perf.pairing is not None:  # paired without a baseline: the clocks alone are judged
+        verdict = perf.paired_verdict(records)
+        _exit_with(session, 0, verdict)
+
+
+def _exit_with(session, gate_exit: int, paired) -> None:
+    """The session's exit status with the gate's and the paired verdict's: a regression shown by either is 1,
+    whatever else the session saw; else the worst of them (2: unsure or unusable, never a pass)."""
+    from perfgate.ab.verdict import combined_exit
+
+    code = gate_exit if paired is None else combined_exit(gate_exit, paired)
+    session.exitstatus = code if code == 1 else max(int(session.exitstatus), code)
 
 
 def _step(session, perf: PerfSession, what: str, action):

@@ -12,9 +12,10 @@ from perfgate.core.output import write_atomic
 from perfgate.render.report import markdown, md_text, to_json
 
 
-def write_reports(outcome, markdown_path: str | None, json_path: str | None) -> str:
+def write_reports(outcome, markdown_path: str | None, json_path: str | None, paired=None) -> str:
     """The markdown (returned, and written where asked) and JSON reports of a gated run; a run that could not
-    be compared gets a report saying why, so a PR comment never reads as an empty pass."""
+    be compared gets a report saying why, so a PR comment never reads as an empty pass. `paired`: a paired
+    run's verdict on the clocks (perfgate.ab.verdict.PairedVerdict), shown first; the exit code is both's."""
     text = "\n\n---\n\n".join(markdown(r) for r in outcome.reports)
     if outcome.errors:
         text = (
@@ -27,14 +28,20 @@ def write_reports(outcome, markdown_path: str | None, json_path: str | None) -> 
             )
             + "\n"
         )
+    exit_code = outcome.exit_code
+    if paired is not None and paired.cells:
+        text = paired.markdown() + "\n---\n\n" + text
+        exit_code = paired.combined_exit(exit_code)
     _write(markdown_path, text)
     _write(
         json_path,
         json.dumps(
             {
-                "exit_code": outcome.exit_code,
+                "report_schema": 1,
+                "exit_code": exit_code,
                 "errors": list(outcome.errors),
                 "reports": [to_json(r) for r in outcome.reports],
+                "paired": paired.as_json() if paired is not None else None,
             },
             indent=2,
             sort_keys=True,

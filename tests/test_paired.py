@@ -1,0 +1,105 @@
+"""The paired engine (perfgate.ab): its three-way verdict on synthetic rounds, and, end to end on the CPU, two
+trees of the tiny suite measured side by side: an A/A passes, a planted slowdown on this tree's side fails."""
+
+import json
+import subprocess
+
+import numpy as np
+import pytest
+
+from perfgate.ab import exits, paired
+from perfgate.ab.sides import SideError, nonblank, parse_env
+from perfgate.ab.verdict import PairedVerdict, combined_exit
+from perfgate.core.clocks import DEVICE, WALL
+
+import tiny_suite
+
+suite = tiny_suite.fixture()
+RULE = paired.PairedRule(WALL, "compiled", 0.05)
+
+
+def stalls(n: int, floor: float, seed: int) -> np.ndarray:
+    """Rounds of a host-bound step as seen on H100 leases: a floor, and positive heavy-tailed stalls on top."""
+    rng = np.random.default_rng(seed)
+    return floor * (1 + rng.pareto(1.5, n) * 0.05)
+
+
+@pytest.mark.parametrize(
+    "growth, expected",
+    [(1.0, "ok"), (1.15, "regression"), (1.05, "unsure")],
+    ids=["aa-ok", "15pct-regression", "at-the-line-unsure"],
+)
+def test_three_outcomes_on_stalled_rounds(growth, expected):
+    a = stalls(40, 25.0, 1)
+    b = stalls(40, 25.0 * growth, 2)
+    got = paired.compare([a], [b], RULE, paired.look_confidence(6))
+    assert got.outcome == expected, got
+
+
+def test_low_quantile_is_narrower_than_the_median_under_stalls():
+    a, b = stalls(40, 25.0, 3), stalls(40, 25.0, 4)
+    width = {e: paired.compare([a], [b], RULE, 0.95, estimator=e).halfwidth for e in ("q10", "median")}
+    assert width["q10"] < width["median"]
+
+
+def test_pairs_are_resampled_within_their_duet():
+    a1, b1 = stalls(12, 25.0, 5), stalls(12, 25.0, 6)
+    a2, b2 = stalls(12, 30.0, 7), stalls(12, 30.0, 8)  # a second process pair on a slower host
+    got = paired.compare([a1, a2], [b1, b2], RULE, 0.95)
+    assert got.pairs == 24 and abs(got.change) < 0.05
+
+
+def _summary(outcome: str) -> dict:
+    return {"against": "abc", "outcome": outcome, "rules": [], "duets": 2, "looks": 6}
+
+
+@pytest.mark.parametrize(
+    "outcomes, code",
+    [(["ok", "ok"], exits.PASS), (["ok", "unsure"], exits.UNUSABLE), (["unsure", "regression"], exits.REGRESSION)],
+    ids=["all-ok-pass", "unsure-never-passes", "regression-wins"],
+)
+def test_an_unsure_cell_never_passes(outcomes, code):
+    records = [{"cell": f"c{i}", "paired": _summary(o)} for i, o in enumerate(outcomes)]
+    verdict = PairedVerdict.of(records)
+    assert verdict.exit_code == code
+    assert combined_exit(exits.PASS, verdict) == code
+    assert combined_exit(exits.REGRESSION, verdict) == exits.REGRESSION
+
+
+def test_device_rule_reads_the_device_rounds():
+    assert paired.PairedRule(DEVICE, "compiled", 0.01).key == "compiled_device_ms"
+
+
+@pytest.mark.parametrize("value", ["", "  ", None], ids=["empty", "blank", "unset"])
+def test_an_empty_side_is_refused_by_name(value):
+    with pytest.raises(SideError, match="--perf-against is empty"):
+        nonblank("--perf-against", value)
+
+
+def test_a_malformed_env_is_refused_by_name():
+    with pytest.raises(SideError, match="--perf-against-env '=x'"):
+        parse_env("--perf-against-env", ["=x"])
+
+
+def _git_tree(pytester) -> None:
+    for args in (["init", "-q"], ["add", "-A"], ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "base"]):
+        subprocess.run(["git", *args], cwd=pytester.path, check=True)
+
+
+PAIRED = [*tiny_suite.FAST, "--perf-round-ms=20", "-k", "infer", "--perf-against", "HEAD", "--perf-results", "r.jsonl"]
+
+
+@pytest.mark.serial
+def test_paired_run_on_two_trees(suite):
+    """A/A: this tree against HEAD's checkout passes; a 40 % host slowdown planted in this tree's compiled step
+    fails on the wall clock, and side A's records stay apart from this tree's."""
+    _git_tree(suite)
+    same = suite.runpytest_subprocess(*PAIRED)
+    assert same.ret == 0, same.stdout.str()[-3000:]
+    slowed = suite.runpytest_subprocess(*PAIRED, "--perf-inject=host_slow:40")
+    assert slowed.ret == 1, slowed.stdout.str()[-3000:]
+    slowed.stdout.fnmatch_lines(["*perfgate paired: FAIL*", "*regression: compiled wall*"])
+    records = [json.loads(line) for line in (suite.path / "r.jsonl").read_text().splitlines()]
+    final = [r for r in records if r.get("paired")]
+    assert final and all(r["paired"]["rules"] for r in final)
+    assert (suite.path / "r.against.jsonl").exists()
