@@ -435,14 +435,15 @@ def cmd_bisect(args: argparse.Namespace) -> int:
                 args.step_path,
                 args.step_pip,
             )
-            processes = args.processes or 3
+            # `is None`, not `or`: --processes 0 became 3 and ran (ab had fixed it), now new_manifest refuses it
+            processes = 3 if args.processes is None else args.processes
             manifest = bisect_run.new_manifest(
                 out,
                 steps,
                 args.pytest_args,
                 rule,
                 processes,
-                args.max_processes or max(processes, 5),
+                max(processes, 5) if args.max_processes is None else args.max_processes,
                 shlex.split(args.pip_args or ""),
                 Path.cwd().resolve(),
             )

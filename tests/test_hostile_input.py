@@ -187,3 +187,39 @@ def test_a_baseline_named_for_the_results_but_holding_another_fingerprint_does_n
     assert main(["compare", str(results), "--baseline", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert "the expected file is" not in err and "its name is that of the" in err
+
+
+GOOD_STEP = {"name": "00", "label": "a", "python": "/usr/bin/python3", "rev": None, "env": {}, "pip": None}
+
+
+@pytest.mark.parametrize(
+    "text, said",
+    [
+        (b"[]", "manifest schema 'list', expected 1"),
+        (b"\x89PNG\x00\xff\xfe", "not a bisection's manifest ('utf-8' codec can't decode"),
+        (b'{"schema": 1}', "field 'cwd' is null"),
+        (None, "steps[1].label is null"),
+        (b'{"schema": 1, "x": ' + b"[" * DEEP + b"]" * DEEP + b"}", "a value nested deeper"),
+    ],
+    ids=["a-list", "binary", "schema-only", "a-step-without-label", "deep"],
+)
+def test_bisect_resume_of_a_corrupt_manifest_is_exit_2_naming_the_field(tmp_path, capsys, text, said):
+    out = tmp_path / "b"
+    out.mkdir()
+    if text is None:
+        manifest = {
+            "schema": 1,
+            "cwd": str(tmp_path),
+            "common_args": [],
+            "pip_args": [],
+            "rule": "gate",
+            "processes": 3,
+            "max_processes": 5,
+            "steps": [GOOD_STEP, {k: v for k, v in GOOD_STEP.items() if k != "label"}],
+            "probes": {},
+        }
+        text = json.dumps(manifest).encode()
+    (out / "bisect.json").write_bytes(text)
+    assert main(["bisect", "--resume", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert said in err and "Traceback" not in err
