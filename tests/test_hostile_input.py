@@ -223,3 +223,38 @@ def test_bisect_resume_of_a_corrupt_manifest_is_exit_2_naming_the_field(tmp_path
     assert main(["bisect", "--resume", str(out)]) == 2
     err = capsys.readouterr().err
     assert said in err and "Traceback" not in err
+
+
+CONTROL = "\x1b[31mRED\x1b[0m \x00 \u202eevil \u2028 \r\n"  # a colour, NUL, a bidi override, U+2028, CRLF
+RAW = set("\x1b\x00\u202e\u2028\r")  # none may reach a person raw; "\n" only as a line of the output itself
+
+
+def _with_control_characters(run) -> list[dict]:
+    records = [dict(r) for r in run]
+    bad = records[0]
+    bad.update(status="failed", reason="inductor said " + CONTROL, model=bad["model"] + CONTROL)
+    bad["variant"] = bad["variant"] + CONTROL
+    bad["env"] = {**bad["env"], "torch": "2.11" + CONTROL, "gpu": bad["env"]["gpu"] + CONTROL}
+    return records
+
+
+def test_control_characters_are_shown_escaped_in_every_output_a_person_reads(tmp_path, run, capsys):
+    results = tmp_path / "r.jsonl"
+    results.write_text("".join(json.dumps(r) + "\n" for r in _with_control_characters(run)))
+    base = write_baseline(tmp_path / "b.json", build_baseline([run])[KEY])
+    db = tmp_path / "h.db"
+    history.append(db, run)
+    outputs = {name: tmp_path / name for name in ("compare.md", "report.md", "report.html")}
+    assert main(["compare", str(results), "--baseline", str(base), "--markdown", str(outputs["compare.md"])]) == 1
+    compare_out = capsys.readouterr().out
+    assert main(["results", str(results)]) == 0
+    results_out = capsys.readouterr().out
+    argv = ["report", str(results), "--db", str(db), "--baseline", str(base)]
+    assert main([*argv, "--html", str(outputs["report.html"]), "--markdown", str(outputs["report.md"])]) == 0
+    texts = {"compare": compare_out, "results": results_out, **{k: p.read_text() for k, p in outputs.items()}}
+    for name, text in texts.items():
+        assert not RAW & set(text), f"{name}: {sorted(RAW & set(text))!r} raw"
+        assert "x1b" in text and "u202eevil" in text, name  # Markdown escapes the backslash and bracket
+    assert "inductor said \\x1b[31mRED\\x1b[0m \\x00 \\u202eevil \\u2028 \\r\\n" in results_out
+    # One row a record: the \r\n no longer splits the failed cell's row.
+    assert len(results_out.strip().splitlines()) == len(run) + 1

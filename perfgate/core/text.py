@@ -29,8 +29,14 @@ _UNSAFE = re.compile(
 )
 
 
+_SHORT = {"\t": "\\t", "\n": "\\n", "\r": "\\r"}  # as Python and JSON write them, the ones people know
+
+
 def _escape(match: re.Match) -> str:
-    code = ord(match.group())
+    char = match.group()
+    if char in _SHORT:
+        return _SHORT[char]
+    code = ord(char)
     return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
 
 
