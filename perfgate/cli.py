@@ -28,6 +28,7 @@ import json
 import shlex
 import sys
 import traceback
+import warnings
 from pathlib import Path
 from typing import Sequence
 
@@ -572,10 +573,27 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _plain_warnings(show):
+    """warnings.showwarning that prints perfgate's own UserWarnings as one plain line: their text names the
+    input's file and line already, and Python's format added `perfgate/cli.py:85: UserWarning` and the source
+    line that warned, which tell a user nothing. Any other warning keeps Python's format (`show`)."""
+    package = Path(__file__).resolve().parent
+
+    def showwarning(message, category, filename, lineno, file=None, line=None):
+        if issubclass(category, UserWarning) and Path(filename).resolve().is_relative_to(package):
+            print(f"perfgate: warning: {message}", file=file or sys.stderr)
+        else:
+            show(message, category, filename, lineno, file, line)
+
+    return showwarning
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)  # a usage error exits 2, as argparse does
     try:
-        return args.func(args)
+        with warnings.catch_warnings():  # restores showwarning on the way out (main runs inside tests too)
+            warnings.showwarning = _plain_warnings(warnings.showwarning)
+            return args.func(args)
     except Exception:  # noqa: BLE001 - a crash must not exit 1, which a CI reads as "regression"
         traceback.print_exc()
         print(

@@ -10,6 +10,7 @@ import json
 import os
 import stat
 import subprocess
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -20,6 +21,7 @@ from perfgate.plugin import options
 from perfgate.store import history
 
 import synthetic as syn
+import tiny_suite
 
 KEY = (syn.H100, "pr")
 DEEP = 100_000  # the depth: far past Python's recursion limit of 1000
@@ -60,7 +62,10 @@ def here(tmp_path, monkeypatch):
         ({"round_ms": 1e308}, "--perf-round-ms=1e+308: the round length must be at most 10000 ms"),
         ({"inject": "host_slow:1e308"}, "--perf-inject='host_slow:1e308': host_slow's argument must be at most 1000"),
         ({"inject": "hang:1e9"}, "hang's argument must be at most 86400"),
-        ({"cell_timeout": 1e308}, "--perf-cell-timeout=1e+308: the time limit must be a number of seconds > 0 and"),
+        (
+            {"cell_timeout": 1e308},
+            "--perf-cell-timeout=1e+308: the time limit must be a finite number of seconds > 0 and",
+        ),
         ({"precompile": 10**6, "cache_dir": "c"}, "--perf-precompile=1000000: the number of processes must be 1"),
         ({"models": ""}, "--perf-models='' names nothing"),
         ({"models": ",,,"}, "--perf-models=',,,' names nothing"),
@@ -258,3 +263,41 @@ def test_control_characters_are_shown_escaped_in_every_output_a_person_reads(tmp
     assert "inductor said \\x1b[31mRED\\x1b[0m \\x00 \\u202eevil \\u2028 \\r\\n" in results_out
     # One row a record: the \r\n no longer splits the failed cell's row.
     assert len(results_out.strip().splitlines()) == len(run) + 1
+
+
+@pytest.mark.parametrize("link", ["to-a-file", "broken"])
+def test_a_dir_that_is_a_symlink_to_a_file_or_a_broken_one_says_so(tmp_path, run, capsys, link):
+    results = tmp_path / "r.jsonl"
+    results.write_text("".join(json.dumps(r) + "\n" for r in run))
+    (tmp_path / "file").write_text("x")
+    (tmp_path / "d").symlink_to(tmp_path / ("file" if link == "to-a-file" else "nowhere"))
+    assert main(["baseline", "update", str(results), "--dir", str(tmp_path / "d")]) == 2
+    err = capsys.readouterr().err
+    said = "is a file (a symbolic link to" if link == "to-a-file" else "is a broken symbolic link (to"
+    assert f"{tmp_path / 'd'} {said}" in err and "File exists" not in err
+    if link == "broken":  # and the plugin refuses it before the first cell, where it failed at the end
+        with pytest.raises(ValueError, match="--perf-save-baseline=.*: is a broken symbolic link"):
+            options.check_outputs(str(results), str(tmp_path / "d"), None, None)
+
+
+suite = tiny_suite.fixture()
+
+
+def test_a_gpu_tier_run_on_a_cpu_box_ends_saying_nothing_was_measured_and_why(suite):
+    out = suite.runpytest_inprocess("-m", "gpu", "-k", "train and inductor_default", "-p", "no:randomly")
+    assert out.ret == 0 and "passed" not in out.stdout.str()  # no cell ran, and none failed
+    out.stdout.fnmatch_lines(["perfgate: nothing was measured: all * selected cell(s) were skipped: no CUDA device*"])
+
+
+def test_perfgates_own_warnings_print_as_one_plain_line(tmp_path, run, capsys):
+    results = tmp_path / "r.jsonl"
+    results.write_text("".join(json.dumps(r) + "\n" for r in run) + json.dumps(run[0])[:40])  # a torn last line
+    assert main(["results", str(results)]) == 0
+    err = capsys.readouterr().err
+    assert f"perfgate: warning: {results}:{len(run) + 1}: an unfinished record" in err
+    assert "UserWarning" not in err and "warnings.warn" not in err
+
+
+def test_the_readmes_gate_output_folder_is_ignored_by_git():
+    root = Path(tiny_suite.PERFGATE_ROOT)
+    assert subprocess.run(["git", "check-ignore", "-q", "out/report.md"], cwd=root).returncode == 0

@@ -166,7 +166,7 @@ def check(config: pytest.Config) -> Selection:
     limit = opt("--perf-cell-timeout")
     if limit is not None and not (math.isfinite(limit) and 0 < limit <= MAX_CELL_TIMEOUT_S):
         raise ValueError(
-            f"--perf-cell-timeout={limit}: the time limit must be a number of seconds > 0 and at most "
+            f"--perf-cell-timeout={limit}: the time limit must be a finite number of seconds > 0 and at most "
             f"{MAX_CELL_TIMEOUT_S:g}"
         )
     check_precompile(opt("--perf-precompile"), opt("--perf-cache-dir"), getattr(config.option, "numprocesses", None))
@@ -204,6 +204,8 @@ def check_outputs(results: str | None, save_dir: str | None, report_dir: str | N
 
 def _writable(option: str, value: str, want_dir: bool) -> None:
     path = Path(value)
+    if path.is_symlink() and not path.exists():  # found at the end, where it failed with "File exists"
+        raise ValueError(f"{option}={value}: is a broken symbolic link (to {os.readlink(path)})")
     if path.exists() and path.is_dir() != want_dir:
         raise ValueError(
             f"{option}={value}: is a {'directory' if path.is_dir() else 'file'}; give a "
