@@ -22,7 +22,16 @@ from typing import Callable, Sequence
 
 from perfgate import ab_env, ab_run
 from perfgate.ab_env import ABEnvironment, ABError
-from perfgate.judge.bisect_verdict import UNSURE, BadRule, BisectError, classify, probes_left, search
+from perfgate.core.text import parse_json
+from perfgate.judge.bisect_verdict import (
+    UNSURE,
+    BadRule,
+    BisectError,
+    classify,
+    manifest_problem,
+    probes_left,
+    search,
+)
 
 MANIFEST_SCHEMA = 1
 MORE_PROCESSES = 2  # an unsure probe gets this many more processes a side, up to --max-processes
@@ -86,6 +95,9 @@ def commit_steps(cwd: Path, good: str, bad: str, python: str) -> list[Step]:
             ["git", "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}"], cwd=repo, capture_output=True, text=True
         )
         if proc.returncode != 0:
+            kind = subprocess.run(["git", "cat-file", "-t", rev], cwd=repo, capture_output=True, text=True)
+            if kind.returncode == 0:  # it exists: "no such commit" sent the reader looking for a missing one
+                raise BisectError(f"{flag} {rev!r} names a {kind.stdout.strip()}, not a commit: name a commit")
             raise BisectError(
                 f"{flag} {rev!r}: no such commit in {repo} (git fetch it, or name a branch, tag or commit that exists)"
             )
@@ -173,15 +185,22 @@ def save(out: Path, manifest: dict) -> None:
 
 
 def load(out: Path) -> dict:
+    """The bisection's manifest, its shape checked: a hand-edited or corrupt bisect.json (`[]`, binary bytes,
+    `{"schema": 1}`, a step with no label) is BisectError naming the file and field, where it was a KeyError or
+    AttributeError mid-run (exit 3)."""
     path = out / "bisect.json"
     try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as err:
+        manifest = parse_json(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:  # ValueError: bad JSON, and bytes that are no UTF-8
         raise BisectError(
             f"{path}: not a bisection's manifest ({err}); --resume wants a directory that perfgate bisect started"
         ) from None
-    if manifest.get("schema") != MANIFEST_SCHEMA:
-        raise BisectError(f"{path}: manifest schema {manifest.get('schema')!r}, expected {MANIFEST_SCHEMA}")
+    if not isinstance(manifest, dict) or manifest.get("schema") != MANIFEST_SCHEMA:
+        found = manifest.get("schema") if isinstance(manifest, dict) else type(manifest).__name__
+        raise BisectError(f"{path}: manifest schema {found!r}, expected {MANIFEST_SCHEMA}")
+    problem = manifest_problem(manifest, ab_run.MIN_PROCESSES)
+    if problem:
+        raise BisectError(f"{path}: not a bisection's manifest: {problem}; it was edited, or written by another tool")
     return manifest
 
 

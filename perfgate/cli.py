@@ -28,6 +28,7 @@ import json
 import shlex
 import sys
 import traceback
+import warnings
 from pathlib import Path
 from typing import Sequence
 
@@ -435,14 +436,15 @@ def cmd_bisect(args: argparse.Namespace) -> int:
                 args.step_path,
                 args.step_pip,
             )
-            processes = args.processes or 3
+            # `is None`, not `or`: --processes 0 became 3 and ran (ab had fixed it), now new_manifest refuses it
+            processes = 3 if args.processes is None else args.processes
             manifest = bisect_run.new_manifest(
                 out,
                 steps,
                 args.pytest_args,
                 rule,
                 processes,
-                args.max_processes or max(processes, 5),
+                max(processes, 5) if args.max_processes is None else args.max_processes,
                 shlex.split(args.pip_args or ""),
                 Path.cwd().resolve(),
             )
@@ -571,10 +573,27 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _plain_warnings(show):
+    """warnings.showwarning that prints perfgate's own UserWarnings as one plain line: their text names the
+    input's file and line already, and Python's format added `perfgate/cli.py:85: UserWarning` and the source
+    line that warned, which tell a user nothing. Any other warning keeps Python's format (`show`)."""
+    package = Path(__file__).resolve().parent
+
+    def showwarning(message, category, filename, lineno, file=None, line=None):
+        if issubclass(category, UserWarning) and Path(filename).resolve().is_relative_to(package):
+            print(f"perfgate: warning: {message}", file=file or sys.stderr)
+        else:
+            show(message, category, filename, lineno, file, line)
+
+    return showwarning
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)  # a usage error exits 2, as argparse does
     try:
-        return args.func(args)
+        with warnings.catch_warnings():  # restores showwarning on the way out (main runs inside tests too)
+            warnings.showwarning = _plain_warnings(warnings.showwarning)
+            return args.func(args)
     except Exception:  # noqa: BLE001 - a crash must not exit 1, which a CI reads as "regression"
         traceback.print_exc()
         print(

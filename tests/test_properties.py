@@ -2,21 +2,29 @@
 `perfgate compare`, `baseline update` and `report`. None ends in a traceback (exit 3), and none passes a
 bad cell: a record with impossible figures is a failed cell, or the input is refused (exit 2). And (issue 36)
 names that would put a baseline elsewhere, cells selected and not measured, and results files as killed
-writers leave them, each judged by what the generator did, never by the validator under test."""
+writers leave them; (issue 54) JSON nested past the parser, control characters, huge counts. Each judged by what
+the generator did, never by the validator under test."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import math
+import sys
+import unicodedata
 import warnings
 
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
+from test_hostile_input import FakeConfig
 
 from perfgate.cli import main
 from perfgate.core import validate
+from perfgate.core.text import visible
 from perfgate.judge.baseline import build_baseline, load_baseline
+from perfgate.plugin import options
 
 import synthetic as syn
 
@@ -249,3 +257,99 @@ def test_the_checked_record_of_a_bad_speedup_is_failed_and_finite(value):
     checked = validate.checked(record)
     assert checked["status"] == "failed" and checked["reason"].startswith(validate.BAD_FIGURES)
     assert all(not isinstance(v, float) or math.isfinite(v) for v in checked.values())
+
+
+# Issue 54: deep nesting, control characters and huge counts, each judged by what the generator put in.
+FEW = settings(SETTINGS, max_examples=20)  # each example runs a command: CI time is tight
+UNSAFE_CATEGORIES = ("Cc", "Cf", "Cs", "Zl", "Zp")  # what no person may meet raw: controls, format, separators
+
+
+@FEW
+@given(
+    depth=st.one_of(st.integers(1, 3000), st.just(100_000)),
+    kind=st.sampled_from("[{"),
+    where=st.sampled_from(["extra", "env", "reason", "baseline"]),
+    command=st.sampled_from(["results", "compare", "history"]),
+)
+@example(depth=100_000, kind="[", where="baseline", command="compare")
+@example(depth=900, kind="{", where="extra", command="history")  # parsed, then stored as JSON again
+def test_json_nested_at_any_depth_is_read_or_refused_never_a_crash(tmp_path_factory, depth, kind, where, command):
+    tmp = tmp_path_factory.mktemp("deep")
+    nested = "[" * depth + "]" * depth if kind == "[" else '{"a":' * depth + "0" + "}" * depth
+    lines = [json.dumps(r) for r in RUN]
+    base = json.dumps(BASE)
+    if where == "baseline":
+        base = base[:-1] + f', "extra": {nested}}}'
+    else:
+        lines[1] = json.dumps({k: v for k, v in RUN[1].items() if k != where})[:-1] + f', "{where}": {nested}}}'
+    (tmp / "r.jsonl").write_text("\n".join(lines) + "\n")
+    (tmp / "b.json").write_text(base)
+    argv = {
+        "results": ["results", str(tmp / "r.jsonl")],
+        "compare": ["compare", str(tmp / "r.jsonl"), "--baseline", str(tmp / "b.json")],
+        "history": ["history", "add", str(tmp / "r.jsonl"), "--db", str(tmp / "h.db")],
+    }[command]
+    rc = main(argv)
+    assert rc in (0, 1, 2)  # never 3
+    if depth > sys.getrecursionlimit() and (where != "baseline" or command == "compare"):
+        assert rc == 2  # no reader of Python's can follow it: the file is refused, naming it
+
+
+unsafe_text = st.text(
+    st.one_of(st.characters(whitelist_categories=UNSAFE_CATEGORIES), st.sampled_from("ab <|`[")), min_size=1
+)
+
+
+@settings(SETTINGS, max_examples=200)
+@given(text=st.text(st.characters(), max_size=40))
+def test_visible_leaves_no_unsafe_character_and_changes_nothing_else(text):
+    shown = visible(text)
+    assert not [c for c in shown if unicodedata.category(c) in UNSAFE_CATEGORIES]
+    if not any(unicodedata.category(c) in UNSAFE_CATEGORIES for c in text):
+        assert shown == text
+
+
+@FEW
+@given(texts=st.lists(unsafe_text, min_size=4, max_size=4))
+@example(texts=["\x1b[31m", "\x00", "\u202e", "\r\n\u2028"])
+def test_control_characters_put_in_any_shown_field_reach_no_person_raw(tmp_path_factory, texts):
+    tmp = tmp_path_factory.mktemp("ctl")
+    records = json.loads(json.dumps(RUN))
+    first = records[0]
+    first.update(status="failed", reason=texts[0], model=first["model"] + texts[1], variant=first["variant"] + texts[2])
+    first["env"] = {**first["env"], "torch": texts[3]}
+    put = {c for text in texts for c in text if unicodedata.category(c) in UNSAFE_CATEGORIES} - {"\n"}
+    (tmp / "b.json").write_text(json.dumps(BASE))
+    results = _write(tmp / "r.jsonl", records)
+    with contextlib.redirect_stdout(io.StringIO()) as shown:
+        assert main(["results", results]) == 0
+        assert main(["compare", results, "--baseline", str(tmp / "b.json"), "--markdown", str(tmp / "c.md")]) == 1
+    for name, text in (("terminal", shown.getvalue()), ("compare --markdown", (tmp / "c.md").read_text())):
+        assert not put & set(text), f"{name}: {sorted(put & set(text))!r} raw"
+
+
+@settings(SETTINGS, max_examples=200)
+@given(
+    option=st.sampled_from(["shard", "min_rounds", "max_rounds", "round_ms", "inject", "cell_timeout"]),
+    huge=st.booleans(),
+    data=st.data(),
+)
+def test_a_huge_count_or_duration_is_refused_and_a_sane_one_is_not(tmp_path, monkeypatch, option, huge, data):
+    """Sane: what a user means (up to 100 shards or rounds, a second a round); huge: 10^4 times past any use."""
+    monkeypatch.chdir(tmp_path)
+    count = data.draw(st.integers(10**6, 10**18) if huge else st.integers(1, 100))
+    ms = data.draw(st.floats(1e7, 1e308) if huge else st.floats(0.1, 1000.0))
+    value = {
+        "shard": f"1/{count}",
+        "min_rounds": count,
+        "max_rounds": count,
+        "round_ms": ms,
+        "inject": f"{data.draw(st.sampled_from(['slow', 'host_slow', 'device_slow', 'hang']))}:{ms:.17g}",
+        "cell_timeout": ms,
+    }[option]
+    config = FakeConfig(**{option: value})
+    if not huge:
+        options.check(config)
+        return
+    with pytest.raises(ValueError, match=f"--perf-{option.replace('_', '-')}="):
+        options.check(config)

@@ -33,9 +33,21 @@ def write_atomic(path: str | os.PathLike, text: str, mode: int = 0o644) -> Path:
         os.chmod(tmp, path.stat().st_mode & 0o777 if path.is_file() else mode)
         os.replace(tmp, path)
     except OSError as err:
-        raise OutputError(f"cannot write {path}: {err.strerror or err}") from None
+        raise OutputError(f"cannot write {path}: {_blocker(path) or err.strerror or err}") from None
     finally:
         if tmp is not None:
             with contextlib.suppress(OSError):
                 Path(tmp).unlink(missing_ok=True)
     return path
+
+
+def _blocker(path: Path) -> str | None:
+    """What stands where a folder of `path` must be, in words, or None: mkdir says only "File exists" for a
+    file, a symlink to a file or a broken symlink, and the reader looked for a file of that name."""
+    for folder in reversed(path.parents):
+        if folder.is_symlink() and not folder.exists():
+            return f"{folder} is a broken symbolic link (to {os.readlink(folder)}), not a directory"
+        if folder.exists() and not folder.is_dir():
+            link = f" (a symbolic link to {os.readlink(folder)})" if folder.is_symlink() else ""
+            return f"{folder} is a file{link}, not a directory"
+    return None

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from perfgate.core.record import unfinished
+from perfgate.core.text import TOO_DEEP, parse_json
 from perfgate.core.validate import checked, shape_problems
 
 
@@ -107,8 +108,10 @@ def _parse(path: Path, lineno: int, line: str) -> dict | None:
     """One line's record; None (with a warning naming the line) for a torn record, keeping a whole record
     glued onto it; RecordFileError for a line that was never a record."""
     try:
-        return json.loads(line)
+        return parse_json(line)
     except json.JSONDecodeError as err:
+        if err.msg == TOO_DEEP:  # no record: and looking for one glued inside would parse it deep again
+            raise RecordFileError(f"{path}:{lineno}: not a JSON record ({TOO_DEEP})") from None
         # A whole record glued onto a torn one may even parse as the torn one's unfinished value, so look
         # for it first. Else the text ended mid-record (mid-string, or where a value or delimiter was due):
         # a writer killed mid-line.
@@ -143,7 +146,7 @@ def _glued_record(line: str) -> dict | None:
     end that has a cell and a status (a torn record's nested object, such as its env, has neither)."""
     for start in _RECORD_START.finditer(line, 1):
         try:
-            record = json.loads(line[start.start() :])
+            record = parse_json(line[start.start() :])
         except json.JSONDecodeError:
             continue
         if isinstance(record, dict) and "cell" in record and "status" in record:

@@ -47,6 +47,7 @@ from perfgate.core.record import (
     unfiled,
 )
 from perfgate.core.stats import interval_sd, rel_spread
+from perfgate.core.text import parse_json
 from perfgate.core.validate import baseline_cell_problems, name_problem
 
 BASELINE_SCHEMA = 1
@@ -383,22 +384,23 @@ def load_baseline(path: str | os.PathLike, fingerprint: str | None = None, tier:
     if not path.is_file():
         raise BaselineError(f"no baseline at {path}; {_how_to_make(path, fingerprint, tier)}")
     try:
-        baseline = json.loads(path.read_text(encoding="utf-8"))
+        baseline = parse_json(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise BaselineError(
             f"baseline {path} is not valid JSON ({err}); restore it from git or remake it with: {UPDATE_COMMANDS[0]}"
         ) from None
     except OSError as err:
         raise BaselineError(f"baseline {path} cannot be read: {err.strerror or err}") from None
-    if (
-        not isinstance(baseline, dict)
-        or baseline.get("schema") != BASELINE_SCHEMA
-        or not isinstance(baseline.get("cells"), dict)
-    ):
-        found = baseline.get("schema") if isinstance(baseline, dict) else type(baseline).__name__
+    if not isinstance(baseline, dict) or baseline.get("schema") != BASELINE_SCHEMA:
+        found = f"schema {baseline.get('schema')!r}" if isinstance(baseline, dict) else _kind(baseline)
         raise BaselineError(
-            f"baseline {path} has schema {found!r}, expected {BASELINE_SCHEMA} with a "
-            f"'cells' object; remake it with: {UPDATE_COMMANDS[0]}"
+            f"baseline {path} has {found}, expected an object of schema {BASELINE_SCHEMA}; remake it with: "
+            f"{UPDATE_COMMANDS[0]}"
+        )
+    if not isinstance(baseline.get("cells"), dict):  # the schema is right: say what is wrong instead
+        raise BaselineError(
+            f"baseline {path}: field 'cells' is {_kind(baseline.get('cells'))}, expected an object of cells "
+            f"by id; restore it from git or remake it with: {UPDATE_COMMANDS[0]}"
         )
     bad = [
         f"cell {cid!r}: {problem}"
@@ -416,12 +418,27 @@ def load_baseline(path: str | os.PathLike, fingerprint: str | None = None, tier:
             wanted = baseline_path(
                 path.parent, fingerprint or baseline.get("fingerprint"), tier or baseline.get("tier")
             )
+            # A file named for these results that holds another's (copied or edited by hand): naming it
+            # as "the expected file" sent the reader to the very file that was refused.
+            where = (
+                f"its name is that of the {expected!r} baseline, but its {name} field is not: a copied or "
+                f"hand-edited file?"
+                if wanted.resolve() == path.resolve()
+                else f"the expected file is {wanted}"
+            )
             raise BaselineError(
                 f"baseline {path} is for {name} {baseline.get(name)!r} but the results are "
-                f"for {expected!r}; the expected file is {wanted}: "
-                f"{_how_to_make(wanted, fingerprint, tier)}"
+                f"for {expected!r}; {where}: {_how_to_make(wanted, fingerprint, tier)}"
             )
     return baseline
+
+
+def _kind(value) -> str:
+    """A JSON value's kind in words: "a list", "null"."""
+    if value is None:
+        return "null"
+    kind = {dict: "object", list: "list", str: "string", bool: "boolean"}.get(type(value), "number")
+    return f"an {kind}" if kind[0] in "aeiou" else f"a {kind}"
 
 
 def resolve_baseline(path_or_dir: str | os.PathLike, fingerprint: str, tier: str) -> dict:

@@ -16,6 +16,7 @@ neighbouring pair (last good, first bad) is what the report's reproduce commands
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Mapping
 
@@ -179,3 +180,47 @@ def probes_left(steps: int, verdicts: Mapping[int, str]) -> int:
     good = max(i for i in [0, *verdicts] if i == 0 or verdicts[i] == GOOD)
     bad = min(i for i in verdicts if verdicts[i] == BAD and i > good)
     return max(1, (bad - good - 1).bit_length())
+
+
+def _is(value, kind) -> bool:
+    return isinstance(value, kind) and not (kind is int and isinstance(value, bool))
+
+
+def manifest_problem(manifest: dict, min_processes: int) -> str | None:
+    """The first field of a bisection's manifest (bisect.json) that perfgate bisect could not have written,
+    or None: a hand-edited or corrupt one is refused naming it, where it failed mid-run with a KeyError."""
+    strings = lambda v: _is(v, list) and all(_is(x, str) for x in v)  # noqa: E731
+    for field, ok in (
+        ("cwd", _is(manifest.get("cwd"), str)),
+        ("common_args", strings(manifest.get("common_args"))),
+        ("pip_args", strings(manifest.get("pip_args"))),
+        ("rule", _is(manifest.get("rule"), str)),
+        ("processes", _is(manifest.get("processes"), int) and manifest["processes"] >= min_processes),
+        ("max_processes", _is(manifest.get("max_processes"), int) and manifest["max_processes"] >= min_processes),
+        ("steps", _is(manifest.get("steps"), list) and len(manifest["steps"]) >= 2),
+        ("probes", _is(manifest.get("probes"), dict)),
+    ):
+        if not ok:
+            return f"field {field!r} is {json.dumps(manifest.get(field))[:60]}"
+    try:
+        BadRule.parse(manifest["rule"])
+    except BisectError as err:
+        return f"field 'rule': {err}"
+    for i, step in enumerate(manifest["steps"]):
+        if not _is(step, dict):
+            return f"steps[{i}] is no object"
+        for key in ("name", "label", "python"):
+            if not _is(step.get(key), str) or not step[key].strip():
+                return f"steps[{i}].{key} is {json.dumps(step.get(key))[:60]}"
+        if not all(_is(step.get(k), (str, type(None))) for k in ("rev", "pip")) or not _is(step.get("env", {}), dict):
+            return f"steps[{i}]: rev, pip or env of the wrong kind"
+    for key, probe in manifest["probes"].items():
+        if not (key.isdigit() and int(key) < len(manifest["steps"])) or not _is(probe, dict):
+            return f"probes[{key!r}] names no step of the range"
+        if (
+            not _is(probe.get("dir"), str)
+            or not _is(probe.get("processes"), int)
+            or not _is(probe.get("readings", []), list)
+        ):
+            return f"probes[{key!r}]: dir, processes or readings of the wrong kind"
+    return None

@@ -39,6 +39,9 @@ KINDS = {
     "hang": 3600.0,
     "crash": 0.0,
 }
+# The largest argument each fault takes: past it the fault plants no loss a gate must find, it stops the run
+# (host_slow:1e308 busy-waited for ever).
+MAX_ARG = {"numerics": 100.0, "slow": 10_000.0, "device_slow": 1000.0, "host_slow": 1000.0, "hang": 86_400.0}
 # The shortest GPU spin a device_slow or slow fault plants a step: twice the longest spin the device clock takes
 # for one of its round markers, the same kernel (40 us).
 MIN_SPIN_MS = 2 * MARK_MAX_NS / 1e6
@@ -62,6 +65,8 @@ def parse(text: str | None) -> Fault | None:
         raise ValueError(f"--perf-inject={text!r}: {arg!r} is not a number") from None
     if not math.isfinite(value) or value < 0:
         raise ValueError(f"--perf-inject={text!r}: {arg!r} must be a finite number >= 0")
+    if value > MAX_ARG.get(kind, math.inf):
+        raise ValueError(f"--perf-inject={text!r}: {kind}'s argument must be at most {MAX_ARG[kind]:g}")
     return Fault(kind, value)
 
 

@@ -17,6 +17,14 @@ from perfgate.plugin.selection import Selection
 
 ISOLATE = ("gpu", "all", "off")  # --perf-isolate: which cells run in a child process of their own
 
+# Upper bounds of counts and durations: past them a value is a typo or a hostile one, and it hung the run
+# (a list of 10^12 shards; 10^12 rounds of a CPU cell that never ended while the ETA said 0:09).
+MAX_PARTS = 1000  # --perf-shard and --perf-rotate N: the whole matrix holds a few hundred cells
+MAX_ROUNDS = 1000  # --perf-min/max-rounds: 25x the GPU default of 40, minutes of timing per cell
+MAX_ROUND_MS = 10_000.0  # --perf-round-ms: 200x the GPU default of 50 ms
+MAX_CELL_TIMEOUT_S = 86_400.0  # --perf-cell-timeout: a day; max-autotune's default is 2400 s
+MAX_PRECOMPILE = 256  # --perf-precompile: processes compiling at once
+
 
 def add(parser: pytest.Parser) -> None:
     """Declare the ini setting perf_registry and the --perf-* option group."""
@@ -155,11 +163,11 @@ def check(config: pytest.Config) -> Selection:
     from perfgate.measure import faults
 
     opt = config.getoption
-    models = split_csv(opt("--perf-models"))
+    models, variants, precisions = (
+        _names(f"--perf-{key}", opt(f"--perf-{key}")) for key in ("models", "variants", "precisions")
+    )
     if models is not None:  # the zoo is the face's to know, never the engine's
         check_names("model", models, zoo.load(config.getini("perf_registry")))
-    variants = split_csv(opt("--perf-variants"))
-    precisions = split_csv(opt("--perf-precisions"))
     shard = parse_fraction("--perf-shard", opt("--perf-shard"))
     rotate = parse_fraction("--perf-rotate", opt("--perf-rotate"))
     faults.parse(opt("--perf-inject"))
@@ -171,10 +179,15 @@ def check(config: pytest.Config) -> Selection:
             f"`perfgate history add` or --perf-history)"
         )
     limit = opt("--perf-cell-timeout")
-    if limit is not None and not (math.isfinite(limit) and limit > 0):
-        raise ValueError(f"--perf-cell-timeout={limit}: the time limit must be a finite number of seconds > 0")
+    if limit is not None and not (math.isfinite(limit) and 0 < limit <= MAX_CELL_TIMEOUT_S):
+        raise ValueError(
+            f"--perf-cell-timeout={limit}: the time limit must be a finite number of seconds > 0 and at most "
+            f"{MAX_CELL_TIMEOUT_S:g}"
+        )
     check_precompile(opt("--perf-precompile"), opt("--perf-cache-dir"), getattr(config.option, "numprocesses", None))
     check_outputs(opt("--perf-results"), opt("--perf-save-baseline"), opt("--perf-report"), opt("--perf-history"))
+    check_folders(opt("--perf-profile"), opt("--perf-cache-dir"), opt("--perf-reference-cache"))
+    check_histories(costs_db, opt("--perf-history"))
     check_baseline(opt("--perf-baseline"))
     if opt("--perf-numerics") == "off" and (opt("--perf-baseline") or opt("--perf-save-baseline")):
         raise ValueError(
@@ -183,8 +196,8 @@ def check(config: pytest.Config) -> Selection:
         )
     return Selection(
         model=tuple(models) if models is not None else None,
-        variant=tuple(check_names("variant", variants, matrix.VARIANTS)) if variants else None,
-        precision=tuple(check_names("precision", precisions, matrix.PRECISIONS)) if precisions else None,
+        variant=tuple(check_names("variant", variants, matrix.VARIANTS)) if variants is not None else None,
+        precision=tuple(check_names("precision", precisions, matrix.PRECISIONS)) if precisions is not None else None,
         shard=shard,
         rotate=rotate,
     )
@@ -206,6 +219,8 @@ def check_outputs(results: str | None, save_dir: str | None, report_dir: str | N
 
 def _writable(option: str, value: str, want_dir: bool) -> None:
     path = Path(value)
+    if path.is_symlink() and not path.exists():  # found at the end, where it failed with "File exists"
+        raise ValueError(f"{option}={value}: is a broken symbolic link (to {os.readlink(path)})")
     if path.exists() and path.is_dir() != want_dir:
         raise ValueError(
             f"{option}={value}: is a {'directory' if path.is_dir() else 'file'}; give a "
@@ -219,6 +234,43 @@ def _writable(option: str, value: str, want_dir: bool) -> None:
             raise ValueError(f"{option}={value}: {place} is a file, so nothing can be made under it")
     if not os.access(place, os.W_OK | (os.X_OK if place.is_dir() else 0)):
         raise ValueError(f"{option}={value}: {place} cannot be written (read-only, or not yours)")
+
+
+def _names(option: str, text: str | None) -> list[str] | None:
+    """A comma-separated list of names; None where the option is not given. Given, it names one at least:
+    `--perf-models ""` (an unset shell variable) ran every model while ",,," ran none (exit 5)."""
+    if text is None:
+        return None
+    names = split_csv(text)
+    if not names:
+        raise ValueError(f"{option}={text!r} names nothing; name one or more, or leave the option out for all")
+    return names
+
+
+def check_folders(profile: str | None, cache_dir: str | None, references: str | None) -> None:
+    """Refuse, before the first cell, a file where a directory is wanted: found by the cell, it failed every
+    cell with NotADirectoryError (exit 1, read as a regression), and a reference cache under a file was
+    silently never used."""
+    for option, value in (
+        ("--perf-profile", profile),
+        ("--perf-cache-dir", cache_dir),
+        ("--perf-reference-cache", None if references == "off" else references),
+    ):
+        if value:
+            _writable(option, value, want_dir=True)
+
+
+def check_histories(costs_db: str | None, history_db: str | None) -> None:
+    """Refuse a history database that is no history (a text file, another program's database): read for the
+    shards' costs at collection, or written at the end, it was an INTERNALERROR."""
+    from perfgate.store import history
+
+    for option, value in (("--perf-costs", costs_db), ("--perf-history", history_db)):
+        if value and Path(value).is_file():
+            try:
+                history.check(value)
+            except history.HistoryError as err:
+                raise ValueError(f"{option}={value}: {err}") from None
 
 
 def check_baseline(baseline: str | None) -> None:
@@ -263,10 +315,14 @@ def check_timing(min_rounds: int | None, max_rounds: int | None, round_ms: float
     for name, value in (("--perf-min-rounds", min_rounds), ("--perf-max-rounds", max_rounds)):
         if value is not None and value < 1:
             raise ValueError(f"{name}={value}: rounds must be 1 or more")
+        if value is not None and value > MAX_ROUNDS:
+            raise ValueError(f"{name}={value}: rounds must be at most {MAX_ROUNDS}")
     if min_rounds is not None and max_rounds is not None and min_rounds > max_rounds:
         raise ValueError(f"--perf-min-rounds={min_rounds} is more than --perf-max-rounds={max_rounds}")
     if round_ms is not None and not (math.isfinite(round_ms) and round_ms > 0):
         raise ValueError(f"--perf-round-ms={round_ms}: the round length must be a finite number of ms > 0")
+    if round_ms is not None and round_ms > MAX_ROUND_MS:
+        raise ValueError(f"--perf-round-ms={round_ms}: the round length must be at most {MAX_ROUND_MS:g} ms")
 
 
 def check_precompile(workers: int | None, cache_dir: str | None, xdist_workers) -> None:
@@ -274,8 +330,10 @@ def check_precompile(workers: int | None, cache_dir: str | None, xdist_workers) 
     would throw them away), once, from the process that collected (xdist workers would each fill it)."""
     if workers is None:
         return
-    if workers < 1:
-        raise ValueError(f"--perf-precompile={workers}: the number of processes must be 1 or more")
+    if not 1 <= workers <= MAX_PRECOMPILE:
+        raise ValueError(
+            f"--perf-precompile={workers}: the number of processes must be 1 or more and at most {MAX_PRECOMPILE}"
+        )
     if not cache_dir:
         raise ValueError(
             f"--perf-precompile={workers} needs --perf-cache-dir DIR: the compiles must outlive "
@@ -299,4 +357,6 @@ def parse_fraction(option: str, text: str | None) -> tuple[int, int] | None:
         i = n = 0
     if not (n >= 1 and 1 <= i <= n):
         raise ValueError(f"{option}={text!r}: expected I/N with 1 <= I <= N, e.g. 1/4")
+    if n > MAX_PARTS:  # a deal builds all N parts: 1/10^12 never finished
+        raise ValueError(f"{option}={text!r}: N must be at most {MAX_PARTS} (the matrix has fewer cells)")
     return i, n

@@ -16,6 +16,7 @@ import pytest
 
 from perfgate.core import matrix
 from perfgate.core.matrix import Cell
+from perfgate.core.record import nothing_measured
 from perfgate.plan.costs import gpus_held
 from perfgate.plugin.selection import Selection
 
@@ -96,6 +97,10 @@ class PerfSession:
             stages = run_line(self.records, self.precompile_s)
             if stages:
                 lines.append(stages)
+        nothing = nothing_measured(self.records) if self.records else None
+        if nothing and not any("nothing was measured" in line for line in self.summary):  # the gate said it
+            # The README's first command on a CPU box: pytest said only "12 skipped" and exited 0.
+            lines.append(f"perfgate: {nothing}")
         return lines + self.summary
 
     def _run(self, spec, cell: Cell, record_compiled=None, profile_dir: str | None = None, remeasure: str = "") -> dict:

@@ -9,10 +9,18 @@ matches the records.
 
 from __future__ import annotations
 
+import html
 import math
 from dataclasses import dataclass
-from html import escape
 from typing import Callable, Sequence
+
+from perfgate.core.text import visible
+
+
+def escape(text) -> str:
+    """Text for SVG: control characters shown escaped (perfgate.core.text.visible), then HTML-escaped."""
+    return html.escape(visible(text))
+
 
 BAR_WIDTH_PX = 1280  # the bar charts' drawing width; the page is laid out for a ~1400 px window
 CHAR_PX = 7.0  # average advance of a 12 px DejaVu Sans label character, to size the label column

@@ -26,6 +26,7 @@ from typing import Sequence
 from perfgate.core.matrix import PHASES
 from perfgate.core.record import first_call_cache
 from perfgate.core.stats import geomean
+from perfgate.core.text import visible
 from perfgate.judge.baseline import group_by_key
 from perfgate.judge.changepoint import series_changes
 from perfgate.judge.gate import GateReport, gate_run
@@ -460,7 +461,12 @@ def render_html(report: Report) -> str:
     from markupsafe import Markup
 
     env = jinja2.Environment(
-        loader=jinja2.PackageLoader("perfgate.render", "templates"), autoescape=True, undefined=jinja2.StrictUndefined
+        loader=jinja2.PackageLoader("perfgate.render", "templates"),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        # Every text the page prints, with its control characters shown escaped; the charts' Markup is
+        # drawn already (charts.escape does the same to it).
+        finalize=lambda value: value if isinstance(value, Markup) or not isinstance(value, str) else visible(value),
     )
     env.filters["svg"] = Markup  # charts.py escapes every text it draws
     return env.get_template("report.html.j2").render(report=report)

@@ -16,6 +16,7 @@ from typing import Sequence
 
 from perfgate.core.clocks import DEVICE, HOST, WALL, shown_in
 from perfgate.core.record import FIELD, compiled_peak_is_right
+from perfgate.core.text import visible
 from perfgate.judge.gate import GateReport
 from perfgate.judge.rules import CLOCK_NAMES
 from perfgate.judge.triage import triage
@@ -67,12 +68,12 @@ _MD_SPECIAL = str.maketrans({c: f"\\{c}" for c in "\\`[]|"} | {"<": "&lt;", "&":
 def md_text(text) -> str:
     """Free text (a reason, a message, a note) as literal Markdown: a cell's failure text is whatever the
     exception said, and a PR comment must not render HTML or links from it."""
-    return str(text).translate(_MD_SPECIAL)
+    return visible(text).translate(_MD_SPECIAL)
 
 
 def md_code(text) -> str:
     """A name as a code span that stays one span and one table cell."""
-    return "`" + str(text).replace("`", "'").replace("|", "\\|").replace("\n", " ") + "`"
+    return "`" + visible(text).replace("`", "'").replace("|", "\\|") + "`"
 
 
 # How every report prints a value of each unit (perfgate.core.record.Field.unit).
@@ -127,7 +128,9 @@ def shown(source, name: str) -> str:
 
 
 def text_table(rows: Sequence[Sequence[str]]) -> str:
-    """Rows of texts (the first the header) as a plain table for a terminal, columns aligned by spaces."""
+    """Rows of texts (the first the header) as a plain table for a terminal, columns aligned by spaces; control
+    characters shown escaped (a reason's ESC sequence recoloured the terminal, its \\r\\n broke the row)."""
+    rows = [[visible(value) for value in row] for row in rows]
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip() for row in rows)
 

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from perfgate.core.record import FIELD, names
+from perfgate.core.text import parse_json
 
 HISTORY_SCHEMA = 1
 
@@ -76,15 +77,18 @@ def _connect(db_path: str | os.PathLike, create: bool) -> Iterator[sqlite3.Conne
     if not create and not path.is_file():
         raise HistoryError(f"no history database at {path}; make one with: perfgate history add RESULTS... --db {path}")
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        # 30 s: xdist workers or shards appending at once wait for the write lock instead of failing.
-        conn = sqlite3.connect(path, timeout=30)
+        if create:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            # 30 s: xdist workers or shards appending at once wait for the write lock instead of failing.
+            conn = sqlite3.connect(path, timeout=30)
+        else:  # a reader opens it read-only: a mode-444 history (an artifact, a shared copy) is still readable
+            conn = sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro", timeout=30, uri=True)
     except (OSError, sqlite3.Error) as err:  # a directory in the way, a read-only place
         raise HistoryError(f"history database {path} cannot be opened: {err}") from None
     conn.row_factory = sqlite3.Row
     try:
         with conn:  # one transaction: a crash midway leaves the previous state
-            _ensure_schema(conn, path)
+            _ensure_schema(conn, path) if create else _check_schema(conn, path)
             yield conn
     except sqlite3.DatabaseError as err:
         raise HistoryError(f"history database {path}: {err}") from None
@@ -100,6 +104,32 @@ def _ensure_schema(conn: sqlite3.Connection, path: Path) -> None:
     row = conn.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
     if row["value"] != str(HISTORY_SCHEMA):
         raise HistoryError(f"history database {path} has schema {row['value']}, expected {HISTORY_SCHEMA}")
+
+
+def _check_schema(conn: sqlite3.Connection, path: Path) -> None:
+    """A reader's check, writing nothing: the file is a perfgate history of this schema."""
+    if not conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'meta'").fetchone():
+        raise HistoryError(f"history database {path} is no perfgate history (it has no meta table)")
+    row = conn.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
+    if row is None or row["value"] != str(HISTORY_SCHEMA):
+        raise HistoryError(f"history database {path} has schema {row and row['value']}, expected {HISTORY_SCHEMA}")
+
+
+def check(db_path: str | os.PathLike) -> None:
+    """Raise HistoryError unless `db_path` is a history a reader can use (the plugin's start-up check)."""
+    with _connect(db_path, create=False):
+        pass
+
+
+def _record(row: sqlite3.Row) -> dict:
+    """A row's stored record; one that is no JSON object (a hand-edited row) is a HistoryError naming it."""
+    try:
+        record = parse_json(row["record"])
+    except (json.JSONDecodeError, TypeError) as err:
+        record = err
+    if not isinstance(record, dict):
+        raise HistoryError(f"history row ({row['run_id']}, {row['cell']}): field 'record' is no JSON object")
+    return record
 
 
 def _now() -> str:
@@ -166,7 +196,7 @@ def _as_point(row: sqlite3.Row) -> dict:
     point["commit"] = point.pop("commit_sha")
     eager, compiled = point["peak_mem_eager_mb"], point["peak_mem_compiled_mb"]
     point["mem_ratio"] = compiled / eager if eager and compiled is not None else None
-    record = json.loads(row["record"])
+    record = _record(row)
     point["gate"] = record.get("gate") or {}
     point["env"] = record.get("env") or {}  # the versions around a change point (perfgate.judge.triage)
     return point
@@ -188,8 +218,8 @@ def series(db_path: str | os.PathLike, cell: str, fingerprint: str | None = None
 def records(db_path: str | os.PathLike) -> list[dict]:
     """Every stored record (without per-tensor numerics checks), oldest first: what cost estimates read."""
     with _connect(db_path, create=False) as conn:
-        rows = conn.execute("SELECT record FROM results ORDER BY date, rowid").fetchall()
-    return [json.loads(row["record"]) for row in rows]
+        rows = conn.execute("SELECT run_id, cell, record FROM results ORDER BY date, rowid").fetchall()
+        return [_record(row) for row in rows]
 
 
 def cells(db_path: str | os.PathLike) -> list[tuple[str, str]]:
