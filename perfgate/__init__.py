@@ -6,4 +6,4 @@ render (reports), plugin (the pytest face), and at the top the CLI and the A/B r
 plugin import torch, so `perfgate compare` and `perfgate report` run on a CPU box in a second.
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0.dev0"  # CHANGELOG.md: its top entry is this version, with the record schema it writes

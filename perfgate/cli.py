@@ -19,6 +19,8 @@ file, line, cell and field), 3 an internal error (a bug in perfgate: never read 
     perfgate bisect (--good REV --bad REV | --step-python PY ... | --step-path DIR ... | --step-pip REQS ...)
                     [--rule gate|METRIC[:PCT]] [--processes N] [--max-processes M] [--out DIR] -- PYTEST_ARGS...
     perfgate bisect --resume DIR                                           (docs/bisect.md)
+    perfgate export RESULTS [RESULTS ...] --format csv|v3|pytest-benchmark|openmetrics [--output FILE]
+    perfgate --version
 """
 
 from __future__ import annotations
@@ -32,7 +34,8 @@ import warnings
 from pathlib import Path
 from typing import Sequence
 
-from perfgate.core.output import OutputError
+from perfgate import __version__
+from perfgate.core.output import OutputError, write_atomic
 from perfgate.core.record import nothing_measured
 from perfgate.core.records_file import RecordFileError, iter_records, load_records
 from perfgate.judge.baseline import BaselineError, disagreements, save_baselines
@@ -237,6 +240,39 @@ def cmd_report(args: argparse.Namespace) -> int:
         if path:
             print(f"wrote {path}")
     return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    """Records in another tool's format (perfgate.render.export says what goes out and why)."""
+    from perfgate.render import export
+
+    try:
+        # Every run's records, one per run and cell: a history of runs is what a dashboard plots.
+        records = export.latest(record for path in args.results for record in iter_records(path))
+        if not records:
+            raise RecordFileError(f"no records in {', '.join(args.results)}")
+        text = export.render(records, args.format)
+        if args.output:
+            write_atomic(args.output, text)
+        else:
+            sys.stdout.write(text)
+    except (RecordFileError, OutputError) as err:
+        print(f"perfgate: cannot export: {err}", file=sys.stderr)
+        return EXIT_CANNOT_COMPARE
+    left_out = len(records) - len(export.standing(records))
+    if left_out and args.format != "csv":  # said, so a dashboard with fewer cells than the run is no mystery
+        print(f"perfgate: export: {left_out} of {len(records)} record(s) left out: not ok, or unfit", file=sys.stderr)
+    if args.output:
+        print(f"wrote {args.output}")
+    return 0
+
+
+def _add_export_parser(sub) -> None:
+    exp = sub.add_parser("export", help="results as CSV, PyTorch v3 JSON, pytest-benchmark JSON or OpenMetrics")
+    exp.add_argument("results", nargs="+", metavar="RESULTS", help="results files; one record per run and cell")
+    exp.add_argument("--format", required=True, choices=("csv", "v3", "pytest-benchmark", "openmetrics"))
+    exp.add_argument("--output", "-o", metavar="FILE", help="write here (default: standard output)")
+    exp.set_defaults(func=cmd_export)
 
 
 def _add_history_parser(sub) -> None:
@@ -536,6 +572,7 @@ def _add_bisect_parser(sub) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="perfgate", description="torch.compile performance gate")
+    parser.add_argument("--version", action="version", version=f"perfgate {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     cmp = sub.add_parser("compare", help="compare results with a baseline; exit 0 pass, 1 regression, 2 cannot compare")
@@ -570,6 +607,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_ab_parser(sub)
     _add_settle_parser(sub)
     _add_bisect_parser(sub)
+    _add_export_parser(sub)
     return parser
 
 

@@ -84,6 +84,17 @@ def test_a_clock_missing_now_is_a_regression(base):
     assert report.exit_code == 1 and gate.speedup_suspects(report) == [RESNET]
 
 
+def test_a_record_of_an_older_schema_missing_a_clock_is_named_as_such(base):
+    """Issue 57: a schema-2 record read "device clock missing now: no reason given"."""
+    run = now(42)
+    run[0] = syn.before_clocks(run[0])
+    messages = {f.metric: f.message for f in gate.compare(run, base).regressions}
+    assert messages == {
+        "device_speedup": "device clock missing now: older record schema 2",
+        "host_speedup": "host clock missing now: older record schema 2",
+    }
+
+
 def test_a_baseline_without_a_clock_does_not_compare_it_and_says_so():
     old = build_baseline([[syn.before_clocks(r) for r in run] for run in syn.runs(3, first_seed=11, **QUIET)])[KEY]
     assert old["host_cpus"] == [syn.XEON] and old["cells"][RESNET]["device_speedup"] is None

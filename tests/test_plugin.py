@@ -32,7 +32,12 @@ def test_cells_run_and_stream_records(suite):
         assert record["speedup_lo"] <= record["speedup"] <= record["speedup_hi"]
         assert len(record["compiled_round_ms"]) == record["rounds"] == 3
     bench = json.loads((suite.path / "b.json").read_text())["benchmarks"]
-    assert len(bench) == 2 and all(len(b["stats"]["data"]) == 3 for b in bench)  # device-timed rounds
+    assert len(bench) == 4 and all(len(b["stats"]["data"]) == 3 for b in bench)  # eager and compiled, per cell
+    for b in bench:  # the record's own rounds, seconds per step
+        side = b["name"].rsplit("[", 1)[1].rstrip("]")
+        record = records[b["group"]]
+        assert b["stats"]["data"] == [ms / 1e3 for ms in record[f"{side}_round_ms"]]
+        assert b["extra_info"]["speedup"] == record["speedup"] and b["extra_info"]["side"] == side
     assert "perfgate" in json.loads((suite.path / "b.json").read_text())["machine_info"]
 
 

@@ -16,7 +16,7 @@ from typing import Callable, ClassVar
 
 from perfgate.core import clocks
 from perfgate.core.clocks import COMPUTE, DEVICE, HOST, WALL
-from perfgate.core.record import compiled_peak_is_right
+from perfgate.core.record import RECORD_SCHEMA, compiled_peak_is_right
 from perfgate.core.stats import interval_sd
 
 REGRESSION = "regression"
@@ -68,6 +68,7 @@ class Finding:
     noise_known: bool = True  # run-to-run noise
     host_ms: tuple = ()  # host form: (eager, compiled) host ms now, and in the baseline
     note: str = ""  # why a clock is missing; a status's reason; numerics' worst tensor
+    schema: int | None = None  # missing form: the record's schema where older than RECORD_SCHEMA (1: none)
     confidence: float | None = None  # A/B: the interval's confidence
     t: float | None = None  # A/B: Student's t
     df: int | None = None
@@ -226,6 +227,8 @@ class SpeedupRule:
                 clock=self.clock,
                 label=self.label,
                 note=cur.get("clocks_note") or "",
+                # A record older than this perfgate lacks what its schema lacked: its words name the schema.
+                schema=(cur.get("schema") or 1) if (cur.get("schema") or 1) < RECORD_SCHEMA else None,
             )
         significance, size, noise = self.lines(base, cur)
         line = max(significance, size)

@@ -2,8 +2,9 @@
 cells and their narrowing and sharding to perfgate.plugin.selection, each cell's run and the session's state to
 perfgate.plugin.session, the session's end to perfgate.plugin.session_end.
 
-torch is imported only when a cell runs (or a GPU cell is collected), so the data side's tests collect
-without it.
+Imports no torch: torch is imported only when a cell runs (or a GPU cell is collected), so the data side's tests
+collect without it, and a project that installs perfgate (its pytest11 entry point loads this module into every
+pytest run there) pays nothing for it until a cell runs. tests/test_report_cli.py imports it with torch blocked.
 """
 
 from __future__ import annotations
@@ -14,10 +15,11 @@ import pytest
 
 from perfgate.ab import sides
 from perfgate.core.matrix import UnknownNameError
-from perfgate.plugin import against, options, selection
+from perfgate.plugin import against, config_file, options, selection
 from perfgate.plugin.session import PerfSession
 
 SESSION_KEY = pytest.StashKey[PerfSession]()
+CONFIG_FILE_READ = pytest.StashKey[bool]()
 TORCH_TRACE_LOGGER = "torch.__trace"  # torch's structured trace (TORCH_TRACE, tlparse): always at DEBUG
 
 
@@ -25,8 +27,25 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     options.add(parser)
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Parser, args: list[str]) -> None:
+    """[tool.perfgate] of the rootdir's pyproject.toml, put before addopts and the command line, which override
+    it (perfgate.plugin.config_file). pytest calls this only for a plugin it loads before the conftests: the
+    pytest11 entry point of an installed perfgate, or -p perfgate.plugin."""
+    pyproject = early_config.rootpath / "pyproject.toml"
+    table = config_file.settings(pyproject)
+    args[0:0] = config_file.as_args(table, config_file.perf_options(parser), pyproject)
+    early_config.stash[CONFIG_FILE_READ] = True
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", selection.MARK_HELP)
+    if not config.stash.get(CONFIG_FILE_READ, False) and config_file.settings(config.rootpath / "pyproject.toml"):
+        # A conftest's pytest_plugins loads the plugin after the arguments were read: say so, not ignore it.
+        raise pytest.UsageError(
+            f"{config.rootpath / 'pyproject.toml'}: {config_file.TABLE} is read only where pytest loads perfgate "
+            "before the conftests: install perfgate (its pytest11 entry point), or pass -p perfgate.plugin"
+        )
     try:
         chosen = options.check(config)
         base = against.base_side(config)  # --perf-against: checked (and checked out) before any cell
@@ -114,10 +133,27 @@ def perf(pytestconfig: pytest.Config) -> PerfSession:
 
 
 def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: dict) -> None:
-    perf = config.stash.get(SESSION_KEY, None)
-    environment = perf.machine_info() if perf is not None else None
-    if environment is not None:
-        machine_info["perfgate"] = environment
+    from perfgate.plugin.bench_sink import machine_info as perfgate_info
+
+    machine_info["perfgate"] = perfgate_info()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_benchmark_compare_machine_info(config: pytest.Config, benchmarksession, machine_info, compared_benchmark):
+    """pytest-benchmark 5.x crashes pytest (INTERNALERROR) where it should warn that machine_info differs, when
+    --benchmark-storage lies outside the working directory: its warning names the storage relative to the
+    working directory (FileStorage.location, Path.relative_to). Give its warning, naming the absolute path."""
+    try:
+        return (yield)
+    except ValueError as err:
+        storage = getattr(benchmarksession.storage, "path", None)
+        if storage is None or "subpath" not in str(err):
+            raise
+        benchmarksession.logger.warning(
+            f"Benchmark machine_info is different. Current: {machine_info} VS saved: "
+            f"{compared_benchmark.get('machine_info')} (location: {storage})."
+        )
+        return None
 
 
 @pytest.hookimpl(wrapper=True, trylast=True)

@@ -80,10 +80,6 @@ class PerfSession:
 
         return ProgressRelay.KEY, self.finished.pop(cell_id)
 
-    def machine_info(self) -> dict | None:
-        """The first device's environment, for pytest-benchmark's machine_info; None before any cell ran."""
-        return next(iter(self._envs.values()), None)
-
     def closing_lines(self) -> list[str]:
         """The terminal summary's lines: where the records went, the cells' times, what the session end said."""
         lines = []
@@ -238,7 +234,7 @@ class PerfSession:
     def _run_isolated(self, spec, cell: Cell, options, record_compiled, remeasure: str = "") -> dict:
         job = self.job(spec, cell, options, remeasure)
         record = self.isolated_process().run(job, self._progress, record_compiled)
-        if record.get("env"):  # what pytest-benchmark's machine_info shows, as an in-process cell leaves it
+        if record.get("env"):  # the device's environment, as an in-process cell leaves it
             self._envs.setdefault(options.device, record["env"])
         return record
 
@@ -387,12 +383,12 @@ class PerfSession:
 
         spec = zoo.load(self.registry)[cell.model]
         sink = BenchmarkSink(benchmark, cell)
-        record = self._run(spec, cell, sink.add)
+        record = self._run(spec, cell)
         self.ran[cell.id] = (spec, cell)
         if self.progress is not None and self.worker is None:  # under xdist the controller counts
             done = self.progress.finish(cell.id, record["wall_s"], self.expected.get(cell.id, 0.0), gpus_held(record))
             self._progress(f"{done}: {self.finished[cell.id]['line']}")
-        sink.annotate(record)
+        sink.feed(record)  # from the record, so pytest-benchmark holds the rounds perfgate judged
         if record["status"] != "ok":
             pytest.fail(f"{cell.id}: {record['reason']}", pytrace=False)
         return record

@@ -91,7 +91,8 @@ def _missing(f) -> str:
     """A clock the baseline has and this run lacks (gate), or a timed figure missing in B (A/B)."""
     if f.sides == AB:
         return f"{f.label}: {f.note}"
-    return f"{f.clock} clock missing now: {f.note or 'no reason given'}"
+    why = f.note or (f"older record schema {f.schema}" if f.schema is not None else "no reason given")
+    return f"{f.clock} clock missing now: {why}"
 
 
 def _count(f) -> str:
