@@ -5,7 +5,10 @@ unit, what validate asks of it, how a baseline folds it and whether the history 
 validate, baseline, history and the reports take their field lists from it. Absent or not-measured values
 are null. Imports no torch.
 
-Schemas (a record's `schema`): 12 adds the host probe (`host_probe_ms`, perfgate.measure.host_speed): how fast
+Schemas (a record's `schema`): 13 adds the counts of a step's work (perfgate.core.clocks.COUNTS: Python calls,
+ATen ops, GPU kernels, CUDA graph replays, dynamo cache lookups, instructions; each `eager_<count>` and
+`compiled_<count>` per step, from perfgate.measure.counts) with `counts_steps` and `counts_note`, no other figure
+changed; 12 adds the host probe (`host_probe_ms`, perfgate.measure.host_speed): how fast
 the host CPU ran while the cell was timed, for the reader (a triage line quotes it against the baseline's; the
 gate does not act on it), no other figure changed; 11 profiles the device clock with the GPU's activity alone,
 rounds bounded by marker kernels (the same union of kernel intervals, without the host's operators, whose recording cost
@@ -37,9 +40,9 @@ import copy
 from dataclasses import dataclass
 
 from perfgate.core.clocks import CLOCKS as ALL_CLOCKS
-from perfgate.core.clocks import COMPUTE, DEVICE, HOST, WALL, Clock
+from perfgate.core.clocks import COMPUTE, COUNTS, DEVICE, HOST, WALL, Clock, Count
 
-RECORD_SCHEMA = 12
+RECORD_SCHEMA = 13
 # Where a cell ran: in pytest's own process (--perf-isolate off, or a CPU cell), in perfgate's isolated warm
 # worker (perfgate.measure.isolate, the default for a GPU cell), or as the ranks of a data-parallel cell.
 PROCESSES = ("pytest", "worker", "ranks")
@@ -155,6 +158,17 @@ def _clock(clock: Clock, doc: str, rounds_doc: str = "", ms_doc: str = "") -> tu
     )
 
 
+def _count(count: Count) -> tuple[Field, ...]:
+    """A count's fields (perfgate.core.clocks.Count): eager's and compiled's, per step (a mean over the counted
+    steps: a whole number where every step did the same work), folded as a median."""
+    doc = f"{count.label} per step (perfgate.measure.counts); null where not countable here (counts_note)"
+    eager, compiled = count.fields
+    return (
+        Field(eager, float, "per step", ">= 0", fold="median", doc=doc),
+        Field(compiled, float, "per step", ">= 0", fold="median"),
+    )
+
+
 FIELDS: tuple[Field, ...] = (
     Field("schema", int, doc="RECORD_SCHEMA when written"),
     Field("cell", str, check="text", doc='the Cell.id, "gpt2-train-inductor_default-amp_bf16"'),
@@ -240,6 +254,10 @@ FIELDS: tuple[Field, ...] = (
     # thread, around the timed rounds and the clocks; triage quotes its wall figure, the gate does not act on it.
     Field("host_probe_ms", float, "ms", "> 0", fold="median", doc="wall ms of the probe's work, median of its probes"),
     Field("host_probe_cpu_ms", float, "ms", "> 0", fold="median", doc="the thread's CPU ms for the same work"),
+    # The counts of a step's work (perfgate.core.clocks.COUNTS), taken after the clocks in a pass of their own.
+    *(field for count in COUNTS for field in _count(count)),
+    Field("counts_steps", int, "steps", "> 0", doc="steps counted per side and pass (whole passes over the stream)"),
+    Field("counts_note", str, default="", doc="why a count is null (no CUDA device, no hardware counter: ENOENT)"),
     Field(
         "compile_s",
         float,
