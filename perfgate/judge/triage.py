@@ -7,7 +7,9 @@ A flagged cell's class, from the evidence in its row and the records (first that
     environment    the run's versions or host CPU differ from the baseline's: the numbers compare two
                    environments, so settle that first (perfgate ab, docs/ab.md)
     real           the device clock moved past its line: the GPU does more work per step (or a count,
-                   memory, numerics or status rule tripped: those are not timings)
+                   memory, numerics or status rule tripped: those are not timings); a count of the step's
+                   work past its band is named ("compiled step runs 412 GPU kernels, baseline 380") in
+                   whichever class the row falls
     noise-limited  the clock that tripped had a line wider than its threshold: too little evidence to say
                    more; re-measure (more runs in the baseline, or perfgate ab with more processes)
     host-side      the wall or host clock tripped and the device clock, measured, did not: more Python,
@@ -86,8 +88,20 @@ def env_differences(record: dict, baseline: dict) -> list[str]:
     return diffs
 
 
-def classify(row, record: dict, baseline: dict) -> tuple[str, str]:
-    """(kind, why) of a flagged gate row (perfgate.judge.gate.CellRow) and its record (module docstring)."""
+def classify(row, record: dict, baseline: dict, findings=()) -> tuple[str, str]:
+    """(kind, why) of a flagged gate row (perfgate.judge.gate.CellRow) and its record (module docstring); the
+    counts of a step's work that moved past their band (`findings` of the cell, form "band") are named after it,
+    or are the why where no timing tripped: they say what the step does more of."""
+    kind, why = _classify(row, record, baseline)
+    bands = [f for f in findings if f.form == "band"]
+    counts = [f.message for f in bands]
+    if counts and kind == "real" and not [m for m in row.tripped if m in TIMED]:
+        others = [m for m in row.tripped if m not in {f.metric for f in bands}]
+        return kind, "; ".join([f"{', '.join(others)} moved (not a timing)"] * bool(others) + counts)
+    return kind, "; ".join([why, *counts])
+
+
+def _classify(row, record: dict, baseline: dict) -> tuple[str, str]:
     diffs = env_differences(record, baseline)
     if diffs:
         return "environment", "; ".join(diffs)
@@ -131,7 +145,8 @@ def triage(report) -> list[Triage]:
     lines = []
     for row in (r for r in report.rows if r.cell in flagged and r.cell in records):
         record = records[row.cell]
-        kind, why = classify(row, record, report.baseline)
+        found = [f for f in (*report.regressions, *report.improvements) if f.cell == row.cell]
+        kind, why = classify(row, record, report.baseline, found)
         command = shlex.join(
             [
                 "python",
