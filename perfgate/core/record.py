@@ -144,28 +144,31 @@ class Field:
 
 def _clock(clock: Clock, doc: str, rounds_doc: str = "", ms_doc: str = "") -> tuple[Field, ...]:
     """A clock's fields (perfgate.core.clocks.Clock): eager's and compiled's rounds and their medians, and the
-    ratio with its 95 % interval. The wall clock's are required and history columns: every ok record has them."""
+    ratio with its 95 % interval. The wall clock's are required and history columns: every ok record has them.
+    The device clock's ratio is a history column too: its trend and change points sit beside the wall's, since
+    the wall ratio of a host-bound step follows the host CPU."""
     wall = clock is WALL
     required = dict(required=True) if wall else {}
+    trend = clock in (WALL, DEVICE)
     return (
         Field(clock.eager_rounds, list, "ms", "rounds", **required, default=[], doc=rounds_doc),
         Field(clock.compiled_rounds, list, "ms", "rounds", **required, default=[]),
         Field(clock.eager_ms, float, "ms", "> 0", **required, fold="median", column=wall, doc=ms_doc),
         Field(clock.compiled_ms, float, "ms", "> 0", **required, fold="median", column=wall),
-        Field(clock.ratio, float, "x", "> 0", required=wall, fold="clock", column=wall, doc=doc),
-        Field(f"{clock.ratio}_lo", float, "x", "> 0", required=wall, column=wall, doc="its 95 % interval"),
-        Field(f"{clock.ratio}_hi", float, "x", "> 0", required=wall, column=wall),
+        Field(clock.ratio, float, "x", "> 0", required=wall, fold="clock", column=trend, doc=doc),
+        Field(f"{clock.ratio}_lo", float, "x", "> 0", required=wall, column=trend, doc="its 95 % interval"),
+        Field(f"{clock.ratio}_hi", float, "x", "> 0", required=wall, column=trend),
     )
 
 
 def _count(count: Count) -> tuple[Field, ...]:
     """A count's fields (perfgate.core.clocks.Count): eager's and compiled's, per step (a mean over the counted
-    steps: a whole number where every step did the same work), folded as a median."""
+    steps: a whole number where every step did the same work), folded as a median and kept as history columns."""
     doc = f"{count.label} per step (perfgate.measure.counts); null where not countable here (counts_note)"
     eager, compiled = count.fields
     return (
-        Field(eager, float, "per step", ">= 0", fold="median", doc=doc),
-        Field(compiled, float, "per step", ">= 0", fold="median"),
+        Field(eager, float, "per step", ">= 0", fold="median", column=True, doc=doc),
+        Field(compiled, float, "per step", ">= 0", fold="median", column=True),
     )
 
 

@@ -166,9 +166,12 @@ def triage(report) -> list[Triage]:
 # ---------------------------------------------------------------------------------------------- nightly
 
 
-def bisect_hint(points: Sequence[dict], ok: Sequence[int], index: int, processes: int = 3) -> str:
+def bisect_hint(
+    points: Sequence[dict], ok: Sequence[int], index: int, processes: int = 3, rule: str = "speedup"
+) -> str:
     """The nights around a change point (index into `ok`, the ok points of a history series) and the
-    command that would settle it: commits when the versions agree, the versions that moved otherwise."""
+    command that would settle it on `rule`'s metric (the clock whose series moved): commits when the versions
+    agree, the versions that moved otherwise."""
     good, bad = points[ok[index - 1]], points[ok[index]]
     nights = (
         f"last good {good['date']} ({(good.get('commit') or 'unknown')[:12]}), first bad {bad['date']} "
@@ -183,7 +186,7 @@ def bisect_hint(points: Sequence[dict], ok: Sequence[int], index: int, processes
     if moved:
         return (
             f"{nights}; versions moved: {'; '.join(moved)}: bisect the releases between, e.g. perfgate "
-            f"bisect --step-pip 'PKG==OLD' ... --step-pip 'PKG==NEW' --rule speedup {shlex.join(select)}"
+            f"bisect --step-pip 'PKG==OLD' ... --step-pip 'PKG==NEW' --rule {rule} {shlex.join(select)}"
         )
     if not good.get("commit") or not bad.get("commit"):
         return f"{nights}; no commits recorded to bisect (perfgate history add --commit SHA files them)"
@@ -198,7 +201,7 @@ def bisect_hint(points: Sequence[dict], ok: Sequence[int], index: int, processes
             "--bad",
             bad["commit"],
             "--rule",
-            "speedup",
+            rule,
             "--processes",
             str(processes),
             *select,
