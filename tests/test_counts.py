@@ -60,6 +60,15 @@ def test_a_count_inside_its_band_passes_and_a_baseline_without_counts_says_so(ba
     assert any(n.startswith(f"no baseline count for {len(syn.cells())} cell(s)") for n in report.notes)
 
 
+def test_runs_that_disagree_on_a_count_are_named_before_a_baseline_is_made():
+    from perfgate.judge.baseline import disagreements
+
+    runs = syn.runs(3, first_seed=11, **QUIET)
+    counted = [[{**r, KERNELS_FIELD: 380.0 + (i == 2) * 10} for r in run] for i, run in enumerate(runs)]
+    (line, *_) = [text for text in disagreements(counted) if KERNELS_FIELD in text]
+    assert "380 (2 runs), 390 (1 run); the baseline keeps the median" in line
+
+
 def test_every_count_has_a_band_rule_on_each_side():
     bands = {r.metric: r.threshold for r in gate.DEFAULT_RULES if isinstance(r, CountBandRule)}
     assert bands == {c.field(side): c.threshold for c in COUNTS for side in ("eager", "compiled")}
