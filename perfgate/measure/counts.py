@@ -45,8 +45,8 @@ from perfgate.measure.clocks import whole_passes
 from perfgate.measure.steps import sync
 
 # Steps per side and pass: every warm step does the same work, so 3 say what one does (a whole-number mean)
-# and cost ~6 steps a side where there is no hardware counter (9 where there is): gpt2 train on the CPU tier,
-# 117 + 49 ms a step, about 1 s of its ~84 s cell.
+# and cost 6 steps a side where there is no hardware counter (9 where there is). On the CPU tier (2 cores,
+# 2026-11-27) the stage took 0.13 s of gpt2 train's 31 s cell, and 1.5 s of the tier's 108 s of cells.
 STEPS = 3
 LOOKUP = "TorchDynamo Cache Lookup"  # dynamo's record_function range around a frame's cache lookup
 GRAPH_LAUNCHES = ("cudaGraphLaunch", "cuGraphLaunch")  # runtime and driver API names of a graph replay
