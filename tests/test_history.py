@@ -120,6 +120,24 @@ def test_missing_or_foreign_database(tmp_path):
         history.series(tmp_path / "junk.sqlite", GPT2)
 
 
+def test_a_schema_1_database_gains_the_device_and_count_columns_from_its_stored_records(tmp_path, capsys):
+    """Schema 2 keeps device_speedup and the counts as columns: an older database is upgraded in place when next
+    opened, each new column filled from its rows' records, and `history show --metric device_speedup` lists it."""
+    db = tmp_path / "h.sqlite"
+    run = [{**r, "compiled_py_calls": 300.0} for r in nightly(1, 1)]
+    history.append(db, run)
+    added = [name for name in history.COLUMN_NAMES if name.startswith("device_speedup") or name.endswith("py_calls")]
+    with sqlite3.connect(db) as conn:  # the database as schema 1 made it
+        for name in added:
+            conn.execute(f"ALTER TABLE results DROP COLUMN {name}")
+        conn.execute("UPDATE meta SET value = '1' WHERE key = 'schema'")
+    (point,) = history.series(db, GPT2)
+    record = next(r for r in run if r["cell"] == GPT2)
+    assert (point["device_speedup"], point["compiled_py_calls"]) == (record["device_speedup"], 300.0)
+    assert main(["history", "show", GPT2, "--db", str(db), "--metric", "device_speedup"]) == 0
+    assert f"{record['device_speedup']:.4g}" in capsys.readouterr().out
+
+
 def test_shards_and_workers_merge_without_loss_or_duplicates(tmp_path):
     """Nightly: 2 shards (separate sessions, own run_id) x 2 xdist workers each (own file, shared run_id),
     named as nightly.yml names them; then the same files added again."""

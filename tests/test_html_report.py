@@ -64,8 +64,9 @@ def runs23_baseline(tmp_path_factory) -> Path:
     return base_dir
 
 
-def step_history(tmp_path, days: int = 10, drop_from: int = 6) -> tuple[list[dict], Path]:
-    """Nightlies of gpt2 and vit_b16 (quiet: 0.5 % noise); gpt2 training loses 10 % from day `drop_from` on."""
+def step_history(tmp_path, days: int = 10, drop_from: int = 6, clock: str = "speedup") -> tuple[list[dict], Path]:
+    """Nightlies of gpt2 and vit_b16 (quiet: 0.5 % noise); gpt2 training loses 10 % of `clock`'s ratio from day
+    `drop_from` on."""
     db = tmp_path / "steps.sqlite"
     latest = []
     for day in range(1, days + 1):
@@ -73,7 +74,7 @@ def step_history(tmp_path, days: int = 10, drop_from: int = 6) -> tuple[list[dic
         for r in records:
             r.update(run_id=f"night{day}", started_at=f"2026-11-{day:02d}T02:00:00+00:00")
             if r["cell"].startswith("gpt2-train") and day >= drop_from:
-                r.update({k: r[k] * 0.9 for k in ("speedup", "speedup_lo", "speedup_hi")})
+                r.update({k: r[k] * 0.9 for k in (clock, f"{clock}_lo", f"{clock}_hi")})
         history.append(db, records, commit=f"{day:02d}abcdef")
         latest = records
     return latest, db
@@ -169,6 +170,21 @@ def test_change_points_and_gate_marks_in_page_and_digest(tmp_path):
     row = next(line for line in lines if line.startswith("| `gpt2-train"))
     assert row.count("|") == 10 and "% at 11-06" in row and re.search(r"\| [▁-█]{10} \|", row)
     assert lines[2] == "synthetic nightlies"
+
+
+def test_the_device_speedup_has_its_own_trends_and_change_points_beside_the_wall(tmp_path):
+    """A GPU loss the wall speedup hides (a host-bound step): the device trend finds it, the wall trend does not."""
+    latest, db = step_history(tmp_path, clock="device_speedup")
+    report = html_report.build(latest, db_path=db)
+    (section,) = report.sections
+    assert not any(t.changes for t in section.trends) and len(section.device_trends) == 4
+    gpt2 = next(t for t in section.device_trends if t.cell.startswith("gpt2-train"))
+    assert gpt2.metric == "device_speedup" and len(gpt2.changes) == 1
+    assert re.match(r"device speedup -(9\.[5-9]|10\.[0-5])% at 11-06 \(06abcde\).*regression$", gpt2.changes[0])
+    assert "--rule device_speedup" in gpt2.bisects[0]
+    page, digest = html_report.render_html(report), html_report.render_markdown(report)
+    assert 'data-metric="device_speedup"' in page and "Device speedup history per cell" in page
+    assert "change point device speedup -" in digest
 
 
 RESNET = "resnet50-train-inductor_default-amp_bf16"
@@ -333,7 +349,7 @@ document.getElementById('probe').textContent = JSON.stringify({
          value: +r.dataset.value, left: box(r).left, width: box(r).width, height: box(r).height})),
   values: [...document.querySelectorAll('svg.bars text.value')].map(t => ({chart: chart(t),
            cell: t.dataset.cell, text: t.textContent, width: box(t).width})),
-  trends: [...document.querySelectorAll('.trend-card')].map(c => ({cell: c.dataset.cell,
+  trends: [...document.querySelectorAll('.trend-card[data-metric="speedup"]')].map(c => ({cell: c.dataset.cell,
            points: [...c.querySelectorAll('g.pt')].map(g => ({index: +g.dataset.index, value: +g.dataset.value,
                     y: box(g.querySelector('circle')).top, x: box(g.querySelector('circle')).left,
                     cls: g.querySelector('circle').getAttribute('class')})),

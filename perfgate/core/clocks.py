@@ -1,7 +1,9 @@
 """The clocks a cell is timed by, each defined once: its record fields, its gate rule's default line, its name and
 label in reports. The record (perfgate.core.record.FIELDS), the rules (perfgate.judge.rules.default_rules), the
 gate and A/B reports (perfgate.render.report, perfgate.render.ab_report) all read their clocks from here, so a new
-clock is one definition here plus its measurement. Imports no torch.
+clock is one definition here plus its measurement. The counts of a step's work (COUNTS: Python calls, ATen ops,
+kernels, ...) are defined here the same way: their record fields and band rules follow from each Count.
+Imports no torch.
 
 How each clock is measured lives in perfgate.measure (timing.py: wall; clocks.py: device and host;
 ddp_clocks.py: compute); why each line is where it is, in perfgate.judge.rules.default_rules and
@@ -66,6 +68,38 @@ COMPUTE = Clock(
 CLOCKS: tuple[Clock, ...] = (WALL, DEVICE, HOST, COMPUTE)
 BY_RATIO = {clock.ratio: clock for clock in CLOCKS}
 NAMES = {clock.ratio: clock.name for clock in CLOCKS}  # "device_speedup" -> "device"
+
+
+@dataclass(frozen=True)
+class Count:
+    """One count of a step's work, taken per side in a pass of its own (perfgate.measure.counts): its record
+    fields are `eager_<name>` and `compiled_<name>`, the count per step. Counts do not drift with the host as
+    timings do, so their rule is a tight band around the baseline's (perfgate.judge.rules.CountBandRule)."""
+
+    name: str  # the fields' stem: "kernels" -> eager_kernels, compiled_kernels
+    label: str  # what is counted, plural: "kernels"
+    verb: str  # what a step does with them: "launches" ("compiled step launches 412 kernels")
+    threshold: float = 0.015  # the band, a fraction of the baseline's count either way
+
+    def field(self, side: str) -> str:
+        return f"{side}_{self.name}"
+
+    @property
+    def fields(self) -> tuple[str, str]:
+        return self.field("eager"), self.field("compiled")
+
+
+# Start from PyTorch's pr_time_benchmarks band on instruction counts (about +-1.5 %); docs/measuring.md says
+# how each count is taken, what it catches and what it costs.
+PY_CALLS = Count("py_calls", "Python calls", "makes")
+ATEN_OPS = Count("aten_ops", "ATen ops", "dispatches")
+KERNELS = Count("kernels", "GPU kernels", "runs")
+CUDA_GRAPHS = Count("cuda_graphs", "CUDA graph replays", "makes")
+LOOKUPS = Count("dynamo_lookups", "dynamo cache lookups", "makes")
+INSTRUCTIONS = Count("instructions", "instructions", "retires")
+COUNTS: tuple[Count, ...] = (PY_CALLS, ATEN_OPS, KERNELS, CUDA_GRAPHS, LOOKUPS, INSTRUCTIONS)
+# A count field -> (its Count, its side): "compiled_kernels" -> (KERNELS, "compiled").
+COUNT_OF = {count.field(side): (count, side) for count in COUNTS for side in ("eager", "compiled")}
 
 
 def shown_in(column: Clock, has) -> Clock:

@@ -5,7 +5,10 @@ unit, what validate asks of it, how a baseline folds it and whether the history 
 validate, baseline, history and the reports take their field lists from it. Absent or not-measured values
 are null. Imports no torch.
 
-Schemas (a record's `schema`): 12 adds the host probe (`host_probe_ms`, perfgate.measure.host_speed): how fast
+Schemas (a record's `schema`): 13 adds the counts of a step's work (perfgate.core.clocks.COUNTS: Python calls,
+ATen ops, GPU kernels, CUDA graph replays, dynamo cache lookups, instructions; each `eager_<count>` and
+`compiled_<count>` per step, from perfgate.measure.counts) with `counts_steps` and `counts_note`, and `paired`
+(a paired run's comparison with its base side, perfgate.ab), no other figure changed; 12 adds the host probe (`host_probe_ms`, perfgate.measure.host_speed): how fast
 the host CPU ran while the cell was timed, for the reader (a triage line quotes it against the baseline's; the
 gate does not act on it), no other figure changed; 11 profiles the device clock with the GPU's activity alone,
 rounds bounded by marker kernels (the same union of kernel intervals, without the host's operators, whose recording cost
@@ -37,9 +40,9 @@ import copy
 from dataclasses import dataclass
 
 from perfgate.core.clocks import CLOCKS as ALL_CLOCKS
-from perfgate.core.clocks import COMPUTE, DEVICE, HOST, WALL, Clock
+from perfgate.core.clocks import COMPUTE, COUNTS, DEVICE, HOST, WALL, Clock, Count
 
-RECORD_SCHEMA = 12
+RECORD_SCHEMA = 13
 # Where a cell ran: in pytest's own process (--perf-isolate off, or a CPU cell), in perfgate's isolated warm
 # worker (perfgate.measure.isolate, the default for a GPU cell), or as the ranks of a data-parallel cell.
 PROCESSES = ("pytest", "worker", "ranks")
@@ -141,17 +144,31 @@ class Field:
 
 def _clock(clock: Clock, doc: str, rounds_doc: str = "", ms_doc: str = "") -> tuple[Field, ...]:
     """A clock's fields (perfgate.core.clocks.Clock): eager's and compiled's rounds and their medians, and the
-    ratio with its 95 % interval. The wall clock's are required and history columns: every ok record has them."""
+    ratio with its 95 % interval. The wall clock's are required and history columns: every ok record has them.
+    The device clock's ratio is a history column too: its trend and change points sit beside the wall's, since
+    the wall ratio of a host-bound step follows the host CPU."""
     wall = clock is WALL
     required = dict(required=True) if wall else {}
+    trend = clock in (WALL, DEVICE)
     return (
         Field(clock.eager_rounds, list, "ms", "rounds", **required, default=[], doc=rounds_doc),
         Field(clock.compiled_rounds, list, "ms", "rounds", **required, default=[]),
         Field(clock.eager_ms, float, "ms", "> 0", **required, fold="median", column=wall, doc=ms_doc),
         Field(clock.compiled_ms, float, "ms", "> 0", **required, fold="median", column=wall),
-        Field(clock.ratio, float, "x", "> 0", required=wall, fold="clock", column=wall, doc=doc),
-        Field(f"{clock.ratio}_lo", float, "x", "> 0", required=wall, column=wall, doc="its 95 % interval"),
-        Field(f"{clock.ratio}_hi", float, "x", "> 0", required=wall, column=wall),
+        Field(clock.ratio, float, "x", "> 0", required=wall, fold="clock", column=trend, doc=doc),
+        Field(f"{clock.ratio}_lo", float, "x", "> 0", required=wall, column=trend, doc="its 95 % interval"),
+        Field(f"{clock.ratio}_hi", float, "x", "> 0", required=wall, column=trend),
+    )
+
+
+def _count(count: Count) -> tuple[Field, ...]:
+    """A count's fields (perfgate.core.clocks.Count): eager's and compiled's, per step (a mean over the counted
+    steps: a whole number where every step did the same work), folded as a median and kept as history columns."""
+    doc = f"{count.label} per step (perfgate.measure.counts); null where not countable here (counts_note)"
+    eager, compiled = count.fields
+    return (
+        Field(eager, float, "per step", ">= 0", fold="median", column=True, doc=doc),
+        Field(compiled, float, "per step", ">= 0", fold="median", column=True),
     )
 
 
@@ -240,6 +257,10 @@ FIELDS: tuple[Field, ...] = (
     # thread, around the timed rounds and the clocks; triage quotes its wall figure, the gate does not act on it.
     Field("host_probe_ms", float, "ms", "> 0", fold="median", doc="wall ms of the probe's work, median of its probes"),
     Field("host_probe_cpu_ms", float, "ms", "> 0", fold="median", doc="the thread's CPU ms for the same work"),
+    # The counts of a step's work (perfgate.core.clocks.COUNTS), taken after the clocks in a pass of their own.
+    *(field for count in COUNTS for field in _count(count)),
+    Field("counts_steps", int, "steps", "> 0", doc="steps counted per side and pass (whole passes over the stream)"),
+    Field("counts_note", str, default="", doc="why a count is null (no CUDA device, no hardware counter: ENOENT)"),
     Field(
         "compile_s",
         float,

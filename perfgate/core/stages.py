@@ -24,6 +24,8 @@ STAGES: dict[str, str] = {
     "timing": "the interleaved timed rounds: the wall clock, what a cell exists for",
     "device_clock": "profiled rounds: GPU-busy time per step (a data-parallel cell: its step breakdown)",
     "host_clock": "single steps from an idle GPU: host time to issue a step",
+    "counts": "a few steps of each side counted (Python calls, ATen ops, kernels, cache lookups, instructions), "
+    "never timed",
     "scaling": "a data-parallel cell's same step on one device, for its scaling figure",
     "extras": "recompile counts, FLOPs, throughput, other processes on the GPU, why-artifact traces",
     "warm_compile": "the compile again in this process with warm caches (--perf-warm-compile on; skipped where "

@@ -34,9 +34,11 @@ import statistics
 from pathlib import Path
 from typing import Iterable, Sequence
 
+from perfgate.core.clocks import COUNTS
 from perfgate.core.output import write_atomic
 from perfgate.core.record import (
     CLOCKS,
+    FIELD,
     HOST_AFTER_PROFILER,
     HOST_ROUNDS_SCHEMA,
     TIME_ALONE,
@@ -303,6 +305,9 @@ AGREE_FIELDS = {
     "peak_mem_compiled_mb": (0.20, 32.0),
     "graph_breaks": (0.0, 0.0),
     "recompiles": (0.0, 0.0),
+    # The counts of a step's work repeat where the code did not change: runs apart by more than the count's
+    # band would trip the gate against their own median (perfgate.core.clocks.COUNTS).
+    **{name: (count.threshold, 0.0) for count in COUNTS for name in count.fields},
 }
 
 
@@ -329,7 +334,7 @@ def _disagreeing(tier: str, cell: str, ok: Sequence[dict]) -> list[str]:
             )
             lines.append(
                 f"{tier} {cell}: runs disagree on {name}: {counts}; the baseline keeps the "
-                f"maximum, so check the odd runs before committing it"
+                f"{'median' if FIELD[name].fold == 'median' else 'maximum'}, so check the odd runs before committing it"
             )
     return lines
 

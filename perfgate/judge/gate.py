@@ -24,6 +24,7 @@ from perfgate.judge.rules import (
     DEFAULT_RULES,
     IMPROVEMENT,
     REGRESSION,
+    CountBandRule,
     CountRule,
     Finding,
     HostTimeRule,
@@ -53,6 +54,7 @@ __all__ = [
     "ADVISORY",
     "IMPROVEMENT",
     "REGRESSION",
+    "CountBandRule",
     "CountRule",
     "Finding",
     "HostTimeRule",
@@ -273,6 +275,13 @@ def _predates(baseline: dict, current: dict[str, dict], rules: Sequence) -> list
                 f"the baseline predates the {rule.clock} clock for {len(lacking)} cell(s), so it was "
                 f"not compared there; remake the baseline (perfgate baseline update) to gate it"
             )
+    bands = [r for r in rules if isinstance(r, CountBandRule)]
+    unjudged = [cid for cid, cur in current.items() if cid in cells and any(r.unjudged(cells[cid], cur) for r in bands)]
+    if unjudged:
+        notes.append(
+            f"no baseline count for {len(unjudged)} cell(s): the baseline predates the counts of a step's work "
+            f"(record schema 13), so they were not compared and pass; remake the baseline to gate them"
+        )
     return notes
 
 

@@ -3,7 +3,8 @@ cur_record)` that returns a Finding or None. Imports no torch.
 
 One ratio rule per clock (perfgate.core.clocks defines each default line), on log ratios against the
 baseline's run-to-run noise: wall `speedup` 5 %, device `device_speedup` 2.5 % (a data-parallel cell's
-`compute_speedup` too), host time (HostTimeRule) +15 %. Count, relative, numerics and status rules cover the
+`compute_speedup` too), host time (HostTimeRule) +15 %. One band rule per count of a step's work and side
+(CountBandRule, perfgate.core.clocks.COUNTS: +-1.5 %). Count, relative, numerics and status rules cover the
 rest. How the ratio rules decide, and why: docs/gate-power.md ("How the rules decide"). A finding
 is data, the figures a rule judged by; its words live in perfgate.render.wording.
 """
@@ -15,7 +16,7 @@ from dataclasses import dataclass, replace
 from typing import Callable, ClassVar
 
 from perfgate.core import clocks
-from perfgate.core.clocks import COMPUTE, DEVICE, HOST, WALL
+from perfgate.core.clocks import COMPUTE, COUNT_OF, COUNTS, DEVICE, HOST, WALL, Count
 from perfgate.core.record import RECORD_SCHEMA, compiled_peak_is_right
 from perfgate.core.stats import interval_sd
 
@@ -338,6 +339,37 @@ class CountRule:
 
 
 @dataclass(frozen=True)
+class CountBandRule:
+    """A count of a step's work (perfgate.core.clocks.Count) on one side against the baseline's, within a band
+    (`threshold`, a fraction either way): grown past it a regression, shrunk past it an improvement the
+    baseline should learn. Counts repeat where the code did not change (they do not follow the host), so the
+    band is tight and nothing is re-measured. A baseline without the count (made before record schema 13)
+    does not judge it, and the cell passes: the gate says so in a note (`unjudged`)."""
+
+    metric: str  # a count field, `<side>_<count>`: "compiled_kernels" (perfgate.core.clocks.COUNT_OF)
+    threshold: float = 0.015
+    direction: str = "lower"
+
+    @property
+    def count(self) -> Count:
+        return COUNT_OF[self.metric][0]
+
+    def unjudged(self, base: dict, cur: dict) -> bool:
+        """Counted now, and the baseline has no count to judge it by."""
+        return both_ok(base, cur) and cur.get(self.metric) is not None and base.get(self.metric) is None
+
+    def check(self, base: dict, cur: dict) -> Finding | None:
+        ref, now = base.get(self.metric), cur.get(self.metric)
+        if not both_ok(base, cur) or ref is None or now is None or now == ref:
+            return None
+        change = now / ref - 1 if ref else math.inf  # from none to some: past any band
+        if abs(change) <= self.threshold:
+            return None
+        kind = REGRESSION if now > ref else IMPROVEMENT
+        return _finding(self, base, cur, kind, self.threshold, "band", label=self.count.label, change=change)
+
+
+@dataclass(frozen=True)
 class RelativeRule:
     """A lower-is-better quantity (memory MiB, compile seconds) that regresses when it grows by more than
     `threshold` (a fraction) AND by more than `min_delta` (its own unit), so tiny values do not cry wolf."""
@@ -413,9 +445,11 @@ def default_rules(
     host: float = HOST.threshold,
     memory: float = 0.20,
     compile_time: float = 0.50,
+    counts: float | None = None,
 ) -> tuple:
     """The gate's rules; thresholds are fractions (0.05 = 5 %). `speedup` and `device`: a drop of the wall
-    and device speedups; `host`: a growth of compiled host time per step relative to eager's."""
+    and device speedups; `host`: a growth of compiled host time per step relative to eager's; `counts`: the
+    band of every count of a step's work (None: each count's own, perfgate.core.clocks.COUNTS)."""
     return (
         StatusRule(),
         SpeedupRule(WALL.ratio, threshold=speedup),
@@ -433,6 +467,13 @@ def default_rules(
         CountRule("recompiles"),
         # A data-parallel cell's breaks in DDP's forward wrapper: each is a graph more to issue every step.
         CountRule("ddp_wrapper_breaks"),
+        # The counts of a step's work, each side: a step that does more Python, dispatches more ops or launches
+        # more kernels than the baseline's regressed, whatever the host it ran on (docs/gate.md).
+        *(
+            CountBandRule(field, count.threshold if counts is None else counts)
+            for count in COUNTS
+            for field in count.fields
+        ),
         # 32 MiB: below that a change is allocator rounding, not the model.
         RelativeRule("peak_mem_compiled_mb", memory, min_delta=32.0, measured_right=compiled_peak_is_right),
         RelativeRule("peak_mem_eager_mb", memory, min_delta=32.0),

@@ -7,7 +7,9 @@ A flagged cell's class, from the evidence in its row and the records (first that
     environment    the run's versions or host CPU differ from the baseline's: the numbers compare two
                    environments, so settle that first (perfgate ab, docs/ab.md)
     real           the device clock moved past its line: the GPU does more work per step (or a count,
-                   memory, numerics or status rule tripped: those are not timings)
+                   memory, numerics or status rule tripped: those are not timings); a count of the step's
+                   work past its band is named ("compiled step runs 412 GPU kernels, baseline 380") in
+                   whichever class the row falls
     noise-limited  the clock that tripped had a line wider than its threshold: too little evidence to say
                    more; re-measure (more runs in the baseline, or perfgate ab with more processes)
     host-side      the wall or host clock tripped and the device clock, measured, did not: more Python,
@@ -86,8 +88,20 @@ def env_differences(record: dict, baseline: dict) -> list[str]:
     return diffs
 
 
-def classify(row, record: dict, baseline: dict) -> tuple[str, str]:
-    """(kind, why) of a flagged gate row (perfgate.judge.gate.CellRow) and its record (module docstring)."""
+def classify(row, record: dict, baseline: dict, findings=()) -> tuple[str, str]:
+    """(kind, why) of a flagged gate row (perfgate.judge.gate.CellRow) and its record (module docstring); the
+    counts of a step's work that moved past their band (`findings` of the cell, form "band") are named after it,
+    or are the why where no timing tripped: they say what the step does more of."""
+    kind, why = _classify(row, record, baseline)
+    bands = [f for f in findings if f.form == "band"]
+    counts = [f.message for f in bands]
+    if counts and kind == "real" and not [m for m in row.tripped if m in TIMED]:
+        others = [m for m in row.tripped if m not in {f.metric for f in bands}]
+        return kind, "; ".join([f"{', '.join(others)} moved (not a timing)"] * bool(others) + counts)
+    return kind, "; ".join([why, *counts])
+
+
+def _classify(row, record: dict, baseline: dict) -> tuple[str, str]:
     diffs = env_differences(record, baseline)
     if diffs:
         return "environment", "; ".join(diffs)
@@ -131,7 +145,8 @@ def triage(report) -> list[Triage]:
     lines = []
     for row in (r for r in report.rows if r.cell in flagged and r.cell in records):
         record = records[row.cell]
-        kind, why = classify(row, record, report.baseline)
+        found = [f for f in (*report.regressions, *report.improvements) if f.cell == row.cell]
+        kind, why = classify(row, record, report.baseline, found)
         command = shlex.join(
             [
                 "python",
@@ -151,9 +166,12 @@ def triage(report) -> list[Triage]:
 # ---------------------------------------------------------------------------------------------- nightly
 
 
-def bisect_hint(points: Sequence[dict], ok: Sequence[int], index: int, processes: int = 3) -> str:
+def bisect_hint(
+    points: Sequence[dict], ok: Sequence[int], index: int, processes: int = 3, rule: str = "speedup"
+) -> str:
     """The nights around a change point (index into `ok`, the ok points of a history series) and the
-    command that would settle it: commits when the versions agree, the versions that moved otherwise."""
+    command that would settle it on `rule`'s metric (the clock whose series moved): commits when the versions
+    agree, the versions that moved otherwise."""
     good, bad = points[ok[index - 1]], points[ok[index]]
     nights = (
         f"last good {good['date']} ({(good.get('commit') or 'unknown')[:12]}), first bad {bad['date']} "
@@ -168,7 +186,7 @@ def bisect_hint(points: Sequence[dict], ok: Sequence[int], index: int, processes
     if moved:
         return (
             f"{nights}; versions moved: {'; '.join(moved)}: bisect the releases between, e.g. perfgate "
-            f"bisect --step-pip 'PKG==OLD' ... --step-pip 'PKG==NEW' --rule speedup {shlex.join(select)}"
+            f"bisect --step-pip 'PKG==OLD' ... --step-pip 'PKG==NEW' --rule {rule} {shlex.join(select)}"
         )
     if not good.get("commit") or not bad.get("commit"):
         return f"{nights}; no commits recorded to bisect (perfgate history add --commit SHA files them)"
@@ -183,7 +201,7 @@ def bisect_hint(points: Sequence[dict], ok: Sequence[int], index: int, processes
             "--bad",
             bad["commit"],
             "--rule",
-            "speedup",
+            rule,
             "--processes",
             str(processes),
             *select,

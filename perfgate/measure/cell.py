@@ -17,6 +17,7 @@ import torch
 
 from perfgate.core.matrix import VARIANTS, Cell
 from perfgate.measure import cache_artifacts, clocks, introspect, neighbours, reference, why
+from perfgate.measure import counts as step_counts
 from perfgate.measure.compile_cache import compile_cache
 from perfgate.measure.host_speed import HostSpeed
 from perfgate.measure.job import RunOptions
@@ -130,6 +131,7 @@ def _measure(run: CellRun, record_compiled, why_dir: Path | None, serve: Callabl
         _store_served(run, *served)
     host.sample()
     host.store(record)
+    step_counts.measure(run)  # stage "counts": a few steps a side counted, after the clocks (perfgate.measure.counts)
 
     run.clock.enter("extras", f"{cell.id}: {clocks.summary(record)}, compile {record['compile_s']:.1f} s")
     if watch:

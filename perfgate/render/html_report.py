@@ -23,22 +23,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
+from perfgate.core.clocks import COUNTS, DEVICE
 from perfgate.core.matrix import PHASES
 from perfgate.core.record import first_call_cache
 from perfgate.core.stats import geomean
 from perfgate.core.text import visible
 from perfgate.judge.baseline import group_by_key
-from perfgate.judge.changepoint import series_changes
 from perfgate.judge.gate import GateReport, gate_run
-from perfgate.judge.rules import DEFAULT_RULES, REGRESSION, SpeedupRule
-from perfgate.judge.triage import bisect_hint
-from perfgate.render.charts import Bar, TrendChange, TrendLevel, TrendPoint, bar_chart, trend_chart
+from perfgate.judge.rules import DEFAULT_RULES
+from perfgate.render.charts import Bar, bar_chart
 from perfgate.render.report import fmt, md_code, md_text, shown
+from perfgate.render.trends import Trend, clock_rule, ratio_text, trend
 from perfgate.render.wording import finding_text
 from perfgate.store import history
 
 PHASE_ORDER = PHASES  # train, infer, ddp: the table's order and one geomean line each
-SPARK = "▁▂▃▄▅▆▇█"
 
 
 @dataclass(frozen=True)
@@ -46,18 +45,6 @@ class Chart:
     title: str
     svg: str
     note: str = ""
-
-
-@dataclass(frozen=True)
-class Trend:
-    cell: str
-    svg: str
-    points: int
-    changes: tuple[str, ...]  # "-13.2 % at 11-22 06:53 (abc1234), regression"
-    marked: tuple[str, ...]  # points the gate's rule flags against the baseline
-    spark: str
-    baseline: float | None  # the baseline's median speedup (the dashed line), if one was given
-    bisects: tuple[str, ...] = ()  # per lower level: the nights around it and the perfgate bisect command
 
 
 @dataclass
@@ -73,6 +60,7 @@ class Section:
     failed: list[dict]
     trends: list[Trend] = field(default_factory=list)
     no_trend: list[str] = field(default_factory=list)
+    device_trends: list[Trend] = field(default_factory=list)  # the device speedup's, beside the wall's
 
 
 @dataclass
@@ -97,7 +85,7 @@ def mem_ratio(record: dict) -> float | None:
 
 
 def speedup_text(record: dict) -> str:
-    return f"{shown(record, 'speedup')}× [{shown(record, 'speedup_lo')}, {shown(record, 'speedup_hi')}]"
+    return ratio_text(record)
 
 
 def _label(record: dict) -> str:
@@ -214,117 +202,6 @@ def memory_chart(records: Sequence[dict]) -> list[Chart]:
     ]
 
 
-# ---------------------------------------------------------------------------------------------- trends
-
-
-def _axis_labels(points: Sequence[dict]) -> list[tuple[str, str]]:
-    """(label, sublabel) per point: the time when every point is on one day, else the date; and the commit."""
-    one_day = len({str(p["date"])[:10] for p in points}) == 1
-    return [
-        (
-            str(p["date"])[11:16] if one_day else str(p["date"])[5:10],
-            (p.get("commit") or "")[:7] or f"run {str(p['run_id'])[:6]}",
-        )
-        for p in points
-    ]
-
-
-def _wall_rule(rules: Sequence) -> SpeedupRule:
-    """The rule set's wall-clock rule (the default one where the set has none): it marks trend points against
-    the baseline and sizes the change points' kinds, as it gates the run."""
-    return next((r for r in rules if isinstance(r, SpeedupRule) and r.metric == "speedup"), SpeedupRule())
-
-
-def _point_mark(point: dict, base_cell: dict | None, rule: SpeedupRule) -> str:
-    if not base_cell or point.get("status") != "ok" or not point.get("speedup"):
-        return ""
-    finding = rule.check(base_cell, point)
-    return finding.kind if finding else ""
-
-
-def _segment(points: Sequence[dict]):
-    """Change points over the ok points; levels and changes mapped back to indices into `points`."""
-    ok, seg = series_changes(points)
-    levels = [TrendLevel(ok[a], ok[b - 1], value) for a, b, value in seg.levels]
-    return seg, ok, levels
-
-
-def _change_kind(shift: float, threshold: float) -> str:
-    if shift <= -threshold:
-        return REGRESSION
-    return "improvement" if shift >= threshold else "shift"
-
-
-def _drawn(point: dict, label: str, sublabel: str, mark: str) -> TrendPoint:
-    tooltip = (
-        f"{point['date']} · commit {point.get('commit') or 'unknown'} · run {point['run_id']} · "
-        f"{speedup_text(point) if point.get('speedup') else 'no speedup'} · {point.get('status')}"
-        + (f": {point['reason']}" if point.get("reason") else "")
-    )
-    return TrendPoint(
-        point.get("speedup"),
-        point.get("speedup_lo"),
-        point.get("speedup_hi"),
-        label,
-        sublabel,
-        point.get("status") == "ok" and point.get("speedup") is not None,
-        mark,
-        tooltip,
-    )
-
-
-def trend(
-    cell: str,
-    points: Sequence[dict],
-    base_cell: dict | None,
-    rule: SpeedupRule = _wall_rule(DEFAULT_RULES),  # noqa: B008 (a frozen rule, made once)
-) -> Trend:
-    """One cell's trend chart and texts from its history (oldest first), its baseline cell (or None) and the
-    gate's wall rule."""
-    seg, ok, levels = _segment(points)
-    labels = _axis_labels(points)
-    threshold = rule.nominal_threshold(points[-1])
-    changes, texts, bisects = [], [], []
-    for cp in seg.change_points:
-        index, kind = ok[cp.index], _change_kind(cp.shift, threshold)
-        changes.append(TrendChange(index, cp.shift, kind))
-        texts.append(
-            f"{cp.shift:+.1%} at {labels[index][0]} ({labels[index][1]}): {cp.before:.3f}× → {cp.after:.3f}×, {kind}"
-        )
-        if kind == REGRESSION:
-            bisects.append(f"{cell} {cp.shift:+.1%}: {bisect_hint(points, ok, cp.index)}")
-    marks = [_point_mark(p, base_cell, rule) for p in points]
-    drawn = [_drawn(p, label, sub, mark) for p, (label, sub), mark in zip(points, labels, marks)]
-    marked = tuple(
-        f"{cell} at {labels[i][0]} ({labels[i][1]}): {speedup_text(p)}, {m} against the baseline"
-        for i, (p, m) in enumerate(zip(points, marks))
-        if m
-    )
-    baseline = (base_cell or {}).get("speedup")
-    svg = trend_chart(drawn, levels, changes, label=f"speedup history {cell}", baseline=baseline)
-    return Trend(
-        cell,
-        svg,
-        len(points),
-        tuple(texts),
-        marked,
-        sparkline(p.get("speedup") for p in points),
-        baseline,
-        tuple(bisects),
-    )
-
-
-def sparkline(values) -> str:
-    """Unicode blocks, lowest to highest; x for a run without a speedup."""
-    values = list(values)
-    known = [v for v in values if v]
-    if not known:
-        return ""
-    lo, hi = min(known), max(known)
-    scale = (len(SPARK) - 1) / (hi - lo) if hi > lo else 0.0
-    return "".join(SPARK[round((v - lo) * scale)] if v else "×" for v in values)
-
-
 # ---------------------------------------------------------------------------------------------- assembly
 
 
@@ -365,10 +242,17 @@ def _table_row(record: dict, verdict: str | None) -> dict:
         "compile_s": shown(record, "compile_s"),
         "mem": fmt(mem_ratio(record), ".2f"),
         "graph_breaks": shown(record, "graph_breaks"),
+        "counts": counts_text(record),
         "numerics": record.get("numerics") or "–",
         "verdict": verdict or "",
         "reason": record.get("reason") or "",
     }
+
+
+def counts_text(record: dict, side: str = "compiled") -> str:
+    """A side's counts of a step's work, "88 Python calls · 27 ATen ops · 1 dynamo cache lookups" ("–": none)."""
+    counted = [(count, record.get(count.field(side))) for count in COUNTS]
+    return " · ".join(f"{value:,.0f} {count.label}" for count, value in counted if value is not None) or "–"
 
 
 def _geomeans(records: Sequence[dict]) -> list[str]:
@@ -384,11 +268,11 @@ def _section(
     fingerprint: str,
     records: list[dict],
     gated: Sequence[GateReport],
-    rule: SpeedupRule,
+    rules: Sequence,
     db_path: str | os.PathLike | None,
 ) -> Section:
-    """One environment's charts, table and trends; `gated`: the gate's reports on it (one per tier), `rule`:
-    the gate's wall rule."""
+    """One environment's charts, table and trends; `gated`: the gate's reports on it (one per tier), `rules`:
+    the gate's (its wall and device rules mark the trends)."""
     verdicts = {row.cell: row.verdict for report in gated for row in report.rows}
     base_cells = {cid: cell for report in gated for cid, cell in report.baseline["cells"].items()}
     env = records[0].get("env") or {}
@@ -407,11 +291,13 @@ def _section(
     )
     if db_path:
         for record in records:
-            points = history.series(db_path, record["cell"], fingerprint)
-            if len(points) >= 2:
-                section.trends.append(trend(record["cell"], points, base_cells.get(record["cell"]), rule))
-            else:
+            points, base = history.series(db_path, record["cell"], fingerprint), base_cells.get(record["cell"])
+            if len(points) < 2:
                 section.no_trend.append(record["cell"])
+                continue
+            section.trends.append(trend(record["cell"], points, base, clock_rule(rules)))
+            if sum(bool(p.get(DEVICE.ratio)) for p in points) >= 2:  # a CPU cell has no device clock
+                section.device_trends.append(trend(record["cell"], points, base, clock_rule(rules, DEVICE.ratio)))
     return section
 
 
@@ -437,7 +323,7 @@ def build(
     for record in records:
         by_fp.setdefault((record.get("env") or {}).get("fingerprint") or "unknown", []).append(record)
     sections = [
-        _section(fp, recs, [g for g in gated if g.fingerprint == fp], _wall_rule(rules), db_path)
+        _section(fp, recs, [g for g in gated if g.fingerprint == fp], rules, db_path)
         for fp, recs in sorted(by_fp.items())
     ]
     generated = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
@@ -510,6 +396,10 @@ def render_markdown(report: Report) -> str:
         lines += [f"- failed {md_code(row['cell'])}: {md_text(row['reason'])}" for row in section.failed]
         lines += [f"- {md_text(text)}" for t in section.trends for text in t.marked]
         lines += [f"- bisect {md_text(text)}" for t in section.trends for text in t.bisects]
+        device = section.device_trends
+        lines += [f"- {md_code(t.cell)} change point {md_text(text)}" for t in device for text in t.changes]
+        lines += [f"- {md_text(text)}" for t in device for text in t.marked]
+        lines += [f"- bisect {md_text(text)}" for t in device for text in t.bisects]
     lines += [f"- note: {md_text(note)}" for note in report.notes]
     return "\n".join(lines).rstrip() + "\n"
 

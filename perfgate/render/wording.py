@@ -13,6 +13,8 @@ a finding and want its text, and an import of perfgate.judge from here would clo
 
 from __future__ import annotations
 
+from perfgate.core.clocks import COUNT_OF
+
 # perfgate.judge.rules.AB, Finding.sides of an A/B finding (this module may not import judge: tests/test_wording.py
 # keeps the two equal).
 AB = "ab"
@@ -99,6 +101,23 @@ def _count(f) -> str:
     return f"{f.metric.replace('_', ' ')} {f.baseline} -> {f.current}{_refresh(f)}"
 
 
+def _per_step(value: float) -> str:
+    """A count per step: whole where it is ("412"), else to two decimals ("412.33")."""
+    return f"{value:,.0f}" if float(value).is_integer() else f"{value:,.2f}"
+
+
+def _band(f) -> str:
+    """A count of a step's work past its band: "compiled step runs 412 GPU kernels, baseline 380 (+8.4 %, ...)"."""
+    count, side = COUNT_OF[f.metric]
+    change = "from none" if f.change == float("inf") else f"{f.change:+.1%}"
+    was = f"{_per_step(f.baseline)} in A" if f.sides == AB else f"baseline {_per_step(f.baseline)}"
+    now = " in B" if f.sides == AB else ""
+    return (
+        f"{side} step {count.verb} {_per_step(f.current)} {count.label}{now}, {was} ({change}, past the "
+        f"±{f.threshold:.1%} band){_refresh(f)}"
+    )
+
+
 def _relative(f) -> str:
     return f"{f.metric} {f.baseline:.4g} -> {f.current:.4g} ({f.change:+.1%}, threshold {f.threshold:.0%}){_refresh(f)}"
 
@@ -122,6 +141,7 @@ FORMS = {
     "step": _timed,
     "missing": _missing,
     "count": _count,
+    "band": _band,
     "relative": _relative,
     "numerics": _numerics,
     "status": _status,

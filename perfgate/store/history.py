@@ -9,6 +9,10 @@ numerics checks (a few KB a cell that would make a year of nightlies weigh hundr
 
     perfgate history add RESULTS... --db PATH [--commit SHA]
     perfgate history show CELL --db PATH [--fingerprint F] [--metric speedup]
+
+A database of an older HISTORY_SCHEMA gains the columns added since (schema 2: the device speedup and the
+counts of a step's work) when it is next opened, each filled from its rows' stored records, so its history
+keeps every run.
 """
 
 from __future__ import annotations
@@ -23,23 +27,26 @@ import subprocess
 from pathlib import Path
 from typing import Iterable, Iterator
 
+from perfgate.core.clocks import COUNTS
 from perfgate.core.record import FIELD, names
 from perfgate.core.text import parse_json
 
-HISTORY_SCHEMA = 1
+HISTORY_SCHEMA = 2  # 2: device_speedup (with its interval) and the counts as columns
 
 # Where the CLI keeps the database when --db is not given: beside the default results files.
 DEFAULT_DB = ".perfgate/history.sqlite"
 
 # The record fields kept as columns (perfgate.core.record.FIELDS, `column`), in table order, with their SQLite types.
-# A database made before a column was added lacks it: adding one needs HISTORY_SCHEMA bumped.
+# A database made before a column was added lacks it: adding one bumps HISTORY_SCHEMA, and _upgrade adds it.
 SQL_TYPES = {str: "TEXT", float: "REAL", int: "INTEGER"}
 COLUMNS = tuple((name, SQL_TYPES[FIELD[name].type]) for name in names(column=True))
 COLUMN_NAMES = tuple(name for name, _ in COLUMNS)
 
-# Metrics `perfgate history show --metric` can print; mem_ratio = peak_mem_compiled_mb / peak_mem_eager_mb.
+# Metrics `perfgate history show --metric` can print; mem_ratio = peak_mem_compiled_mb / peak_mem_eager_mb. The
+# device speedup follows the GPU's work alone, where the wall speedup of a host-bound step follows the host CPU.
 METRICS = (
     "speedup",
+    "device_speedup",
     "eager_ms",
     "compiled_ms",
     "compile_s",
@@ -49,6 +56,7 @@ METRICS = (
     "mem_ratio",
     "graph_breaks",
     "recompiles",
+    *(name for count in COUNTS for name in count.fields),
 )
 
 _DDL = f"""
@@ -102,7 +110,9 @@ def _ensure_schema(conn: sqlite3.Connection, path: Path) -> None:
     # ("UNIQUE constraint failed: meta.key", about 1 in 100), losing that run's records. Read what won.
     conn.execute("INSERT OR IGNORE INTO meta (key, value) VALUES ('schema', ?)", (str(HISTORY_SCHEMA),))
     row = conn.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
-    if row["value"] != str(HISTORY_SCHEMA):
+    if row["value"] in {str(schema) for schema in range(1, HISTORY_SCHEMA)}:
+        _upgrade(conn)
+    elif row["value"] != str(HISTORY_SCHEMA):
         raise HistoryError(f"history database {path} has schema {row['value']}, expected {HISTORY_SCHEMA}")
 
 
@@ -130,6 +140,23 @@ def _record(row: sqlite3.Row) -> dict:
     if not isinstance(record, dict):
         raise HistoryError(f"history row ({row['run_id']}, {row['cell']}): field 'record' is no JSON object")
     return record
+
+
+def _upgrade(conn: sqlite3.Connection) -> None:
+    """An older database's missing columns added and filled from each row's stored record (which holds every
+    field it had), in the open transaction: a crash midway leaves the older database as it was."""
+    have = {row["name"] for row in conn.execute("PRAGMA table_info(results)")}
+    added = [(name, kind) for name, kind in COLUMNS if name not in have]
+    for name, kind in added:
+        conn.execute(f"ALTER TABLE results ADD COLUMN {name} {kind}")
+    if added:
+        rows = conn.execute("SELECT rowid, record FROM results").fetchall()
+        sets = ", ".join(f"{name} = ?" for name, _ in added)
+        conn.executemany(
+            f"UPDATE results SET {sets} WHERE rowid = ?",
+            [(*(json.loads(row["record"]).get(name) for name, _ in added), row["rowid"]) for row in rows],
+        )
+    conn.execute("UPDATE meta SET value = ? WHERE key = 'schema'", (str(HISTORY_SCHEMA),))
 
 
 def _now() -> str:

@@ -1,0 +1,160 @@
+"""The counts of a step's work (perfgate.measure.counts) and their band rules (perfgate.judge.rules.CountBandRule):
+a change that adds host work is caught by a count, on the CPU, in a real cell; counts repeat where nothing
+changed; a baseline without counts (every committed one today) passes with a note."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from perfgate.core.clocks import COUNTS, KERNELS, PY_CALLS
+from perfgate.judge import gate
+from perfgate.judge.baseline import build_baseline
+from perfgate.judge.rules import IMPROVEMENT, REGRESSION, CountBandRule
+from perfgate.judge.triage import triage
+
+import synthetic as syn
+
+KEY = (syn.H100, "pr")
+GPT2 = "gpt2-train-inductor_default-amp_bf16"
+QUIET = {"noise": 0.005, "run_noise": 0.002}
+KERNELS_FIELD = KERNELS.field("compiled")
+
+
+@pytest.fixture(scope="module")
+def base():
+    """A baseline of quiet runs whose gpt2 train compiled step runs 380 kernels; the other cells count nothing."""
+    runs = syn.runs(3, first_seed=11, **QUIET)
+    runs = [[{**r, KERNELS_FIELD: 380.0} if r["cell"] == GPT2 else r for r in run] for run in runs]
+    return build_baseline(runs)[KEY]
+
+
+def _run(**fields) -> list[dict]:
+    return syn.run(42, overrides={GPT2: fields}, **QUIET)
+
+
+def test_a_count_grown_past_its_band_fails_and_the_triage_line_names_it(base):
+    report = gate.compare(_run(**{KERNELS_FIELD: 412.0}), base)
+    (finding,) = [f for f in report.regressions if f.metric == KERNELS_FIELD]
+    assert finding.message == "compiled step runs 412 GPU kernels, baseline 380 (+8.4%, past the ±1.5% band)"
+    assert report.exit_code == 1 and gate.speedup_suspects(report) == []  # a count is never re-measured
+    (line,) = triage(report)
+    assert (line.kind, line.why) == ("real", finding.message)
+
+
+def test_a_count_shrunk_past_its_band_asks_for_a_baseline_update_and_passes(base):
+    report = gate.compare(_run(**{KERNELS_FIELD: 300.0}), base)
+    (finding,) = [f for f in report.improvements if f.metric == KERNELS_FIELD]
+    assert finding.kind == IMPROVEMENT and finding.message.endswith("refresh the baseline (perfgate baseline update)")
+    assert report.exit_code == 0
+
+
+def test_a_count_inside_its_band_passes_and_a_baseline_without_counts_says_so(base):
+    inside = gate.compare(_run(**{KERNELS_FIELD: 385.0}), base)  # +1.3 %
+    assert inside.exit_code == 0 and not [f for f in inside.improvements if f.metric == KERNELS_FIELD]
+    counted = {c.field(side): 10.0 for c in COUNTS for side in ("eager", "compiled")}
+    report = gate.compare(syn.run(42, overrides={c.id: counted for c in syn.cells()}, **QUIET), base)
+    assert report.exit_code == 0
+    # gpt2 train's baseline has its kernels alone: its other counts are unjudged too
+    assert any(n.startswith(f"no baseline count for {len(syn.cells())} cell(s)") for n in report.notes)
+
+
+def test_runs_that_disagree_on_a_count_are_named_before_a_baseline_is_made():
+    from perfgate.judge.baseline import disagreements
+
+    runs = syn.runs(3, first_seed=11, **QUIET)
+    counted = [[{**r, KERNELS_FIELD: 380.0 + (i == 2) * 10} for r in run] for i, run in enumerate(runs)]
+    (line, *_) = [text for text in disagreements(counted) if KERNELS_FIELD in text]
+    assert "380 (2 runs), 390 (1 run); the baseline keeps the median" in line
+
+
+def test_every_count_has_a_band_rule_on_each_side():
+    bands = {r.metric: r.threshold for r in gate.DEFAULT_RULES if isinstance(r, CountBandRule)}
+    assert bands == {c.field(side): c.threshold for c in COUNTS for side in ("eager", "compiled")}
+    assert (
+        CountBandRule(PY_CALLS.field("eager"))
+        .check({"status": "ok", "eager_py_calls": 0.0}, {"status": "ok", "cell": "c", "eager_py_calls": 3.0})
+        .kind
+        == REGRESSION
+    )  # from none to some
+
+
+# ---------------------------------------------------------------------------------------------- a real cell
+
+
+@pytest.fixture(scope="module")
+def cells():
+    """Infer cells of a 3-layer MLP (aot_eager, CPU; ~0.5 s each): as built, again, with one more Python call per
+    layer, and with a graph break before each layer (the --perf-inject graph_break fault)."""
+    pytest.importorskip("torch")
+    from test_cell import ENV, OPTIONS, _spec
+    from torch import nn
+
+    from perfgate.core.matrix import Cell
+    from perfgate.measure import faults
+    from perfgate.measure.cell import run_cell
+
+    class Called(nn.Module):
+        """A layer reached through one more Python call."""
+
+        def __init__(self, layer):
+            super().__init__()
+            self.layer = layer
+
+        def forward(self, x):
+            return self.layer(x)
+
+    def mlp(wrap=lambda layer: layer):
+        return nn.Sequential(*(wrap(layer) for layer in (nn.Linear(8, 16), nn.Linear(16, 16), nn.Linear(16, 2))))
+
+    spec = _spec(build=lambda c: mlp(), blocks=lambda m: list(m))
+    called = dataclasses.replace(spec, build=lambda c: mlp(Called))
+    cell = Cell("mlp", "infer", "aot_eager", "fp32", "cpu")
+    broken = dataclasses.replace(OPTIONS, fault=faults.parse("graph_break"))
+    runs = {
+        "built": (spec, OPTIONS),
+        "again": (spec, OPTIONS),
+        "called": (called, OPTIONS),
+        "broken": (spec, broken),
+    }
+    return {name: run_cell(s, cell, options, ENV) for name, (s, options) in runs.items()}
+
+
+def _gate(base: dict, now: dict) -> gate.GateReport:
+    baseline = next(iter(build_baseline([[base]]).values()))
+    return gate.compare([now], baseline)
+
+
+def _moved(report) -> dict[str, str]:
+    return {f.metric: f.kind for f in [*report.regressions, *report.improvements] if isinstance(f.metric, str)}
+
+
+def test_counts_repeat_exactly_where_nothing_changed_and_cost_little(cells):
+    runs = cells
+    built, again = runs["built"], runs["again"]
+    fields = [f for c in COUNTS for f in c.fields]
+    assert built["status"] == again["status"] == "ok", (built["reason"], again["reason"])
+    assert {f: built[f] for f in fields} == {f: again[f] for f in fields}
+    assert built["compiled_py_calls"] > 0 and built["compiled_aten_ops"] > 0 and built["compiled_dynamo_lookups"] == 1
+    assert built["eager_kernels"] is None and "no CUDA device" in built["counts_note"]
+    assert built["recompiles"] == 0  # the counting hooks are no new frames to dynamo
+    assert built["stages"]["counts"] < 0.05 * built["wall_s"], built["stages"]
+
+
+def test_one_more_python_call_per_layer_is_caught_by_the_eager_python_calls(cells):
+    runs = cells
+    report = _gate(runs["built"], runs["called"])
+    (finding,) = [f for f in report.regressions if f.metric == "eager_py_calls"]
+    grown = runs["called"]["eager_py_calls"] - runs["built"]["eager_py_calls"]
+    assert grown >= 3  # one module call more per layer: __call__, _call_impl, forward at least
+    assert finding.message.startswith(f"eager step makes {runs['called']['eager_py_calls']:,.0f} Python calls")
+
+
+def test_a_graph_break_is_caught_by_the_compiled_counts(cells):
+    runs = cells
+    report = _gate(runs["built"], runs["broken"])
+    moved = _moved(report)
+    assert runs["broken"]["compiled_dynamo_lookups"] > runs["built"]["compiled_dynamo_lookups"]
+    assert moved["compiled_dynamo_lookups"] == moved["compiled_py_calls"] == REGRESSION
+    assert "eager_py_calls" not in moved  # eager runs no fault: its count held
