@@ -5,33 +5,32 @@ unit, what validate asks of it, how a baseline folds it and whether the history 
 validate, baseline, history and the reports take their field lists from it. Absent or not-measured values
 are null. Imports no torch.
 
-Schemas (a record's `schema`): 13 adds the counts of a step's work (perfgate.core.clocks.COUNTS: Python calls,
-ATen ops, GPU kernels, CUDA graph replays, dynamo cache lookups, instructions; each `eager_<count>` and
-`compiled_<count>` per step, from perfgate.measure.counts) with `counts_steps` and `counts_note`, and `paired`
-(a paired run's comparison with its base side, perfgate.ab), no other figure changed; 12 adds the host probe (`host_probe_ms`, perfgate.measure.host_speed): how fast
-the host CPU ran while the cell was timed, for the reader (a triage line quotes it against the baseline's; the
-gate does not act on it), no other figure changed; 11 profiles the device clock with the GPU's activity alone,
-rounds bounded by marker kernels (the same union of kernel intervals, without the host's operators, whose recording cost
-seconds a cell), and lets the host clock go down to 5 rounds (11 before) where the timed rounds are short:
-both figures mean what they did, a short cell's host interval is wider; 10 adds `process`, where the cell
-ran (PROCESSES): on H100 machines upernet
-infer's compiled step took 23-51 % longer in perfgate's isolated worker than in pytest's own process, same
-code, same machine, same call (docs/time-to-verdict.md), so a baseline says which its runs used
-(process_of reads it back for schemas 8 and 9 from their stage account); 9 takes the host clock before the
-device clock again, as before 8: schema 8 took it after the device clock's profiler session, which read host
-times 25-33 % long (HOST_AFTER_PROFILER); 8 adds the stage account (`stages`: seconds per stage of the run, summing to
-`wall_s`, which now includes an isolated cell's process start) and `remeasure`; its host clock takes as many
-rounds as fit the timed rounds' seconds (11 at least, 41 at most, each round the fastest of 5 single steps as
+Schemas (a record's `schema`): 13 adds the counts of a step's work (perfgate.core.clocks.COUNTS: Python calls, ATen
+ops, GPU kernels, CUDA graph replays, dynamo cache lookups, instructions; each `eager_<count>` and `compiled_<count>`
+per step, from perfgate.measure.counts) with `counts_steps` and `counts_note`, and `paired` (a paired run's comparison
+with its base side, perfgate.ab), no other figure changed; 12 adds the host probe (`host_probe_ms`,
+perfgate.measure.host_speed): how fast the host CPU ran while the cell was timed, for the reader (a triage line quotes
+it against the baseline's; the gate does not act on it), no other figure changed; 11 profiles the device clock with
+the GPU's activity alone, rounds bounded by marker kernels (the same union of kernel intervals, without the host's
+operators, whose recording cost seconds a cell), and lets the host clock go down to 5 rounds (11 before) where the
+timed rounds are short: both figures mean what they did, a short cell's host interval is wider; 10 adds `process`,
+where the cell ran (PROCESSES): on H100 machines upernet infer's compiled step took 23-51 % longer in perfgate's
+isolated worker than in pytest's own process, same code, same machine, same call (docs/time-to-verdict.md), so a
+baseline says which its runs used (process_of reads it back for schemas 8 and 9 from their stage account); 9 takes the
+host clock before the device clock again, as before 8: schema 8 took it after the device clock's profiler session,
+which read host times 25-33 % long (HOST_AFTER_PROFILER); 8 adds the stage account (`stages`: seconds per stage of the
+run, summing to `wall_s`, which now includes an isolated cell's process start) and `remeasure`; its host clock takes
+as many rounds as fit the timed rounds' seconds (11 at least, 41 at most, each round the fastest of 5 single steps as
 before: the same figure, a wider interval where fewer rounds fit); 7 adds a data-parallel cell's step breakdown
 (compute, communication, GPU idle); 6 records the compile-cache hits and misses of the first compiled call
-(compile_cache_hits/_misses), so a kept cache's compile says whether it was cold; 5 keeps the GPU numerics
-judge out of the compiled peak, which schema 4 (commits 933ac49 to a208d78) counted (gpt2 infer on an H100
-read 11474 MiB for 1348); 4 gave a GPU cell's host clock up to 41 rounds (3: 11), which halves its in-run
-error, so a baseline folds the host clock from runs of schema 4 or later where it has two or more; 3 added the
-device and host clocks; 2 made the compiled peaks count the compiled side's own weights; 1 (before 922663c)
-left them out, so its peak_mem_compiled_mb reads low by the weights. Older records read as they are: a field
-they lack reads as null (so a schema-2 record has no device or host clock, and the gate does not compare one),
-and neither a baseline nor the memory rule uses a compiled peak from a schema in COMPILED_PEAK_MISREAD.
+(compile_cache_hits/_misses), so a kept cache's compile says whether it was cold; 5 keeps the GPU numerics judge out
+of the compiled peak, which schema 4 (commits 933ac49 to a208d78) counted (gpt2 infer on an H100 read 11474 MiB for
+1348); 4 gave a GPU cell's host clock up to 41 rounds (3: 11), which halves its in-run error, so a baseline folds the
+host clock from runs of schema 4 or later where it has two or more; 3 added the device and host clocks; 2 made the
+compiled peaks count the compiled side's own weights; 1 (before 922663c) left them out, so its peak_mem_compiled_mb
+reads low by the weights. Older records read as they are: a field they lack reads as null (so a schema-2 record has no
+device or host clock, and the gate does not compare one), and neither a baseline nor the memory rule uses a compiled
+peak from a schema in COMPILED_PEAK_MISREAD.
 """
 
 from __future__ import annotations
