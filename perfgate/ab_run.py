@@ -505,7 +505,7 @@ def report_and_exit(
     json_path: str | None,
     html: str | None,
 ) -> int:
-    """The end of `perfgate ab` and `perfgate settle`: the verdict `judged()` returns, its reports written (and
+    """The end of `perfgate ab`: the verdict `judged()` returns, its reports written (and
     its Markdown printed), and its exit code; 2 where the run cannot compare or was stopped, saying so and,
     when stopped, where its records are and how to carry on."""
     try:

@@ -115,6 +115,9 @@ def commit_steps(cwd: Path, good: str, bad: str, python: str) -> list[Step]:
 def env_steps(pythons: Sequence[str], paths: Sequence[str], pips: Sequence[str], python: str, out: Path) -> list[Step]:
     """Steps of one kind, in the order given: interpreters, PYTHONPATH directories or pip requirement sets."""
     kinds = [k for k, v in (("--step-python", pythons), ("--step-path", paths), ("--step-pip", pips)) if v]
+    for kind, values in (("--step-python", pythons), ("--step-path", paths), ("--step-pip", pips)):
+        if any(not str(v).strip() for v in values or ()):  # an unset shell variable: two blank, identical steps
+            raise BisectError(f"{kind} {''!r}: a step is empty; give each step an interpreter, folder or requirement")
     if len(kinds) != 1:
         raise BisectError(f"give one kind of step, not {' and '.join(kinds)}: a range is ordered along one thing")
     steps = []

@@ -15,7 +15,6 @@ file, line, cell and field), 3 an internal error (a bug in perfgate: never read 
                 [--processes N] [--out DIR] [--markdown FILE] [--json FILE] [--html FILE] -- PYTEST_ARGS...
     perfgate ab --resume DIR [--processes N] [--html FILE]                (docs/ab.md)
     perfgate ab --judge DIR [--html FILE]
-    perfgate settle --report REPORT.json --base REV [--processes N] [--out DIR] -- PYTEST_OPTIONS...  (docs/gate.md)
     perfgate bisect (--good REV --bad REV | --step-python PY ... | --step-path DIR ... | --step-pip REQS ...)
                     [--rule gate|METRIC[:PCT]] [--processes N] [--max-processes M] [--out DIR] -- PYTEST_ARGS...
     perfgate bisect --resume DIR                                           (docs/bisect.md)
@@ -42,7 +41,6 @@ from perfgate.judge.baseline import BaselineError, disagreements, save_baselines
 from perfgate.judge.gate import gate_run
 from perfgate.render.report import records_table, text_table
 from perfgate.render.report_files import write_reports
-from perfgate.settle_run import add_parser as _add_settle_parser
 from perfgate.store import history
 
 EXIT_CANNOT_COMPARE = 2
@@ -605,7 +603,6 @@ def build_parser() -> argparse.ArgumentParser:
     _add_history_parser(sub)
     _add_report_parser(sub)
     _add_ab_parser(sub)
-    _add_settle_parser(sub)
     _add_bisect_parser(sub)
     _add_export_parser(sub)
     return parser

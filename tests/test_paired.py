@@ -103,3 +103,20 @@ def test_paired_run_on_two_trees(suite):
     final = [r for r in records if r.get("paired")]
     assert final and all(r["paired"]["rules"] for r in final)
     assert (suite.path / "r.against.jsonl").exists()
+
+
+@pytest.mark.parametrize(
+    "argv, option",
+    [
+        (["ab", "--a-rev", "", "--", "perftests"], "--a-rev"),
+        (["ab", "--a-python", " ", "--", "perftests"], "--a-python"),
+        (["bisect", "--step-pip", "", "--step-pip", "", "--", "perftests"], "--step-pip"),
+    ],
+    ids=["ab-empty-rev", "ab-blank-python", "bisect-empty-steps"],
+)
+def test_an_empty_revision_or_step_is_exit_2_naming_the_option(argv, option, capsys, tmp_path, monkeypatch):
+    from perfgate.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    assert main(argv) == exits.UNUSABLE
+    assert option in capsys.readouterr().err

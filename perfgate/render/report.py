@@ -254,9 +254,9 @@ def _tables(rows: Sequence) -> list[str]:
 
 
 # A baseline from other machines cannot tell a slower host from added host work (docs/gate.md).
-SETTLE_HINT = (
-    "- **host-side** cells are judged again on this runner, the base revision against this tree, by "
-    "`perfgate settle --report REPORT.json --base BASE_REV` (the PR workflow runs it; docs/gate.md)"
+PAIRED_HINT = (
+    "- **host-side** cells need the base revision measured beside this tree on one runner: "
+    "`pytest ... --perf-against BASE_REV` (the PR workflow runs it; docs/gate.md)"
 )
 
 
@@ -272,7 +272,7 @@ def _head(report: GateReport) -> list[str]:
             f"- {md_code(t.cell)} **{t.kind}**: {md_text(t.why)}; {md_code(t.command)}; {md_text(t.env_text())}"
             for t in triaged
         ]
-        + ([SETTLE_HINT] if any(t.kind == "host-side" for t in triaged) else []),
+        + ([PAIRED_HINT] if any(t.kind == "host-side" for t in triaged) else []),
     )
     lines += _section("Improvements", [f"- {md_code(f.cell)} {md_text(finding_text(f))}" for f in report.improvements])
     lines += _section(
