@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from perfgate import ab_env
+from perfgate.ab import exits
 from perfgate.ab_env import ABEnvironment, ABError
 from perfgate.core.output import OutputError
 from perfgate.core.records_file import RecordFileError, load_records, precompile_path
@@ -52,7 +53,7 @@ DEFAULT_PROCESSES = 3  # Student's q at df 2 (2 a side) is 22.3: a verdict needs
 DEFAULT_PRECOMPILE = 4
 COMPLETE = ("done", "crashed")
 STOP_WAIT_S = 30  # how long a stopped run waits for its pytest to end before killing it
-EXIT_CANNOT_COMPARE = 2
+EXIT_CANNOT_COMPARE = exits.UNUSABLE
 
 
 def now_text() -> str:

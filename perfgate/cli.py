@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Sequence
 
 from perfgate import __version__
+from perfgate.ab import exits
 from perfgate.core.output import OutputError, write_atomic
 from perfgate.core.record import nothing_measured
 from perfgate.core.records_file import RecordFileError, iter_records, load_records
@@ -43,8 +44,8 @@ from perfgate.render.report import records_table, text_table
 from perfgate.render.report_files import write_reports
 from perfgate.store import history
 
-EXIT_CANNOT_COMPARE = 2
-EXIT_INTERNAL_ERROR = 3  # pytest's INTERNALERROR code too: the plugin's crashes exit with it
+EXIT_CANNOT_COMPARE = exits.UNUSABLE  # the exit codes are defined once, in perfgate.ab.exits
+EXIT_INTERNAL_ERROR = exits.BUG  # pytest's INTERNALERROR code too: the plugin's crashes exit with it
 
 # Below this many runs the run-to-run spread is unknown (1 run) or a rough guess: with 3 runs its estimate
 # has 2 degrees of freedom, and the speedup gate catches a 5 % loss less often and cries wolf on noisy

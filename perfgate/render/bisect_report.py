@@ -14,7 +14,8 @@ from perfgate.judge.bisect_verdict import BadRule, ProbeReading
 from perfgate.render.ab_report import escape, write_pair
 from perfgate.render.wording import finding_text
 
-EXIT_CODES = {"found": 1, "no_bad_step": 0, "unsettled": 2}  # the gate's: 1 a regression, 2 cannot say
+# The gate's codes (perfgate.ab.exits, restated: render imports no face): 1 a regression, 2 cannot say.
+EXIT_CODES = {"found": 1, "no_bad_step": 0, "unsettled": 2}
 
 
 def reading_why(reading: ProbeReading) -> str:
