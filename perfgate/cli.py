@@ -334,6 +334,10 @@ def cmd_ab(args: argparse.Namespace) -> int:
         print(f"[perfgate ab] {message}", flush=True)
 
     out = Path(args.judge or args.resume or args.out or ab_run.default_out())
+    if args.paired:
+        from perfgate.ab import face
+
+        return face.run(args, out)
 
     def judged():
         if args.judge:  # a run cut by a time limit, judged here: resuming on another machine would mix two
@@ -420,6 +424,12 @@ def _add_ab_parser(sub) -> None:
         metavar="N",
         help="a side's first process compiles its cells N at once before timing them, and its compile-time "
         "figures are those first calls (default 4; 0: each cell compiles in its own turn)",
+    )
+    ab.add_argument(
+        "--paired",
+        action="store_true",
+        help="both sides alive on one GPU, rounds alternated, three outcomes (the PR gate's engine: one pytest "
+        "run with --perf-against; docs/gate.md); without it, whole processes alternate",
     )
     ab.add_argument("--out", metavar="DIR", help="the run's directory (default: .perfgate/ab-<UTC time>)")
     ab.add_argument("--resume", metavar="DIR", help="carry on the A/B run in DIR, then judge it")

@@ -3,6 +3,7 @@ trees of the tiny suite measured side by side: an A/A passes, a planted slowdown
 
 import json
 import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -94,8 +95,16 @@ def test_paired_run_on_two_trees(suite):
     """A/A: this tree against HEAD's checkout passes; a 40 % host slowdown planted in this tree's compiled step
     fails on the wall clock, and side A's records stay apart from this tree's."""
     _git_tree(suite)
-    same = suite.runpytest_subprocess(*PAIRED)
-    assert same.ret == 0, same.stdout.str()[-3000:]
+    # The A/A through `perfgate ab --paired`, the CLI's way into the same engine: one pytest, its exit the verdict.
+    paired_args = [a for a in PAIRED if a not in ("--perf-against", "HEAD")]
+    same = subprocess.run(
+        [sys.executable, "-m", "perfgate", "ab", "--paired", "--a-rev", "HEAD", "--out", "ab", "--", *paired_args],
+        cwd=suite.path,
+        capture_output=True,
+        text=True,
+    )
+    assert same.returncode == 0, (same.stdout + same.stderr)[-3000:]
+    assert "perfgate paired: PASS" in same.stdout and (suite.path / "ab" / "report.json").exists()
     slowed = suite.runpytest_subprocess(*PAIRED, "--perf-inject=host_slow:40")
     assert slowed.ret == 1, slowed.stdout.str()[-3000:]
     slowed.stdout.fnmatch_lines(["*perfgate paired: FAIL*", "*regression: compiled wall*"])
@@ -120,3 +129,33 @@ def test_an_empty_revision_or_step_is_exit_2_naming_the_option(argv, option, cap
     monkeypatch.chdir(tmp_path)
     assert main(argv) == exits.UNUSABLE
     assert option in capsys.readouterr().err
+
+
+def _ab_args(**given):
+    from perfgate.cli import build_parser
+
+    args = build_parser().parse_args(["ab", "--paired", "--", "perftests", "-m", "gpu and pr"])
+    for name, value in given.items():
+        setattr(args, name, value)
+    return args
+
+
+def test_paired_ab_is_one_pytest_run_against_side_a(tmp_path):
+    from perfgate.ab import face
+
+    command, env = face.argv(_ab_args(a_rev="origin/main", a_env=["X=1"], b_env=["Y=2"]), tmp_path)
+    assert command[1:3] == ["-m", "pytest"] and command[3:6] == ["perftests", "-m", "gpu and pr"]
+    assert command[command.index("--perf-against") + 1] == "origin/main"
+    assert command[command.index("--perf-against-env") + 1] == "X=1" and env["Y"] == "2"
+
+
+@pytest.mark.parametrize(
+    "given, words",
+    [({}, "needs a side A"), ({"a_rev": "x", "processes": 3}, "--processes"), ({"a_rev": " "}, "--a-rev is empty")],
+    ids=["no-side-a", "process-only-option", "blank-rev"],
+)
+def test_paired_ab_refuses_what_it_cannot_mean(given, words, tmp_path):
+    from perfgate.ab import face
+
+    with pytest.raises(SideError, match=words):
+        face.argv(_ab_args(**given), tmp_path)

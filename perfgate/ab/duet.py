@@ -222,7 +222,7 @@ def measure(duet: Duet, job_b, progress: Callable[[str], None], seed: int = 0) -
             for _look in range(LOOKS):
                 summary["looks"] += 1
                 _look_once(duet, rounds, steps, rng, ready, progress)
-                comparisons = _judge(rounds, confidence)
+                comparisons = _judge(rounds, confidence, job_b.cell.device_kind)
                 if _decided(comparisons):
                     break
             record_a, record_b = (_finish(duet.worker(side), progress) for side in (a, b))
@@ -309,9 +309,9 @@ def _decided(comparisons: list[paired.Comparison]) -> bool:
     return "regression" in outcomes or "unsure" not in outcomes
 
 
-def _judge(rounds: dict, confidence: float) -> list[paired.Comparison]:
+def _judge(rounds: dict, confidence: float, device_kind: str) -> list[paired.Comparison]:
     out = []
-    for rule in paired.RULES:
+    for rule in paired.rules_for(device_kind):
         data = rounds[rule.clock.name]
         a, b = data["a"][rule.side], data["b"][rule.side]
         if sum(len(x) for x in a) and sum(len(x) for x in b):

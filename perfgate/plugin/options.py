@@ -296,10 +296,11 @@ def check_baseline(baseline: str | None) -> None:
 def ineffective(opt) -> list[str]:
     """Options given that will do nothing in this session, each as a line saying why."""
     lines = []
-    if opt("--perf-report") and not opt("--perf-baseline"):
+    paired = any(opt(name) is not None for name in ("--perf-against", "--perf-against-python", "--perf-against-env"))
+    if opt("--perf-report") and not opt("--perf-baseline") and not paired:
         lines.append(
-            f"perfgate: --perf-report={opt('--perf-report')} has no effect without --perf-baseline: "
-            "nothing is gated, so no report is written"
+            f"perfgate: --perf-report={opt('--perf-report')} has no effect without --perf-baseline or "
+            "--perf-against: nothing is gated, so no report is written"
         )
     if opt("--perf-cell-timeout") and opt("--perf-isolate") == "off":
         lines.append(

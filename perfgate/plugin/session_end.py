@@ -44,7 +44,28 @@ def finish(session, perf: PerfSession) -> None:
             _exit_with(session, outcome.exit_code, perf.paired)
     elif perf.pairing is not None:  # paired without a baseline: the clocks alone are judged
         verdict = perf.paired_verdict(records)
+        report_dir = config.getoption("--perf-report")
+        if report_dir:
+            _step(session, perf, "write the paired report", lambda: _paired_reports(verdict, report_dir))
         _exit_with(session, 0, verdict)
+
+
+def _paired_reports(verdict, report_dir: str) -> None:
+    """A paired run's report.md and report.json where no baseline gate writes them."""
+    import json
+    from pathlib import Path
+
+    from perfgate.core.output import write_atomic
+
+    write_atomic(str(Path(report_dir) / "report.md"), verdict.markdown())
+    body = {
+        "report_schema": 1,
+        "exit_code": verdict.exit_code,
+        "errors": [],
+        "reports": [],
+        "paired": verdict.as_json(),
+    }
+    write_atomic(str(Path(report_dir) / "report.json"), json.dumps(body, indent=2, sort_keys=True) + "\n")
 
 
 def _exit_with(session, gate_exit: int, paired) -> None:

@@ -84,6 +84,8 @@ def _connect(db_path: str | os.PathLike, create: bool) -> Iterator[sqlite3.Conne
     path = Path(db_path)
     if not create and not path.is_file():
         raise HistoryError(f"no history database at {path}; make one with: perfgate history add RESULTS... --db {path}")
+    if not create and os.access(path, os.W_OK) and _older_schema(path):
+        create = True  # a reader of an older history that may write it upgrades it in place (_upgrade); else refused
     try:
         if create:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -102,6 +104,19 @@ def _connect(db_path: str | os.PathLike, create: bool) -> Iterator[sqlite3.Conne
         raise HistoryError(f"history database {path}: {err}") from None
     finally:
         conn.close()
+
+
+def _older_schema(path: Path) -> bool:
+    """Whether `path` is a perfgate history of an older schema than this one (read-only; False if unsure)."""
+    try:
+        conn = sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro", timeout=30, uri=True)
+        try:
+            row = conn.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
+        finally:
+            conn.close()
+        return row is not None and str(row[0]).isdigit() and int(row[0]) < HISTORY_SCHEMA
+    except sqlite3.Error:
+        return False
 
 
 def _ensure_schema(conn: sqlite3.Connection, path: Path) -> None:
