@@ -159,3 +159,16 @@ def test_paired_ab_refuses_what_it_cannot_mean(given, words, tmp_path):
 
     with pytest.raises(SideError, match=words):
         face.argv(_ab_args(**given), tmp_path)
+
+
+@pytest.mark.serial
+def test_a_base_side_that_fails_leaves_this_trees_record_and_an_unsure_verdict(suite):
+    """The base compiles nothing (dynamo disabled in its process only): this tree's cell is still measured
+    alone and ok, and the paired verdict is unsure (exit 2), never a pass."""
+    run = suite.runpytest_subprocess(
+        *tiny_suite.FAST, "-k", "infer", "--perf-against-env", "TORCHDYNAMO_DISABLE=1", "--perf-results", "r.jsonl"
+    )
+    assert run.ret == 2, run.stdout.str()[-3000:]
+    run.stdout.fnmatch_lines(["*perfgate paired: UNSURE*", "*side A failed: ran eager*"])
+    (record,) = [json.loads(line) for line in (suite.path / "r.jsonl").read_text().splitlines()][-1:]
+    assert record["status"] == "ok" and record["paired"]["outcome"] == "unsure"

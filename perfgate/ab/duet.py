@@ -197,7 +197,7 @@ def measure(duet: Duet, job_b, progress: Callable[[str], None], seed: int = 0) -
     rng = random.Random(f"{seed}:{job_b.cell.id}")
     rounds = {clock: {s: {"eager": [], "compiled": []} for s in "ab"} for clock in CLOCKS}
     summary = {"against": a.describe(), "estimator": paired.DEFAULT_ESTIMATOR, "duets": 0, "looks": 0}
-    record_a = record_b = None
+    record_a = record_b = steps = None
     confidence = paired.look_confidence(LOOKS * DUETS)
     comparisons: list[paired.Comparison] = []
     for _ in range(DUETS):
@@ -213,9 +213,8 @@ def measure(duet: Duet, job_b, progress: Callable[[str], None], seed: int = 0) -
             summary["error"] = str(err)
             break
         if ready is None:  # a side failed before its rounds: nothing paired to judge
-            summary["error"] = (
-                f"side A failed: {record_a['reason']}" if record_a and record_a["status"] != "ok" else "side B failed"
-            )
+            failed_a = record_a is not None and record_a["status"] != "ok"
+            summary["error"] = f"side A failed: {record_a['reason']}" if failed_a else "side B failed"
             break
         steps = steps_per_round(ready["b"], job_b.options.plan.target_round_ms, job_b.options.plan.max_steps_per_round)
         try:
@@ -236,7 +235,7 @@ def measure(duet: Duet, job_b, progress: Callable[[str], None], seed: int = 0) -
         progress(f"{job_b.cell.id}: still unsure; measuring again with a fresh process pair")
     summary.update(
         outcome="unsure" if "error" in summary else paired.worst([c.outcome for c in comparisons]),
-        steps_per_round=locals().get("steps"),
+        steps_per_round=steps,
         rules=[c.as_json() for c in comparisons],
         rounds=rounds,
         note=duet.notes.get("A", ""),
@@ -250,8 +249,9 @@ def measure(duet: Duet, job_b, progress: Callable[[str], None], seed: int = 0) -
 
 
 def _prepare(duet: Duet, job_a, job_b, progress) -> tuple[dict | None, dict | None, dict | None]:
-    """Both sides to their warm state, A first (its compiles fill the shared cache). (A's record, B's record,
-    None) where a side failed before it was ready, else (None, None, {"a": ready, "b": ready})."""
+    """Both sides to their warm state, A first (its compiles fill the shared cache): (None, None, {"a": ready,
+    "b": ready}); or, where a side failed before its rounds, (A's record, B's record, None) with the other side
+    timed alone, so this tree's cell keeps a record of its own whichever side failed."""
     a, b = duet.sides
     ready, workers = {}, {"a": duet.worker(a), "b": duet.worker(b)}
     for name, job in (("a", job_a), ("b", job_b)):
@@ -259,13 +259,18 @@ def _prepare(duet: Duet, job_a, job_b, progress) -> tuple[dict | None, dict | No
         # The other side holds the GPU by design: its process is no neighbour that makes a cell unfit.
         worker.send({"job": json.loads(job.to_json()), "peers": [peer.popen.pid]})
         message = worker.expect("ready", job.limit_s, progress)
-        if "record" in message:  # failed before its rounds
-            other = None
-            if name == "b":
-                other = _finish(duet.worker(a), progress, solo=True)
+        if "record" not in message:
+            ready[name] = message["ready"]
+            continue
+        if name == "a":  # the base failed: this tree's cell still runs, alone
+            peer.send({"job": json.loads(job_b.to_json()), "peers": []})
+            alone = peer.expect("ready", job_b.limit_s, progress)
+            record_b = alone["record"] if "record" in alone else _finish(peer, progress, solo=True)
             duet.renew()
-            return (other, message["record"], None) if name == "b" else (message["record"], None, None)
-        ready[name] = message["ready"]
+            return message["record"], record_b, None
+        record_a = _finish(peer, progress, solo=True)
+        duet.renew()
+        return record_a, message["record"], None
     return None, None, ready
 
 

@@ -64,7 +64,15 @@ class Pairing:
         from perfgate.core.records_file import append_record
 
         job = replace(job, options=replace(job.options, cache_dir=self.cache_dir))
-        record_b, record_a, summary = duet.measure(self.duet, job, progress)
+        try:
+            record_b, record_a, summary = duet.measure(self.duet, job, progress)
+        except Exception as err:  # noqa: BLE001 - a paired cell that cannot run fails alone, never the session
+            from perfgate.core.record import error_line, new_record
+
+            self.duet.renew()
+            record = new_record(job.cell, {}, job.run_id, process="worker")
+            record.update(status="failed", reason=f"the paired engine could not run the cell: {error_line(err)}")
+            return record
         if record_a is not None:
             append_record(self.against_path, {**record_a, "run_id": job.run_id})
         record_b["paired"] = summary
