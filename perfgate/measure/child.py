@@ -40,12 +40,9 @@ class Reporter:
 
 def run_job(job, reporter: Reporter, rank: int | None, envs: dict, directory: Path) -> bool:
     """Run one job; whether this process may take another."""
-    from perfgate.core import zoo
     from perfgate.core.records_file import append_record
     from perfgate.measure import cache_artifacts, precompile
     from perfgate.measure.cell import run_cell
-    from perfgate.measure.devices import start_cell
-    from perfgate.measure.env import environment
 
     sys.path[:] = list(job.sys_path) or sys.path
     if job.purpose == "artifacts":
@@ -59,9 +56,7 @@ def run_job(job, reporter: Reporter, rank: int | None, envs: dict, directory: Pa
 
         ddp_rank.run_rank(job, rank or 0, reporter.emit, directory)
         return False
-    spec = zoo.load(job.options.registry)[job.cell.model]
-    device = start_cell(job.options.device, job.tf32)
-    env = job.env or envs.setdefault(str(device), environment(device, job.tf32))
+    spec, env = cell_setup(job, envs)
 
     def checkpoint(partial: dict) -> None:
         if job.results_path:
@@ -80,6 +75,18 @@ def run_job(job, reporter: Reporter, rank: int | None, envs: dict, directory: Pa
     )
     reporter.emit({"record": record})
     return record["status"] == "ok"
+
+
+def cell_setup(job, envs: dict) -> tuple[object, dict]:
+    """(the cell's ModelSpec, the environment record its record carries) for a job this process measures: its
+    device started with the job's fp32 policy, and the environment read once per device (`envs`)."""
+    from perfgate.core import zoo
+    from perfgate.measure.devices import start_cell
+    from perfgate.measure.env import environment
+
+    spec = zoo.load(job.options.registry)[job.cell.model]
+    device = start_cell(job.options.device, job.tf32)
+    return spec, job.env or envs.setdefault(str(device), environment(device, job.tf32))
 
 
 def main(argv: list[str]) -> int:

@@ -96,16 +96,12 @@ def server(channel: Channel):
 
 def run_job(job, channel: Channel, envs: dict) -> bool:
     """Measure one cell, serving its rounds; whether this process may take another."""
-    from perfgate.core import zoo
     from perfgate.measure.cell import run_cell
-    from perfgate.measure.devices import start_cell
-    from perfgate.measure.env import environment
+    from perfgate.measure.child import cell_setup
 
     if job.sys_path:
         sys.path[:] = list(job.sys_path)
-    spec = zoo.load(job.options.registry)[job.cell.model]
-    device = start_cell(job.options.device, job.tf32)
-    env = envs.setdefault(str(device), environment(device, job.tf32))
+    spec, env = cell_setup(job, envs)
     record = run_cell(
         spec,
         job.cell,
