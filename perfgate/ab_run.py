@@ -109,12 +109,21 @@ def manifest_problem(manifest) -> str | None:
         and all(isinstance(sides.get(s), dict) and isinstance(sides[s].get("python"), str) for s in AB_SIDES)
     ):
         return f"'sides' must hold {' and '.join(AB_SIDES)}, each with its 'python'"
+    for label in AB_SIDES:
+        side = sides[label]
+        if not isinstance(side.get("env") or {}, dict) or not isinstance(side.get("args") or [], list):
+            return f"side {label}: 'env' (an object) and 'args' (a list) expected"
     if not (
         isinstance(runs, list)
         and isinstance(manifest.get("processes"), int)
         and isinstance(manifest.get("common_args"), list)
     ):
         return "'runs' (a list), 'processes' (a number) and 'common_args' (a list) expected"
+    if not all(isinstance(arg, str) for arg in manifest["common_args"]):
+        return "'common_args' must be strings, pytest's args"
+    names = [run.get("name") for run in runs if isinstance(run, dict)]
+    if len(names) != len(set(names)):
+        return f"process {next(n for n in names if names.count(n) > 1)!r:.40} is listed twice"
     for run in runs:
         if not (
             isinstance(run, dict)
@@ -127,6 +136,19 @@ def manifest_problem(manifest) -> str | None:
         for key in ("results", "log"):
             if not _inside_run(run.get(key)):
                 return f"process {run['name']!r:.40}: {key} {run.get(key)!r:.80} is not a relative path inside the run"
+    return None
+
+
+def resume_problem(manifest: dict) -> str | None:
+    """What keeps a well-formed manifest's run from going on here: a side whose interpreter or checkout is gone
+    (a run moved to another machine can still be judged, not resumed)."""
+    for label in AB_SIDES:
+        side = manifest["sides"][label]
+        for key in ("root", "import_root"):
+            if not isinstance(side.get(key), str) or not Path(side[key]).is_dir():
+                return f"side {label}: '{key}' {side.get(key)!r:.80} is no directory here"
+        if not Path(side["python"]).is_file():
+            return f"side {label}: its interpreter {side['python']!r:.80} is gone"
     return None
 
 
@@ -475,6 +497,11 @@ def run_ab(
     check_processes(processes)
     if resume:
         manifest = load_manifest(out)
+        problem = resume_problem(manifest)
+        if problem:
+            raise ABError(
+                f"{out / 'manifest.json'}: cannot resume here: {problem}; `perfgate ab --judge {out}` judges it"
+            )
         if processes is not None and processes != manifest["processes"]:
             manifest["runs"] = plan(max(processes, manifest["processes"]), manifest["runs"])
             manifest["processes"] = max(processes, manifest["processes"])

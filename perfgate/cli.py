@@ -334,6 +334,13 @@ def cmd_ab(args: argparse.Namespace) -> int:
         print(f"[perfgate ab] {message}", flush=True)
 
     out = Path(args.judge or args.resume or args.out or ab_run.default_out())
+    if out.exists() and not out.is_dir():  # a run's directory: a file there would crash the first write
+        option = "--judge" if args.judge else "--resume" if args.resume else "--out"
+        print(f"perfgate ab: cannot compare: {option} {out} is a file, not a run's directory", file=sys.stderr)
+        return EXIT_CANNOT_COMPARE
+    if args.judge and not out.is_dir():
+        print(f"perfgate ab: cannot compare: --judge {out}: no such run directory", file=sys.stderr)
+        return EXIT_CANNOT_COMPARE
     if args.paired:
         from perfgate.ab import face
 

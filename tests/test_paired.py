@@ -2,6 +2,7 @@
 trees of the tiny suite measured side by side: an A/A passes, a planted slowdown on this tree's side fails."""
 
 import json
+import re
 import subprocess
 import sys
 
@@ -172,3 +173,36 @@ def test_a_base_side_that_fails_leaves_this_trees_record_and_an_unsure_verdict(s
     run.stdout.fnmatch_lines(["*perfgate paired: UNSURE*", "*side A failed: ran eager*"])
     (record,) = [json.loads(line) for line in (suite.path / "r.jsonl").read_text().splitlines()][-1:]
     assert record["status"] == "ok" and record["paired"]["outcome"] == "unsure"
+
+
+def _run_dir_with(tmp_path, **sides_changed):
+    """A well-formed process-A/B run directory whose manifest's sides are changed as given."""
+    side = {"label": "A", "python": sys.executable, "rev": None, "env": {}, "args": [], "root": str(tmp_path)}
+    side |= {"import_root": str(tmp_path), "versions": {}, "sha": None, "tests": []}
+    sides = {"A": {**side, **sides_changed}, "B": {**side, "label": "B"}}
+    manifest = {"schema": 1, "sides": sides, "runs": [], "processes": 2, "common_args": ["perftests"]}
+    out = tmp_path / "ab"
+    out.mkdir()
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    return out
+
+
+@pytest.mark.parametrize(
+    "argv_of, words",
+    [
+        (lambda t: ["ab", "--out", str(t / "f")], "--out .*/f is a file"),
+        (lambda t: ["ab", "--judge", str(t / "missing")], "--judge .*missing: no such run directory"),
+        (
+            lambda t: ["ab", "--resume", str(_run_dir_with(t, root=str(t / "gone")))],
+            "'root' .*gone.* is no directory here",
+        ),
+        (lambda t: ["ab", "--resume", str(_run_dir_with(t, env="notalist"))], "'env' \\(an object\\)"),
+    ],
+    ids=["out-is-a-file", "judge-missing-dir", "resume-gone-root", "resume-env-not-object"],
+)
+def test_process_ab_refuses_unusable_run_directories_by_name(argv_of, words, tmp_path, capsys):
+    from perfgate.cli import main
+
+    (tmp_path / "f").write_text("x")
+    assert main(argv_of(tmp_path)) == exits.UNUSABLE
+    assert re.search(words, capsys.readouterr().err), words
