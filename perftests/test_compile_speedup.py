@@ -20,5 +20,5 @@ def test_infer_step(cell, perf, benchmark):
 
 @pytest.mark.perf_cells("ddp")
 def test_ddp_train_step(cell, perf, benchmark):
-    """The train step data-parallel on matrix.DDP_WORLD ranks (GPUs; gloo processes on the CPU tier)."""
+    """The train step data-parallel on cell.world ranks (GPUs; gloo processes on the CPU tier)."""
     perf.measure(cell, benchmark)

@@ -152,14 +152,55 @@ def test_ddp_gpu_cells_skip_with_a_reason_on_one_gpu(monkeypatch):
         def add_marker(self, mark):
             self.marks.append(mark)
 
-    ddp, train = (
+    ddp, ddp4, train = (
         Item(Cell("gpt2", "ddp", "inductor_ddp_optimizer", "amp_bf16")),
+        Item(Cell("gpt2", "ddp", "inductor_ddp_optimizer", "amp_bf16", world=4)),
         Item(Cell("gpt2", "train", "inductor_default", "amp_bf16")),
     )
-    skip_gpu_cells_without_cuda([ddp, train])
+    skip_gpu_cells_without_cuda([ddp, ddp4, train])
     assert not train.marks
     (mark,) = ddp.marks
     assert mark.kwargs["reason"] == "2 GPUs needed for a data-parallel cell, 1 visible"
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    four, two = Item(ddp4.stash[CELL_KEY]), Item(ddp.stash[CELL_KEY])
+    skip_gpu_cells_without_cuda([four, two])
+    assert [m.kwargs["reason"] for m in four.marks] == ["4 GPUs needed for a data-parallel cell, 2 visible"]
+    assert not two.marks
+
+
+def test_each_world_of_the_matrix_has_its_cells_with_their_own_ids_in_the_nightly():
+    """matrix.DDP_WORLDS is data: a cell per world; the 2-rank cells keep the ids the committed baselines
+    hold, the others name their ranks; no data-parallel cell is in the PR tier."""
+    from fixtures import REGISTRY
+    from perfgate.plugin.selection import cells
+
+    ddp = [p.values[0] for p in cells(REGISTRY, "ddp")]
+    gpu = {c.id: c for c in ddp if c.device_kind == "gpu"}
+    assert {c.world for c in gpu.values()} == set(matrix.DDP_WORLDS) == {2, 4}
+    assert gpu["gpt2-ddp-inductor_ddp_optimizer-amp_bf16"].world == 2
+    assert gpu["gpt2-ddp4-inductor_ddp_optimizer-amp_bf16"].world == 4
+    assert {c.tier for c in gpu.values()} == {"nightly"}
+    assert {c.world for c in ddp if c.device_kind == "cpu"} == set(matrix.CPU_DDP_WORLDS)
+    per_world = {w: sorted(c.id.replace("-ddp4-", "-ddp-") for c in gpu.values() if c.world == w) for w in (2, 4)}
+    assert per_world[2] == per_world[4]  # the same cells at each world
+    params = {p.values[0].id: p.id for p in cells(REGISTRY, "ddp")}
+    assert params["gpt2-ddp4-inductor_ddp_optimizer-amp_bf16"] == "gpt2-ddp4-inductor_ddp_optimizer-amp_bf16"
+    assert params["gpt2-ddp-inductor_ddp_optimizer-amp_bf16"] == "gpt2-inductor_ddp_optimizer-amp_bf16"
+    from perfgate.judge.triage import node_id
+
+    fields = {"model": "gpt2", "phase": "ddp", "variant": "inductor_ddp_optimizer", "precision": "amp_bf16"}
+    assert node_id({**fields, "world_size": 4}).endswith("[gpt2-ddp4-inductor_ddp_optimizer-amp_bf16]")
+    assert node_id({**fields, "world_size": 2}).endswith("[gpt2-inductor_ddp_optimizer-amp_bf16]")
+
+
+def test_a_cell_has_one_spelling_of_its_world():
+    assert Cell("gpt2", "ddp", "inductor_ddp_optimizer", "amp_bf16") == Cell(
+        "gpt2", "ddp", "inductor_ddp_optimizer", "amp_bf16", world=2
+    )
+    assert Cell("gpt2", "train", "inductor_default", "amp_bf16").world == 1
+    for phase, world in (("ddp", 1), ("train", 2)):
+        with pytest.raises(ValueError, match="a ddp cell has 2 ranks or more"):
+            Cell("gpt2", phase, "inductor_default", "amp_bf16", world=world)
 
 
 def test_a_model_kept_out_of_the_pr_tier_has_only_nightly_cells():
@@ -200,3 +241,44 @@ def test_the_compiled_autograd_variant_traces_the_backward_of_a_train_step():
         side.captured_step(batch)
     assert introspect.compile_counts()["autograd_captures"] >= 1
     introspect.reset_compiler()
+
+
+# The smallest plan a cell takes: 2 warm-up steps a side, 2 rounds of 1 step (the cell's structure, not its times).
+SMALLEST_PLAN = dict(warmup_min_steps=2, warmup_max_steps=4, target_round_ms=1.0, min_rounds=2, max_rounds=2)
+
+
+def test_four_gloo_ranks_run_a_cell_with_its_own_id_and_scale_against_four(tmp_path, monkeypatch):
+    """A 4-rank cell of the 4 MB MLP, run from this process (its ranks are processes of their own) at the
+    smallest plan: 4 ranks of a CPU-tier cell cost 46 s on the CI box's 2 cores (resnet50, 2026-11-28), past
+    what the test command can add, so this test stands in for one in the CPU tier (docs/ddp.md)."""
+    import tempfile
+
+    import torch
+
+    from perfgate.core import validate
+    from perfgate.measure import ddp
+    from perfgate.measure.env import environment
+    from perfgate.measure.job import RunOptions
+    from perfgate.measure.timing import CPU_PLAN
+
+    (tmp_path / "ddp4_suite.py").write_text(DDP_SUITE.split("@pytest.mark.perf_cells")[0].replace("LIMIT", "300.0"))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the ranks' directory: "no rank left" is this test's
+    from ddp4_suite import REGISTRY as registry
+
+    cell = Cell("mlp", "ddp", "aot_eager_ddp_optimizer", "fp32", "cpu", world=4)
+    plan = CPU_PLAN.replace(**SMALLEST_PLAN)
+    options = RunOptions(device="cpu", plan=plan, warm_compile="off", registry="ddp4_suite:REGISTRY")
+    env = environment(torch.device("cpu"), tf32=False)
+    record = ddp.run(registry["mlp"], cell, options, env, progress=lambda m: None)
+    assert record["status"] == "ok", record["reason"]
+    assert record["cell"] == "cpu-mlp-ddp4-aot_eager_ddp_optimizer-fp32" and record["world_size"] == 4
+    assert record["ranks_param_diff"] == 0.0 and len(record["peak_mem_eager_mb_ranks"]) == 4
+    assert record["numerics"] == "pass" and record["ddp_buckets"] >= 2
+    for side in ("eager", "compiled"):  # against 4 ranks' ideal: 4 x one device's throughput
+        assert record[f"scaling_{side}"] == pytest.approx(
+            4 * record[f"single_{side}_ms"] / record[f"{side}_ms"], rel=1e-3
+        )
+    assert validate.checked(record)["status"] == "ok"
+    left = subprocess.run(["pgrep", "-af", "perfgate.measure.child .*--rank"], capture_output=True, text=True).stdout
+    assert str(tmp_path) not in left

@@ -154,8 +154,9 @@ def test_data_parallel_cells_get_a_table_of_their_own_with_scaling_splits_and_th
         speedup=1.33,
         single_eager_ms=64.0,
         single_compiled_ms=33.5,
-        scaling_eager=2.04,
+        scaling_eager=1.96,
         scaling_compiled=1.40,
+        world_size=2,
         ddp_buckets=14,
         ddp_splits=13,
         ddp_wrapper_breaks=2,
@@ -181,7 +182,7 @@ def test_data_parallel_cells_get_a_table_of_their_own_with_scaling_splits_and_th
     columns = line.split(" | ")
     assert columns[4:11] == [
         "64.00 → 33.50",
-        "2.04 → 1.40",
+        "1.96 → 1.40 of 2 (98 % → 70 %)",
         "1.900× [1.880, 1.930]",
         "60.10 → 31.60",
         "9.00 (1.20) → 9.50 (8.00)",

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import sqlite3
 
+import numpy as np
 import pytest
 
 from perfgate.core import validate
@@ -247,3 +248,33 @@ def test_a_cell_finished_twice_in_one_run_is_warned_of_by_its_lines(tmp_path, re
 )
 def test_process_of_says_where_a_cell_ran_or_none_where_nobody_can_tell(fields, expected):
     assert process_of(fields) == expected
+
+
+def _ddp_record(world: int, **figures) -> dict:
+    cell = syn.Cell("gpt2", "ddp", "inductor_ddp_compiled_autograd", "amp_bf16", "gpu", "nightly", world)
+    return dict(syn.record(cell, rng=np.random.default_rng(3)), world_size=world, **figures)
+
+
+@pytest.mark.parametrize(
+    "world, scaling, fails",
+    [(2, 2.566, True), (2, 2.0, False), (2, 1.6, False), (4, 2.566, False), (4, 4.2, True), (2, -0.5, True)],
+)
+def test_a_scaling_above_the_worlds_ideal_or_below_zero_fails_the_cell(world, scaling, fails):
+    """Compiled autograd read 2.57 on 2 ranks (issue 56): throughput on N ranks is at most N times one
+    device's, so such a figure is no measurement and the record check fails its cell."""
+    clean = validate.checked(_ddp_record(world, scaling_eager=1.9, scaling_compiled=scaling))
+    assert (clean["status"] == "failed") is fails
+    if fails:
+        assert clean["reason"].startswith(validate.BAD_FIGURES) and f"scaling_compiled {scaling!r}" in clean["reason"]
+
+
+def test_an_impossible_scaling_never_reaches_a_report_as_ok(tmp_path):
+    from perfgate.cli import main
+
+    good, bad = _ddp_record(2, scaling_eager=2.0, scaling_compiled=1.6), _ddp_record(4, scaling_compiled=4.5)
+    path = _write(tmp_path / "r.jsonl", "".join(json.dumps(r) + "\n" for r in (good, bad)))
+    md = tmp_path / "r.md"
+    assert main(["report", str(path), "--cells", "--markdown", str(md)]) == 0
+    text = md.read_text()
+    assert f"- failed `{bad['cell']}`: {validate.BAD_FIGURES}: scaling_compiled 4.5" in text
+    assert bad["cell"] == "gpt2-ddp4-inductor_ddp_compiled_autograd-amp_bf16" and good["cell"] in text

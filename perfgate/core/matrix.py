@@ -1,7 +1,8 @@
 """The matrix vocabulary: phases, compile variants, precisions, tiers and cell ids. Imports no torch.
 
-A cell is (model, phase, variant, precision) on a device kind ("gpu" or "cpu"). Its id reads like
-`gpt2-train-inductor_default-amp_bf16`; CPU-tier cells carry a `cpu-` prefix.
+A cell is (model, phase, variant, precision) on a device kind ("gpu" or "cpu"), and a data-parallel cell on
+a number of ranks too. Its id reads like `gpt2-train-inductor_default-amp_bf16`; CPU-tier cells carry a `cpu-`
+prefix; a data-parallel cell on other than DDP_ID_WORLD ranks names them in its phase (`gpt2-ddp4-...`).
 """
 
 from __future__ import annotations
@@ -17,8 +18,15 @@ WARM_COMPILE = ("off", "on", "artifacts")
 # inference, amp_bf16, was still compiling at ~300 s), so it gets more.
 DEFAULT_TIME_LIMIT_S = 900.0
 AUTOTUNE_TIME_LIMIT_S = 2400.0
-# The data-parallel phase ("ddp"): a train step on this many ranks (one process each, one GPU each on CUDA).
-DDP_WORLD = 2
+# The data-parallel phase ("ddp"): a train step on each of these numbers of ranks (one process each, one GPU
+# each on CUDA), a cell per world. GPU cells: 2 and 4 ranks (issue 56: one host of 4 GPUs runs the nightly).
+# The CPU tier's gloo ranks share the CI box's 2 cores: 2 ranks, and 4 in CI only where they cost under
+# ~20 s there (docs/ddp.md, "The world size").
+DDP_WORLDS = (2, 4)
+CPU_DDP_WORLDS = (2,)
+# The world whose cells keep the ids they had when 2 was the only one (`gpt2-ddp-...`), so committed baselines
+# and history still match; other worlds name theirs (`gpt2-ddp4-...`).
+DDP_ID_WORLD = 2
 PHASES = ("train", "infer", "ddp")
 
 
@@ -179,27 +187,53 @@ PR_PRECISION = "amp_bf16"
 
 @dataclass(frozen=True)
 class Cell:
+    """`world`: the ranks (processes) the cell runs on: 1 outside the "ddp" phase; None there means
+    DDP_ID_WORLD, so a cell named without one is the cell it always was."""
+
     model: str
     phase: str
     variant: str
     precision: str
     device_kind: str = "gpu"
     tier: str = "nightly"
+    world: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.world is None:  # one spelling per cell: Cell(..., "ddp") == Cell(..., "ddp", world=2)
+            object.__setattr__(self, "world", DDP_ID_WORLD if self.phase == "ddp" else 1)
+        if (self.phase == "ddp") != (self.world > 1):
+            raise ValueError(
+                f"cell {self.model}/{self.phase}: world={self.world}; a ddp cell has 2 ranks or more, others 1"
+            )
+
+    @property
+    def phase_token(self) -> str:
+        """The phase as the id spells it: "ddp4" for a data-parallel cell on 4 ranks."""
+        return self.phase if self.world in (1, DDP_ID_WORLD) else f"{self.phase}{self.world}"
 
     @property
     def id(self) -> str:
-        base = f"{self.model}-{self.phase}-{self.variant}-{self.precision}"
+        base = f"{self.model}-{self.phase_token}-{self.variant}-{self.precision}"
         return base if self.device_kind == "gpu" else f"cpu-{base}"
 
     @property
     def param_id(self) -> str:
-        """The pytest id: the phase is already in the test's name."""
-        base = f"{self.model}-{self.variant}-{self.precision}"
+        """The pytest id: the phase is already in the test's name, a world other than DDP_ID_WORLD is not."""
+        world = "" if self.phase_token == self.phase else f"{self.phase_token}-"
+        base = f"{self.model}-{world}{self.variant}-{self.precision}"
         return base if self.device_kind == "gpu" else f"cpu-{base}"
 
 
-def tier_of(variant: str, precision: str) -> str:
-    return "pr" if (variant, precision) == (PR_VARIANT, PR_PRECISION) else "nightly"
+def tier_of(variant: str, precision: str, world: int = 1) -> str:
+    """The PR tier is one variant and precision on one device; every data-parallel world is nightly."""
+    return "pr" if (variant, precision, world) == (PR_VARIANT, PR_PRECISION, 1) else "nightly"
+
+
+def ddp_worlds(phase: str, device_kind: str) -> tuple[int, ...]:
+    """The worlds a phase's cells run on: DDP_WORLDS (GPUs) or CPU_DDP_WORLDS for "ddp", else one device."""
+    if phase != "ddp":
+        return (1,)
+    return DDP_WORLDS if device_kind == "gpu" else CPU_DDP_WORLDS
 
 
 class UnknownNameError(ValueError):

@@ -379,7 +379,8 @@ FIELDS: tuple[Field, ...] = (
         "> 0",
         fold="median",
         doc="throughput on world_size ranks / on one "
-        "device: world_size * single_eager_ms / eager_ms (ideal: world_size)",
+        "device: world_size * single_eager_ms / eager_ms (ideal: world_size; above it the record check fails "
+        "the cell, perfgate.core.validate; scaling / world_size is the efficiency the reports show)",
     ),
     Field("scaling_compiled", float, "x", "> 0", fold="median"),
     # Where a data-parallel step's time goes (perfgate.measure.ddp_clocks; CUDA only), from profiled rounds

@@ -144,7 +144,7 @@ class ModelSpec:
     cpu_variants: tuple[str, ...] = ("inductor_default",)
     cpu_phases: tuple[str, ...] = ("train", "infer")
     regional: bool = False  # repeated transformer blocks worth compiling alone
-    ddp: bool = False  # has data-parallel training cells (the "ddp" phase: matrix.DDP_WORLD ranks)
+    ddp: bool = False  # has data-parallel training cells (the "ddp" phase: on each of matrix.DDP_WORLDS)
     pr: bool = True  # its inductor_default amp_bf16 cells are in the PR tier (False: every cell nightly)
     pad: Callable | None = None
     seq_len: Callable | None = None

@@ -29,6 +29,10 @@ REQUIRED_COUNTS = names(check="count", required=True)
 OPTIONAL_POSITIVE = names(check="> 0", required=False)
 # ... or >= 0 (0 MiB of CUDA-graph pool, a busy fraction, a count, a tiny model's TFLOP/s rounded to 0).
 OPTIONAL_NONNEGATIVE = names(check=">= 0", required=False)
+# Throughput on world_size ranks / on one device: at most world_size (each rank does the one device's step
+# and more: the all-reduce). Above it the two steps compared were not the same step, or not timed alike
+# (compiled autograd read 2.57 on 2 ranks, issue 56): a figure that cannot be a measurement.
+SCALING_FIELDS = tuple(name for name in names(check="> 0") if name.startswith("scaling_"))
 REQUIRED_ROUNDS = names(check="rounds", required=True)  # non-empty lists of ms > 0 on an ok record
 OPTIONAL_ROUNDS = names(check="rounds", required=False)
 NUMBER_FIELDS = REQUIRED_POSITIVE + REQUIRED_COUNTS + OPTIONAL_POSITIVE + OPTIONAL_NONNEGATIVE
@@ -132,7 +136,20 @@ def _value_problems(record: dict) -> list[str]:
         lo, hi = record.get(f"{clock}_lo"), record.get(f"{clock}_hi")
         if _finite(lo) and _finite(hi) and lo > hi:
             problems.append(f"{clock} interval [{lo!r}, {hi!r}] is upside down")
-    return problems
+    return problems + _scaling_problems(record)
+
+
+def _scaling_problems(record: dict) -> list[str]:
+    """Scaling figures above the ideal of the record's world (its rank count); a record without a usable
+    world_size claims no ideal (its scaling figures are checked as > 0 alone)."""
+    world = record.get("world_size")
+    if not (_finite(world) and world > 0):
+        return []
+    return [
+        f"{name} {record[name]!r} (above {world} ranks' ideal of {world}: not the same step on one device)"
+        for name in SCALING_FIELDS
+        if _finite(record.get(name)) and record[name] > world
+    ]
 
 
 def _cleaned(record: dict) -> dict:

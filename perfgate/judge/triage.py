@@ -58,8 +58,16 @@ def node_id(record: dict) -> str | None:
         record["precision"],
         record.get("device_kind") or "gpu",
         record.get("tier") or "nightly",
+        _ranks(record),
     )
     return f"{PERF_TESTS}::{TEST_OF_PHASE.get(record['phase'], 'test_' + record['phase'])}[{cell.param_id}]"
+
+
+def _ranks(record: dict) -> int | None:
+    """A data-parallel record's ranks for its Cell (None: the phase's default world); a one-rank probe's
+    record (tools/probes/ddp_one_gpu.py, PROBE_WORLD=1) is of the default cell too."""
+    ranks = record.get("world_size")
+    return ranks if record["phase"] == "ddp" and isinstance(ranks, int) and ranks > 1 else None
 
 
 def selection(record: dict) -> list[str]:

@@ -1,4 +1,4 @@
-"""A data-parallel cell (the "ddp" phase): matrix.DDP_WORLD rank processes, one per GPU (NCCL) or all on the
+"""A data-parallel cell (the "ddp" phase): cell.world rank processes, one per GPU (NCCL) or all on the
 CPU (gloo), each measuring its share (perfgate.measure.ddp_rank); this module starts them through the one
 launcher (perfgate.measure.launch) and returns rank 0's record. It imports no torch.
 
@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from perfgate.core.matrix import DDP_WORLD, VARIANTS
+from perfgate.core.matrix import VARIANTS
 from perfgate.core.record import new_record
 from perfgate.measure.job import Job
 from perfgate.measure.launch import import_path, kill_groups, spawn, supervise
@@ -39,10 +39,12 @@ def run(
     progress: Callable[[str], None],
     record_compiled: Callable[[float], None] | None = None,
     checkpoint: Callable[[dict], None] | None = None,
-    world: int = DDP_WORLD,
+    world: int | None = None,
     tf32: bool | None = None,
 ) -> dict:
-    """Run the cell on `world` ranks and return rank 0's record; never raises for what a rank does."""
+    """Run the cell on `world` ranks (None: the cell's own, cell.world) and return rank 0's record; never
+    raises for what a rank does."""
+    world = cell.world if world is None else world
     limit_s = spec.time_limit_s or VARIANTS[cell.variant].time_limit_s
     started, submitted = time.monotonic(), time.time()
     job = Job(

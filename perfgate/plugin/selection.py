@@ -52,16 +52,19 @@ def parametrize(metafunc: pytest.Metafunc, registry_path: str) -> None:
 
 def cells(registry: dict, phase: str) -> list:
     """pytest.param for every cell of `phase`: GPU cells over the whole matrix, CPU cells over each model's
-    cpu_variants in fp32, with markers and known-issue marks from the model's record."""
+    cpu_variants in fp32 (data-parallel ones on each of matrix.ddp_worlds' rank counts), with markers and
+    known-issue marks from the model's record."""
     params = []
     for spec in registry.values():
-        for variant in (v for v in matrix.VARIANTS.values() if spec.runs(v, phase)):
-            for precision in matrix.PRECISIONS:
-                tier = matrix.tier_of(variant.name, precision) if spec.pr else "nightly"
-                params.append(_param(spec, Cell(spec.name, phase, variant.name, precision, "gpu", tier)))
+        for world in matrix.ddp_worlds(phase, "gpu"):
+            for variant in (v for v in matrix.VARIANTS.values() if spec.runs(v, phase)):
+                for precision in matrix.PRECISIONS:
+                    tier = matrix.tier_of(variant.name, precision, world) if spec.pr else "nightly"
+                    params.append(_param(spec, Cell(spec.name, phase, variant.name, precision, "gpu", tier, world)))
         if phase in spec.cpu_phases:
-            for variant in (v for v in spec.cpu_variants if spec.runs(matrix.VARIANTS[v], phase)):
-                params.append(_param(spec, Cell(spec.name, phase, variant, "fp32", "cpu", "nightly")))
+            for world in matrix.ddp_worlds(phase, "cpu"):
+                for variant in (v for v in spec.cpu_variants if spec.runs(matrix.VARIANTS[v], phase)):
+                    params.append(_param(spec, Cell(spec.name, phase, variant, "fp32", "cpu", "nightly", world)))
     return params
 
 
@@ -153,7 +156,7 @@ def skip_gpu_cells_without_cuda(items: list) -> None:
     gpus = torch.cuda.device_count()
     for item in gpu_items:
         cell = item.stash.get(CELL_KEY, None)
-        if cell is not None and cell.phase == "ddp" and gpus < matrix.DDP_WORLD:
+        if cell is not None and gpus < cell.world:
             item.add_marker(
-                pytest.mark.skip(reason=f"{matrix.DDP_WORLD} GPUs needed for a data-parallel cell, {gpus} visible")
+                pytest.mark.skip(reason=f"{cell.world} GPUs needed for a data-parallel cell, {gpus} visible")
             )

@@ -193,7 +193,7 @@ class PerfSession:
             return ""
         if cell.phase == "ddp":
             return (
-                f"a data-parallel cell's ranks take {matrix.DDP_WORLD} GPUs, shared with the other "
+                f"a data-parallel cell's ranks take {cell.world} GPUs, shared with the other "
                 f"{self.workers - 1} xdist worker(s)' cells: run ddp cells without -n"
             )
         import torch

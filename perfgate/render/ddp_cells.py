@@ -16,7 +16,7 @@ COLUMNS = (
     "wall speedup [95 % CI]",
     "ms eager → compiled (slowest rank)",
     "one device ms eager → compiled",
-    "scaling eager → compiled",
+    "scaling eager → compiled of the ideal (efficiency)",
     "compute speedup",
     "compute ms",
     "NCCL ms (exposed)",
@@ -27,7 +27,8 @@ COLUMNS = (
     "numerics",
 )
 NOTE = (
-    "Scaling: throughput on the ranks / on one device (ideal: the rank count). Compute: each rank's GPU work "
+    "Scaling: throughput on the ranks / on one device, against its ideal, the rank count; efficiency: scaling "
+    "/ ranks. Compute: each rank's GPU work "
     "but NCCL's kernels, the ranks' mean; NCCL ms: the all-reduce's kernels, and in brackets the part with no "
     "compute beside it (not hidden by the backward, or waiting for the slower rank); GPU idle: the timed "
     "step less the GPU's busy time (the host issuing). Eager → compiled in each. – where not measured "
@@ -38,6 +39,18 @@ NOTE = (
 def _pair(record: dict, eager: str, compiled: str) -> str:
     e, c = record.get(eager), record.get(compiled)
     return "–" if e is None and c is None else f"{fmt(e, '.2f')} → {fmt(c, '.2f')}"
+
+
+def _scaling(record: dict) -> str:
+    """ "1.90 → 1.40 of 2 (95 % → 70 %)": scaling against the ideal of the record's world (its rank count)."""
+    pair, world = _pair(record, "scaling_eager", "scaling_compiled"), record.get("world_size")
+    if pair == "–" or not world:
+        return pair
+    shares = " → ".join(
+        "–" if record.get(f"scaling_{side}") is None else f"{record[f'scaling_{side}'] / world:.0%}".replace("%", " %")
+        for side in ("eager", "compiled")
+    )
+    return f"{pair} of {world} ({shares})"
 
 
 def _comm(record: dict) -> str:
@@ -63,7 +76,7 @@ def row(record: dict) -> tuple[str, ...]:
         ratio_text(record),
         _pair(record, "eager_ms", "compiled_ms"),
         _pair(record, "single_eager_ms", "single_compiled_ms"),
-        _pair(record, "scaling_eager", "scaling_compiled"),
+        _scaling(record),
         ratio_text(record, "compute_speedup"),
         _pair(record, "eager_compute_ms", "compiled_compute_ms"),
         _comm(record),
