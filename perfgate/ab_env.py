@@ -28,7 +28,7 @@ PROBE = (
     "    try:\n        return m.version(d)\n"
     "    except m.PackageNotFoundError:\n        return None\n"
     "print(json.dumps({'torch': torch.__version__, 'transformers': v('transformers'), 'timm': v('timm'),"
-    " 'triton': v('triton') or v('pytorch-triton')}))\n"
+    " 'triton': v('triton') or v('pytorch-triton'), 'cuda': torch.cuda.is_available()}))\n"
 )
 
 
@@ -234,6 +234,16 @@ def collect(side: ABEnvironment, root: Path, import_root: Path, common: Sequence
             f"in {root}: {shlex.join(command)}\n  {tail}"
         )
     return ids
+
+
+def check_runnable(side: ABEnvironment, cuda: bool | None, ids: Sequence[str]) -> None:
+    """Refuse a side without a CUDA device whose every selected cell is a GPU cell: each process would
+    only skip them all (6 processes, 36 s on a CPU box, then every cell read as failed)."""
+    if cuda is False and ids and all("[cpu-" not in test_id for test_id in ids):
+        raise ABError(
+            f"side {side.label}: {side.python} sees no CUDA device, and all {len(ids)} selected cells are GPU "
+            "cells, which would all skip: run on a GPU machine, or select the CPU tier (-m cpu)"
+        )
 
 
 def check_same_tests(collected: dict[str, Sequence[str]]) -> None:

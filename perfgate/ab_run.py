@@ -245,18 +245,20 @@ def _set_up(
     for side in sides:
         key = (side.python, side.env)
         probed[key] = probed.get(key) or ab_env.probe(side)
+        versions = {name: value for name, value in probed[key].items() if name != "cuda"}
         sha, worktree = shas[side.label], worktrees.get(side.label)
         if sha:
             ab_env.checkout(repo, sha, worktree)
         root, import_root = ab_env.side_root(repo, cwd, worktree), worktree or repo or cwd
         same = (side.python, side.env, sha, side.args)
         collected[same] = collected.get(same) or ab_env.collect(side, root, import_root, common)
+        ab_env.check_runnable(side, probed[key].get("cuda"), collected[same])
         entries[side.label] = {
             **side.to_json(),
             "sha": sha,
             "root": str(root),
             "import_root": str(import_root),
-            "versions": probed[key],
+            "versions": versions,
             "tests": collected[same],
         }
     ab_env.check_same_tests({label: entry["tests"] for label, entry in entries.items()})

@@ -206,3 +206,14 @@ def test_process_ab_refuses_unusable_run_directories_by_name(argv_of, words, tmp
     (tmp_path / "f").write_text("x")
     assert main(argv_of(tmp_path)) == exits.UNUSABLE
     assert re.search(words, capsys.readouterr().err), words
+
+
+def test_process_ab_refuses_a_side_without_cuda_whose_cells_are_all_gpu_cells():
+    from perfgate.ab_env import ABEnvironment, ABError, check_runnable
+
+    side = ABEnvironment("A", sys.executable, None, (), ())
+    gpu = [f"perftests/test_compile_speedup.py::test_train_step[gpt2-inductor_default-amp_bf16-{i}]" for i in range(3)]
+    with pytest.raises(ABError, match="no CUDA device, and all 3 selected cells are GPU cells"):
+        check_runnable(side, False, gpu)
+    check_runnable(side, False, [*gpu, "perftests/x.py::test_train_step[cpu-mlp-aot_eager-fp32]"])  # CPU cells run
+    check_runnable(side, True, gpu)
