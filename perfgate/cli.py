@@ -338,9 +338,6 @@ def cmd_ab(args: argparse.Namespace) -> int:
         option = "--judge" if args.judge else "--resume" if args.resume else "--out"
         print(f"perfgate ab: cannot compare: {option} {out} is a file, not a run's directory", file=sys.stderr)
         return EXIT_CANNOT_COMPARE
-    if args.judge and not out.is_dir():
-        print(f"perfgate ab: cannot compare: --judge {out}: no such run directory", file=sys.stderr)
-        return EXIT_CANNOT_COMPARE
     if args.paired:
         from perfgate.ab import face
 
@@ -359,6 +356,8 @@ def cmd_ab(args: argparse.Namespace) -> int:
                     "--judge DIR judges the run in DIR as it stands: give no sides, --resume, "
                     "--processes, --precompile or pytest args"
                 )
+            if not out.is_dir():
+                raise ABError(f"--judge {out}: no such run directory")
             return ab_run.verdict(ab_run.load_manifest(out), out)
         ab_run.check_processes(args.processes)
         sides = [
