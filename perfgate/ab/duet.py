@@ -226,8 +226,10 @@ def measure(duet: Duet, job_b, progress: Callable[[str], None], seed: int = 0) -
                     break
             record_a, record_b = (_finish(duet.worker(side), progress) for side in (a, b))
         except WorkerGone as err:
-            duet.renew()
             summary["error"] = str(err)
+            if f"side {a.name}" in str(err):  # A gone: B's rounds are still its own record (a hung B is not asked)
+                record_b = _salvage(duet, b, progress) or record_b
+            duet.renew()
             break
         if _decided(comparisons):
             break
@@ -272,6 +274,17 @@ def _prepare(duet: Duet, job_a, job_b, progress) -> tuple[dict | None, dict | No
         duet.renew()
         return record_a, message["record"], None
     return None, None, ready
+
+
+def _salvage(duet: Duet, side: Side, progress) -> dict | None:
+    """The record of `side`'s cell from the rounds it served, where its worker still runs; else None."""
+    worker = duet.workers.get(side.name)
+    if worker is None or worker.popen.poll() is not None:
+        return None
+    try:
+        return _finish(worker, progress)
+    except WorkerGone:
+        return None
 
 
 def _ask(worker: Worker, request: dict, key: str) -> dict | None:
