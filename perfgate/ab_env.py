@@ -239,11 +239,20 @@ def collect(side: ABEnvironment, root: Path, import_root: Path, common: Sequence
 def check_runnable(side: ABEnvironment, cuda: bool | None, ids: Sequence[str]) -> None:
     """Refuse a side without a CUDA device whose every selected cell is a GPU cell: each process would
     only skip them all (6 processes, 36 s on a CPU box, then every cell read as failed)."""
-    if cuda is False and ids and all("[cpu-" not in test_id for test_id in ids):
+    if cuda is False and ids and all(_gpu_cell(test_id) for test_id in ids):
         raise ABError(
             f"side {side.label}: {side.python} sees no CUDA device, and all {len(ids)} selected cells are GPU "
             "cells, which would all skip: run on a GPU machine, or select the CPU tier (-m cpu)"
         )
+
+
+def _gpu_cell(test_id: str) -> bool:
+    """Whether a test id is a perf cell on a GPU: `test_x[<model>-<variant>-<precision>]`, no `cpu-` prefix."""
+    from perfgate.core.matrix import PRECISIONS, VARIANTS
+
+    param = test_id.partition("[")[2].rstrip("]")
+    parts = param.split("-")
+    return len(parts) >= 3 and parts[0] != "cpu" and parts[-1] in PRECISIONS and parts[-2] in VARIANTS
 
 
 def check_same_tests(collected: dict[str, Sequence[str]]) -> None:

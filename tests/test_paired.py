@@ -212,8 +212,13 @@ def test_process_ab_refuses_a_side_without_cuda_whose_cells_are_all_gpu_cells():
     from perfgate.ab_env import ABEnvironment, ABError, check_runnable
 
     side = ABEnvironment("A", sys.executable, None, (), ())
-    gpu = [f"perftests/test_compile_speedup.py::test_train_step[gpt2-inductor_default-amp_bf16-{i}]" for i in range(3)]
+    gpu = [
+        f"perftests/test_compile_speedup.py::test_train_step[{m}-inductor_default-amp_bf16]"
+        for m in ("gpt2", "vit_b16")
+    ]
+    gpu.append("perftests/test_compile_speedup.py::test_ddp_step[gpt2-inductor_ddp_optimizer-amp_bf16]")
     with pytest.raises(ABError, match="no CUDA device, and all 3 selected cells are GPU cells"):
         check_runnable(side, False, gpu)
     check_runnable(side, False, [*gpu, "perftests/x.py::test_train_step[cpu-mlp-aot_eager-fp32]"])  # CPU cells run
     check_runnable(side, True, gpu)
+    check_runnable(side, False, ["test_zoo.py::test_cell[3]"])  # not a perf cell: nothing to say of it
