@@ -41,8 +41,8 @@ def base_side(config: pytest.Config) -> Side | None:
 
 
 class Pairing:
-    """A session's paired state: the two sides' warm workers, one compile cache both read, and where side
-    A's records go (<results>.against.jsonl: never read as this tree's)."""
+    """A session's paired state: the two sides' warm workers (their stderr in <results>.duet/), one compile
+    cache both read, and where side A's records go (<results>.against.jsonl: never read as this tree's)."""
 
     def __init__(self, base: Side, results_path: Path, cache_dir: str | None, here: str):
         import perfgate
@@ -52,11 +52,11 @@ class Pairing:
         self.owned_cache = cache_dir is None
         self.cache_dir = cache_dir or tempfile.mkdtemp(prefix="perfgate-paired-cache-")
         self.against_path = results_path.with_name(f"{results_path.stem}.against.jsonl")
-        scratch = Path(tempfile.mkdtemp(prefix="perfgate-duet-"))
+        # The two workers' stderr (compile logs, a crash's traceback) beside the results, kept after the run.
+        scratch = results_path.with_name(f"{results_path.stem}.duet")
         b = Side("B", here, sys.executable, {})
         engine = os.path.dirname(perfgate.__file__)
         self.duet = Duet(base, b, scratch, here, import_path(), engine)
-        self.scratch = scratch
 
     def run(self, job, progress) -> dict:
         """B's record of one cell, carrying the paired summary; A's record appended to against_path."""
@@ -80,6 +80,5 @@ class Pairing:
 
     def close(self) -> None:
         self.duet.close()
-        shutil.rmtree(self.scratch, ignore_errors=True)
         if self.owned_cache:
             shutil.rmtree(self.cache_dir, ignore_errors=True)
