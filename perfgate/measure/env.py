@@ -2,35 +2,18 @@
 
 from __future__ import annotations
 
-import importlib.metadata
 import os
 import platform
 import re
 import socket
-import subprocess
 
 import torch
 
-
-def _version(dist: str) -> str | None:
-    try:
-        return importlib.metadata.version(dist)
-    except importlib.metadata.PackageNotFoundError:
-        return None
+from perfgate.core.host import gpu_query, package_version
 
 
 def _driver() -> str | None:
-    try:
-        out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-            timeout=20,
-            check=True,
-        )
-        return out.stdout.strip().splitlines()[0]
-    except (OSError, subprocess.SubprocessError, IndexError):
-        return None
+    return next(iter(gpu_query("driver_version")), None)
 
 
 def cpu_model() -> str | None:
@@ -87,10 +70,10 @@ def environment(device: torch.device, tf32: bool) -> dict:
         "cuda": torch.version.cuda if on_cuda else None,
         "cudnn": torch.backends.cudnn.version() if on_cuda else None,
         "torch": torch.__version__,
-        "triton": _version("triton") or _version("pytorch-triton"),
-        "transformers": _version("transformers"),
-        "timm": _version("timm"),
-        "pytest_benchmark": _version("pytest-benchmark"),
+        "triton": package_version("triton") or package_version("pytorch-triton"),
+        "transformers": package_version("transformers"),
+        "timm": package_version("timm"),
+        "pytest_benchmark": package_version("pytest-benchmark"),
         "python": platform.python_version(),
         "cpu": platform.processor() or platform.machine(),
         "cpu_model": cpu_model(),

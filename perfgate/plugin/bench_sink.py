@@ -11,10 +11,9 @@ torch: the environment comes from package metadata and nvidia-smi.
 
 from __future__ import annotations
 
-import importlib.metadata
 import platform
-import subprocess
 
+from perfgate.core.host import gpu_query, package_version
 from perfgate.core.matrix import Cell
 
 # BenchmarkFixture's private names used below: `_mode` (set, the fixture is in use) and `_make_stats`.
@@ -44,35 +43,14 @@ EXTRA_INFO = (
 PACKAGES = ("torch", "triton", "pytorch-triton", "transformers", "timm")
 
 
-def _version(dist: str) -> str | None:
-    try:
-        return importlib.metadata.version(dist)
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
-def _gpus() -> list[str]:
-    """The GPUs' names and driver, from nvidia-smi ([] on a machine without it): torch would cost seconds."""
-    try:
-        out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-            timeout=20,
-            check=True,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return []
-    return [line.strip() for line in out.stdout.splitlines() if line.strip()]
-
-
 def machine_info() -> dict:
     """perfgate's part of pytest-benchmark's machine_info: the same whenever it is asked in a session (at
     configure, where --benchmark-compare checks it, and at the end, where --benchmark-save stores it), and from
     run to run on one machine. Filled from the first cell's environment, it was missing at configure, so every
     --benchmark-compare warned "machine_info is different"."""
-    packages = {name: _version(name) for name in PACKAGES}
-    return {"packages": {k: v for k, v in packages.items() if v}, "gpus": _gpus(), "machine": platform.machine()}
+    packages = {name: package_version(name) for name in PACKAGES}
+    gpus = gpu_query("name,driver_version")
+    return {"packages": {k: v for k, v in packages.items() if v}, "gpus": gpus, "machine": platform.machine()}
 
 
 class BenchmarkSink:
