@@ -111,12 +111,12 @@ class PerfSession:
             options = dataclasses.replace(options, profile_dir=profile_dir)
         if self.pairing is not None and cell.phase != "ddp":
             record = self.pairing.run(self.job(spec, cell, options, remeasure), self._progress)
-            if record.get("env"):
-                self._envs.setdefault(options.device, record["env"])
         elif self.isolates(cell):
             record = self._run_isolated(spec, cell, options, record_compiled, remeasure)
         else:
             record = self._run_here(spec, cell, options, record_compiled, remeasure)
+        if record.get("env"):  # a cell run in another process: its device's environment, as one run here leaves it
+            self._envs.setdefault(options.device, record["env"])
         # NaN, inf or missing figures on an ok record: the cell failed, whatever run_cell thought.
         unfit = "; ".join(filter(None, (self.unfit(cell), record.get("unfit"))))  # the cell's own: neighbours
         issue = spec.known_issue(cell)
@@ -233,10 +233,7 @@ class PerfSession:
 
     def _run_isolated(self, spec, cell: Cell, options, record_compiled, remeasure: str = "") -> dict:
         job = self.job(spec, cell, options, remeasure)
-        record = self.isolated_process().run(job, self._progress, record_compiled)
-        if record.get("env"):  # the device's environment, as an in-process cell leaves it
-            self._envs.setdefault(options.device, record["env"])
-        return record
+        return self.isolated_process().run(job, self._progress, record_compiled)
 
     def isolated_process(self):
         """The warm process of this session's isolated cells, made on first use."""
