@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+from perfgate.ab import sides
+
 # Options the A/B run sets for every process itself: a side or the common args must not.
 OWNED_OPTIONS = ("--perf-results", "--perf-cache-dir", "--perf-baseline", "--perf-precompile")
 PROBE_TIMEOUT_S = 300  # importing a CUDA torch from a cold disk can take a minute
@@ -85,14 +87,11 @@ def side_from_options(label: str, python: str | None, rev: str | None, env: Sequ
 
 
 def parse_env(items: Sequence[str], label: str) -> tuple[tuple[str, str], ...]:
-    """KEY=VALUE strings as pairs; a malformed one is refused with its side named."""
-    pairs = []
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key or not key.replace("_", "a").isalnum() or key[0].isdigit():
-            raise ABError(f"--{label.lower()}-env {item!r}: expected NAME=VALUE (e.g. TORCHINDUCTOR_FX_GRAPH_CACHE=0)")
-        pairs.append((key, value))
-    return tuple(pairs)
+    """KEY=VALUE strings as pairs; a malformed one is refused with its side named (perfgate.ab.sides.parse_env)."""
+    try:
+        return tuple(sides.parse_env(f"--{label.lower()}-env", list(items)).items())
+    except sides.SideError as err:
+        raise ABError(str(err)) from None
 
 
 def check_args(args: Sequence[str], where: str) -> None:
@@ -154,8 +153,8 @@ def probe(side: ABEnvironment) -> dict:
 
 def repo_root(cwd: Path) -> Path | None:
     """The top of the git checkout holding `cwd`, or None outside one."""
-    proc = subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=cwd, capture_output=True, text=True)
-    return Path(proc.stdout.strip()).resolve() if proc.returncode == 0 else None
+    top = sides.toplevel(str(cwd))
+    return Path(top).resolve() if top else None
 
 
 def resolve_rev(repo: Path | None, side: ABEnvironment) -> str:

@@ -101,9 +101,14 @@ def checkout(option: str, revision: str, repo: str, into: Path) -> tuple[str, st
     return str(tree), sha
 
 
-def repo_root(start: str) -> str:
-    """The top of the git checkout holding `start`, else `start` itself."""
+def toplevel(start: str) -> str | None:
+    """The top of the git checkout holding `start`, or None outside one."""
     try:
         return git(start, "rev-parse", "--show-toplevel")
     except (SideError, OSError):
-        return start
+        return None
+
+
+def repo_root(start: str) -> str:
+    """The top of the git checkout holding `start`, else `start` itself."""
+    return toplevel(start) or start
