@@ -77,8 +77,12 @@ def side_from_options(label: str, python: str | None, rev: str | None, env: Sequ
     """A side from the command line: --a-python (default: this interpreter), --a-rev, --a-env NAME=VALUE
     (repeatable) and --a-args (one shell-quoted string of pytest args)."""
     for option, value in ((f"--{label.lower()}-python", python), (f"--{label.lower()}-rev", rev)):
-        if value is not None and not value.strip():  # an unset $BASE_SHA must not make this side this tree
-            raise ABError(f"{option} is empty ({value!r}): give a revision or an interpreter, or leave it out")
+        if value is None:
+            continue
+        try:  # an unset $BASE_SHA must not make this side this tree
+            sides.nonblank(option, value)
+        except sides.SideError as err:
+            raise ABError(str(err)) from None
     try:
         pytest_args = tuple(shlex.split(args or ""))
     except ValueError as err:
