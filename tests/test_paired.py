@@ -51,6 +51,37 @@ def test_pairs_are_resampled_within_their_duet():
     assert got.pairs == 24 and abs(got.change) < 0.05
 
 
+DEVICE_RULE = paired.PairedRule(DEVICE, "compiled", 0.01)
+
+
+def steady(n: int, ms: float, seed: int) -> np.ndarray:
+    """Device rounds of one process: within 0.1 % of the process's own level."""
+    return ms * (1 + np.random.default_rng(seed).normal(0, 0.0005, n))
+
+
+@pytest.mark.parametrize(
+    "levels, expected",
+    [
+        ((1.012, 0.995), "unsure"),  # an A/A whose first process pair sat 1.2 % apart (upernet train, H200)
+        ((1.02, 1.019), "regression"),  # a real 2 % loss shows in both pairs
+        ((1.002, 0.999), "ok"),
+    ],
+    ids=["one-pair-gap-unsure", "both-pairs-regression", "aa-ok"],
+)
+def test_a_regression_must_show_in_every_process_pair(levels, expected):
+    a = [steady(8, 47.3, 1), steady(8, 47.3, 2)]
+    b = [steady(8, 47.3 * levels[0], 3), steady(8, 47.3 * levels[1], 4)]
+    got = paired.across_pairs(a, b, DEVICE_RULE, paired.look_confidence(6))
+    assert got.outcome == expected, got
+    assert len(got.by_pair) == 2 and got.as_json()["by_pair"][0] == pytest.approx(levels[0] - 1, abs=0.003)
+
+
+def test_one_process_pairs_regression_is_measured_again():
+    one = paired.across_pairs([steady(8, 47.3, 1)], [steady(8, 48.3, 2)], DEVICE_RULE, 0.99)
+    assert one.outcome == "regression" and not one.by_pair
+    assert not paired.final([one], pairs=1) and paired.final([one], pairs=2)
+
+
 def _summary(outcome: str) -> dict:
     return {"against": "abc", "outcome": outcome, "rules": [], "duets": 2, "looks": 6}
 

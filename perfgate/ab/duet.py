@@ -5,9 +5,11 @@ A drift of the host's speed over seconds to minutes then hits both sides of a pa
 A cell: side A (the base) is prepared first, so its compiles fill the shared inductor cache and B finds its
 unchanged graphs there: the same compiled code and autotune picks on both sides. Then looks, each of
 WALL_PAIRS wall rounds, HOST_PAIRS host rounds and (on a GPU) one profiled block of DEVICE_ROUNDS per side,
-until every rule is decided (perfgate.ab.paired) or LOOKS are spent; a cell still unsure then gets a second
-process pair (a fresh compile from the warm cache, fresh processes), up to DUETS. What is still unsure after
-that stays unsure: it never passes.
+until every rule is decided (perfgate.ab.paired) or LOOKS are spent. A look after a process pair's first
+measures only the clocks with a rule still unsure (the host clock, shown and never judged, only in the first).
+A cell still unsure, or showing a regression, then gets a second process pair (fresh processes, B prepared
+first now that the cache is warm), up to DUETS: a regression must show in both (paired.across_pairs). What is
+still unsure after that stays unsure: it never passes.
 """
 
 from __future__ import annotations
@@ -138,6 +140,7 @@ class Duet:
         self.sides, self.directory, self.here_root, self.path, self.engine = (a, b), directory, here_root, path, engine
         self.workers: dict[str, Worker] = {}
         self.notes: dict[str, str] = {}
+        self.first = "a"  # the side prepared first: its compiles fill the shared cache (tools/probes may swap it)
 
     def worker(self, side: Side) -> Worker:
         if side.name in self.workers and self.workers[side.name].popen.poll() is None:
@@ -206,8 +209,9 @@ def measure(duet: Duet, job_b, progress: Callable[[str], None], seed: int = 0) -
             for s in "ab":
                 for side in ("eager", "compiled"):
                     rounds[clock][s][side].append([])
+        first = duet.first if summary["duets"] == 1 else ("b" if duet.first == "a" else "a")
         try:
-            record_a, record_b, ready = _prepare(duet, job_a, job_b, progress)
+            record_a, record_b, ready = _prepare(duet, job_a, job_b, progress, first)
         except WorkerGone as err:
             duet.renew()
             summary["error"] = str(err)
@@ -218,9 +222,10 @@ def measure(duet: Duet, job_b, progress: Callable[[str], None], seed: int = 0) -
             break
         steps = steps_per_round(ready["b"], job_b.options.plan.target_round_ms, job_b.options.plan.max_steps_per_round)
         try:
-            for _look in range(LOOKS):
+            for look in range(LOOKS):
                 summary["looks"] += 1
-                _look_once(duet, rounds, steps, rng, ready, progress)
+                wanted = set(CLOCKS) if look == 0 else _unsure_clocks(comparisons)
+                _look_once(duet, rounds, steps, rng, ready, progress, wanted)
                 comparisons = _judge(rounds, confidence, job_b.cell.device_kind)
                 if _decided(comparisons):
                     break
@@ -231,10 +236,11 @@ def measure(duet: Duet, job_b, progress: Callable[[str], None], seed: int = 0) -
                 record_b = _salvage(duet, b, progress) or record_b
             duet.renew()
             break
-        if _decided(comparisons):
+        if paired.final(comparisons, summary["duets"]):
             break
         duet.renew()  # a fresh process pair for the next duet
-        progress(f"{job_b.cell.id}: still unsure; measuring again with a fresh process pair")
+        why = "a regression is measured again" if _decided(comparisons) else "still unsure"
+        progress(f"{job_b.cell.id}: {why}, with a fresh process pair")
     summary.update(
         outcome="unsure" if "error" in summary else paired.worst([c.outcome for c in comparisons]),
         steps_per_round=steps,
@@ -250,13 +256,15 @@ def measure(duet: Duet, job_b, progress: Callable[[str], None], seed: int = 0) -
     return record_b, record_a, summary
 
 
-def _prepare(duet: Duet, job_a, job_b, progress) -> tuple[dict | None, dict | None, dict | None]:
-    """Both sides to their warm state, A first (its compiles fill the shared cache): (None, None, {"a": ready,
+def _prepare(duet: Duet, job_a, job_b, progress, first: str = "a") -> tuple[dict | None, dict | None, dict | None]:
+    """Both sides to their warm state, `first` first (A's compiles fill the shared cache): (None, None, {"a": ready,
     "b": ready}); or, where a side failed before its rounds, (A's record, B's record, None) with the other side
     timed alone, so this tree's cell keeps a record of its own whichever side failed."""
     a, b = duet.sides
     ready, workers = {}, {"a": duet.worker(a), "b": duet.worker(b)}
-    for name, job in (("a", job_a), ("b", job_b)):
+    jobs = {"a": job_a, "b": job_b}
+    for name in (first, "b" if first == "a" else "a"):
+        job = jobs[name]
         worker, peer = workers[name], workers["b" if name == "a" else "a"]
         # The other side holds the GPU by design: its process is no neighbour that makes a cell unfit.
         worker.send({"job": json.loads(job.to_json()), "peers": [peer.popen.pid]})
@@ -265,12 +273,16 @@ def _prepare(duet: Duet, job_a, job_b, progress) -> tuple[dict | None, dict | No
             ready[name] = message["ready"]
             continue
         if name == "a":  # the base failed: this tree's cell still runs, alone
-            peer.send({"job": json.loads(job_b.to_json()), "peers": []})
-            alone = peer.expect("ready", job_b.limit_s, progress)
-            record_b = alone["record"] if "record" in alone else _finish(peer, progress, solo=True)
+            if "b" not in ready:
+                peer.send({"job": json.loads(job_b.to_json()), "peers": []})
+                alone = peer.expect("ready", job_b.limit_s, progress)
+                if "record" in alone:
+                    duet.renew()
+                    return message["record"], alone["record"], None
+            record_b = _finish(peer, progress, solo=True)
             duet.renew()
             return message["record"], record_b, None
-        record_a = _finish(peer, progress, solo=True)
+        record_a = _finish(peer, progress, solo=True) if "a" in ready else None
         duet.renew()
         return record_a, message["record"], None
     return None, None, ready
@@ -295,7 +307,7 @@ def _ask(worker: Worker, request: dict, key: str) -> dict | None:
     return message[key]
 
 
-def _look_once(duet: Duet, rounds: dict, steps: int, rng: random.Random, ready: dict, progress) -> None:
+def _look_once(duet: Duet, rounds: dict, steps: int, rng: random.Random, ready: dict, progress, wanted) -> None:
     workers = {"a": duet.worker(duet.sides[0]), "b": duet.worker(duet.sides[1])}
 
     def pair(clock: str, request: dict) -> None:
@@ -307,11 +319,11 @@ def _look_once(duet: Duet, rounds: dict, steps: int, rng: random.Random, ready: 
                 values = got[side] if isinstance(got[side], list) else [got[side]]
                 rounds[clock][s][side][-1].extend(values)
 
-    for _ in range(WALL_PAIRS):
+    for _ in range(WALL_PAIRS if "wall" in wanted else 0):
         pair("wall", {"op": "wall", "steps": steps, "first": rng.choice(("eager", "compiled"))})
-    for _ in range(HOST_PAIRS):
+    for _ in range(HOST_PAIRS if "host" in wanted else 0):
         pair("host", {"op": "host"})
-    if ready["a"].get("device_clock") and ready["b"].get("device_clock"):
+    if "device" in wanted and ready["a"].get("device_clock") and ready["b"].get("device_clock"):
         pair("device", {"op": "device", "rounds": DEVICE_ROUNDS})
 
 
@@ -320,9 +332,13 @@ def _finish(worker: Worker, progress, solo: bool = False) -> dict:
     return worker.expect("record", START_LIMIT_S + ROUND_LIMIT_S, progress)["record"]
 
 
+def _unsure_clocks(comparisons: list[paired.Comparison]) -> set[str]:
+    return {c.rule.clock.name for c in comparisons if c.outcome == "unsure"}
+
+
 def _decided(comparisons: list[paired.Comparison]) -> bool:
-    """A cell is decided once one rule shows a regression (more rounds cannot undo it: each look keeps its
-    error rate), or when no rule is unsure."""
+    """A process pair's looks end once one rule shows a regression (more rounds of this pair cannot undo it:
+    each look keeps its error rate; another pair may), or when no rule is unsure."""
     outcomes = {c.outcome for c in comparisons}
     return "regression" in outcomes or "unsure" not in outcomes
 
@@ -333,5 +349,5 @@ def _judge(rounds: dict, confidence: float, device_kind: str) -> list[paired.Com
         data = rounds[rule.clock.name]
         a, b = data["a"][rule.side], data["b"][rule.side]
         if sum(len(x) for x in a) and sum(len(x) for x in b):
-            out.append(paired.compare(a, b, rule, confidence))
+            out.append(paired.across_pairs(a, b, rule, confidence))
     return out

@@ -15,6 +15,13 @@ Outcomes, per rule (clock, side, threshold t on the growth of B's step time):
     unsure         anything else; the engine measures more, and a cell unsure at its budget never passes
     shown          a rule that is reported and never judged (the host clock: see RULES)
 
+Process pairs: a process has effects of its own that last its life. In A/As on H200 and H100 machines
+(2026-11-27) upernet_convnext_t train's compiled device step read +1.2 % and +1.1 % in two process pairs of one
+machine and -0.45 % in one of another, every round of a pair on the same side of the gap, where the rounds of one
+pair repeat within 0.1-0.3 %; eager's read +0.4 % and -0.6 %. No interval from one pair's rounds can hold that.
+So a regression must show in every process pair measured, and the first pair's regression is measured again
+in a second (`across_pairs`): a one-pair red is at most unsure.
+
 Error rates across repeated looks: every look's interval is two-sided at 1 - ALPHA / looks, where `looks` is
 the most the plan allows (Bonferroni), so over all looks a true change at or under t is called a regression,
 or one at or over t called ok, with probability at most ALPHA / 2 each.
@@ -22,7 +29,7 @@ or one at or over t called ok, with probability at most ALPHA / 2 each.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Sequence
 
 import numpy as np
@@ -110,6 +117,7 @@ class Comparison:
     outcome: str
     pairs: int
     confidence: float
+    by_pair: tuple[float, ...] = ()  # the change in each process pair, where more than one was measured
 
     @property
     def halfwidth(self) -> float:
@@ -128,6 +136,7 @@ class Comparison:
             "outcome": self.outcome,
             "pairs": self.pairs,
             "confidence": round(self.confidence, 5),
+            "by_pair": [round(x, 5) for x in self.by_pair],
         }
 
 
@@ -180,3 +189,27 @@ def compare(
 def worst(outcomes: Sequence[str]) -> str:
     """A cell's outcome: its worst rule's (regression, then unsure, then ok); "ok" when nothing was compared."""
     return min((o for o in outcomes if o in OUTCOMES), key=OUTCOMES.index, default="ok")
+
+
+def across_pairs(
+    a: Sequence[Sequence[float]], b: Sequence[Sequence[float]], rule: PairedRule, confidence: float
+) -> Comparison:
+    """`compare` over every process pair's rounds, where a regression must show in each pair that measured the
+    rule: a pair that does not show it turns the pooled regression into unsure (a process effect, or a change
+    smaller than the pairs' disagreement), and one pair alone never shows a final regression (`final`)."""
+    pooled = compare(a, b, rule, confidence)
+    pairs = [(x, y) for x, y in zip(a, b) if len(x) and len(x) == len(y)]
+    if len(pairs) < 2:
+        return pooled
+    each = [compare([x], [y], rule, confidence) for x, y in pairs]
+    outcome = pooled.outcome
+    if rule.judged and "regression" in {pooled.outcome, *(c.outcome for c in each)}:
+        outcome = "regression" if all(c.outcome == "regression" for c in each) else "unsure"
+    return replace(pooled, outcome=outcome, by_pair=tuple(c.change for c in each))
+
+
+def final(comparisons: Sequence[Comparison], pairs: int, confirm: int = 2) -> bool:
+    """Whether a cell's comparisons end its measuring: nothing unsure, and a regression shown in `confirm`
+    process pairs (a red from one pair is measured again in a fresh one)."""
+    outcomes = {c.outcome for c in comparisons}
+    return "unsure" not in outcomes and ("regression" not in outcomes or pairs >= confirm)

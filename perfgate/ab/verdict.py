@@ -68,6 +68,7 @@ class PairedVerdict:
         bad = [r for r in summary.get("rules", []) if r["outcome"] == self.outcome(cell)]
         words = [
             f"{r['side']} {r['clock']} {_pct(r['change'])} [{_pct(r['lo'])}, {_pct(r['hi'])}] vs {_pct(r['threshold'])}"
+            + (f" (by process pair: {', '.join(_pct(x) for x in r['by_pair'])})" if r.get("by_pair") else "")
             for r in bad
         ]
         if self.outcome(cell) == "unsure":
