@@ -118,6 +118,11 @@ def env_steps(pythons: Sequence[str], paths: Sequence[str], pips: Sequence[str],
     for kind, values in (("--step-python", pythons), ("--step-path", paths), ("--step-pip", pips)):
         if any(not str(v).strip() for v in values or ()):  # an unset shell variable: two blank, identical steps
             raise BisectError(f"{kind} {''!r}: a step is empty; give each step an interpreter, folder or requirement")
+    if not kinds:
+        raise BisectError(
+            "nothing to bisect: give --good and --bad revisions, or steps of one kind "
+            "(--step-python, --step-path or --step-pip)"
+        )
     if len(kinds) != 1:
         raise BisectError(f"give one kind of step, not {' and '.join(kinds)}: a range is ordered along one thing")
     steps = []

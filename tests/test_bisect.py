@@ -286,6 +286,11 @@ def test_environment_steps_keep_their_order_and_say_what_each_side_runs(tmp_path
 # ---------------------------------------------------------------------------------------------- bad input
 
 
+def test_no_steps_at_all_says_what_to_give(tmp_path):
+    with pytest.raises(BisectError, match="nothing to bisect: give --good and --bad"):
+        bisect_run.env_steps([], [], [], "/usr/bin/python3", tmp_path / "b")
+
+
 @pytest.fixture
 def tiny_repo(tmp_path) -> Path:
     """A git repository of 3 empty commits on a branch and 1 on another."""
