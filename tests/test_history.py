@@ -196,8 +196,10 @@ def test_cli_history_errors(tmp_path, capsys):
     assert main(["history", "show", "nope-cell", "--db", str(db)]) == 2
     assert GPT2 in capsys.readouterr().err
     assert main(["history", "add", str(tmp_path / "missing.jsonl"), "--db", str(db)]) == 2
-    with pytest.raises(SystemExit):
+    with pytest.raises(SystemExit) as exit_:  # argparse's choices: the bad value and every valid one, exit 2
         main(["history", "show", GPT2, "--db", str(db), "--metric", "bogus"])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and "'bogus'" in err and all(f"'{m}'" in err for m in history.METRICS)
 
 
 def test_two_appends_that_race_to_create_the_database_both_land(tmp_path, monkeypatch):
