@@ -35,6 +35,7 @@ from typing import Sequence
 
 from perfgate import __version__
 from perfgate.ab import exits
+from perfgate.core.clocks import BY_RATIO
 from perfgate.core.output import OutputError, write_atomic
 from perfgate.core.record import nothing_measured
 from perfgate.core.records_file import RecordFileError, iter_records, load_records
@@ -142,20 +143,21 @@ def cmd_history_add(args: argparse.Namespace) -> int:
 
 
 def _metric_text(point: dict, metric: str) -> str:
+    """A clock's ratio with its 95 % interval where the record has one; any other metric as it is."""
     value = point.get(metric)
     if value is None:
         return "–"
-    if metric == "speedup":
-        lo, hi = point.get("speedup_lo"), point.get("speedup_hi")
+    if metric in BY_RATIO:
+        lo, hi = point.get(f"{metric}_lo"), point.get(f"{metric}_hi")
         return f"{value:.3f} [{lo:.3f}, {hi:.3f}]" if lo and hi else f"{value:.3f}"
     return f"{value:.4g}"
 
 
-def _change_marks(points: Sequence[dict]) -> dict[int, str]:
-    """{index into points: "<- change +x %"} for the change points of the ok speedups."""
+def _change_marks(points: Sequence[dict], metric: str = "speedup") -> dict[int, str]:
+    """{index into points: "<- change +x %"} for the change points of the ok values of a clock's ratio."""
     from perfgate.judge.changepoint import series_changes
 
-    ok, seg = series_changes(points)
+    ok, seg = series_changes(points, metric)
     return {ok[cp.index]: f"<- change point {cp.shift:+.1%}" for cp in seg.change_points}
 
 
@@ -172,7 +174,10 @@ def cmd_history_show(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_CANNOT_COMPARE
-    marks = _change_marks(points) if args.metric == "speedup" else {}
+    # Change points on the clocks' ratios alone (wall and device speedup), as in the report's trends: the method's
+    # noise floor (1 %) and smallest step (2 %) are sized for timings and would hide a count's 1.5 % band.
+    is_ratio = args.metric in BY_RATIO
+    marks = _change_marks(points, args.metric) if is_ratio else {}
     rows = [("date", "commit", "run", "fingerprint", "status", args.metric, "")]
     rows += [
         (
@@ -187,13 +192,13 @@ def cmd_history_show(args: argparse.Namespace) -> int:
         for i, p in enumerate(points)
     ]
     print(text_table(rows))
-    if args.metric == "speedup":
+    if is_ratio:
         from perfgate.judge.changepoint import series_changes
         from perfgate.judge.triage import bisect_hint
 
-        ok, seg = series_changes(points)
+        ok, seg = series_changes(points, args.metric)
         for cp in (cp for cp in seg.change_points if cp.shift < 0):  # a lower level: what to bisect
-            print(f"change point {cp.shift:+.1%}: {bisect_hint(points, ok, cp.index)}")
+            print(f"change point {cp.shift:+.1%}: {bisect_hint(points, ok, cp.index, rule=args.metric)}")
     return 0
 
 

@@ -4,6 +4,7 @@ change-point method of perfgate.judge.changepoint."""
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 
 import numpy as np
@@ -163,23 +164,26 @@ def test_shards_and_workers_merge_without_loss_or_duplicates(tmp_path):
 # ---------------------------------------------------------------------------------------------- CLI
 
 
-def test_cli_history_show(tmp_path, capsys):
+@pytest.mark.parametrize("metric", ["speedup", "device_speedup"], ids=["wall", "device"])
+def test_cli_history_show(tmp_path, capsys, metric):
+    """Each clock's view of a 10 % drop: its ratio with the interval, the change point and the bisect hint."""
     db = tmp_path / "h.sqlite"
-    for day in range(1, 9):  # a 10 % drop from day 5 on, 0.5 % noise
+    for day in range(1, 9):  # a 10 % drop of `metric` from day 5 on, 0.5 % noise
         factor = 1.0 if day < 5 else 0.9
         records = nightly(day, day, noise=0.005, run_noise=0.003)
-        scaled = [{**r, **{k: r[k] * factor for k in ("speedup", "speedup_lo", "speedup_hi")}} for r in records]
+        scaled = [{**r, **{k: r[k] * factor for k in (metric, f"{metric}_lo", f"{metric}_hi")}} for r in records]
         path = syn.write_run(tmp_path / f"day{day}.jsonl", scaled)
         assert main(["history", "add", path, "--db", str(db), "--commit", f"c{day:02d}"]) == 0
     capsys.readouterr()
-    assert main(["history", "show", GPT2, "--db", str(db)]) == 0
+    assert main(["history", "show", GPT2, "--db", str(db), "--metric", metric]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].split()[:6] == ["date", "commit", "run", "fingerprint", "status", "speedup"]
+    assert lines[0].split()[:6] == ["date", "commit", "run", "fingerprint", "status", metric]
     table, hint = lines[:9], lines[9:]  # the runs, then what would settle the lower level
+    assert all(re.search(r"\d\.\d{3} \[\d\.\d{3}, \d\.\d{3}\]", line) for line in table[1:])  # the interval
     marked = [line for line in table if "change point" in line]
-    assert len(marked) == 1 and marked[0].split()[1] == "c05" and "change point -9." in marked[0]
+    assert len(marked) == 1 and marked[0].split()[1] == "c05" and re.search(r"change point -(9|10)\.\d%", marked[0])
     assert len(hint) == 1 and "(c04), first bad" in hint[0]
-    assert "perfgate bisect --good c04 --bad c05 --rule speedup --processes 3 -- 'perftests/" in hint[0]
+    assert f"perfgate bisect --good c04 --bad c05 --rule {metric} --processes 3 -- 'perftests/" in hint[0]
     assert main(["history", "show", GPT2, "--db", str(db), "--metric", "compile_s"]) == 0
     assert capsys.readouterr().out.splitlines()[1].split()[-1] == "40"
 
@@ -192,8 +196,10 @@ def test_cli_history_errors(tmp_path, capsys):
     assert main(["history", "show", "nope-cell", "--db", str(db)]) == 2
     assert GPT2 in capsys.readouterr().err
     assert main(["history", "add", str(tmp_path / "missing.jsonl"), "--db", str(db)]) == 2
-    with pytest.raises(SystemExit):
+    with pytest.raises(SystemExit) as exit_:  # argparse's choices: the bad value and every valid one, exit 2
         main(["history", "show", GPT2, "--db", str(db), "--metric", "bogus"])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and "'bogus'" in err and all(f"'{m}'" in err for m in history.METRICS)
 
 
 def test_two_appends_that_race_to_create_the_database_both_land(tmp_path, monkeypatch):
