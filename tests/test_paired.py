@@ -82,6 +82,55 @@ def test_one_process_pairs_regression_is_measured_again():
     assert not paired.final([one], pairs=1) and paired.final([one], pairs=2)
 
 
+class FakeWorker:
+    """A side's worker that answers a job with `ready` (or a failed record) and `finish` with its record."""
+
+    def __init__(self, name: str, fails: bool):
+        self.name, self.fails, self.sent = name, fails, []
+        self.popen = type("P", (), {"pid": 1 if name == "a" else 2})()
+
+    def send(self, message: dict) -> None:
+        self.sent.append(message)
+
+    def expect(self, key, limit_s, progress=None) -> dict:
+        last = self.sent[-1]
+        if "job" in last:
+            return {"record": {"status": "failed", "reason": f"{self.name} broke"}} if self.fails else {"ready": {}}
+        return {"record": {"status": "ok", "solo": last.get("solo")}}
+
+
+class FakeDuet:
+    def __init__(self, fails: str):
+        self.workers = {name: FakeWorker(name, name in fails) for name in "ab"}
+        self.sides = (type("S", (), {"name": "A"})(), type("S", (), {"name": "B"})())
+        self.renewed = False
+
+    def worker(self, side):
+        return self.workers[side.name.lower()]
+
+    def renew(self):
+        self.renewed = True
+
+
+@pytest.mark.parametrize("together", [False, True], ids=["one-after-the-other", "at-once"])
+@pytest.mark.parametrize("fails", ["", "a", "b", "ab"], ids=["none-fails", "base-fails", "tree-fails", "both-fail"])
+def test_a_side_that_fails_to_prepare_leaves_the_other_timed_alone(fails, together):
+    from perfgate.ab import duet
+
+    job = type("J", (), {"to_json": lambda self: "{}", "limit_s": 1.0})()
+    fake = FakeDuet(fails)
+    record_a, record_b, ready = duet._prepare(fake, job, job, lambda _m: None, "a", together)
+    assert (ready is None) == bool(fails) and fake.renewed == bool(fails)
+    if not fails:
+        return
+    assert record_b["status"] == ("failed" if "b" in fails else "ok")
+    assert record_b.get("solo") is (None if "b" in fails else True)  # this tree's cell times itself alone
+    if "a" in fails:
+        assert record_a["status"] == "failed"
+    else:  # the base, prepared first, finishes its own record alone
+        assert record_a == {"status": "ok", "solo": True}
+
+
 def _summary(outcome: str) -> dict:
     return {"against": "abc", "outcome": outcome, "rules": [], "duets": 2, "looks": 6}
 

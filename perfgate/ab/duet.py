@@ -182,9 +182,12 @@ def steps_per_round(ready: dict, target_ms: float, max_steps: int) -> int:
     return stream * math.ceil(steps / stream)
 
 
-def measure(duet: Duet, job_b, progress: Callable[[str], None], seed: int = 0) -> tuple[dict, dict | None, dict]:
+def measure(
+    duet: Duet, job_b, progress: Callable[[str], None], seed: int = 0, warm: bool = False
+) -> tuple[dict, dict | None, dict]:
     """(B's record, A's record or None, the paired summary) of one cell. Never raises for what a side does:
-    a side that fails is a failed record (B) or an unsure comparison that names why (A)."""
+    a side that fails is a failed record (B) or an unsure comparison that names why (A). `warm`: the shared
+    cache holds this cell's compiles already (--perf-precompile), so the two sides may prepare at once."""
     a, b = duet.sides
     # A plants no fault and keeps no warm compile (after its rounds), but otherwise runs what B runs, numerics
     # included: in an A/A on an H100 (2026-11-27), an A that skipped the fp64 reference and the numerics steps
@@ -209,9 +212,12 @@ def measure(duet: Duet, job_b, progress: Callable[[str], None], seed: int = 0) -
             for s in "ab":
                 for side in ("eager", "compiled"):
                     rounds[clock][s][side].append([])
-        first = duet.first if summary["duets"] == 1 else ("b" if duet.first == "a" else "a")
+        first = duet.first if summary["duets"] == 1 else _other(duet.first)
+        # A planted fault (--perf-inject) sizes itself on the cell's own step time after warm-up: that wants the
+        # machine to itself, so B's preparation never overlaps A's then.
+        together = (warm or summary["duets"] > 1) and job_b.options.fault is None
         try:
-            record_a, record_b, ready = _prepare(duet, job_a, job_b, progress, first)
+            record_a, record_b, ready = _prepare(duet, job_a, job_b, progress, first, together)
         except WorkerGone as err:
             duet.renew()
             summary["error"] = str(err)
@@ -256,36 +262,54 @@ def measure(duet: Duet, job_b, progress: Callable[[str], None], seed: int = 0) -
     return record_b, record_a, summary
 
 
-def _prepare(duet: Duet, job_a, job_b, progress, first: str = "a") -> tuple[dict | None, dict | None, dict | None]:
-    """Both sides to their warm state, `first` first (A's compiles fill the shared cache): (None, None, {"a": ready,
-    "b": ready}); or, where a side failed before its rounds, (A's record, B's record, None) with the other side
-    timed alone, so this tree's cell keeps a record of its own whichever side failed."""
-    a, b = duet.sides
-    ready, workers = {}, {"a": duet.worker(a), "b": duet.worker(b)}
+def _prepare(
+    duet: Duet, job_a, job_b, progress, first: str = "a", together: bool = False
+) -> tuple[dict | None, dict | None, dict | None]:
+    """Both sides to their warm state: (None, None, {"a": ready, "b": ready}); or, where a side failed before its
+    rounds, (A's record or None, B's record, None) with the other side timed alone, so this tree's cell keeps a
+    record of its own whichever side failed. One after the other, `first` first (A's compiles fill the shared
+    cache), or `together` where the cache already holds the cell's compiles (a precompiled cell, a second
+    pair): the two sides then build, load and warm up at once, which only their untimed stages see."""
+    workers = {"a": duet.worker(duet.sides[0]), "b": duet.worker(duet.sides[1])}
     jobs = {"a": job_a, "b": job_b}
-    for name in (first, "b" if first == "a" else "a"):
-        job = jobs[name]
-        worker, peer = workers[name], workers["b" if name == "a" else "a"]
+
+    def send(name: str, peers: list[int]) -> None:
         # The other side holds the GPU by design: its process is no neighbour that makes a cell unfit.
-        worker.send({"job": json.loads(job.to_json()), "peers": [peer.popen.pid]})
-        message = worker.expect("ready", job.limit_s, progress)
-        if "record" not in message:
-            ready[name] = message["ready"]
+        workers[name].send({"job": json.loads(jobs[name].to_json()), "peers": peers})
+
+    def answer(name: str) -> dict:
+        return workers[name].expect("ready", jobs[name].limit_s, progress)
+
+    order, answers = (first, _other(first)), {}
+    for name in order if together else ():
+        send(name, [workers[_other(name)].popen.pid])
+    for name in order:
+        if not together:
+            send(name, [workers[_other(name)].popen.pid])
+        answers[name] = answer(name)
+        if not together and "record" in answers[name]:
+            break
+    failed = {name for name, message in answers.items() if "record" in message}
+    if not failed:
+        return None, None, {name: message["ready"] for name, message in answers.items()}
+    records: dict[str, dict | None] = {name: answers[name]["record"] for name in failed}
+    for name in {"a", "b"} - failed:
+        if name not in answers and name == "a":  # B failed before A started: there is no base record
+            records["a"] = None
             continue
-        if name == "a":  # the base failed: this tree's cell still runs, alone
-            if "b" not in ready:
-                peer.send({"job": json.loads(job_b.to_json()), "peers": []})
-                alone = peer.expect("ready", job_b.limit_s, progress)
-                if "record" in alone:
-                    duet.renew()
-                    return message["record"], alone["record"], None
-            record_b = _finish(peer, progress, solo=True)
-            duet.renew()
-            return message["record"], record_b, None
-        record_a = _finish(peer, progress, solo=True) if "a" in ready else None
-        duet.renew()
-        return record_a, message["record"], None
-    return None, None, ready
+        if name not in answers:  # the base failed first: this tree's cell still runs, alone
+            send("b", [])
+            answers["b"] = answer("b")
+            if "record" in answers["b"]:
+                records["b"] = answers["b"]["record"]
+                continue
+        records[name] = _finish(workers[name], progress, solo=True)
+    duet.renew()
+    return records["a"], records["b"], None
+
+
+def _other(side: str) -> str:
+    return "b" if side == "a" else "a"
 
 
 def _salvage(duet: Duet, side: Side, progress) -> dict | None:

@@ -58,14 +58,15 @@ class Pairing:
         engine = os.path.dirname(perfgate.__file__)
         self.duet = Duet(base, b, scratch, here, import_path(), engine)
 
-    def run(self, job, progress) -> dict:
-        """B's record of one cell, carrying the paired summary; A's record appended to against_path."""
+    def run(self, job, progress, warm: bool = False) -> dict:
+        """B's record of one cell, carrying the paired summary; A's record appended to against_path. `warm`: the
+        cell was precompiled into the shared cache, so the two sides prepare at once."""
         from perfgate.ab import duet
         from perfgate.core.records_file import append_record
 
         job = replace(job, options=replace(job.options, cache_dir=self.cache_dir))
         try:
-            record_b, record_a, summary = duet.measure(self.duet, job, progress)
+            record_b, record_a, summary = duet.measure(self.duet, job, progress, warm=warm)
         except Exception as err:  # noqa: BLE001 - a paired cell that cannot run fails alone, never the session
             from perfgate.core.record import error_line, new_record
 

@@ -62,6 +62,9 @@ class PerfSession:
         self.offered: list[Cell] = []
         self.cell_process = None  # the warm process isolated cells run in (perfgate.measure.isolate)
         self.precompile_s = 0.0  # seconds the session spent precompiling before its first cell
+        self.precompiled: set[str] = (
+            set()
+        )  # cells whose compiles the kept cache holds (a paired cell's sides then prepare at once)
         self.pairing = None  # --perf-against: the paired engine's state (perfgate.plugin.against.Pairing)
         self.paired = None  # the paired verdict, once judged (perfgate.ab.verdict.PairedVerdict)
 
@@ -110,7 +113,9 @@ class PerfSession:
         if profile_dir:
             options = dataclasses.replace(options, profile_dir=profile_dir)
         if self.pairing is not None and cell.phase != "ddp":
-            record = self.pairing.run(self.job(spec, cell, options, remeasure), self._progress)
+            record = self.pairing.run(
+                self.job(spec, cell, options, remeasure), self._progress, warm=cell.id in self.precompiled
+            )
         elif self.isolates(cell):
             record = self._run_isolated(spec, cell, options, record_compiled, remeasure)
         else:
@@ -339,6 +344,7 @@ class PerfSession:
         keys = {cell_id: precompiled.key(cell, self.tf32, gpu, self.registry) for cell_id, cell in todo.items()}
         cells_left, held = precompiled.split(todo.values(), cache_dir, keys)
         already = f"; {len(held)} already in the cache from an earlier precompile" if held else ""
+        self.precompiled = {cell.id for cell in held}
         if not cells_left:
             self.precompile_s = time.monotonic() - started
             return (
@@ -359,6 +365,7 @@ class PerfSession:
             out=precompile_path(self.results_path),
         )
         precompiled.mark(results, cache_dir, keys)
+        self.precompiled |= {r["cell"] for r in results if r["status"] == "ok"}
         self.precompile_s = time.monotonic() - started
         failed = [
             r["cell"] + (f" (stopped after {hms(r['stopped_after_s'])})" if "stopped_after_s" in r else "")
