@@ -19,6 +19,7 @@ file, line, cell and field), 3 an internal error (a bug in perfgate: never read 
                     [--rule gate|METRIC[:PCT]] [--processes N] [--max-processes M] [--out DIR] -- PYTEST_ARGS...
     perfgate bisect --resume DIR                                           (docs/bisect.md)
     perfgate export RESULTS [RESULTS ...] --format csv|v3|pytest-benchmark|openmetrics [--output FILE]
+    perfgate completion bash|zsh                                           (a shell completion script)
     perfgate --version
 """
 
@@ -277,6 +278,24 @@ def _add_export_parser(sub) -> None:
     exp.add_argument("--format", required=True, choices=("csv", "v3", "pytest-benchmark", "openmetrics"))
     exp.add_argument("--output", "-o", metavar="FILE", help="write here (default: standard output)")
     exp.set_defaults(func=cmd_export)
+
+
+def cmd_completion(args: argparse.Namespace) -> int:
+    from perfgate import completion
+
+    sys.stdout.write(completion.script(build_parser(), args.shell))
+    return 0
+
+
+def _add_completion_parser(sub) -> None:
+    from perfgate.completion import SHELLS
+
+    comp = sub.add_parser(
+        "completion", help="print a completion script for this command, e.g. source <(perfgate completion bash)"
+    )
+    # choices: a shell not in SHELLS is argparse's usage error, exit 2, naming the value and the valid ones.
+    comp.add_argument("shell", choices=SHELLS, help="the shell the script is for")
+    comp.set_defaults(func=cmd_completion)
 
 
 def _add_history_parser(sub) -> None:
@@ -627,6 +646,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_ab_parser(sub)
     _add_bisect_parser(sub)
     _add_export_parser(sub)
+    _add_completion_parser(sub)
     return parser
 
 

@@ -199,9 +199,11 @@ class Cell:
     world: int | None = None
 
     def __post_init__(self) -> None:
-        if self.world is None:  # one spelling per cell: Cell(..., "ddp") == Cell(..., "ddp", world=2)
-            object.__setattr__(self, "world", DDP_ID_WORLD if self.phase == "ddp" else 1)
-        if (self.phase == "ddp") != (self.world > 1):
+        world = self.world
+        if world is None:  # one spelling per cell: Cell(..., "ddp") == Cell(..., "ddp", world=2)
+            world = DDP_ID_WORLD if self.phase == "ddp" else 1
+            object.__setattr__(self, "world", world)
+        if (self.phase == "ddp") != (world > 1):
             raise ValueError(
                 f"cell {self.model}/{self.phase}: world={self.world}; a ddp cell has 2 ranks or more, others 1"
             )

@@ -147,13 +147,12 @@ def _clock(clock: Clock, doc: str, rounds_doc: str = "", ms_doc: str = "") -> tu
     The device clock's ratio is a history column too: its trend and change points sit beside the wall's, since
     the wall ratio of a host-bound step follows the host CPU."""
     wall = clock is WALL
-    required = dict(required=True) if wall else {}
     trend = clock in (WALL, DEVICE)
     return (
-        Field(clock.eager_rounds, list, "ms", "rounds", **required, default=[], doc=rounds_doc),
-        Field(clock.compiled_rounds, list, "ms", "rounds", **required, default=[]),
-        Field(clock.eager_ms, float, "ms", "> 0", **required, fold="median", column=wall, doc=ms_doc),
-        Field(clock.compiled_ms, float, "ms", "> 0", **required, fold="median", column=wall),
+        Field(clock.eager_rounds, list, "ms", "rounds", required=wall, default=[], doc=rounds_doc),
+        Field(clock.compiled_rounds, list, "ms", "rounds", required=wall, default=[]),
+        Field(clock.eager_ms, float, "ms", "> 0", required=wall, fold="median", column=wall, doc=ms_doc),
+        Field(clock.compiled_ms, float, "ms", "> 0", required=wall, fold="median", column=wall),
         Field(clock.ratio, float, "x", "> 0", required=wall, fold="clock", column=trend, doc=doc),
         Field(f"{clock.ratio}_lo", float, "x", "> 0", required=wall, column=trend, doc="its 95 % interval"),
         Field(f"{clock.ratio}_hi", float, "x", "> 0", required=wall, column=trend),

@@ -18,7 +18,7 @@ from perfgate.core.record import FIELDS, RECORD_SCHEMA, Field
 PATH = Path(__file__).with_name("record.schema.json")
 KINDS = {str: "string", int: "integer", float: "number", list: "array", dict: "object"}
 # What each `check` of a Field asks of a non-null value, in JSON Schema words.
-CHECKS = {
+CHECKS: dict[str, dict[str, object]] = {
     "text": {"minLength": 1},
     "> 0": {"exclusiveMinimum": 0},
     ">= 0": {"minimum": 0},
@@ -28,7 +28,7 @@ CHECKS = {
 
 
 def _property(field: Field) -> dict:
-    kind = {"type": [KINDS[field.type], "null"]}
+    kind: dict[str, object] = {"type": [KINDS[field.type], "null"]}
     if field.check == "choice":
         kind["enum"] = [*field.choices, None]
     kind |= CHECKS.get(field.check, {})

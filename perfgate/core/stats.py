@@ -52,7 +52,7 @@ def interval_sd(lo, hi) -> float:
     return math.log(hi / lo) / 2 / Z_INTERVAL
 
 
-def geomean(values: Sequence[float]) -> float | None:
+def geomean(values: Sequence[float | None]) -> float | None:
     positive = [v for v in values if v and v > 0]
     if not positive:
         return None

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import re
+from typing import TypeGuard
 
 from perfgate.core.record import CLOCKS, FIELD, FIELDS, STATUSES, names
 
@@ -63,7 +64,7 @@ def is_number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def _finite(value) -> bool:
+def _finite(value) -> TypeGuard[float]:
     return is_number(value) and math.isfinite(value)
 
 

@@ -246,12 +246,14 @@ def compare_timed(
             "not measured in A" if not a else f"measured in {len(a)} of {len(a_records)} A processes: not compared",
         )
     if len(b) < len(b_records):
-        notes = {r.get("clocks_note") for r in b_records if not r.get(m)} - {None, ""}
+        notes = {note for r in b_records if not r.get(m) and (note := r.get("clocks_note"))}
         return _not_compared(empty, f"missing in B ({'; '.join(sorted(notes)) or 'no reason given'})", kind=REGRESSION)
     floor_a = statistics.median(_in_run_sd(r, m) for r in a_records)
     floor_b = statistics.median(_in_run_sd(r, m) for r in b_records)
     test = two_sample(a, b, floor_a, floor_b)
     ref, now = geomean(a), geomean(b)
+    if ref is None or now is None:  # cannot be: each side has 2 or more values > 0 (above)
+        raise ValueError(f"{cell_id} {m}: no geometric mean of {a} and {b}")
     z = t_quantile(1 - alpha, test.df)
     cur = b_records[0]  # the model's own threshold, where its record carries one (record "gate")
     significance, size = rule.lines_for(test.se, cur, z)
@@ -284,6 +286,8 @@ def _not_compared(comparison: Comparison, note: str, kind: str | None = None) ->
 def timed_finding(rule: SpeedupRule, cell_id: str, c: Comparison) -> Finding:
     """A timed comparison that tripped, as a finding of side B against side A (a figure missing in B: `missing`)."""
     form = rule.form if c.change is not None else "missing"
+    if c.kind is None:
+        raise ValueError(f"{cell_id} {rule.metric}: the comparison tripped nothing, so it is no finding")
     return Finding(
         cell_id,
         rule.metric,

@@ -82,9 +82,10 @@ class BaselineError(Exception):
     """A baseline that cannot be used to compare; the message says which file and how to make it."""
 
 
-def baseline_path(directory: str | os.PathLike, fingerprint: str, tier: str) -> Path:
-    """`<directory>/<fingerprint>_<tier>.json`; both come from records, so each must be a safe name: a crafted
-    records file once wrote a baseline outside --dir (a fingerprint of "../.." or an absolute path)."""
+def baseline_path(directory: str | os.PathLike, fingerprint: str | None, tier: str | None) -> Path:
+    """`<directory>/<fingerprint>_<tier>.json`; both come from records, so each must be a safe name (None is
+    not): a crafted records file once wrote a baseline outside --dir (a fingerprint of "../.." or an absolute
+    path)."""
     problems = [p for p in (name_problem("env.fingerprint", fingerprint), name_problem("tier", tier)) if p]
     if problems:
         raise BaselineError(f"no baseline file can be named for these records: {'; '.join(problems)}")
@@ -117,7 +118,7 @@ def round_sig(value, digits: int = 4):
 
 
 def _round_cell(cell: dict) -> dict:
-    rounded = {}
+    rounded: dict[str, object] = {}
     for name, value in cell.items():
         if name.startswith("peak_mem"):
             # MiB: a tenth of a MiB is far below anything a gate looks at.

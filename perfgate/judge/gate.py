@@ -12,7 +12,7 @@ compare`, the plugin's session end, the HTML report), so they judge alike.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 from perfgate.core.record import FIELD, TIME_ALONE, nothing_measured, process_of, unfiled
 from perfgate.core.stats import geomean
@@ -123,8 +123,8 @@ class CellRow:
 
 @dataclass
 class GateReport:
-    fingerprint: str
-    tier: str
+    fingerprint: str | None  # the baseline's; None where a hand-made baseline lacks the field
+    tier: str | None
     rows: list[CellRow]
     regressions: list[Finding]
     improvements: list[Finding]
@@ -172,7 +172,7 @@ def _clock_row(rule: SpeedupRule, base: dict, cur: dict) -> ClockRow:
         lo=cur.get(f"{m}_lo"),
         hi=cur.get(f"{m}_hi"),
         baseline=ref,
-        change=rule.change(ref, now) if gated else None,
+        change=rule.change(ref, now) if gated and ref is not None and now is not None else None,
         threshold=rule.effective_threshold(base, cur) if gated else None,
         noise_limited=gated and rule.noise_limited(base, cur),
         noise=noise.sigma if noise else None,
@@ -193,7 +193,7 @@ def _row(
     wall = next((c for c in clocks if c.metric == "speedup"), None)
     ref, now = base.get("speedup"), cur.get("speedup")
     found = {f.metric for f in findings}
-    values = {name: cur.get(name) for name in ROW_RECORD_FIELDS}
+    values: dict[str, Any] = {name: cur.get(name) for name in ROW_RECORD_FIELDS}  # JSON values, as read
     values["reason"] = values["reason"] or ""
     return CellRow(
         cell=cell_id,

@@ -88,7 +88,7 @@ def expected_s(cells: Iterable, known: Mapping[str, float]) -> dict[str, float]:
 def deal(costs: Mapping[str, float], shards: int) -> list[list[str]]:
     """Cell ids dealt into `shards` of near-equal total cost: the longest first, each to the lightest shard
     (LPT; within 4/3 of the best split). Deterministic: ties go by id and shard index."""
-    loads = [(0.0, index, []) for index in range(shards)]
+    loads: list[tuple[float, int, list[str]]] = [(0.0, index, []) for index in range(shards)]  # (s, shard, ids)
     for cell_id in sorted(costs, key=lambda c: (-costs[c], c)):
         load, index, members = min(loads, key=lambda s: (s[0], s[1]))
         loads[index] = (load + costs[cell_id], index, members + [cell_id])

@@ -123,8 +123,10 @@ def _timed_cells(c: Comparison | None) -> tuple[str, str]:
     return values, f"{_pct(c.change)} [{_pct(c.lo)}, {_pct(c.hi)}] / {line}{mark}"
 
 
-def _pct(fraction: float, signed: bool = True) -> str:
+def _pct(fraction: float | None, signed: bool = True) -> str:
     """+12.3%; past +/-1000 % the digits say nothing more (a 2-process side's interval can reach 1e9 %)."""
+    if fraction is None:
+        return "–"
     if abs(fraction) > 10:
         return f"{'>+' if signed and fraction > 0 else '>'}1000%" if fraction > 0 else "<-1000%"
     return f"{fraction:+.1%}" if signed else f"{fraction:.1%}"

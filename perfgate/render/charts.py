@@ -43,7 +43,7 @@ class Bar:
     secondary: float | None = None  # a thinner bar inside the main one (e.g. warm compile seconds)
     css: str = ""  # extra classes, e.g. "verdict-regression"
     tooltip: str = ""
-    group: str = ""  # a thin rule separates consecutive groups (models)
+    group: str | None = ""  # a thin rule separates consecutive groups (models; None: a record without one)
 
 
 @dataclass(frozen=True)

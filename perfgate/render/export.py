@@ -29,8 +29,8 @@ from perfgate.core.record import FIELDS, RECORD_SCHEMA, unfinished
 FORMATS = ("csv", "v3", "pytest-benchmark", "openmetrics")
 SUFFIX = {"csv": ".csv", "v3": ".json", "pytest-benchmark": ".json", "openmetrics": ".txt"}
 # The environment's keys a dashboard filters on (perfgate.measure.env.environment), in this order.
-ENV_KEYS = ("fingerprint", "gpu", "gpu_count", "driver", "cuda", "torch", "triton", "transformers", "timm")
-ENV_KEYS += ("python", "cpu_model", "cpu_cores", "host")
+ENV_KEYS: tuple[str, ...] = ("fingerprint", "gpu", "gpu_count", "driver", "cuda", "torch", "triton", "transformers")
+ENV_KEYS += ("timm", "python", "cpu_model", "cpu_cores", "host")
 SCALARS = tuple(f for f in FIELDS if f.type in (str, int, float))
 # Units that say how a cell was run, not what it measured: they go with the benchmark's description, not as metrics.
 SETUP_UNITS = ("steps", "rounds", "samples", "ranks")
@@ -116,7 +116,7 @@ def to_v3(records: list[dict]) -> str:
             value = record.get(field.name)
             if value is None:
                 continue
-            extra = {"unit": field.unit}
+            extra: dict[str, object] = {"unit": field.unit}
             if f"{field.name}_lo" in record:  # a clock's ratio: its 95 % interval
                 extra |= {"lo": record.get(f"{field.name}_lo"), "hi": record.get(f"{field.name}_hi")}
             metric = {"name": field.name, "benchmark_values": [value], "extra_info": extra}
@@ -194,9 +194,9 @@ FAMILIES = (
 
 def _samples(record: dict):
     """(family, extra labels, value) of one record, nulls left out."""
-    for clock, side, field in STEP_FIELDS:
+    for clock_name, side, field in STEP_FIELDS:
         if record.get(field) is not None:
-            yield "perfgate_step_seconds", {"clock": clock, "side": side}, record[field] / 1e3
+            yield "perfgate_step_seconds", {"clock": clock_name, "side": side}, record[field] / 1e3
     for clock in CLOCKS:
         for estimate, suffix in (("median", ""), ("lo", "_lo"), ("hi", "_hi")):
             if record.get(clock.ratio + suffix) is not None:

@@ -184,12 +184,13 @@ def memory_chart(records: Sequence[dict]) -> list[Chart]:
     bars = [
         Bar(
             f"{_label(r)} · {r.get('phase')}",
-            mem_ratio(r),
-            f"{mem_ratio(r):.2f} ({r['peak_mem_compiled_mb']:.0f} / {r['peak_mem_eager_mb']:.0f} MiB)",
+            ratio,
+            f"{ratio:.2f} ({r['peak_mem_compiled_mb']:.0f} / {r['peak_mem_eager_mb']:.0f} MiB)",
             r["cell"],
             group=r.get("model"),
         )
         for r in rows
+        if (ratio := mem_ratio(r)) is not None  # every row's is (above): the filter names the type
     ]
     if not bars:
         return []

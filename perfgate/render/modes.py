@@ -43,7 +43,7 @@ class ModeRow:
 
 
 def _ok(record: dict | None) -> bool:
-    return bool(record) and record.get("status") == "ok"
+    return record is not None and record.get("status") == "ok"
 
 
 def _median(values) -> float | None:
