@@ -249,7 +249,7 @@ SMALLEST_PLAN = dict(warmup_min_steps=2, warmup_max_steps=4, target_round_ms=1.0
 
 def test_four_gloo_ranks_run_a_cell_with_its_own_id_and_scale_against_four(tmp_path, monkeypatch):
     """A 4-rank cell of the 4 MB MLP, run from this process (its ranks are processes of their own) at the
-    smallest plan: 4 ranks of a CPU-tier cell cost 46 s on the CI box's 2 cores (resnet50, 2026-11-28), past
+    smallest plan: 4 ranks of a CPU-tier cell cost 46 s on the CI box's 2 cores (resnet50, 2026-11-27), past
     what the test command can add, so this test stands in for one in the CPU tier (docs/ddp.md)."""
     import tempfile
 
