@@ -38,8 +38,8 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from perfgate import ab_env
-from perfgate.ab import exits
 from perfgate.ab_env import ABEnvironment, ABError
+from perfgate.core import exits
 from perfgate.core.output import OutputError
 from perfgate.core.records_file import RecordFileError, load_records, precompile_path
 from perfgate.judge.ab_verdict import AB_SIDES, ABReport, Process, judge_ab
@@ -53,7 +53,6 @@ DEFAULT_PROCESSES = 3  # Student's q at df 2 (2 a side) is 22.3: a verdict needs
 DEFAULT_PRECOMPILE = 4
 COMPLETE = ("done", "crashed")
 STOP_WAIT_S = 30  # how long a stopped run waits for its pytest to end before killing it
-EXIT_CANNOT_COMPARE = exits.UNUSABLE
 
 
 def now_text() -> str:
@@ -543,11 +542,11 @@ def report_and_exit(
         sys.stdout.write(ab_report.write(report, out, markdown, json_path, html))
     except (ABError, OutputError) as err:
         print(f"perfgate {command}: cannot compare: {err}", file=sys.stderr)
-        return EXIT_CANNOT_COMPARE
+        return exits.UNUSABLE
     except KeyboardInterrupt:
         print(
             f"perfgate {command}: stopped; what was measured is in {out}: perfgate ab --resume {out} carries on",
             file=sys.stderr,
         )
-        return EXIT_CANNOT_COMPARE
+        return exits.UNUSABLE
     return report.exit_code

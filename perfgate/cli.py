@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Sequence
 
 from perfgate import __version__
-from perfgate.ab import exits
+from perfgate.core import exits
 from perfgate.core.clocks import BY_RATIO
 from perfgate.core.output import OutputError, write_atomic
 from perfgate.core.record import nothing_measured
@@ -45,9 +45,6 @@ from perfgate.judge.gate import gate_run
 from perfgate.render.report import records_table, text_table
 from perfgate.render.report_files import write_reports
 from perfgate.store import history
-
-EXIT_CANNOT_COMPARE = exits.UNUSABLE  # the exit codes are defined once, in perfgate.ab.exits
-EXIT_INTERNAL_ERROR = exits.BUG  # pytest's INTERNALERROR code too: the plugin's crashes exit with it
 
 # Below this many runs the run-to-run spread is unknown (1 run) or a rough guess: with 3 runs its estimate
 # has 2 degrees of freedom, and the speedup gate catches a 5 % loss less often and cries wolf on noisy
@@ -80,7 +77,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 def _cannot_compare(messages: Sequence[str]) -> int:
     for message in messages:
         print(f"perfgate: cannot compare: {message}", file=sys.stderr)
-    return EXIT_CANNOT_COMPARE
+    return exits.UNUSABLE
 
 
 def cmd_baseline_update(args: argparse.Namespace) -> int:
@@ -95,12 +92,12 @@ def cmd_baseline_update(args: argparse.Namespace) -> int:
         written = save_baselines(sources, args.dir)
     except (RecordFileError, BaselineError, OutputError) as err:
         print(f"perfgate: cannot update the baseline: {err}", file=sys.stderr)
-        return EXIT_CANNOT_COMPARE
+        return exits.UNUSABLE
     if not written:  # exit 0 with nothing written read as success to a CI step
         print(
             f"perfgate: cannot update the baseline: no records in {', '.join(map(str, args.results))}", file=sys.stderr
         )
-        return EXIT_CANNOT_COMPARE
+        return exits.UNUSABLE
     for path in written:
         baseline = json.loads(path.read_text(encoding="utf-8"))
         statuses = [c["status"] for c in baseline["cells"].values()]
@@ -112,7 +109,7 @@ def cmd_baseline_update(args: argparse.Namespace) -> int:
             )
     for line in disagreements(sources):
         print(f"  warning: {line}")
-    return 0
+    return exits.PASS
 
 
 def cmd_results(args: argparse.Namespace) -> int:
@@ -120,9 +117,9 @@ def cmd_results(args: argparse.Namespace) -> int:
         records = _records(args.results)
     except RecordFileError as err:
         print(f"perfgate: {err}", file=sys.stderr)
-        return EXIT_CANNOT_COMPARE
+        return exits.UNUSABLE
     print(records_table(records))
-    return 0
+    return exits.PASS
 
 
 def cmd_history_add(args: argparse.Namespace) -> int:
@@ -139,8 +136,8 @@ def cmd_history_add(args: argparse.Namespace) -> int:
             print(f"{args.db}: {count} record(s) from {path}")
     except (RecordFileError, history.HistoryError) as err:
         print(f"perfgate: cannot add to the history: {err}", file=sys.stderr)
-        return EXIT_CANNOT_COMPARE
-    return 0
+        return exits.UNUSABLE
+    return exits.PASS
 
 
 def _metric_text(point: dict, metric: str) -> str:
@@ -167,14 +164,14 @@ def cmd_history_show(args: argparse.Namespace) -> int:
         points = history.series(args.db, args.cell, args.fingerprint)
     except history.HistoryError as err:
         print(f"perfgate: {err}", file=sys.stderr)
-        return EXIT_CANNOT_COMPARE
+        return exits.UNUSABLE
     if not points:
         known = sorted({cell for cell, _ in history.cells(args.db)})
         print(
             f"perfgate: no history for {args.cell} in {args.db}; cells there: {', '.join(known) or 'none'}",
             file=sys.stderr,
         )
-        return EXIT_CANNOT_COMPARE
+        return exits.UNUSABLE
     # Change points on the clocks' ratios alone (wall and device speedup), as in the report's trends: the method's
     # noise floor (1 %) and smallest step (2 %) are sized for timings and would hide a count's 1.5 % band.
     is_ratio = args.metric in BY_RATIO
@@ -200,7 +197,7 @@ def cmd_history_show(args: argparse.Namespace) -> int:
         ok, seg = series_changes(points, args.metric)
         for cp in (cp for cp in seg.change_points if cp.shift < 0):  # a lower level: what to bisect
             print(f"change point {cp.shift:+.1%}: {bisect_hint(points, ok, cp.index, rule=args.metric)}")
-    return 0
+    return exits.PASS
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -211,7 +208,7 @@ def cmd_report(args: argparse.Namespace) -> int:
             "perfgate: report: give --html OUT.html, --markdown OUT.md, --modes, --cells and/or --stages",
             file=sys.stderr,
         )
-        return EXIT_CANNOT_COMPARE
+        return exits.UNUSABLE
     try:
         records = _records(args.results)
         if args.modes:
@@ -228,7 +225,7 @@ def cmd_report(args: argparse.Namespace) -> int:
             print(stage_account.cells_table(records))
             print(stage_account.run_line(records) or "perfgate: no stage account in these records")
         if not (args.html or args.markdown):
-            return 0
+            return exits.PASS
         report = html_report.build(
             records,
             db_path=args.db,
@@ -240,11 +237,11 @@ def cmd_report(args: argparse.Namespace) -> int:
         html_report.write(report, args.html, args.markdown)
     except (RecordFileError, history.HistoryError, OutputError) as err:
         print(f"perfgate: cannot make the report: {err}", file=sys.stderr)
-        return EXIT_CANNOT_COMPARE
+        return exits.UNUSABLE
     for path in (args.html, args.markdown):
         if path:
             print(f"wrote {path}")
-    return 0
+    return exits.PASS
 
 
 def cmd_export(args: argparse.Namespace) -> int:
@@ -263,13 +260,13 @@ def cmd_export(args: argparse.Namespace) -> int:
             sys.stdout.write(text)
     except (RecordFileError, OutputError) as err:
         print(f"perfgate: cannot export: {err}", file=sys.stderr)
-        return EXIT_CANNOT_COMPARE
+        return exits.UNUSABLE
     left_out = len(records) - len(export.standing(records))
     if left_out and args.format != "csv":  # said, so a dashboard with fewer cells than the run is no mystery
         print(f"perfgate: export: {left_out} of {len(records)} record(s) left out: not ok, or unfit", file=sys.stderr)
     if args.output:
         print(f"wrote {args.output}")
-    return 0
+    return exits.PASS
 
 
 def _add_export_parser(sub) -> None:
@@ -361,7 +358,7 @@ def cmd_ab(args: argparse.Namespace) -> int:
     if out.exists() and not out.is_dir():  # a run's directory: a file there would crash the first write
         option = "--judge" if args.judge else "--resume" if args.resume else "--out"
         print(f"perfgate ab: cannot compare: {option} {out} is a file, not a run's directory", file=sys.stderr)
-        return EXIT_CANNOT_COMPARE
+        return exits.UNUSABLE
     if args.paired:
         from perfgate.ab import face
 
@@ -533,13 +530,13 @@ def cmd_bisect(args: argparse.Namespace) -> int:
         sys.stdout.write(bisect_report.write(manifest, out, args.markdown, args.json))
     except (BisectError, ABError, OutputError) as err:
         print(f"perfgate bisect: cannot bisect: {err}", file=sys.stderr)
-        return EXIT_CANNOT_COMPARE
+        return exits.UNUSABLE
     except KeyboardInterrupt:
         print(
             f"perfgate bisect: stopped; what was measured is in {out}: perfgate bisect --resume {out} carries on",
             file=sys.stderr,
         )
-        return EXIT_CANNOT_COMPARE
+        return exits.UNUSABLE
     return bisect_report.EXIT_CODES[manifest["outcome"]["outcome"]]
 
 
@@ -674,11 +671,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception:  # noqa: BLE001 - a crash must not exit 1, which a CI reads as "regression"
         traceback.print_exc()
         print(
-            f"perfgate: internal error in `perfgate {args.command}` (exit {EXIT_INTERNAL_ERROR}): a bug in "
+            f"perfgate: internal error in `perfgate {args.command}` (exit {exits.BUG}): a bug in "
             f"perfgate, not a verdict on the results; the traceback is above",
             file=sys.stderr,
         )
-        return EXIT_INTERNAL_ERROR
+        return exits.BUG
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ import pytest
 
 from perfgate import cli
 from perfgate.cli import main
-from perfgate.core import validate
+from perfgate.core import exits, validate
 from perfgate.core.records_file import append_record
 from perfgate.judge.baseline import build_baseline, write_baseline
 
@@ -202,7 +202,7 @@ def test_a_crash_inside_perfgate_exits_3_never_1(tmp_path, baseline_file, capsys
         raise ZeroDivisionError("a bug")
 
     monkeypatch.setattr(cli, "gate_run", broken)
-    assert main(["compare", _results(tmp_path), "--baseline", baseline_file]) == cli.EXIT_INTERNAL_ERROR == 3
+    assert main(["compare", _results(tmp_path), "--baseline", baseline_file]) == exits.BUG == 3
     err = capsys.readouterr().err
     assert "ZeroDivisionError: a bug" in err and "internal error in `perfgate compare`" in err
 

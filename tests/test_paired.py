@@ -9,9 +9,10 @@ import sys
 import numpy as np
 import pytest
 
-from perfgate.ab import exits, paired
+from perfgate.ab import paired
 from perfgate.ab.sides import SideError, nonblank, parse_env
 from perfgate.ab.verdict import PairedVerdict, combined_exit
+from perfgate.core import exits
 from perfgate.core.clocks import DEVICE, WALL
 
 import tiny_suite

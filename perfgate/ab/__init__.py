@@ -4,7 +4,6 @@ outcomes (regression, no regression, unsure). The PR gate (`--perf-against`) and
 compare through it. Imports no torch: the sides' worker processes do
 (perfgate.measure.duet).
 
-- exits.py     the exit codes every face of the engine returns
 - sides.py     what a side is (revision, interpreter, environment) and how it is checked and checked out
 - duet.py      the coordinator: two warm worker processes per cell, rounds alternated in random order
 - paired.py    estimators that fit the noise, the paired bootstrap, and the three-way verdict

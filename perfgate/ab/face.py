@@ -10,8 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from perfgate.ab import exits
 from perfgate.ab.sides import SideError, nonblank, parse_env
+from perfgate.core import exits
 
 # What the process-alternating A/B has and the paired run does not: a paired run is one pytest process with
 # both sides alive in it, nothing to resume or add pairs to, and B's own args are the pytest args themselves.

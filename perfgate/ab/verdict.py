@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from perfgate.ab import exits, paired
+from perfgate.ab import paired
+from perfgate.core import exits
 from perfgate.judge.rules import DEFAULT_RULES, SpeedupRule
 from perfgate.render.report import md_text
 

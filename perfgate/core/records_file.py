@@ -16,20 +16,28 @@ from perfgate.core.validate import checked, shape_problems
 
 
 def append_record(path: str | os.PathLike, record: dict) -> None:
-    """Append one record as a JSON line and flush it to disk, so a crash keeps what was measured. After a torn
-    last line (a writer killed mid-line, a full disk) the record starts a line of its own: glued onto the torn
-    half it would make both unreadable, and every reader would refuse the whole file."""
+    """Append one record as a JSON line and flush it to disk, so a crash keeps what was measured: the one
+    writer of results files (the session, an isolated child's checkpoints, the xdist merge, the paired base
+    side). The line goes in one os.write on an O_APPEND descriptor, so appenders in several processes at once
+    (a session and its isolated child) never interleave within a line. After a torn last line (a writer
+    killed mid-line, a full disk) the record starts a line of its own: glued onto the torn half it would make
+    both unreadable, and every reader would refuse the whole file."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    line = json.dumps(record, sort_keys=True) + "\n"
-    with path.open("ab+") as fh:  # binary: seek to the last byte, which text mode cannot
-        if fh.seek(0, os.SEEK_END) > 0:
-            fh.seek(-1, os.SEEK_END)
-            if fh.read(1) != b"\n":
-                line = "\n" + line
-        fh.write(line.encode("utf-8"))
-        fh.flush()
-        os.fsync(fh.fileno())
+    line = (json.dumps(record, sort_keys=True) + "\n").encode("utf-8")
+    # O_BINARY: Windows would otherwise write "\r\n"; elsewhere it is 0.
+    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | getattr(os, "O_BINARY", 0), 0o666)
+    try:
+        if os.lseek(fd, 0, os.SEEK_END) > 0:
+            os.lseek(fd, -1, os.SEEK_END)
+            if os.read(fd, 1) != b"\n":
+                line = b"\n" + line
+        written = os.write(fd, line)
+        while written < len(line):  # a short write (a disk filling up): the rest, or the OSError that says why
+            written += os.write(fd, line[written:])
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def precompile_path(results: str | os.PathLike) -> Path:

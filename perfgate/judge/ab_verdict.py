@@ -30,6 +30,7 @@ import statistics
 from dataclasses import dataclass, field, replace
 from typing import ClassVar, Sequence
 
+from perfgate.core import exits
 from perfgate.core.record import TIME_ALONE, nothing_measured
 from perfgate.core.stats import geomean, interval_sd, rel_spread, t_quantile, two_sample
 from perfgate.core.validate import checked
@@ -164,8 +165,8 @@ class ABReport:
     @property
     def exit_code(self) -> int:
         if self.errors:
-            return 2
-        return 1 if self.regressions else 0
+            return exits.UNUSABLE
+        return exits.REGRESSION if self.regressions else exits.PASS
 
 
 # ---------------------------------------------------------------------------------------------- one side

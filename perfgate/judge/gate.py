@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any, Iterable, Sequence
 
+from perfgate.core import exits
 from perfgate.core.record import FIELD, TIME_ALONE, nothing_measured, process_of, unfiled
 from perfgate.core.stats import geomean
 from perfgate.core.validate import checked
@@ -147,7 +148,7 @@ class GateReport:
 
     @property
     def exit_code(self) -> int:
-        return 0 if self.passed else 1
+        return exits.PASS if self.passed else exits.REGRESSION
 
 
 def _check_environment(records: Sequence[dict], baseline: dict) -> None:
@@ -431,8 +432,8 @@ class GateOutcome:
     @property
     def exit_code(self) -> int:
         if self.errors:
-            return 2
-        return max((r.exit_code for r in self.reports), default=0)
+            return exits.UNUSABLE
+        return max((r.exit_code for r in self.reports), default=exits.PASS)
 
 
 def gate_run(

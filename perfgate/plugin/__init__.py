@@ -14,6 +14,7 @@ import logging
 import pytest
 
 from perfgate.ab import sides
+from perfgate.core import exits
 from perfgate.core.matrix import UnknownNameError
 from perfgate.plugin import against, config_file, options, selection
 from perfgate.plugin.session import PerfSession
@@ -210,7 +211,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     finally:
         perf.close()
     if perf.unwritten:  # what was measured did not reach the disk: no verdict can stand on it
-        session.exitstatus = max(int(session.exitstatus), 2)
+        session.exitstatus = max(int(session.exitstatus), exits.UNUSABLE)
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:

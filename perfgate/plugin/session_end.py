@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from perfgate.core import exits
 from perfgate.core.output import OutputError
 from perfgate.core.records_file import RecordFileError, load_records
 from perfgate.judge.baseline import BaselineError, save_baselines
@@ -47,7 +48,7 @@ def finish(session, perf: PerfSession) -> None:
         report_dir = config.getoption("--perf-report")
         if report_dir:
             _step(session, perf, "write the paired report", lambda: _paired_reports(verdict, report_dir))
-        _exit_with(session, 0, verdict)
+        _exit_with(session, exits.PASS, verdict)
 
 
 def _paired_reports(verdict, report_dir: str) -> None:
@@ -74,7 +75,7 @@ def _exit_with(session, gate_exit: int, paired) -> None:
     from perfgate.ab.verdict import combined_exit
 
     code = gate_exit if paired is None else combined_exit(gate_exit, paired)
-    session.exitstatus = code if code == 1 else max(int(session.exitstatus), code)
+    session.exitstatus = code if code == exits.REGRESSION else max(int(session.exitstatus), code)
 
 
 def _step(session, perf: PerfSession, what: str, action):
@@ -83,14 +84,14 @@ def _step(session, perf: PerfSession, what: str, action):
         return action()
     except (RecordFileError, BaselineError, HistoryError, OutputError) as err:
         perf.summary.append(f"perfgate: could not {what} (exit 2): {err}")
-        session.exitstatus = max(int(session.exitstatus), 2)
+        session.exitstatus = max(int(session.exitstatus), exits.UNUSABLE)
     except Exception as err:  # noqa: BLE001 - a bug in perfgate: say so, keep going, exit 3 (never 1)
         perf.summary += traceback.format_exc().rstrip().splitlines()
         perf.summary.append(
             f"perfgate: internal error while trying to {what} (exit 3): "
             f"{type(err).__name__}: {err}; every record measured is in {perf.results_path}"
         )
-        session.exitstatus = max(int(session.exitstatus), 3)
+        session.exitstatus = max(int(session.exitstatus), exits.BUG)
     return None
 
 

@@ -17,6 +17,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Sequence
 
+from perfgate.core import exits
 from perfgate.core.clocks import BY_RATIO, DEVICE, HOST, WALL, shown_in
 from perfgate.core.output import write_atomic
 from perfgate.judge.ab_verdict import AB_SIDES, ABReport, ABRow, Comparison, geomeans
@@ -284,6 +285,6 @@ def html(report: ABReport, path: str | Path) -> None:
         *(f"improvement {f.cell}: {finding_text(f)}" for f in report.improvements),
         *(f"cannot compare: {e}" for e in report.errors),
     ]
-    page.gate_failed = report.exit_code == 1
+    page.gate_failed = report.exit_code == exits.REGRESSION
     page.notes += report.notes
     html_report.write(page, path, None)

@@ -10,12 +10,13 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
+from perfgate.core import exits
 from perfgate.judge.bisect_verdict import BadRule, ProbeReading
 from perfgate.render.ab_report import escape, write_pair
 from perfgate.render.wording import finding_text
 
-# The gate's codes (perfgate.ab.exits, restated: render imports no face): 1 a regression, 2 cannot say.
-EXIT_CODES = {"found": 1, "no_bad_step": 0, "unsettled": 2}
+# A bisection's outcome as the gate's exit code: a bad step found is a regression, an unsettled range cannot say.
+EXIT_CODES = {"found": exits.REGRESSION, "no_bad_step": exits.PASS, "unsettled": exits.UNUSABLE}
 
 
 def reading_why(reading: ProbeReading) -> str:
