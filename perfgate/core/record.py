@@ -176,6 +176,7 @@ FIELDS: tuple[Field, ...] = (
     Field(
         "run_id",
         str,
+        check="text",
         doc="one id per pytest session, shared by its xdist workers (null: one results file "
         "is one run); baselines group records into runs by it",
     ),
