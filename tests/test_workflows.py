@@ -266,6 +266,7 @@ def test_workflows_call_history_report_and_baseline_update():
     assert [a[:2] for a in nightly] == [
         ["history", "add"],
         ["report", "merged/results-*.jsonl"],
+        *[["export", "merged/results-*.jsonl"]] * 3,  # the dashboard's exports beside its page
         ["baseline", "update"],
     ]
     report = nightly[1]
