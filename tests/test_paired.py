@@ -132,6 +132,32 @@ def test_a_side_that_fails_to_prepare_leaves_the_other_timed_alone(fails, togeth
         assert record_a == {"status": "ok", "solo": True}
 
 
+@pytest.mark.parametrize(
+    "a, b, expected",
+    [(732, 732, "ok"), (732, 762, "regression"), (732, 690, "fewer"), (0, 2, "regression"), (6350, 6364, "ok")],
+    ids=["same", "30-more-kernels", "fewer-kernels", "from-none", "one-process-python-drift"],
+)
+def test_counts_are_judged_b_against_a_within_their_band(a, b, expected):
+    got = {c["count"]: c for c in paired.counts({"compiled_kernels": a}, {"compiled_kernels": b, "eager_kernels": 9})}
+    assert list(got) == ["kernels"] and got["kernels"]["outcome"] == expected  # eager: A has none, so not judged
+    verdict = PairedVerdict.of(
+        [{"cell": "c", "paired": {**_summary(paired.worst([expected])), "counts": list(got.values())}}]
+    )
+    assert ("**worse**" in verdict.markdown()) == (expected == "regression")
+    if expected == "regression":
+        assert (
+            verdict.exit_code == exits.REGRESSION
+            and f"compiled step runs {b:,} GPU kernels, base {a:,}" in verdict.lines()[1]
+        )
+
+
+def test_a_paired_run_leaves_the_counts_to_the_pair_not_the_baseline():
+    from perfgate.ab.verdict import baseline_rules
+    from perfgate.judge.rules import CountBandRule, SpeedupRule
+
+    assert not [r for r in baseline_rules() if isinstance(r, (CountBandRule, SpeedupRule))]
+
+
 def _summary(outcome: str) -> dict:
     return {"against": "abc", "outcome": outcome, "rules": [], "duets": 2, "looks": 6}
 

@@ -247,8 +247,12 @@ def measure(
         duet.renew()  # a fresh process pair for the next duet
         why = "a regression is measured again" if _decided(comparisons) else "still unsure"
         progress(f"{job_b.cell.id}: {why}, with a fresh process pair")
+    counted = paired.counts(record_a, record_b) if _both_ok(record_a, record_b) and "error" not in summary else []
     summary.update(
-        outcome="unsure" if "error" in summary else paired.worst([c.outcome for c in comparisons]),
+        outcome="unsure"
+        if "error" in summary
+        else paired.worst([c.outcome for c in comparisons] + [c["outcome"] for c in counted]),
+        counts=counted,
         steps_per_round=steps,
         rules=[c.as_json() for c in comparisons],
         rounds=rounds,
@@ -306,6 +310,10 @@ def _prepare(
         records[name] = _finish(workers[name], progress, solo=True)
     duet.renew()
     return records["a"], records["b"], None
+
+
+def _both_ok(record_a: dict | None, record_b: dict | None) -> bool:
+    return all(r is not None and r.get("status") == "ok" for r in (record_a, record_b))
 
 
 def _other(side: str) -> str:

@@ -12,13 +12,14 @@ from dataclasses import dataclass, field
 
 from perfgate.ab import paired
 from perfgate.core import exits
-from perfgate.judge.rules import DEFAULT_RULES, SpeedupRule
+from perfgate.judge.rules import DEFAULT_RULES, CountBandRule, SpeedupRule
 from perfgate.render.report import md_text
 
 
 def baseline_rules(rules=DEFAULT_RULES) -> tuple:
-    """The gate's rules less the clocks' (wall, device and host ratio rules): a paired run judges those."""
-    return tuple(rule for rule in rules if not isinstance(rule, SpeedupRule))
+    """The gate's rules less the clocks' (wall, device and host ratio rules) and the counts' bands: a paired
+    run judges those, B against A."""
+    return tuple(rule for rule in rules if not isinstance(rule, (SpeedupRule, CountBandRule)))
 
 
 @dataclass
@@ -72,6 +73,11 @@ class PairedVerdict:
             + (f" (by process pair: {', '.join(_pct(x) for x in r['by_pair'])})" if r.get("by_pair") else "")
             for r in bad
         ]
+        words += [
+            f"{c['side']} step {c['verb']} {c['b']:,.0f} {c['label']}, base {c['a']:,.0f} ({_change(c)})"
+            for c in summary.get("counts", [])
+            if c["outcome"] == "regression"
+        ]
         if self.outcome(cell) == "unsure":
             words.append(
                 f"after {summary.get('duets')} process pair(s) and {summary.get('looks')} look(s): measure "
@@ -91,8 +97,8 @@ class PairedVerdict:
             "with its interval; a rule fails when the interval lies beyond its line, and passes when it lies "
             "inside.",
             "",
-            "| cell | outcome | wall compiled | wall eager | device compiled | host compiled | pairs |",
-            "|---|---|---|---|---|---|---|",
+            "| cell | outcome | wall compiled | wall eager | device compiled | host compiled | counts | pairs |",
+            "|---|---|---|---|---|---|---|---|",
         ]
         order = {o: i for i, o in enumerate(paired.OUTCOMES)}
         for cell in sorted(self.cells, key=lambda c: (order.get(self.outcome(c), 0), c)):
@@ -104,6 +110,7 @@ class PairedVerdict:
             ]
             pairs = by.get(("wall", "compiled"), {}).get("pairs", 0)
             outcome = self.outcome(cell) + (f": {md_text(summary['error'])}" if summary.get("error") else "")
+            shown.append(_counts_text(summary.get("counts")))
             rows.append(f"| {md_text(cell)} | {outcome} | {' | '.join(shown)} | {pairs} |")
         notes = sorted({s["note"] for s in self.cells.values() if s.get("note")})
         return "\n".join(rows + [""] + [f"- {md_text(n)}" for n in notes]) + "\n"
@@ -126,6 +133,19 @@ def _cell_text(rule: dict | None) -> str:
         return "-"
     mark = {"regression": " **worse**", "unsure": " unsure"}.get(rule["outcome"], "")
     return f"{_pct(rule['change'])} [{_pct(rule['lo'])}, {_pct(rule['hi'])}] / {rule['threshold'] * 100:g} %{mark}"
+
+
+def _counts_text(counted: list[dict] | None) -> str:
+    """The counts that moved past their band ("compiled GPU kernels +4.1 % **worse**"), else "same"."""
+    if not counted:
+        return "-"
+    moved = [c for c in counted if c["outcome"] != "ok"]
+    marks = {"regression": " **worse**", "fewer": " fewer"}
+    return "; ".join(f"{c['side']} {c['label']} {_change(c)}{marks[c['outcome']]}" for c in moved) or "same"
+
+
+def _change(count: dict) -> str:
+    return _pct(count["change"]) if count["change"] is not None else "from none"
 
 
 def combined_exit(gate_exit: int, verdict: PairedVerdict) -> int:
