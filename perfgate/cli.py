@@ -348,13 +348,13 @@ def _add_report_parser(sub) -> None:
 
 
 def cmd_ab(args: argparse.Namespace) -> int:
-    from perfgate import ab_run
-    from perfgate.ab_env import ABError, side_from_options
+    from perfgate.ab import process_run
+    from perfgate.ab.process_env import ABError, side_from_options
 
     def progress(message: str) -> None:
         print(f"[perfgate ab] {message}", flush=True)
 
-    out = Path(args.judge or args.resume or args.out or ab_run.default_out())
+    out = Path(args.judge or args.resume or args.out or process_run.default_out())
     if out.exists() and not out.is_dir():  # a run's directory: a file there would crash the first write
         option = "--judge" if args.judge else "--resume" if args.resume else "--out"
         print(f"perfgate ab: cannot compare: {option} {out} is a file, not a run's directory", file=sys.stderr)
@@ -379,8 +379,8 @@ def cmd_ab(args: argparse.Namespace) -> int:
                 )
             if not out.is_dir():
                 raise ABError(f"--judge {out}: no such run directory")
-            return ab_run.verdict(ab_run.load_manifest(out), out)
-        ab_run.check_processes(args.processes)
+            return process_run.verdict(process_run.load_manifest(out), out)
+        process_run.check_processes(args.processes)
         sides = [
             side_from_options(label, *(getattr(args, f"{label.lower()}_{k}") for k in ("python", "rev", "env", "args")))
             for label in ("A", "B")
@@ -393,17 +393,17 @@ def cmd_ab(args: argparse.Namespace) -> int:
             raise ABError(
                 "--resume DIR carries on the run as its manifest says: give no sides, --precompile or pytest args"
             )
-        return ab_run.run_ab(
+        return process_run.run_ab(
             out,
             progress,
             sides=sides,
             common=args.pytest_args,
             processes=args.processes,
             resume=bool(args.resume),
-            precompile=ab_run.DEFAULT_PRECOMPILE if args.precompile is None else args.precompile,
+            precompile=process_run.DEFAULT_PRECOMPILE if args.precompile is None else args.precompile,
         )
 
-    return ab_run.report_and_exit("ab", out, judged, args.markdown, args.json, args.html)
+    return process_run.report_and_exit("ab", out, judged, args.markdown, args.json, args.html)
 
 
 def _add_ab_parser(sub) -> None:
@@ -479,15 +479,14 @@ def _add_ab_parser(sub) -> None:
 
 
 def cmd_bisect(args: argparse.Namespace) -> int:
-    from perfgate import ab_run, bisect_run
-    from perfgate.ab_env import ABError
-    from perfgate.judge.bisect_verdict import BadRule, BisectError
-    from perfgate.render import ab_report, bisect_report
+    from perfgate.ab import bisect_report, bisect_run, process_report, process_run
+    from perfgate.ab.bisect_verdict import BadRule, BisectError
+    from perfgate.ab.process_env import ABError
 
     def progress(message: str) -> None:
         print(f"[perfgate bisect] {message}", flush=True)
 
-    out = Path(args.resume or args.out or ab_run.default_out("bisect"))
+    out = Path(args.resume or args.out or process_run.default_out("bisect"))
     range_given = args.good or args.bad or args.step_python or args.step_path or args.step_pip
     try:
         if args.resume:
@@ -523,8 +522,10 @@ def cmd_bisect(args: argparse.Namespace) -> int:
         manifest = bisect_run.run_bisect(out, progress, manifest=manifest)
         if args.html and manifest["outcome"]["first_bad"] is not None:
             probe_dir = out / manifest["probes"][str(manifest["outcome"]["first_bad"])]["dir"]
-            ab_report.html(
-                ab_run.verdict(ab_run.load_manifest(probe_dir), probe_dir, BadRule.parse(manifest["rule"]).rules()),
+            process_report.html(
+                process_run.verdict(
+                    process_run.load_manifest(probe_dir), probe_dir, BadRule.parse(manifest["rule"]).rules()
+                ),
                 args.html,
             )
         sys.stdout.write(bisect_report.write(manifest, out, args.markdown, args.json))

@@ -1,4 +1,4 @@
-"""How often the A/B verdict (perfgate.judge.ab_verdict) fails a run when nothing changed, and how often it catches
+"""How often the A/B verdict (perfgate.ab.process_verdict) fails a run when nothing changed, and how often it catches
 a planted loss, on synthetic processes: the rates in docs/ab.md. Not a test (pytest collects test_*.py only);
 tests/test_ab_verdict.py runs small seeded versions of it. From the repository root:
 
@@ -27,8 +27,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np  # noqa: E402
 
+from perfgate.ab.process_verdict import ALPHA, Process, judge_ab  # noqa: E402
 from perfgate.core.stats import t_quantile  # noqa: E402
-from perfgate.judge.ab_verdict import ALPHA, Process, judge_ab  # noqa: E402
 
 import synthetic as syn  # noqa: E402
 

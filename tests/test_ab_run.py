@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 from cheap_cell import CHEAP_CELL_ARGS
 
-from perfgate.ab_env import ABEnvironment, collect
-from perfgate.ab_run import command, complete_processes, plan, save_manifest, verdict
+from perfgate.ab.process_env import ABEnvironment, collect
+from perfgate.ab.process_run import command, complete_processes, plan, save_manifest, verdict
 from perfgate.cli import main
 from perfgate.core.records_file import append_record
 

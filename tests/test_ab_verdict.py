@@ -8,10 +8,10 @@ import math
 
 import pytest
 
+from perfgate.ab import process_report
+from perfgate.ab.process_verdict import ALPHA, Process, StepTimeRule, ab_rules, judge_ab
 from perfgate.core.stats import t_quantile, t_sf, two_sample
-from perfgate.judge.ab_verdict import ALPHA, Process, StepTimeRule, ab_rules, judge_ab
 from perfgate.judge.rules import REGRESSION, SpeedupRule
-from perfgate.render import ab_report
 from perfgate.render.wording import ab_words
 
 import ab_power
@@ -130,7 +130,7 @@ def test_counts_numerics_and_memory_use_the_gates_rules_in_ab_words():
     assert found["graph_breaks"] == "graph breaks 0 -> 2" and found["recompiles"] == "recompiles 0 -> 1"
     assert found["numerics"].startswith("numerics pass -> fail")
     assert found["peak_mem_compiled_mb"].startswith("peak_mem_compiled_mb 7000 -> 9000")
-    text = ab_report.markdown(report)
+    text = process_report.markdown(report)
     assert "baseline" not in text.lower()
 
 
@@ -229,7 +229,7 @@ def test_markdown_escapes_and_orders_regressions_first():
     b_side = side("B", cells=both)
     vit_failed = tuple(syn.failed(both[1], reason) if r["cell"] == both[1].id else r for r in b_side[0].records)
     report = judge_ab(side("A", cells=both) + [Process("B", 1, vit_failed, True), *b_side[1:]])
-    text = ab_report.markdown(report)
+    text = process_report.markdown(report)
     assert text.startswith("**perfgate A/B FAIL**: 1 regression(s)") and "B against A, 3 + 3 processes" in text
     assert "<details>" not in text and "\\<details\\>" in text and "boom \\| " in text
     rows = [line for line in text.splitlines() if line.startswith(("| gpt2", "| vit"))]
@@ -238,8 +238,8 @@ def test_markdown_escapes_and_orders_regressions_first():
         "| gpt2-train-inductor\\_default-amp\\_bf16",
     ] * 2
     columns = {line.count("|") - line.count("\\|") for line in rows[:2]}
-    assert columns == {len(ab_report.TIMED) * 2 + 3}  # the escaped | in the reason splits no column
-    payload = json.loads(json.dumps(ab_report.to_json(report)))
+    assert columns == {len(process_report.TIMED) * 2 + 3}  # the escaped | in the reason splits no column
+    payload = json.loads(json.dumps(process_report.to_json(report)))
     assert payload["exit_code"] == 1 and payload["alpha"] == ALPHA
     assert [r["verdict"] for r in payload["rows"]] == ["ok", "regression"]  # rows by cell; tables by verdict
 
@@ -270,7 +270,7 @@ def test_a_liberal_alpha_would_cry_wolf():
 
 def test_html_report_has_a_section_per_side_and_the_verdict_on_top(tmp_path):
     report = judge_ab(side("A") + side("B", graph_breaks=1))
-    ab_report.html(report, tmp_path / "ab.html")
+    process_report.html(report, tmp_path / "ab.html")
     page = (tmp_path / "ab.html").read_text()
     assert page.index('class="gate fail"') < page.index("(A · ") < page.index("(B · ")
     assert "regression gpt2-train-inductor_default-amp_bf16: graph breaks 0 -&gt; 1" in page

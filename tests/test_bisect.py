@@ -12,13 +12,12 @@ from pathlib import Path
 import pytest
 from cheap_cell import CHEAP_CELL_ARGS
 
-from perfgate import bisect_run
-from perfgate.ab_env import ABError
-from perfgate.bisect_run import Step
+from perfgate.ab import bisect_report, bisect_run
+from perfgate.ab.bisect_run import Step
+from perfgate.ab.bisect_verdict import BAD, GOOD, UNSURE, BadRule, BisectError, classify, probes_left, search
+from perfgate.ab.process_env import ABError
+from perfgate.ab.process_verdict import Process, judge_ab
 from perfgate.cli import main
-from perfgate.judge.ab_verdict import Process, judge_ab
-from perfgate.judge.bisect_verdict import BAD, GOOD, UNSURE, BadRule, BisectError, classify, probes_left, search
-from perfgate.render import bisect_report
 
 import synthetic as syn
 
@@ -198,7 +197,7 @@ def test_a_stopped_bisection_resumes_without_probing_a_settled_step_again(tmp_pa
 
 
 class FakeAB:
-    """ab_run.run_ab's stand-in: a report per call from `speedups` (B's, A at 1.5), recording processes."""
+    """process_run.run_ab's stand-in: a report per call from `speedups` (B's, A at 1.5), recording processes."""
 
     def __init__(self, b_speedups, run_noise=0.002):
         self.b_speedups, self.run_noise, self.calls = list(b_speedups), run_noise, []
@@ -214,7 +213,7 @@ class FakeAB:
 
 def test_an_unsure_probe_is_measured_again_with_more_processes_before_it_steers(tmp_path, monkeypatch):
     fake = FakeAB([1.5, 1.2], run_noise=0.03)
-    monkeypatch.setattr(bisect_run.ab_run, "run_ab", fake)
+    monkeypatch.setattr(bisect_run.process_run, "run_ab", fake)
     manifest = manifest_of(tmp_path, processes=2, max_processes=4)
     manifest["rule"] = "speedup"
     bisect_run.probe(manifest, tmp_path / "bisect", 7, lambda m: None)
@@ -227,7 +226,7 @@ def test_a_probe_that_cannot_run_is_skipped_but_the_ends_must_run(tmp_path, monk
     def refuse(*args, **kwargs):
         raise ABError("A and B select different tests")
 
-    monkeypatch.setattr(bisect_run.ab_run, "run_ab", refuse)
+    monkeypatch.setattr(bisect_run.process_run, "run_ab", refuse)
     manifest = manifest_of(tmp_path)
     with pytest.raises(BisectError, match="ends cannot be compared: A and B select different tests"):
         bisect_run.probe(manifest, tmp_path / "bisect", 7, lambda m: None)

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
+from perfgate.ab import process_report
+from perfgate.ab.process_verdict import Process, judge_ab
 from perfgate.core import record
 from perfgate.core.clocks import CLOCKS, COMPUTE, DEVICE
-from perfgate.judge.ab_verdict import Process, judge_ab
 from perfgate.judge.rules import CLOCK_NAMES, DEFAULT_RULES, SpeedupRule
-from perfgate.render import ab_report
 
 import synthetic as syn
 
@@ -56,6 +56,6 @@ def test_a_data_parallel_cell_shows_its_compute_clock_in_the_ab_device_column():
     report = judge_ab(side("A", 2.0) + side("B", 1.8))
     (row,) = report.rows
     assert COMPUTE.ratio in row.tripped  # a 10 % compute loss, gated by the device line
-    cells_shown = ab_report._timed_row(row).split(" | ")
-    device_at = 1 + 2 * [metric for metric, _ in ab_report.TIMED].index(DEVICE.ratio)
-    assert cells_shown[device_at] == ab_report._timed_cells(row.comparison(COMPUTE.ratio))[0]
+    cells_shown = process_report._timed_row(row).split(" | ")
+    device_at = 1 + 2 * [metric for metric, _ in process_report.TIMED].index(DEVICE.ratio)
+    assert cells_shown[device_at] == process_report._timed_cells(row.comparison(COMPUTE.ratio))[0]

@@ -316,7 +316,7 @@ def test_process_ab_refuses_unusable_run_directories_by_name(argv_of, words, tmp
 
 
 def test_process_ab_refuses_a_side_without_cuda_whose_cells_are_all_gpu_cells():
-    from perfgate.ab_env import ABEnvironment, ABError, check_runnable
+    from perfgate.ab.process_env import ABEnvironment, ABError, check_runnable
 
     side = ABEnvironment("A", sys.executable, None, (), ())
     gpu = [

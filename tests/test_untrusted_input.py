@@ -110,8 +110,8 @@ def test_ab_with_0_processes_is_refused_before_anything_runs(tmp_path, capsys, h
 
 def _ab_run(tmp_path, run) -> Path:
     """A finished A/B run's directory, 2 processes a side, each results file one synthetic run."""
-    from perfgate.ab_env import ABEnvironment
-    from perfgate.ab_run import plan, save_manifest
+    from perfgate.ab.process_env import ABEnvironment
+    from perfgate.ab.process_run import plan, save_manifest
 
     out = tmp_path / "ab"
     runs = plan(2)

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from perfgate.judge import ab_verdict, rules
-from perfgate.judge.ab_verdict import Process, judge_ab
+from perfgate.ab import process_verdict
+from perfgate.ab.process_verdict import Process, judge_ab
+from perfgate.judge import rules
 from perfgate.judge.rules import Finding, SpeedupRule
 from perfgate.render import wording
 
@@ -35,7 +36,7 @@ def test_the_wordings_names_are_the_judges():
     assert wording.AB == rules.AB
 
 
-@pytest.mark.parametrize("module", [rules, ab_verdict], ids=["rules", "ab_verdict"])
+@pytest.mark.parametrize("module", [rules, process_verdict], ids=["rules", "process_verdict"])
 def test_the_rule_modules_build_no_finding_sentence(module):
     source = Path(module.__file__).read_text()
     assert [p for p in PHRASES if p in source] == []

@@ -1,6 +1,6 @@
 """The clocks a cell is timed by, each defined once: its record fields, its gate rule's default line, its name and
 label in reports. The record (perfgate.core.record.FIELDS), the rules (perfgate.judge.rules.default_rules), the
-gate and A/B reports (perfgate.render.report, perfgate.render.ab_report) all read their clocks from here, so a new
+gate and A/B reports (perfgate.render.report, perfgate.ab.process_report) all read their clocks from here, so a new
 clock is one definition here plus its measurement. The counts of a step's work (COUNTS: Python calls, ATen ops,
 kernels, ...) are defined here the same way: their record fields and band rules follow from each Count.
 Imports no torch.

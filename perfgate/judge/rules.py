@@ -185,7 +185,7 @@ class SpeedupRule:
 
     def lines_for(self, sigma: float, cur: dict, z: float | None = None) -> tuple[float, float]:
         """The two lines for a log drop whose sd is `sigma` when nothing changed; `z` defaults to the rule's
-        (an A/B run, perfgate.judge.ab_verdict, passes a Student t quantile: its sigma is estimated from few runs)."""
+        (an A/B run, perfgate.ab.process_verdict, passes a Student t quantile: its sigma is estimated from few runs)."""
         t = self.log_threshold(cur)
         significance = (self.z if z is None else z) * sigma
         return significance, max(t - significance, self.floor * t)

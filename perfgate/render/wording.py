@@ -1,7 +1,7 @@
 """The words of a finding: what every report, the plugin's terminal lines and the A/B and bisect reports print
 for what a gate rule found. Imports no torch.
 
-The rules (perfgate.judge.rules, perfgate.judge.ab_verdict) return findings as data: the rule's terms (`form`),
+The rules (perfgate.judge.rules, perfgate.ab.process_verdict) return findings as data: the rule's terms (`form`),
 its figures (value, baseline, change, interval, line, noise sd) and why it is advisory; this module alone
 turns them into sentences. A gate finding compares the baseline with now; an A/B finding (`sides == "ab"`)
 compares side A with side B, so its words are chosen here rather than rewritten from the gate's.

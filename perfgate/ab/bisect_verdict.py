@@ -1,7 +1,7 @@
 """What `perfgate bisect` decides, with no measuring in it: the rule that makes a step "bad", how one probe's
 A/B verdict reads under that rule (good, bad or unsure), and which step to probe next. Imports no torch.
 
-A probe is an A/B run (perfgate.ab_run) with A = the range's known-good first step and B = the step probed.
+A probe is an A/B run (perfgate.ab.process_run) with A = the range's known-good first step and B = the step probed.
 Always the good end, never the neighbouring probe: every probe then answers the same question ("is this
 step worse than the last good night by the rule?"), so a verdict stays valid however the search moves,
 and a regression that builds up over several steps is found where it first passes the rule's line. The
@@ -20,7 +20,7 @@ import json
 from dataclasses import dataclass
 from typing import Mapping
 
-from perfgate.judge.ab_verdict import ABReport, ab_rules
+from perfgate.ab.process_verdict import ABReport, ab_rules
 from perfgate.judge.rules import Finding
 
 GOOD, BAD, UNSURE = "good", "bad", "unsure"
@@ -102,7 +102,7 @@ class BadRule:
 @dataclass(frozen=True)
 class ProbeReading:
     verdict: str  # GOOD | BAD | UNSURE
-    why: str  # for a BAD reading, the finding: perfgate.render.bisect_report.reading_why
+    why: str  # for a BAD reading, the finding: perfgate.ab.bisect_report.reading_why
     finding: Finding | None = None  # BAD: the first regression under the rule
     more: int = 0  # BAD: how many more the rule found
 

@@ -1,6 +1,6 @@
 """`perfgate bisect`: the first bad step of an ordered range (this repository's commits, or environments:
 interpreters, directories put first on PYTHONPATH, pip requirement sets), each probe an A/B run
-(perfgate.ab_run) of the range's good end (A) against the step (B), read by perfgate.judge.bisect_verdict.
+(perfgate.ab.process_run) of the range's good end (A) against the step (B), read by perfgate.ab.bisect_verdict.
 Imports no torch. Everything lands in one directory as it happens, so `--resume DIR` carries on:
 
     bisect.json             the steps, the rule, the pytest args, each probe's processes and verdict (atomic)
@@ -20,10 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
-from perfgate import ab_env, ab_run
-from perfgate.ab_env import ABEnvironment, ABError
-from perfgate.core.text import parse_json
-from perfgate.judge.bisect_verdict import (
+from perfgate.ab import process_env, process_run
+from perfgate.ab.bisect_verdict import (
     UNSURE,
     BadRule,
     BisectError,
@@ -32,6 +30,8 @@ from perfgate.judge.bisect_verdict import (
     probes_left,
     search,
 )
+from perfgate.ab.process_env import ABEnvironment, ABError
+from perfgate.core.text import parse_json
 
 MANIFEST_SCHEMA = 1
 MORE_PROCESSES = 2  # an unsure probe gets this many more processes a side, up to --max-processes
@@ -86,7 +86,7 @@ def _git(repo: Path, *args: str) -> str:
 
 def commit_steps(cwd: Path, good: str, bad: str, python: str) -> list[Step]:
     """GOOD and every first-parent commit after it up to BAD, oldest first (git rev-list)."""
-    repo = ab_env.repo_root(cwd)
+    repo = process_env.repo_root(cwd)
     if repo is None:
         raise BisectError(f"--good/--bad name commits, but {cwd} is not in a git checkout of this repository")
     shas = []
@@ -189,7 +189,7 @@ def install(step: Step, pip_args: Sequence[str], progress: Callable[[str], None]
 
 
 def save(out: Path, manifest: dict) -> None:
-    ab_run.save_manifest(out, manifest, "bisect.json")  # atomic: a kill mid-write keeps the previous one
+    process_run.save_manifest(out, manifest, "bisect.json")  # atomic: a kill mid-write keeps the previous one
 
 
 def load(out: Path) -> dict:
@@ -206,7 +206,7 @@ def load(out: Path) -> dict:
     if not isinstance(manifest, dict) or manifest.get("schema") != MANIFEST_SCHEMA:
         found = manifest.get("schema") if isinstance(manifest, dict) else type(manifest).__name__
         raise BisectError(f"{path}: manifest schema {found!r}, expected {MANIFEST_SCHEMA}")
-    problem = manifest_problem(manifest, ab_run.MIN_PROCESSES)
+    problem = manifest_problem(manifest, process_run.MIN_PROCESSES)
     if problem:
         raise BisectError(f"{path}: not a bisection's manifest: {problem}; it was edited, or written by another tool")
     return manifest
@@ -226,16 +226,16 @@ def new_manifest(
         raise BisectError(
             f"{out} holds a bisection already: continue it with perfgate bisect --resume {out}, or give another --out"
         )
-    if processes < ab_run.MIN_PROCESSES:
+    if processes < process_run.MIN_PROCESSES:
         raise BisectError(
-            f"--processes {processes}: a probe needs {ab_run.MIN_PROCESSES} processes a side at "
+            f"--processes {processes}: a probe needs {process_run.MIN_PROCESSES} processes a side at "
             f"least, 3 for a verdict that matters (docs/ab.md)"
         )
     if max_processes < processes:
         raise BisectError(f"--max-processes {max_processes} is below --processes {processes}")
     if len(steps) < 2:
         raise BisectError(f"the range holds {len(steps)} step(s): it needs a good and a bad end")
-    ab_env.check_args(common, "the pytest args")
+    process_env.check_args(common, "the pytest args")
     return {
         "schema": MANIFEST_SCHEMA,
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
@@ -261,7 +261,7 @@ def process_seconds(manifest: dict, out: Path) -> list[float]:
         path = out / probe["dir"] / "manifest.json"
         runs = json.loads(path.read_text(encoding="utf-8"))["runs"] if path.exists() else []
         for run in runs:
-            if run["state"] in ab_run.COMPLETE and run["started"] and run["finished"]:
+            if run["state"] in process_run.COMPLETE and run["started"] and run["finished"]:
                 start, end = (_dt.datetime.fromisoformat(run[k]) for k in ("started", "finished"))
                 seconds.append((end - start).total_seconds())
     return seconds
@@ -308,7 +308,7 @@ def probe(manifest: dict, out: Path, index: int, progress: Callable[[str], None]
             for s in (steps[0], step):
                 if s.pip:
                     install(s, manifest["pip_args"], progress)
-            report = ab_run.run_ab(
+            report = process_run.run_ab(
                 directory,
                 lambda m: progress(f"  {m}"),
                 sides=[steps[0].side("A"), step.side("B")],
@@ -323,9 +323,9 @@ def probe(manifest: dict, out: Path, index: int, progress: Callable[[str], None]
                 raise BisectError(f"the range's ends cannot be compared: {err}") from None
             entry.update(verdict=UNSURE, why=f"cannot run: {err}")
             break
-        from perfgate.render import ab_report, bisect_report
+        from perfgate.ab import bisect_report, process_report
 
-        ab_report.write(report, directory)
+        process_report.write(report, directory)
         reading = classify(report, rule)
         why = bisect_report.reading_why(reading)
         entry["readings"].append({"processes": entry["processes"], "verdict": reading.verdict, "why": why})
@@ -336,9 +336,9 @@ def probe(manifest: dict, out: Path, index: int, progress: Callable[[str], None]
         entry["processes"] = min(manifest["max_processes"], entry["processes"] + MORE_PROCESSES)
         save(out, manifest)
     save(out, manifest)
-    repo = ab_env.repo_root(cwd)
+    repo = process_env.repo_root(cwd)
     for label in ("A", "B"):  # a settled probe's checkouts are not needed again (its sha is in bisect.json)
-        ab_env.remove_worktree(repo, (directory / "worktrees" / label).resolve())
+        process_env.remove_worktree(repo, (directory / "worktrees" / label).resolve())
 
 
 def cell_summary(report, rule: BadRule) -> list[dict]:

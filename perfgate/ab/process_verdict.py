@@ -1,5 +1,5 @@
 """The A/B verdict: environment B against environment A, cell by cell, from the records of processes that
-alternated on one machine (perfgate.ab_run runs them). Imports no torch.
+alternated on one machine (perfgate.ab.process_run runs them). Imports no torch.
 
 The gate's own rule objects judge (ab_rules: default_rules plus the absolute step times), with the gate's
 exit codes: 0 pass, 1 a regression, 2 cannot compare. What differs is where the noise comes from: a

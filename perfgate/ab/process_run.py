@@ -1,6 +1,6 @@
 """`perfgate ab`: the selected cells under two environments, A and B, in separate pytest processes that
-alternate on one machine (A-1, B-1, A-2, B-2, ...), then B judged against A (perfgate.judge.ab_verdict). Imports
-no torch: each side's own interpreter runs its pytest (perfgate.ab_env says what a side is).
+alternate on one machine (A-1, B-1, A-2, B-2, ...), then B judged against A (perfgate.ab.process_verdict). Imports
+no torch: each side's own interpreter runs its pytest (perfgate.ab.process_env says what a side is).
 
 Everything lands in one directory as it happens, so a killed run keeps what it measured and
 `perfgate ab --resume DIR` carries on with the processes not yet complete:
@@ -37,13 +37,12 @@ import time
 from pathlib import Path
 from typing import Callable, Sequence
 
-from perfgate import ab_env
-from perfgate.ab_env import ABEnvironment, ABError
+from perfgate.ab import process_env, process_report
+from perfgate.ab.process_env import ABEnvironment, ABError
+from perfgate.ab.process_verdict import AB_SIDES, ABReport, Process, judge_ab
 from perfgate.core import exits
 from perfgate.core.output import OutputError
 from perfgate.core.records_file import RecordFileError, load_records, precompile_path
-from perfgate.judge.ab_verdict import AB_SIDES, ABReport, Process, judge_ab
-from perfgate.render import ab_report
 
 MANIFEST_SCHEMA = 1
 MIN_PROCESSES = 2  # a side's spread between processes needs 2 at least
@@ -205,21 +204,21 @@ def prepare(
         raise ABError(
             f"{out} holds an A/B run already: continue it with perfgate ab --resume {out}, or give another --out"
         )
-    ab_env.check_args(common, "the common pytest args")
+    process_env.check_args(common, "the common pytest args")
     for side in sides:
-        ab_env.check_args(side.args, f"--{side.label.lower()}-args")
-        ab_env.check_precompile(precompile, [*common, *side.args])
+        process_env.check_args(side.args, f"--{side.label.lower()}-args")
+        process_env.check_precompile(precompile, [*common, *side.args])
     runs = plan(processes)
     for side in sides:
-        ab_env.check_python(side)
-    repo = ab_env.repo_root(cwd)
-    shas = {side.label: ab_env.resolve_rev(repo, side) if side.rev else None for side in sides}
+        process_env.check_python(side)
+    repo = process_env.repo_root(cwd)
+    shas = {side.label: process_env.resolve_rev(repo, side) if side.rev else None for side in sides}
     worktrees = {label: out.resolve() / "worktrees" / label for label, sha in shas.items() if sha}
     try:
         entries = _set_up(sides, common, repo, cwd, shas, worktrees)
     except ABError:
         for path in worktrees.values():
-            ab_env.remove_worktree(repo, path)
+            process_env.remove_worktree(repo, path)
         raise
     manifest = {
         "schema": MANIFEST_SCHEMA,
@@ -243,15 +242,15 @@ def _set_up(
     probed, collected, entries = {}, {}, {}
     for side in sides:
         key = (side.python, side.env)
-        probed[key] = probed.get(key) or ab_env.probe(side)
+        probed[key] = probed.get(key) or process_env.probe(side)
         versions = {name: value for name, value in probed[key].items() if name != "cuda"}
         sha, worktree = shas[side.label], worktrees.get(side.label)
         if sha:
-            ab_env.checkout(repo, sha, worktree)
-        root, import_root = ab_env.side_root(repo, cwd, worktree), worktree or repo or cwd
+            process_env.checkout(repo, sha, worktree)
+        root, import_root = process_env.side_root(repo, cwd, worktree), worktree or repo or cwd
         same = (side.python, side.env, sha, side.args)
-        collected[same] = collected.get(same) or ab_env.collect(side, root, import_root, common)
-        ab_env.check_runnable(side, probed[key].get("cuda"), collected[same])
+        collected[same] = collected.get(same) or process_env.collect(side, root, import_root, common)
+        process_env.check_runnable(side, probed[key].get("cuda"), collected[same])
         entries[side.label] = {
             **side.to_json(),
             "sha": sha,
@@ -260,7 +259,7 @@ def _set_up(
             "versions": versions,
             "tests": collected[same],
         }
-    ab_env.check_same_tests({label: entry["tests"] for label, entry in entries.items()})
+    process_env.check_same_tests({label: entry["tests"] for label, entry in entries.items()})
     for entry in entries.values():
         entry["tests"] = len(entry["tests"])
     return entries
@@ -403,7 +402,7 @@ def _start(manifest: dict, out: Path, run: dict) -> subprocess.Popen:
             cwd=side["root"],
             stdout=log,
             stderr=subprocess.STDOUT,
-            env=ab_env.side_environ(ABEnvironment.from_json(side), Path(side["import_root"])),
+            env=process_env.side_environ(ABEnvironment.from_json(side), Path(side["import_root"])),
         )
 
 
@@ -467,7 +466,7 @@ def _precompiled(out: Path, run: dict) -> dict[str, float]:
 
 
 def verdict(manifest: dict, out: Path, rules: Sequence | None = None) -> ABReport:
-    """The run judged by `rules` (default: ab_verdict.ab_rules(); perfgate bisect passes its own thresholds)."""
+    """The run judged by `rules` (default: process_verdict.ab_rules(); perfgate bisect passes its own thresholds)."""
     descriptions = {label: ABEnvironment.from_json(side).describe() for label, side in manifest["sides"].items()}
     report = judge_ab(complete_processes(manifest, out), rules=rules, descriptions=descriptions)
     for run in manifest["runs"]:
@@ -539,7 +538,7 @@ def report_and_exit(
     when stopped, where its records are and how to carry on."""
     try:
         report = judged()
-        sys.stdout.write(ab_report.write(report, out, markdown, json_path, html))
+        sys.stdout.write(process_report.write(report, out, markdown, json_path, html))
     except (ABError, OutputError) as err:
         print(f"perfgate {command}: cannot compare: {err}", file=sys.stderr)
         return exits.UNUSABLE

@@ -1,4 +1,4 @@
-"""A bisection (perfgate.bisect_run's manifest with its outcome) as Markdown for a PR comment or an issue, and
+"""A bisection (perfgate.ab.bisect_run's manifest with its outcome) as Markdown for a PR comment or an issue, and
 as JSON. Imports no torch. The Markdown leads with the answer (the first bad step and the last good one, no
 bad step, or the steps it could not settle between), then the rule that defined "bad", every probe with
 its verdict and, per cell, the rule's change with its 95 % interval and line, and the commands that
@@ -10,9 +10,9 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
+from perfgate.ab.bisect_verdict import BadRule, ProbeReading
+from perfgate.ab.process_report import escape, write_pair
 from perfgate.core import exits
-from perfgate.judge.bisect_verdict import BadRule, ProbeReading
-from perfgate.render.ab_report import escape, write_pair
 from perfgate.render.wording import finding_text
 
 # A bisection's outcome as the gate's exit code: a bad step found is a regression, an unsettled range cannot say.
