@@ -62,9 +62,8 @@ class PerfSession:
         self.offered: list[Cell] = []
         self.cell_process = None  # the warm process isolated cells run in (perfgate.measure.isolate)
         self.precompile_s = 0.0  # seconds the session spent precompiling before its first cell
-        self.precompiled: set[str] = (
-            set()
-        )  # cells whose compiles the kept cache holds (a paired cell's sides then prepare at once)
+        # Cells whose compiles the kept cache holds: a paired cell's two sides then prepare at once.
+        self.precompiled: set[str] = set()
         self.pairing = None  # --perf-against: the paired engine's state (perfgate.plugin.against.Pairing)
         self.paired = None  # the paired verdict, once judged (perfgate.ab.verdict.PairedVerdict)
 
