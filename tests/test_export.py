@@ -117,3 +117,42 @@ def test_the_export_command_writes_a_file_and_refuses_an_empty_one(tmp_path, cap
     empty.write_text("")
     assert main(["export", str(empty), "--format", "openmetrics"]) == 2
     assert "cannot export: no records in" in capsys.readouterr().err
+
+
+FORMATS = ("csv", "v3", "pytest-benchmark", "openmetrics")
+
+
+def test_a_wheel_in_a_fresh_venv_without_torch_exports_what_this_process_does(tmp_path):
+    """The data side as a dashboard box installs it: perfgate's wheel and its declared dependencies in a fresh
+    venv, no torch. Its exports must be this process's, byte for byte (each format is read back by its consumer
+    above; pytest-benchmark's carries the time of writing, so its benchmarks are counted)."""
+    import subprocess
+    import venv
+
+    def run(*argv):
+        return subprocess.run([str(a) for a in argv], capture_output=True, text=True, timeout=300)
+
+    repo, dist, env = Path(__file__).resolve().parents[1], tmp_path / "dist", tmp_path / "venv"
+    built = run(sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", dist, repo)
+    assert built.returncode == 0, built.stderr[-2000:]
+    venv.create(env, with_pip=False)
+    python = env / "bin" / "python"
+    installed = run(sys.executable, "-m", "pip", "--python", python, "install", "-q", *dist.glob("*.whl"))
+    if installed.returncode:  # the box's package index, not perfgate: say so rather than fail or pass
+        pytest.skip(f"pip could not install the wheel's dependencies here: {installed.stderr[-300:]}")
+    assert run(python, "-c", "import torch").returncode != 0, "torch is in the fresh venv: not the box this tests"
+    source = RUNS[0].with_name("h100-20261122-pr-run1.jsonl")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        records = export.latest(iter_records(source))
+    writers = {"csv": export.to_csv, "v3": export.to_v3, "openmetrics": export.to_openmetrics}
+    for fmt in FORMATS:
+        out = tmp_path / f"export.{fmt}"
+        done = run(env / "bin" / "perfgate", "export", source, "--format", fmt, "-o", out)
+        assert done.returncode == 0, (fmt, done.stderr[-2000:])
+        if fmt in writers:
+            shown = records if fmt == "csv" else export.standing(records)
+            with open(out, newline="", encoding="utf-8") as written:  # CSV's rows end in \r\n: keep them
+                assert written.read() == writers[fmt](shown), fmt
+    benchmarks = json.loads((tmp_path / "export.pytest-benchmark").read_text())["benchmarks"]
+    assert len(benchmarks) == 2 * len(export.standing(records)) > 0  # eager and compiled of each standing record

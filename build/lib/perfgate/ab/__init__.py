@@ -1,0 +1,22 @@
+"""The paired comparison engine: two code states (a base revision, interpreter or environment against this
+tree) measured on one runner with both sides alive, their timed rounds alternated, and judged with three
+outcomes (regression, no regression, unsure). The PR gate (`--perf-against`) and `perfgate ab --paired`
+compare through it. Imports no torch: the sides' worker processes do
+(perfgate.measure.duet).
+
+- sides.py     what a side is (revision, interpreter, environment) and how it is checked and checked out
+- duet.py      the coordinator: two warm worker processes per cell, rounds alternated in random order
+- paired.py    estimators that fit the noise, the paired bootstrap, and the three-way verdict
+- verdict.py   a paired run's verdict over its cells, its exit code with the baseline gate's, its words
+- face.py      `perfgate ab --paired`: one pytest run with --perf-against*
+
+`perfgate ab` without --paired and `perfgate bisect` still alternate whole processes, a pytest run per process:
+
+- process_env.py      the two environments of a process-alternating run, checked before any GPU time is spent
+- process_run.py      `perfgate ab`: A and B pytest processes alternating on one machine, resumable
+- process_verdict.py  B against A from those processes' records, with the gate's rules
+- process_report.py   that verdict as Markdown, JSON and HTML
+- bisect_run.py       `perfgate bisect`: process A/B probes of a range against its good end, resumable
+- bisect_verdict.py   a probe's good/bad/unsure and the search over the range
+- bisect_report.py    a bisection's probes and culprit as Markdown and JSON
+"""

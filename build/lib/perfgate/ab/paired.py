@@ -1,0 +1,248 @@
+"""The paired verdict: B's step time against A's, per clock and side, from rounds the two sides ran alternately
+on one runner, with three outcomes. numpy only.
+
+The noise it must fit (H100 leases, 2026-11-27): a host-bound step has a floor, and the host's stalls only add
+to it. Rounds 0.2 s apart ranged 25.3-41.6 ms; the minimum of 40 rounds repeated across processes within
+0.1-0.2 %, where the medians were 3-4 % apart. So a side's figure for a clock is a low quantile of its rounds
+(ESTIMATORS; `DEFAULT_ESTIMATOR`), which the stalls do not move, and the change is the ratio of B's to A's.
+Its interval comes from a paired bootstrap: round pairs are resampled together, so a drift that hit both sides
+of a pair stays matched. Rounds from a second process pair (a second duet) are resampled within their own duet.
+
+Outcomes, per rule (clock, side, threshold t on the growth of B's step time):
+
+    regression     the interval's better end is beyond t: B is worse by more than t, shown
+    ok             the interval's worse end is inside t: B is not worse by t, shown (an equivalence test)
+    unsure         anything else; the engine measures more, and a cell unsure at its budget never passes
+    shown          a rule that is reported and never judged (the host clock: see RULES)
+
+Process pairs: a process has effects of its own that last its life. In A/As on H200 and H100 machines
+(2026-11-27) upernet_convnext_t train's compiled device step read +1.2 % and +1.1 % in two process pairs of one
+machine and -0.45 % in one of another, every round of a pair on the same side of the gap, where the rounds of one
+pair repeat within 0.1-0.3 %; eager's read +0.4 % and -0.6 %. No interval from one pair's rounds can hold that.
+So a regression must show in every process pair measured, and the first pair's regression is measured again
+in a second (`across_pairs`): a one-pair red is at most unsure.
+
+Error rates across repeated looks: every look's interval is two-sided at 1 - ALPHA / looks, where `looks` is
+the most the plan allows (Bonferroni), so over all looks a true change at or under t is called a regression,
+or one at or over t called ok, with probability at most ALPHA / 2 each.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Callable, Sequence
+
+import numpy as np
+
+from perfgate.core.clocks import COUNTS, DEVICE, HOST, WALL, Clock
+
+ALPHA = 0.05
+RESAMPLES = 4000
+OUTCOMES = ("regression", "unsure", "ok")  # worst first: a cell's outcome is its worst rule's (a count's "fewer" is ok)
+
+
+def _quantile(q: float) -> Callable[[np.ndarray], np.ndarray]:
+    return lambda rounds: np.quantile(rounds, q, axis=-1)
+
+
+# A side's figure for a clock from its rounds (ms per step), along the last axis. On an H100 A/A of the PR
+# tier's train cells (boot c52fb1ac, 2026-11-27, 72 wall round pairs over two process pairs), the paired lines
+# (95 % half-widths) of the compiled wall step were: min +-0.4 to 1.0 %, q10 +-1.8 to 4.3 %, q25 +-3.4 to 7.4 %,
+# median +-6.3 to 8.1 % (resnet50 train, host-bound: 0.7, 4.3, 7.4, 8.1 %). The device clock read +-0.1 to
+# 0.3 % under every estimator. So the minimum it is.
+ESTIMATORS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
+    "min": lambda rounds: np.min(rounds, axis=-1),
+    "q10": _quantile(0.10),
+    "q25": _quantile(0.25),
+    "median": _quantile(0.50),
+}
+DEFAULT_ESTIMATOR = "min"
+
+
+@dataclass(frozen=True)
+class PairedRule:
+    """B's step time on one clock and side may grow by at most `threshold` (0.01 = 1 %)."""
+
+    clock: Clock
+    side: str  # eager | compiled
+    threshold: float
+    judged: bool = True  # False: shown beside the verdict, never part of it
+
+    @property
+    def key(self) -> str:
+        """The record field whose rounds it reads: "compiled_device_ms" (rounds: compiled_device_round_ms)."""
+        return f"{self.side}_{self.clock.ms}ms"
+
+    @property
+    def label(self) -> str:
+        return f"{self.side} {self.clock.name} ms"
+
+
+# The lines. Device: GPU-busy time repeats within 0.1-0.3 % between paired rounds (same H100 A/A), and both
+# sides run the same compiled code for unchanged graphs (one shared inductor cache), so 1 % is far outside A/A
+# noise and inside a planted 1.5 % loss. Wall: the minimum's lines were +-0.4-1.0 %, but two process pairs of one
+# cell differed by up to 2.3 % (resnet50 train compiled: -1.1 % then +2.3 %), so 5 %, the gate's own wall line.
+# Host work reaches the verdict through the wall clock of a host-bound step (and the counts); the host clock is
+# shown, not judged: its paired lines were +-6 to 23 % under every estimator, and two processes of one tree issued
+# the same compiled step 4-26 % apart (their minima over 18 rounds: 20.76 against 26.08 ms, gpt2 train).
+RULES: tuple[PairedRule, ...] = tuple(
+    PairedRule(clock, side, threshold, judged)
+    for clock, threshold, judged in ((WALL, 0.05, True), (DEVICE, 0.01, True), (HOST, 0.05, False))
+    for side in ("compiled", "eager")
+)
+
+
+# The CPU tier's tiny models on a shared 2-core box prove the engine, not speed: its wall rounds of a 0.1 ms
+# step moved 10 % between the two sides of an A/A while other processes ran (2026-11-27), so its wall line is
+# wider. A planted 40 % host slowdown read +45 % there.
+CPU_WALL_LINE = 0.15
+
+
+def rules_for(device_kind: str) -> tuple[PairedRule, ...]:
+    """The rules of a cell on `device_kind` ("gpu" or "cpu")."""
+    if device_kind == "gpu":
+        return RULES
+    return tuple(PairedRule(r.clock, r.side, CPU_WALL_LINE, r.judged) if r.clock is WALL else r for r in RULES)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One rule's reading: the change of B against A (0.02: B's step takes 2 % longer), its interval at the
+    look's confidence, the outcome, and the round pairs it rests on."""
+
+    rule: PairedRule
+    change: float
+    lo: float
+    hi: float
+    outcome: str
+    pairs: int
+    confidence: float
+    by_pair: tuple[float, ...] = ()  # the change in each process pair, where more than one was measured
+
+    @property
+    def halfwidth(self) -> float:
+        """Half the interval's width: the paired line this comparison resolves (0.004: +-0.4 %)."""
+        return (self.hi - self.lo) / 2
+
+    def as_json(self) -> dict:
+        return {
+            "rule": self.rule.key,
+            "clock": self.rule.clock.name,
+            "side": self.rule.side,
+            "threshold": self.rule.threshold,
+            "change": round(self.change, 5),
+            "lo": round(self.lo, 5),
+            "hi": round(self.hi, 5),
+            "outcome": self.outcome,
+            "pairs": self.pairs,
+            "confidence": round(self.confidence, 5),
+            "by_pair": [round(x, 5) for x in self.by_pair],
+        }
+
+
+def look_confidence(looks: int, alpha: float = ALPHA) -> float:
+    """Each look's two-sided confidence when the plan may look `looks` times (Bonferroni)."""
+    return 1 - alpha / max(1, looks)
+
+
+def outcome_of(lo: float, hi: float, threshold: float) -> str:
+    if lo > threshold:
+        return "regression"
+    if hi < threshold:
+        return "ok"
+    return "unsure"
+
+
+def compare(
+    a: Sequence[Sequence[float]],
+    b: Sequence[Sequence[float]],
+    rule: PairedRule,
+    confidence: float,
+    estimator: str = DEFAULT_ESTIMATOR,
+    seed: int = 0,
+) -> Comparison:
+    """B against A on `rule` from round pairs grouped by duet: a[d][i] and b[d][i] are round i of duet d,
+    one pair. The change is est(B) / est(A) - 1 over all rounds; its interval a percentile bootstrap that
+    resamples pairs within each duet."""
+    if estimator not in ESTIMATORS:
+        raise ValueError(f"estimator {estimator!r}; valid: {', '.join(ESTIMATORS)}")
+    est = ESTIMATORS[estimator]
+    groups = [(np.asarray(x, float), np.asarray(y, float)) for x, y in zip(a, b) if len(x) and len(x) == len(y)]
+    if not groups:
+        raise ValueError(f"no round pairs for {rule.key}")
+    a_all = np.concatenate([x for x, _ in groups])
+    b_all = np.concatenate([y for _, y in groups])
+    change = float(est(b_all) / est(a_all) - 1)
+    rng = np.random.default_rng(seed)
+    picks_a, picks_b = [], []
+    for x, y in groups:
+        idx = rng.integers(0, len(x), size=(RESAMPLES, len(x)))
+        picks_a.append(x[idx])
+        picks_b.append(y[idx])
+    ratios = est(np.concatenate(picks_b, axis=1)) / est(np.concatenate(picks_a, axis=1)) - 1
+    tail = (1 - confidence) / 2 * 100
+    lo, hi = (float(v) for v in np.percentile(ratios, [tail, 100 - tail]))
+    outcome = outcome_of(lo, hi, rule.threshold) if rule.judged else "shown"
+    return Comparison(rule, change, lo, hi, outcome, len(a_all), confidence)
+
+
+def worst(outcomes: Sequence[str]) -> str:
+    """A cell's outcome: its worst rule's (regression, then unsure, then ok); "ok" when nothing was compared."""
+    return min((o for o in outcomes if o in OUTCOMES), key=OUTCOMES.index, default="ok")
+
+
+def across_pairs(
+    a: Sequence[Sequence[float]], b: Sequence[Sequence[float]], rule: PairedRule, confidence: float
+) -> Comparison:
+    """`compare` over every process pair's rounds, where a regression must show in each pair that measured the
+    rule: a pair that does not show it turns the pooled regression into unsure (a process effect, or a change
+    smaller than the pairs' disagreement), and one pair alone never shows a final regression (`final`)."""
+    pooled = compare(a, b, rule, confidence)
+    pairs = [(x, y) for x, y in zip(a, b) if len(x) and len(x) == len(y)]
+    if len(pairs) < 2:
+        return pooled
+    each = [compare([x], [y], rule, confidence) for x, y in pairs]
+    outcome = pooled.outcome
+    if rule.judged and "regression" in {pooled.outcome, *(c.outcome for c in each)}:
+        outcome = "regression" if all(c.outcome == "regression" for c in each) else "unsure"
+    return replace(pooled, outcome=outcome, by_pair=tuple(c.change for c in each))
+
+
+def final(comparisons: Sequence[Comparison], pairs: int, confirm: int = 2) -> bool:
+    """Whether a cell's comparisons end its measuring: nothing unsure, and a regression shown in `confirm`
+    process pairs (a red from one pair is measured again in a fresh one)."""
+    outcomes = {c.outcome for c in comparisons}
+    return "unsure" not in outcomes and ("regression" not in outcomes or pairs >= confirm)
+
+
+def counts(record_a: dict, record_b: dict) -> list[dict]:
+    """B's counts of a step's work against A's, side by side (perfgate.core.clocks.COUNTS), each within its band.
+    A count needs no interval: it does not follow the host (the same in every process of a cell but Python
+    calls, which moved up to 0.31 % in one process of three: docs/measuring.md). Grown past the band is a
+    regression; shrunk past it is shown as the PR's own gain ("fewer"), never a failure. Judged B against A
+    rather than against the committed baseline, so a count that moved on main since the baseline was taken is
+    not laid on the PR."""
+    out = []
+    for count in COUNTS:
+        for side in ("compiled", "eager"):
+            a, b = record_a.get(count.field(side)), record_b.get(count.field(side))
+            if a is None or b is None:
+                continue
+            change = b / a - 1 if a else None  # None: from none to some (a new CUDA graph replay, say)
+            grown = change > count.threshold if change is not None else b > 0
+            fewer = change is not None and change < -count.threshold
+            outcome = "regression" if grown else "fewer" if fewer else "ok"
+            out.append(
+                {
+                    "count": count.name,
+                    "label": count.label,
+                    "verb": count.verb,
+                    "side": side,
+                    "a": a,
+                    "b": b,
+                    "change": change,
+                    "threshold": count.threshold,
+                    "outcome": outcome,
+                }
+            )
+    return out

@@ -1,0 +1,156 @@
+"""A paired run's verdict over its cells, its exit code with the baseline gate's, and its words (Markdown for the
+job summary and PR comment, JSON beside the gate's report). Imports no torch.
+
+In a paired run the committed baseline judges what carries across machines exactly (status, numerics, graph
+breaks, recompiles, memory, compile time: `baseline_rules`), and the paired comparison judges the clocks, which
+do not carry across machines.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from perfgate.ab import paired
+from perfgate.core import exits
+from perfgate.judge.rules import DEFAULT_RULES, CountBandRule, SpeedupRule
+from perfgate.render.report import md_text
+
+
+def baseline_rules(rules=DEFAULT_RULES) -> tuple:
+    """The gate's rules less the clocks' (wall, device and host ratio rules) and the counts' bands: a paired
+    run judges those, B against A."""
+    return tuple(rule for rule in rules if not isinstance(rule, (SpeedupRule, CountBandRule)))
+
+
+@dataclass
+class PairedVerdict:
+    """Each paired cell's summary (the record's `paired` field) by cell id, and their outcomes."""
+
+    cells: dict[str, dict] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, records) -> "PairedVerdict":
+        return cls({r["cell"]: r["paired"] for r in records if isinstance(r.get("paired"), dict)})
+
+    def outcome(self, cell: str) -> str:
+        return self.cells[cell].get("outcome", "unsure")
+
+    def regressions(self) -> list[str]:
+        return [c for c in self.cells if self.outcome(c) == "regression"]
+
+    def unsure(self) -> list[str]:
+        return [c for c in self.cells if self.outcome(c) == "unsure"]
+
+    @property
+    def exit_code(self) -> int:
+        if self.regressions():
+            return exits.REGRESSION
+        return exits.UNUSABLE if self.unsure() else exits.PASS
+
+    def combined_exit(self, gate_exit: int) -> int:
+        return combined_exit(gate_exit, self)
+
+    def lines(self) -> list[str]:
+        """The terminal's closing lines: the verdict, and each cell that is not ok with why."""
+        if not self.cells:
+            return []
+        head = {0: "PASS", 1: "FAIL", 2: "UNSURE (exit 2: never a pass)"}[self.exit_code]
+        out = [f"perfgate paired: {head}: {len(self.cells)} cell(s) against {self._against()}"]
+        for cell in self.regressions() + self.unsure():
+            out.append(f"  {cell}: {self.outcome(cell)}: {self._why(cell)}")
+        return out
+
+    def _against(self) -> str:
+        return next(iter(self.cells.values())).get("against", "?")
+
+    def _why(self, cell: str) -> str:
+        summary = self.cells[cell]
+        if summary.get("error"):
+            return summary["error"]
+        bad = [r for r in summary.get("rules", []) if r["outcome"] == self.outcome(cell)]
+        words = [
+            f"{r['side']} {r['clock']} {_pct(r['change'])} [{_pct(r['lo'])}, {_pct(r['hi'])}] vs {_pct(r['threshold'])}"
+            + (f" (by process pair: {', '.join(_pct(x) for x in r['by_pair'])})" if r.get("by_pair") else "")
+            for r in bad
+        ]
+        words += [
+            f"{c['side']} step {c['verb']} {c['b']:,.0f} {c['label']}, base {c['a']:,.0f} ({_change(c)})"
+            for c in summary.get("counts", [])
+            if c["outcome"] == "regression"
+        ]
+        if self.outcome(cell) == "unsure":
+            words.append(
+                f"after {summary.get('duets')} process pair(s) and {summary.get('looks')} look(s): measure "
+                "again on a quieter runner, or raise the budget (perfgate.ab.duet)"
+            )
+        return "; ".join(words)
+
+    def markdown(self) -> str:
+        if not self.cells:
+            return ""
+        head = {0: "PASS", 1: "**FAIL**", 2: "**UNSURE** (exit 2: never a pass)"}[self.exit_code]
+        rows = [
+            f"## Paired timing: {head}",
+            "",
+            f"Base: {md_text(self._against())}; this tree measured beside it on this runner, rounds alternated. "
+            f"Each figure: this tree's step time against the base's ({paired.DEFAULT_ESTIMATOR} of rounds), "
+            "with its interval; a rule fails when the interval lies beyond its line, and passes when it lies "
+            "inside.",
+            "",
+            "| cell | outcome | wall compiled | wall eager | device compiled | host compiled | counts | pairs |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        order = {o: i for i, o in enumerate(paired.OUTCOMES)}
+        for cell in sorted(self.cells, key=lambda c: (order.get(self.outcome(c), 0), c)):
+            summary = self.cells[cell]
+            by = {(r["clock"], r["side"]): r for r in summary.get("rules", [])}
+            shown = [
+                _cell_text(by.get(key))
+                for key in (("wall", "compiled"), ("wall", "eager"), ("device", "compiled"), ("host", "compiled"))
+            ]
+            pairs = by.get(("wall", "compiled"), {}).get("pairs", 0)
+            outcome = self.outcome(cell) + (f": {md_text(summary['error'])}" if summary.get("error") else "")
+            shown.append(_counts_text(summary.get("counts")))
+            rows.append(f"| {md_text(cell)} | {outcome} | {' | '.join(shown)} | {pairs} |")
+        notes = sorted({s["note"] for s in self.cells.values() if s.get("note")})
+        return "\n".join(rows + [""] + [f"- {md_text(n)}" for n in notes]) + "\n"
+
+    def as_json(self) -> dict:
+        return {
+            "exit_code": self.exit_code,
+            "cells": {
+                cell: {k: v for k, v in summary.items() if k != "rounds"} for cell, summary in self.cells.items()
+            },
+        }
+
+
+def _pct(x: float) -> str:
+    return f"{x * 100:+.1f} %"
+
+
+def _cell_text(rule: dict | None) -> str:
+    if rule is None:
+        return "-"
+    mark = {"regression": " **worse**", "unsure": " unsure"}.get(rule["outcome"], "")
+    return f"{_pct(rule['change'])} [{_pct(rule['lo'])}, {_pct(rule['hi'])}] / {rule['threshold'] * 100:g} %{mark}"
+
+
+def _counts_text(counted: list[dict] | None) -> str:
+    """The counts that moved past their band ("compiled GPU kernels +4.1 % **worse**"), else "same"."""
+    if not counted:
+        return "-"
+    moved = [c for c in counted if c["outcome"] != "ok"]
+    marks = {"regression": " **worse**", "fewer": " fewer"}
+    return "; ".join(f"{c['side']} {c['label']} {_change(c)}{marks[c['outcome']]}" for c in moved) or "same"
+
+
+def _change(count: dict) -> str:
+    return _pct(count["change"]) if count["change"] is not None else "from none"
+
+
+def combined_exit(gate_exit: int, verdict: PairedVerdict) -> int:
+    """The run's exit: a regression shown by either judge is 1; else unsure or uncomparable is 2; else 0."""
+    codes = {gate_exit, verdict.exit_code}
+    if exits.REGRESSION in codes:
+        return exits.REGRESSION
+    return max(codes)

@@ -1,0 +1,490 @@
+"""The gate: compare one run's records with a stored baseline through a set of small rule objects.
+
+Imports no torch. The rules live in perfgate.judge.rules (the ratio rules' test and the host-CPU advisory are
+explained there); `compare` only iterates over them. A regression fails the gate (exit code 1);
+improvements, advisories, missing and new cells are reported and never fail it. A baseline that cannot be
+used raises BaselineError before anything is compared (exit code 2). The plugin re-measures the cells that
+a ratio rule (wall, device or host clock) tripped (`speedup_suspects`) and calls `confirm`, so such a
+regression must trip twice on the same clock. `gate_run` is the one entry every face calls (`perfgate
+compare`, the plugin's session end, the HTML report), so they judge alike.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any, Iterable, Sequence
+
+from perfgate.core import exits
+from perfgate.core.record import FIELD, TIME_ALONE, nothing_measured, process_of, unfiled
+from perfgate.core.stats import geomean
+from perfgate.core.validate import checked
+from perfgate.judge.baseline import BaselineError, group_by_key, key_of, resolve_baseline
+from perfgate.judge.rules import (
+    ADVISORY,
+    CLOCK_NAMES,
+    DEFAULT_RULES,
+    IMPROVEMENT,
+    REGRESSION,
+    CountBandRule,
+    CountRule,
+    Finding,
+    HostTimeRule,
+    NumericsRule,
+    RelativeRule,
+    SpeedupRule,
+    StatusRule,
+    both_ok,
+    changed_batch_advisory,
+    default_rules,
+    foreign_cpu_advisory,
+)
+
+# The rules are re-exported, so a caller builds a rule set from the gate alone (gate.default_rules(...));
+# listed here because pyflakes reads __all__, not noqa comments.
+__all__ = [
+    "CellRow",
+    "ClockRow",
+    "GateReport",
+    "GateOutcome",
+    "compare",
+    "speedup_suspects",
+    "confirm",
+    "gate_run",
+    "BaselineError",
+    "DEFAULT_RULES",
+    "ADVISORY",
+    "IMPROVEMENT",
+    "REGRESSION",
+    "CountBandRule",
+    "CountRule",
+    "Finding",
+    "HostTimeRule",
+    "NumericsRule",
+    "RelativeRule",
+    "SpeedupRule",
+    "StatusRule",
+    "default_rules",
+]
+
+
+@dataclass(frozen=True)
+class ClockRow:
+    """One clock of one cell as its ratio rule saw it. `change` and `threshold` are in the rule's terms:
+    a speedup's change (-0.05: 5 % lower) and the smallest drop that trips; for the host clock the change
+    of compiled host ms relative to eager's (+0.15: 15 % more) and the smallest growth that trips."""
+
+    metric: str  # speedup | device_speedup | host_speedup
+    clock: str  # wall | device | host
+    value: float | None
+    lo: float | None
+    hi: float | None
+    baseline: float | None
+    change: float | None
+    threshold: float | None  # None: not compared (no baseline value, or not ok in both)
+    noise_limited: bool  # noise alone puts that line past the nominal threshold
+    noise: float | None  # the sd of the log drop the rule assumed (0.01 ~ 1 %)
+    run_to_run_known: bool | None  # the baseline cell had 2+ runs of this clock (None: not compared)
+
+
+@dataclass(frozen=True)
+class CellRow:
+    """One line of the report's tables: the current record's numbers beside the baseline's. The wall
+    clock's fields sit flat (speedup ... run_to_run_known) as before; `clocks` holds every ratio rule's."""
+
+    cell: str
+    verdict: str  # regression | improvement | advisory | ok | failed | new | missing
+    status: str | None
+    reason: str
+    eager_ms: float | None
+    compiled_ms: float | None
+    speedup: float | None
+    speedup_lo: float | None
+    speedup_hi: float | None
+    baseline_speedup: float | None
+    change: float | None  # speedup / baseline speedup - 1
+    threshold: float | None  # the wall rule's effective threshold: the smallest drop that trips
+    noise_limited: bool  # noise alone puts that line past the nominal threshold
+    noise: float | None  # the sd of the speedup's log drop the rule assumed (0.01 ~ 1 %)
+    run_to_run_known: bool | None  # the baseline cell had 2+ ok runs (None: speedup not gated here)
+    compile_s: float | None
+    graph_breaks: int | None
+    recompiles: int | None
+    peak_mem_compiled_mb: float | None
+    numerics: str | None
+    clocks: tuple[ClockRow, ...] = ()  # one per ratio rule, in the rules' order (wall, device, host)
+    busy_compiled: float | None = None  # GPU-busy fraction of the compiled step (device ms / wall ms)
+    bound: str | None = None  # "device" | "host": what the compiled step's wall time follows
+    eager_host_ms: float | None = None  # host ms to issue one step
+    compiled_host_ms: float | None = None
+    tripped: tuple[str, ...] = ()  # metrics of this cell's findings (any kind), in the rules' order
+
+    def clock(self, metric: str) -> ClockRow | None:
+        return next((c for c in self.clocks if c.metric == metric), None)
+
+
+@dataclass
+class GateReport:
+    fingerprint: str | None  # the baseline's; None where a hand-made baseline lacks the field
+    tier: str | None
+    rows: list[CellRow]
+    regressions: list[Finding]
+    improvements: list[Finding]
+    missing: list[str]  # in the baseline, not in this run (a narrowed run is allowed)
+    new: list[str]  # in this run, not in the baseline
+    failed: list[str]  # failed or skipped in this run
+    geomean_speedup: float | None  # over cells ok in both the run and the baseline
+    geomean_baseline: float | None
+    baseline_runs: int | None
+    notes: list[str] = field(default_factory=list)
+    advisories: list[Finding] = field(default_factory=list)  # reported, never fail the gate
+    records: list[dict] = field(default_factory=list, repr=False)
+    baseline: dict = field(default_factory=dict, repr=False)
+    rules: tuple = field(default=DEFAULT_RULES, repr=False)
+    baseline_location: str = "baselines"  # the file or directory gated against: the triage's command names it
+
+    @property
+    def passed(self) -> bool:
+        return not self.regressions
+
+    @property
+    def exit_code(self) -> int:
+        return exits.PASS if self.passed else exits.REGRESSION
+
+
+def _check_environment(records: Sequence[dict], baseline: dict) -> None:
+    expected = (baseline.get("fingerprint"), baseline.get("tier"))
+    foreign = sorted({key_of(r) for r in records} - {expected})
+    if foreign:
+        raise BaselineError(
+            f"records for {', '.join(f'{fp} ({tier})' for fp, tier in foreign)} cannot be "
+            f"compared with the baseline for {expected[0]} ({expected[1]})"
+        )
+
+
+def _clock_row(rule: SpeedupRule, base: dict, cur: dict) -> ClockRow:
+    m = rule.metric
+    gated = rule.compared(base, cur)
+    ref, now = base.get(m), cur.get(m)
+    noise = rule.noise(base, cur) if gated else None
+    return ClockRow(
+        metric=m,
+        clock=rule.clock,
+        value=now,
+        lo=cur.get(f"{m}_lo"),
+        hi=cur.get(f"{m}_hi"),
+        baseline=ref,
+        change=rule.change(ref, now) if gated and ref is not None and now is not None else None,
+        threshold=rule.effective_threshold(base, cur) if gated else None,
+        noise_limited=gated and rule.noise_limited(base, cur),
+        noise=noise.sigma if noise else None,
+        run_to_run_known=noise.known if noise else None,
+    )
+
+
+# CellRow's fields named as record fields (perfgate.core.record.FIELDS) hold the current record's values; `cell`
+# is the id from either side (a missing cell has no current record).
+ROW_RECORD_FIELDS = tuple(f.name for f in fields(CellRow) if f.name in FIELD and f.name != "cell")
+
+
+def _row(
+    cell_id: str, verdict: str, base: dict | None, cur: dict | None, rules: Sequence, findings: Sequence[Finding]
+) -> CellRow:
+    cur, base = cur or {}, base or {}
+    clocks = tuple(_clock_row(r, base, cur) for r in rules if isinstance(r, SpeedupRule))
+    wall = next((c for c in clocks if c.metric == "speedup"), None)
+    ref, now = base.get("speedup"), cur.get("speedup")
+    found = {f.metric for f in findings}
+    values: dict[str, Any] = {name: cur.get(name) for name in ROW_RECORD_FIELDS}  # JSON values, as read
+    values["reason"] = values["reason"] or ""
+    return CellRow(
+        cell=cell_id,
+        verdict=verdict,
+        **values,
+        baseline_speedup=ref,
+        change=now / ref - 1 if ref and now is not None and cur.get("status") == "ok" else None,
+        threshold=wall.threshold if wall else None,
+        noise_limited=bool(wall and wall.noise_limited),
+        noise=wall.noise if wall else None,
+        run_to_run_known=wall.run_to_run_known if wall else None,
+        clocks=clocks,
+        tripped=tuple(r.metric for r in rules if r.metric in found),
+    )
+
+
+def _verdict(findings: Sequence[Finding], base: dict | None, cur: dict | None) -> str:
+    if cur is None:
+        return "missing"
+    if base is None:
+        return "new"
+    kinds = {f.kind for f in findings}
+    for kind in (REGRESSION, IMPROVEMENT, ADVISORY):
+        if kind in kinds:
+            return kind
+    return "ok" if cur.get("status") == "ok" else "failed"
+
+
+def _evaluate(current: dict[str, dict], baseline: dict, rules: Sequence) -> dict[str, list[Finding]]:
+    """Findings per cell present in both the run and the baseline; the wall rule's on a host-bound cell
+    measured on a host CPU foreign to the baseline, and those that scale with the batch of a cell whose batch
+    changed, are advisories (perfgate.judge.rules.foreign_cpu_advisory, changed_batch_advisory)."""
+    cells, cpus = baseline["cells"], baseline.get("host_cpus") or []
+    return {
+        cid: [
+            changed_batch_advisory(rule, foreign_cpu_advisory(rule, f, cur, cpus), cells[cid], cur)
+            for rule in rules
+            if (f := rule.check(cells[cid], cur)) is not None
+        ]
+        for cid, cur in current.items()
+        if cid in cells
+    }
+
+
+def _why_noisy(row: CellRow) -> str:
+    """What the current record says about why a wall line is noisy: a host-bound step follows the CPU."""
+    if row.busy_compiled is None:
+        return ""
+    return f"; {row.bound or 'host'}-bound: {100 * row.busy_compiled:.0f} % busy"
+
+
+def _noise_notes(rows: Sequence[CellRow], rules: Sequence) -> list[str]:
+    notes = []
+    for rule in (r for r in rules if isinstance(r, SpeedupRule)):
+        limited = [(row, c) for row in rows if (c := row.clock(rule.metric)) and c.noise_limited]
+        if not limited:
+            continue
+        why = _why_noisy if rule.follows_host_cpu else (lambda row: "")
+        names = ", ".join(f"{row.cell} ({c.threshold:.1%}, sd {c.noise:.1%}{why(row)})" for row, c in limited)
+        notes.append(
+            f"{len(limited)} noise-limited cell(s) on the {rule.clock} clock: their {rule.label} "
+            f"moves so much between runs that the gate trips only on a change larger than the "
+            f"threshold asked for, and may miss one of that size: {names}"
+        )
+    return notes
+
+
+def _predates(baseline: dict, current: dict[str, dict], rules: Sequence) -> list[str]:
+    """Clocks measured now that the baseline's ok cells lack: not compared; the baseline is older."""
+    cells, notes = baseline["cells"], []
+    for rule in (r for r in rules if isinstance(r, SpeedupRule)):
+        lacking = [
+            cid
+            for cid, cur in current.items()
+            if cid in cells and both_ok(cells[cid], cur) and cur.get(rule.metric) and not cells[cid].get(rule.metric)
+        ]
+        if lacking:
+            notes.append(
+                f"the baseline predates the {rule.clock} clock for {len(lacking)} cell(s), so it was "
+                f"not compared there; remake the baseline (perfgate baseline update) to gate it"
+            )
+    bands = [r for r in rules if isinstance(r, CountBandRule)]
+    unjudged = [cid for cid, cur in current.items() if cid in cells and any(r.unjudged(cells[cid], cur) for r in bands)]
+    if unjudged:
+        notes.append(
+            f"no baseline count for {len(unjudged)} cell(s): the baseline predates the counts of a step's work "
+            f"(record schema 13), so they were not compared and pass; remake the baseline to gate them"
+        )
+    return notes
+
+
+def _host_cpu_note(baseline: dict, records: Sequence[dict]) -> list[str]:
+    known = baseline.get("host_cpus") or []
+    foreign = sorted({cpu for r in records if (cpu := (r.get("env") or {}).get("cpu_model"))} - set(known))
+    if not known or not foreign:
+        return []
+    return [
+        f"host CPU {', '.join(foreign)} is not the baseline's ({', '.join(known)}): the wall speedups of "
+        f"host-bound cells follow the host CPU, so their wall findings are advisories that never fail the "
+        f"gate; device-bound cells and the device and host clocks gate as usual"
+    ]
+
+
+def _process_note(baseline: dict, records: Sequence[dict]) -> list[str]:
+    """Where this run's cells ran against where the baseline's did, when both are known and differ."""
+    known = baseline.get("processes") or []
+    now = sorted({p for r in records if r.get("status") == "ok" and (p := process_of(r))} - set(known))
+    if not known or not now:
+        return []
+    return [
+        f"this run's cells ran in {', '.join(now)} and the baseline's in {', '.join(known)}: a cell whose "
+        f"compiled step is close to host-bound can read slower or faster there on the same machine "
+        f"(docs/time-to-verdict.md); make the baseline with the gate's --perf-isolate setting"
+    ]
+
+
+def _notes(baseline: dict, rows: Sequence[CellRow], records: Sequence[dict], rules: Sequence) -> list[str]:
+    notes = []
+    unknown = [r.cell for r in rows if r.run_to_run_known is False]
+    if (baseline.get("runs") or 0) < 2:
+        notes.append(
+            "the baseline has a single run: run-to-run noise is unknown, so the speedup gate judges "
+            "drops against the runs' own intervals, which are narrower than the noise between "
+            "processes (false alarms are likelier); rebuild it from 5 or more runs"
+        )
+    elif unknown:
+        notes.append(
+            f"run-to-run noise unknown for {len(unknown)} cell(s) with fewer than 2 ok runs in the "
+            f"baseline (judged against their intervals alone): {', '.join(unknown)}"
+        )
+    notes += _noise_notes(rows, rules)
+    notes += _predates(baseline, {r["cell"]: r for r in records}, rules)
+    return notes + _host_cpu_note(baseline, records) + _process_note(baseline, records)
+
+
+def _assemble(records: list[dict], baseline: dict, rules: Sequence, findings: dict[str, list[Finding]]) -> GateReport:
+    current = {r["cell"]: r for r in records}
+    cells = baseline["cells"]
+    rows = []
+    for cid in sorted(set(current) | set(cells)):
+        base, cur, found = cells.get(cid), current.get(cid), findings.get(cid, [])
+        rows.append(_row(cid, _verdict(found, base, cur), base, cur, rules, found))
+    # Cells ok with a speedup in both the run and the baseline: what the geomeans are over.
+    compared = [
+        cid
+        for cid in sorted(findings)
+        if both_ok(cells[cid], current[cid]) and cells[cid].get("speedup") and current[cid].get("speedup")
+    ]
+    every = [f for cid in sorted(findings) for f in findings[cid]]
+    return GateReport(
+        fingerprint=baseline.get("fingerprint"),
+        tier=baseline.get("tier"),
+        rows=rows,
+        regressions=[f for f in every if f.kind == REGRESSION],
+        improvements=[f for f in every if f.kind == IMPROVEMENT],
+        missing=sorted(set(cells) - set(current)),
+        new=sorted(set(current) - set(cells)),
+        failed=sorted(cid for cid, r in current.items() if r.get("status") != "ok"),
+        geomean_speedup=geomean([current[c]["speedup"] for c in compared]),
+        geomean_baseline=geomean([cells[c]["speedup"] for c in compared]),
+        baseline_runs=baseline.get("runs"),
+        notes=_notes(baseline, rows, records, rules),
+        advisories=[f for f in every if f.kind == ADVISORY],
+        records=records,
+        baseline=baseline,
+        rules=tuple(rules),
+    )
+
+
+def compare(records: Iterable[dict], baseline: dict, rules: Sequence = DEFAULT_RULES) -> GateReport:
+    """Compare one run's records (one fingerprint and tier) with a loaded baseline."""
+    # A later record of a cell wins; impossible figures on an ok record make it a failed cell.
+    records = list({r["cell"]: checked(r) for r in records}.values())
+    _check_environment(records, baseline)
+    current = {r["cell"]: r for r in records}
+    return _assemble(records, baseline, rules, _evaluate(current, baseline, rules))
+
+
+def _trips(report: GateReport) -> set[tuple[str, str]]:
+    """(cell, metric) of every ratio-rule regression: what a confirm round must see again."""
+    ratios = {r.metric for r in report.rules if isinstance(r, SpeedupRule)}
+    return {(f.cell, f.metric) for f in report.regressions if f.metric in ratios}
+
+
+def _named(trips) -> str:
+    clocks: dict[str, list[str]] = {}
+    for cid, metric in sorted(trips):
+        clocks.setdefault(cid, []).append(CLOCK_NAMES.get(metric, metric))
+    return ", ".join(f"{cid} ({', '.join(names)})" for cid, names in clocks.items()) or "none"
+
+
+def speedup_suspects(report: GateReport) -> list[str]:
+    """Cells that a ratio rule (wall, device or host clock) tripped as a regression: re-measure these once
+    before believing them."""
+    return sorted({cid for cid, _ in _trips(report)})
+
+
+def confirm(report: GateReport, remeasured_records: Iterable[dict]) -> GateReport:
+    """Compare again with re-measured records in place of the originals. A ratio-rule regression stands
+    only if the same clock tripped in the first round AND again now; other rules judge the re-measured
+    record as it is."""
+    suspects = _trips(report)
+    remeasured = {r["cell"]: r for r in remeasured_records}
+    records = [remeasured.get(r["cell"], r) for r in report.records]
+    known = {r["cell"] for r in report.records}
+    records += [r for cid, r in remeasured.items() if cid not in known]
+    _check_environment(records, report.baseline)
+    findings = _evaluate({r["cell"]: r for r in records}, report.baseline, report.rules)
+    ratios = {r.metric for r in report.rules if isinstance(r, SpeedupRule)}
+
+    def first_time(cid: str, f: Finding) -> bool:  # a ratio trip with no trip of that clock in the first round
+        return f.metric in ratios and f.kind == REGRESSION and (cid, f.metric) not in suspects
+
+    once = {(cid, f.metric) for cid, fs in findings.items() for f in fs if first_time(cid, f)}
+    findings = {cid: [f for f in fs if not first_time(cid, f)] for cid, fs in findings.items()}
+    new = _assemble(records, report.baseline, report.rules, findings)
+    tripped_again = {t for t in _trips(new) if t[0] in remeasured}
+    cleared = {t for t in suspects if t[0] in remeasured} - tripped_again
+    new.notes.append(
+        f"confirm round: re-measured {len(remeasured)} cell(s); regression confirmed for "
+        f"{_named(tripped_again)}, cleared for {_named(cleared)}"
+    )
+    if once:
+        new.notes.append(f"tripped only in the confirm round, not counted: {_named(once)}")
+    return new
+
+
+@dataclass
+class GateOutcome:
+    """The gate over a whole run: one report per (fingerprint, tier), or why nothing could be compared."""
+
+    reports: list[GateReport]
+    errors: list[str]
+
+    @property
+    def exit_code(self) -> int:
+        if self.errors:
+            return exits.UNUSABLE
+        return max((r.exit_code for r in self.reports), default=exits.PASS)
+
+
+def gate_run(
+    records: Sequence[dict], baseline_location, remeasure=None, rules: Sequence = DEFAULT_RULES
+) -> GateOutcome:
+    """Gate a run's records against the baseline file or directory. `remeasure(cell_ids) -> records`, when
+    given, re-runs the cells a ratio rule tripped (a confirm round): the pytest plugin passes one, the
+    offline CLI and the HTML report cannot. Every face calls this, so they judge alike.
+
+    A run that measured nothing (no record, every cell skipped) cannot be judged (exit 2, with the skip
+    reasons), nor can a skipped cell with no environment (no baseline is its own); a skipped cell of a
+    known environment that the baseline had ok fails the gate (StatusRule): a selected cell that was not
+    measured never passes. A cell that was not selected is `missing` and allowed (a narrowed run)."""
+    nothing = nothing_measured(records)
+    if nothing:
+        return GateOutcome([], [nothing])
+    homeless = [r for r in records if unfiled(r)]
+    if homeless:
+        named = ", ".join(f"{r['cell']} ({r.get('reason') or 'no reason given'})" for r in homeless[:5])
+        more = f" and {len(homeless) - 5} more" if len(homeless) > 5 else ""
+        return GateOutcome(
+            [],
+            [
+                f"{len(homeless)} selected cell(s) were not measured and carry no environment, "
+                f"so no baseline can judge them: {named}{more}"
+            ],
+        )
+    unfit = [r for r in records if r.get("unfit")]
+    if unfit:
+        return GateOutcome(
+            [],
+            [
+                f"{len(unfit)} record(s) are unfit for a timing gate ({unfit[0]['cell']}: "
+                f"{unfit[0]['unfit']}); time the cells again alone: {TIME_ALONE}"
+            ],
+        )
+    groups = group_by_key(records)
+    baselines, errors = {}, []
+    for key in sorted(groups):
+        try:
+            baselines[key] = resolve_baseline(baseline_location, *key)
+        except BaselineError as err:
+            errors.append(str(err))
+    if errors:
+        return GateOutcome([], errors)
+    reports = []
+    for key in sorted(groups):
+        report = compare(groups[key], baselines[key], rules)
+        suspects = speedup_suspects(report)
+        if suspects and remeasure is not None:
+            report = confirm(report, remeasure(suspects))
+        report.baseline_location = str(baseline_location)
+        reports.append(report)
+    return GateOutcome(reports, [])

@@ -1,0 +1,141 @@
+"""One side of a paired comparison: `python -m perfgate.measure.duet`, a warm process that the paired engine
+(perfgate.ab.duet) starts for each side (base and this tree). It imports torch, the compiler stack and the
+side's zoo once, then takes cells one after another; each cell runs through the single-device pipeline up to
+its warm state, and then, instead of timing itself, serves timed rounds one at a time as the coordinator asks,
+so that the two sides' rounds alternate a fraction of a second apart on one GPU:
+
+    coordinator -> worker                       worker -> coordinator
+    {"job": Job}                                {"ready": {eager_ms, compiled_ms, device_clock}} or {"record"}
+    {"op": "wall", "steps": n, "first": side}   {"wall": {"eager": ms, "compiled": ms}}     ms per step
+    {"op": "host"}                              {"host": {"eager": ms, "compiled": ms}}     fastest single step
+    {"op": "device", "rounds": r}               {"device": {"eager": [ms], "compiled": [ms]}}  GPU-busy
+    {"op": "finish", "solo": bool}              {"record": the cell's record}
+
+The rounds it served become the record's own wall, host and device clocks (solo: the other side failed, so
+the cell times itself as usual). Protocol lines go to the original stdout; anything else the process prints
+goes to stderr, so a model's print never breaks a line. A cell that fails answers {"record"} at once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+PEERS_ENV = "PERFGATE_PAIRED_PEERS"  # the other side's pid, which perfgate.measure.neighbours does not count
+PROTOCOL = 1  # the coordinator refuses a worker of another protocol (perfgate.ab.duet.PROTOCOL)
+
+
+class Channel:
+    """The protocol's two ends: requests on stdin, replies on a private copy of stdout."""
+
+    def __init__(self):
+        self.out = os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8")
+        os.dup2(2, 1)  # C-level writes to fd 1 (a library's printf) land in the stderr file
+        sys.stdout = sys.stderr
+
+    def send(self, message: dict) -> None:
+        self.out.write(json.dumps(message) + "\n")
+        self.out.flush()
+
+    def receive(self) -> dict | None:
+        line = sys.stdin.readline()
+        return json.loads(line) if line.strip() else None
+
+
+def server(channel: Channel):
+    """The `serve` callback of perfgate.measure.cell.run_cell: rounds on request until "finish"."""
+    from perfgate.measure import clocks
+    from perfgate.measure.timing import Rounds
+
+    def serve(run, eager_ms: float, compiled_ms: float):
+        device, stream = run.device, len(run.timed)
+        ready = {
+            "eager_ms": eager_ms,
+            "compiled_ms": compiled_ms,
+            "stream": stream,
+            "device_clock": device.type == "cuda",
+        }
+        channel.send({"ready": ready})
+        wall = Rounds([], [], 0)
+        host = Rounds([], [], clocks.whole_passes(clocks.HOST_STEPS, stream))
+        on_device = Rounds([], [], clocks.whole_passes(clocks.DEVICE_STEPS, stream))
+        sides = {"eager": run.eager_step, "compiled": run.compiled_step}
+        while True:
+            request = channel.receive()
+            if request is None or request["op"] == "finish":
+                solo = request is None or bool(request.get("solo"))
+                return None if solo or not wall.eager_ms else (wall, host, on_device if on_device.eager_ms else None)
+            op = request["op"]
+            if op == "wall":
+                wall.steps = request["steps"]
+                order = ("eager", "compiled") if request.get("first", "eager") == "eager" else ("compiled", "eager")
+                ms = {side: run.step_clock(sides[side], wall.steps, device) for side in order}
+                wall.eager_ms.append(ms["eager"])
+                wall.compiled_ms.append(ms["compiled"])
+                channel.send({"wall": ms})
+            elif op == "host":
+                one = clocks.host_rounds(run.eager_step, run.compiled_step, device, stream, rounds=1, min_rounds=1)
+                host.eager_ms += one.eager_ms
+                host.compiled_ms += one.compiled_ms
+                channel.send({"host": {"eager": one.eager_ms[0], "compiled": one.compiled_ms[0]}})
+            elif op == "device":
+                try:
+                    block = clocks.device_rounds(run.eager_step, run.compiled_step, device, stream, request["rounds"])
+                except Exception as err:  # noqa: BLE001 - a profiler failure costs the device clock, not the cell
+                    channel.send({"device": None, "note": f"device clock failed: {err}"[:300]})
+                    continue
+                on_device.eager_ms += block.eager_ms
+                on_device.compiled_ms += block.compiled_ms
+                channel.send({"device": {"eager": block.eager_ms, "compiled": block.compiled_ms}})
+            else:
+                raise ValueError(f"unknown request {op!r}; valid: wall, host, device, finish")
+
+    return serve
+
+
+def run_job(job, channel: Channel, envs: dict) -> bool:
+    """Measure one cell, serving its rounds; whether this process may take another."""
+    from perfgate.measure.cell import run_cell
+    from perfgate.measure.child import cell_setup
+
+    if job.sys_path:
+        sys.path[:] = list(job.sys_path)
+    spec, env = cell_setup(job, envs)
+    record = run_cell(
+        spec,
+        job.cell,
+        job.options,
+        env,
+        lambda message: channel.send({"progress": message}),
+        process="worker",
+        serve=server(channel),
+    )
+    channel.send({"record": record})
+    return record["status"] == "ok"
+
+
+def main() -> int:
+    from perfgate.measure.launch import die_with_parent
+
+    die_with_parent()
+    channel = Channel()
+    import importlib
+
+    import perfgate
+    from perfgate.measure.job import Job
+
+    # Imported before the first job, as a long session has them by its second cell: a first compile must not
+    # count importing the compiler stack (seconds) as compile time.
+    importlib.import_module("torch._inductor.compile_fx")
+    channel.send({"hello": {"protocol": PROTOCOL, "perfgate": os.path.dirname(perfgate.__file__)}})
+    envs: dict = {}
+    while (message := channel.receive()) is not None:
+        os.environ[PEERS_ENV] = ",".join(str(pid) for pid in message.get("peers", []))
+        if not run_job(Job.from_json(json.dumps(message["job"])), channel, envs):
+            break  # a failed cell may have poisoned the CUDA context: the next cell gets a fresh process
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,93 @@
+"""Isolated cells: each cell runs in a child process under a time limit, so that a hung compile, a segfault, an
+OOM that kills the process or a CUDA error that poisons the context fails that cell alone, and the session goes
+on with the next.
+
+The child is warm: one process (perfgate.measure.child) imports torch, the compiler stack and the zoo once and
+takes the session's cells one after another while they succeed. A cell that fails ends it (the child exits
+after its record), a cell that hangs or crashes ends it (its group is killed), and the next cell gets a fresh
+one. A new interpreter importing torch, transformers and timm cost 6-20 s a cell on an H100 lease
+(2026-11-25); the session starts its process once, early (`prestart`), so that even the first cell's start
+overlaps what comes before it (collection, a precompile). Uses no torch itself, but its Job brings it
+(perfgate.measure.job imports the fault and timing plans, which import torch).
+
+On the time limit the child's whole group is killed (inductor's compile workers too), and the last checkpoint
+the cell streamed becomes a failed record: "timed out after 900 s while compiling (inductor_default)".
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable
+
+from perfgate.core.record import new_record
+from perfgate.measure.job import Job
+from perfgate.measure.launch import Proc, kill_groups, spawn, stage_of, supervise
+
+LABEL = "the cell's process"
+
+
+class CellProcess:
+    """The warm child of an isolated session: started on demand (or early, by `prestart`), replaced after a
+    cell that failed, hung or crashed, ended by `close`."""
+
+    def __init__(self, registry: str | None = None):
+        self.registry = registry
+        self.scratch = tempfile.TemporaryDirectory(prefix="perfgate-cells-")
+        self.proc: Proc | None = None
+        self.started = 0  # processes started so far (each gets a directory of its own)
+
+    def prestart(self) -> None:
+        """Start the process now, so that its imports overlap whatever the session does before its first cell."""
+        if self.proc is None or self.proc.poll() is not None:
+            self.started += 1
+            self.proc = spawn(Path(self.scratch.name) / str(self.started), LABEL)
+
+    def run(
+        self,
+        job: Job,
+        progress: Callable[[str], None] = lambda _m: None,
+        record_compiled: Callable[[float], None] | None = None,
+    ) -> dict:
+        """Run the cell of `job` in the warm process and return its record; never raises for what the child
+        does. The record's stages gain `process_start`: from handing the job over to the child taking it (a
+        fresh process's interpreter start and imports; ~0 s for a warm one), and its wall_s with it."""
+        submitted, clock = time.time(), time.monotonic()
+        self.prestart()
+        events = self.proc.send(job.to_json())
+        failure = supervise(
+            [self.proc],
+            limit_s=job.limit_s,
+            events=events,
+            cell_id=job.cell.id,
+            progress=progress,
+            record_compiled=record_compiled,
+            finished=lambda: events.record is not None,
+            started=clock,
+        )
+        events.read(progress, record_compiled)
+        if failure is not None or events.record is None:
+            kill_groups(self.proc)  # hung or half-dead: the next cell gets a fresh process
+            self.proc = None
+            record = (
+                dict(events.checkpoint) if events.checkpoint else new_record(job.cell, {}, job.run_id, process="worker")
+            )
+            record.update(
+                status="failed",
+                run_id=job.run_id,
+                reason=failure or f"{LABEL} ended while {stage_of(events.last_stage, job.cell.id)}",
+            )
+            record["wall_s"] = round(time.monotonic() - clock, 2)
+            return record
+        record = events.record
+        start_s = max(0.0, (events.started_at or submitted) - submitted)
+        record["stages"] = {"process_start": round(start_s, 3), **(record.get("stages") or {})}
+        record["wall_s"] = round(record["wall_s"] + start_s, 2)
+        return record
+
+    def close(self) -> None:
+        if self.proc is not None:
+            kill_groups(self.proc)
+            self.proc = None
+        self.scratch.cleanup()

@@ -1,0 +1,162 @@
+"""Which cells a run holds: the matrix as pytest params (generated, for each test marked perf_cells(phase),
+from the zoo the ini setting perf_registry names), the --perf-models/variants/precisions narrowing at
+collection, --perf-rotate's and --perf-shard's deals of cells of equal expected cost, and why no cell is left
+when none is.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+
+from perfgate.core import matrix, zoo
+from perfgate.core.matrix import Cell
+
+MARK = "perf_cells"  # @pytest.mark.perf_cells("train"): parametrize the test's `cell` with that phase's cells
+MARK_HELP = f"{MARK}(phase): parametrize the test's `cell` with every cell of the phase in the perf_registry zoo"
+CELL_KEY = pytest.StashKey[Cell]()  # each cell item's Cell, stashed at collection
+
+
+@dataclass(frozen=True)
+class Selection:
+    """What --perf-models, --perf-variants, --perf-precisions (None: all), --perf-rotate and --perf-shard (I, N)
+    keep."""
+
+    model: tuple[str, ...] | None = None
+    variant: tuple[str, ...] | None = None
+    precision: tuple[str, ...] | None = None
+    shard: tuple[int, int] | None = None
+    rotate: tuple[int, int] | None = None
+
+    def selects(self, cell: Cell) -> bool:
+        return all(
+            getattr(self, key) is None or getattr(cell, key) in getattr(self, key)
+            for key in ("model", "variant", "precision")
+        )
+
+    def describe(self) -> str:
+        chosen = [(key, getattr(self, key)) for key in ("model", "variant", "precision")]
+        return (
+            ", ".join(f"--perf-{key}s {','.join(names)}" for key, names in chosen if names is not None)
+            or "no --perf-* selection"
+        )
+
+
+def parametrize(metafunc: pytest.Metafunc, registry_path: str) -> None:
+    """Give a test marked perf_cells(phase) one call per cell of that phase."""
+    mark = metafunc.definition.get_closest_marker(MARK)
+    if mark is not None:
+        metafunc.parametrize("cell", cells(zoo.load(registry_path), *mark.args))
+
+
+def cells(registry: dict, phase: str) -> list:
+    """pytest.param for every cell of `phase`: GPU cells over the whole matrix, CPU cells over each model's
+    cpu_variants in fp32 (data-parallel ones on each of matrix.ddp_worlds' rank counts), with markers and
+    known-issue marks from the model's record."""
+    params = []
+    for spec in registry.values():
+        for world in matrix.ddp_worlds(phase, "gpu"):
+            for variant in (v for v in matrix.VARIANTS.values() if spec.runs(v, phase)):
+                for precision in matrix.PRECISIONS:
+                    tier = matrix.tier_of(variant.name, precision, world) if spec.pr else "nightly"
+                    params.append(_param(spec, Cell(spec.name, phase, variant.name, precision, "gpu", tier, world)))
+        if phase in spec.cpu_phases:
+            for world in matrix.ddp_worlds(phase, "cpu"):
+                for variant in (v for v in spec.cpu_variants if spec.runs(matrix.VARIANTS[v], phase)):
+                    params.append(_param(spec, Cell(spec.name, phase, variant, "fp32", "cpu", "nightly", world)))
+    return params
+
+
+def _param(spec, cell: Cell):
+    marks = [getattr(pytest.mark, cell.device_kind)]
+    if cell.device_kind == "gpu":
+        marks.append(getattr(pytest.mark, cell.tier))
+    issue = spec.known_issue(cell)
+    if issue is not None:
+        marks.append(
+            pytest.mark.skip(reason=issue.reason)
+            if issue.action == "skip"
+            else pytest.mark.xfail(reason=issue.reason, strict=False)
+        )
+    return pytest.param(cell, marks=marks, id=cell.param_id)
+
+
+def narrow(items: list, chosen: Selection) -> tuple[list, list]:
+    """Stash each cell item's Cell; keep the items `chosen` selects, and every item that is no cell."""
+    keep, drop = [], []
+    for item in items:
+        cell = _cell_param(item)
+        if cell is not None:
+            item.stash[CELL_KEY] = cell
+        (keep if cell is None or chosen.selects(cell) else drop).append(item)
+    return keep, drop
+
+
+def cells_of(items: list) -> list[Cell]:
+    """The cells of the cell items among `items` (stashed by narrow), in order."""
+    return [item.stash[CELL_KEY] for item in items if CELL_KEY in item.stash]
+
+
+def _cell_param(item) -> Cell | None:
+    callspec = getattr(item, "callspec", None)
+    value = callspec.params.get("cell") if callspec else None
+    return value if isinstance(value, Cell) else None
+
+
+def shard(items: list, costs: dict[str, float], index: int, count: int) -> tuple[list, list]:
+    """Deal cells into shards of near-equal expected cost (perfgate.plan.costs.deal: the history's wall seconds,
+    else priors per variant), independent of collection order. Items that are not cells stay in shard 1."""
+    from perfgate.plan.costs import shard_of
+
+    mine = shard_of(sorted(costs), costs, index, count)
+    keep, drop = [], []
+    for item in items:
+        cell = item.stash.get(CELL_KEY, None)
+        ours = cell.id in mine if cell is not None else index == 1
+        (keep if ours else drop).append(item)
+    return keep, drop
+
+
+def rotate(items: list, index: int, count: int) -> tuple[list, list]:
+    """Slice `index` of `count`, dealt like a shard but by fixed weights (the cold priors per variant): the
+    history's costs change with every night, and a deal that followed them would move cells between slices
+    mid-rotation, so that some ran twice in a pass and some never."""
+    from perfgate.plan.costs import rotation_weight
+
+    return shard(items, {cell.id: rotation_weight(cell) for cell in cells_of(items)}, index, count)
+
+
+def why_none(chosen: Selection, collected: int, offered: list[Cell], markexpr: str, keyword: str) -> str:
+    """Why the --perf-* options and -m/-k together left no cell (pytest alone says "313 deselected")."""
+    options = chosen.describe()
+    if not offered:
+        return f"{options} matches none of the {collected} cells collected"
+    kinds = sorted({cell.device_kind for cell in offered})
+    variants = sorted({cell.variant for cell in offered})
+    filters = " ".join(f"{flag} {value!r}" for flag, value in (("-m", markexpr), ("-k", keyword)) if value)
+    return (
+        f"{options} matches {len(offered)} cell(s), all {'/'.join(kinds)} cells (variants "
+        f"{', '.join(variants)}), and {filters or 'the shard'} removed every one of them; CPU cells run "
+        f"fp32 with each model's cpu_variants, GPU cells the whole matrix"
+    )
+
+
+def skip_gpu_cells_without_cuda(items: list) -> None:
+    gpu_items = [item for item in items if item.get_closest_marker("gpu")]
+    if not gpu_items:
+        return
+    import torch
+
+    if not torch.cuda.is_available():
+        reason = f"no CUDA device (torch {torch.__version__}, built for CUDA {torch.version.cuda})"
+        for item in gpu_items:
+            item.add_marker(pytest.mark.skip(reason=reason))
+        return
+    gpus = torch.cuda.device_count()
+    for item in gpu_items:
+        cell = item.stash.get(CELL_KEY, None)
+        if cell is not None and gpus < cell.world:
+            item.add_marker(
+                pytest.mark.skip(reason=f"{cell.world} GPUs needed for a data-parallel cell, {gpus} visible")
+            )

@@ -1,0 +1,113 @@
+"""The end of a perf session, on the controller: read this run's records back from the results files, then
+append them to the history, save them as a baseline and gate them, as the options ask. Imports no torch.
+
+Each step runs whatever the one before it did (a history that cannot be written never stops the gate).
+Exit status: 1 a regression, 2 unusable input (records, baseline), 3 a crash in perfgate (never 1).
+"""
+
+from __future__ import annotations
+
+import re
+import traceback
+from typing import TYPE_CHECKING
+
+import pytest
+
+from perfgate.core import exits
+from perfgate.core.output import OutputError
+from perfgate.core.records_file import RecordFileError, load_records
+from perfgate.judge.baseline import BaselineError, save_baselines
+from perfgate.store import history
+from perfgate.store.history import HistoryError
+
+if TYPE_CHECKING:  # annotations only: the plugin imports this module, never the reverse
+    from perfgate.plugin.session import PerfSession
+
+
+def finish(session, perf: PerfSession) -> None:
+    """History, baseline and gate over this session's records, each step as asked by the options."""
+    config = session.config
+    save_dir, baseline = config.getoption("--perf-save-baseline"), config.getoption("--perf-baseline")
+    history_db = config.getoption("--perf-history")
+    if not (save_dir or baseline or history_db or perf.pairing is not None):
+        return
+    records = _step(session, perf, "read this run's records", lambda: _session_records(perf))
+    if records is None:
+        return
+    if history_db and records:  # the controller alone writes: one writer for SQLite
+        _step(session, perf, "append to the history", lambda: _append_history(perf, records, history_db))
+    if save_dir:
+        _step(session, perf, "write the baseline", lambda: _save_baseline(perf, records, save_dir))
+    if baseline:
+        interrupted = int(session.exitstatus) == int(pytest.ExitCode.INTERRUPTED)
+        outcome = _step(session, perf, "gate the run", lambda: perf.gate(records, baseline, interrupted))
+        if outcome is not None:
+            _exit_with(session, outcome.exit_code, perf.paired)
+    elif perf.pairing is not None:  # paired without a baseline: the clocks alone are judged
+        verdict = perf.paired_verdict(records)
+        report_dir = config.getoption("--perf-report")
+        if report_dir:
+            _step(session, perf, "write the paired report", lambda: _paired_reports(verdict, report_dir))
+        _exit_with(session, exits.PASS, verdict)
+
+
+def _paired_reports(verdict, report_dir: str) -> None:
+    """A paired run's report.md and report.json where no baseline gate writes them."""
+    import json
+    from pathlib import Path
+
+    from perfgate.core.output import write_atomic
+
+    write_atomic(str(Path(report_dir) / "report.md"), verdict.markdown())
+    body = {
+        "report_schema": 1,
+        "exit_code": verdict.exit_code,
+        "errors": [],
+        "reports": [],
+        "paired": verdict.as_json(),
+    }
+    write_atomic(str(Path(report_dir) / "report.json"), json.dumps(body, indent=2, sort_keys=True) + "\n")
+
+
+def _exit_with(session, gate_exit: int, paired) -> None:
+    """The session's exit status with the gate's and the paired verdict's: a regression shown by either is 1,
+    whatever else the session saw; else the worst of them (2: unsure or unusable, never a pass)."""
+    from perfgate.ab.verdict import combined_exit
+
+    code = gate_exit if paired is None else combined_exit(gate_exit, paired)
+    session.exitstatus = code if code == exits.REGRESSION else max(int(session.exitstatus), code)
+
+
+def _step(session, perf: PerfSession, what: str, action):
+    """Run one session-end step; unusable input exits 2, a crash 3, and neither stops the next step."""
+    try:
+        return action()
+    except (RecordFileError, BaselineError, HistoryError, OutputError) as err:
+        perf.summary.append(f"perfgate: could not {what} (exit 2): {err}")
+        session.exitstatus = max(int(session.exitstatus), exits.UNUSABLE)
+    except Exception as err:  # noqa: BLE001 - a bug in perfgate: say so, keep going, exit 3 (never 1)
+        perf.summary += traceback.format_exc().rstrip().splitlines()
+        perf.summary.append(
+            f"perfgate: internal error while trying to {what} (exit 3): "
+            f"{type(err).__name__}: {err}; every record measured is in {perf.results_path}"
+        )
+        session.exitstatus = max(int(session.exitstatus), exits.BUG)
+    return None
+
+
+def _session_records(perf: PerfSession) -> list[dict]:
+    # This session's file and its xdist workers' (<stem>.gwN.jsonl), not whatever else shares the stem
+    # (a stray <stem>-crashed.jsonl beside it once stopped the session end with a traceback).
+    stem = perf.results_path.stem
+    ours = re.compile(rf"{re.escape(stem)}(\.gw\d+)?\.jsonl")
+    files = sorted(path for path in perf.results_path.parent.glob(f"{stem}*.jsonl") if ours.fullmatch(path.name))
+    return [r for r in load_records(files) if r.get("run_id") == perf.run_id]
+
+
+def _append_history(perf: PerfSession, records: list[dict], db: str) -> None:
+    added = history.append(db, records, commit=history.current_commit())
+    perf.summary.append(f"history: {added} record(s) appended to {db}")
+
+
+def _save_baseline(perf: PerfSession, records: list[dict], directory: str) -> None:
+    perf.summary += [f"baseline written: {path}" for path in save_baselines([records], directory)]

@@ -1,0 +1,414 @@
+"""The report people look at: one self-contained HTML page and a Markdown digest of a run's records, with
+each cell's history from the SQLite database. Imports no torch.
+
+    perfgate report RESULTS... [--db PATH] [--baseline PATH_OR_DIR] --html OUT.html [--markdown OUT.md]
+
+Per environment (fingerprint): bar charts of speedup per model x variant x precision with the 95 % interval
+as an error bar, cold compile time (warm compile inside), and peak memory compiled / eager; then one trend
+chart per cell over the history, with change points (perfgate.judge.changepoint) and, when a baseline is given,
+the points the gate's own wall rule calls a regression. The verdicts come from gate.gate_run with the rules
+given (the defaults unless a caller passes others), as `perfgate compare` and the plugin judge. The page has
+no scripts and no external URLs: the charts are inline SVG (perfgate.render.charts) and the styles sit in the page.
+
+jinja2 renders the page because a template with autoescaping keeps every record string (reasons, break
+reasons, labels) escaped without escaping by hand in Python; it is a dependency of torch anyway, and the
+data side declares it so that `perfgate report` runs without torch.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+from perfgate.core.clocks import COUNTS, DEVICE
+from perfgate.core.matrix import PHASES
+from perfgate.core.record import first_call_cache
+from perfgate.core.stats import geomean
+from perfgate.core.text import visible
+from perfgate.judge.baseline import group_by_key
+from perfgate.judge.gate import GateReport, gate_run
+from perfgate.judge.rules import DEFAULT_RULES
+from perfgate.render.charts import Bar, bar_chart
+from perfgate.render.report import fmt, md_code, md_text, shown
+from perfgate.render.trends import Trend, clock_rule, ratio_text, trend
+from perfgate.render.wording import finding_text
+from perfgate.store import history
+
+PHASE_ORDER = PHASES  # train, infer, ddp: the table's order and one geomean line each
+
+
+@dataclass(frozen=True)
+class Chart:
+    title: str
+    svg: str
+    note: str = ""
+
+
+@dataclass
+class Section:
+    """Everything shown for one environment (fingerprint)."""
+
+    fingerprint: str
+    heading: str
+    versions: str
+    geomeans: list[str]
+    charts: list[Chart]
+    table: list[dict]
+    failed: list[dict]
+    trends: list[Trend] = field(default_factory=list)
+    no_trend: list[str] = field(default_factory=list)
+    device_trends: list[Trend] = field(default_factory=list)  # the device speedup's, beside the wall's
+
+
+@dataclass
+class Report:
+    title: str
+    generated: str
+    caption: str
+    sources: list[str]
+    sections: list[Section]
+    gate_lines: list[str]
+    notes: list[str]
+    gate_failed: bool = False  # a gated environment has a regression (its gate exit code is 1)
+
+
+# ---------------------------------------------------------------------------------------------- formatting
+
+
+def mem_ratio(record: dict) -> float | None:
+    """Peak memory compiled / eager (warm steps, MiB / MiB); None where either is unknown (CPU)."""
+    eager, compiled = record.get("peak_mem_eager_mb"), record.get("peak_mem_compiled_mb")
+    return compiled / eager if eager and compiled is not None else None
+
+
+def speedup_text(record: dict) -> str:
+    return ratio_text(record)
+
+
+def _label(record: dict) -> str:
+    return f"{record.get('model')} · {record.get('variant')} · {record.get('precision')}"
+
+
+def _order(record: dict) -> tuple:
+    phase = record.get("phase")
+    return (
+        PHASE_ORDER.index(phase) if phase in PHASE_ORDER else 9,
+        str(record.get("model")),
+        str(record.get("variant")),
+        str(record.get("precision")),
+        record["cell"],
+    )
+
+
+def _ok(records: Sequence[dict], name: str) -> list[dict]:
+    return [r for r in records if r.get("status") == "ok" and r.get(name) is not None]
+
+
+# ---------------------------------------------------------------------------------------------- charts
+
+
+def speedup_charts(records: Sequence[dict], verdicts: dict[str, str]) -> list[Chart]:
+    charts = []
+    for phase in sorted({r.get("phase") for r in records}, key=lambda p: _order({"phase": p, "cell": ""})):
+        rows = sorted((r for r in _ok(records, "speedup") if r.get("phase") == phase), key=_order)
+        bars = [
+            Bar(
+                _label(r),
+                r["speedup"],
+                speedup_text(r),
+                r["cell"],
+                r.get("speedup_lo"),
+                r.get("speedup_hi"),
+                css=f"verdict-{verdicts[r['cell']]}" if r["cell"] in verdicts else "",
+                group=r.get("model"),
+                tooltip=f"{r['cell']}: {speedup_text(r)}, eager {shown(r, 'eager_ms')} ms, "
+                f"compiled {shown(r, 'compiled_ms')} ms per step",
+            )
+            for r in rows
+        ]
+        if bars:
+            charts.append(
+                Chart(
+                    f"Speedup, {phase} (eager ms / compiled ms per step; bar: median over rounds, "
+                    f"whisker: 95 % interval)",
+                    bar_chart(bars, label=f"speedup {phase}", unit="×", ref=1.0, ref_label="1× = no gain"),
+                )
+            )
+    return charts
+
+
+# The same compile again, beside the cold one: in this process with warm caches, and in a fresh process
+# handed the cell's saved cache artifacts (--perf-warm-compile artifacts).
+_COMPILED_AGAIN = (("compile_warm_s", "warm"), ("compile_artifacts_s", "from artifacts"))
+
+
+def _compile_text(record: dict) -> str:
+    text = f"{record['compile_s']:.1f} s"
+    again = [f"{label} {record[key]:.1f} s" for key, label in _COMPILED_AGAIN if record.get(key) is not None]
+    if again:
+        text += f" ({', '.join(again)})"
+    state = first_call_cache(record)
+    return text + (f" · {state}" if state not in ("cold", "no cache") else "")
+
+
+def compile_chart(records: Sequence[dict]) -> list[Chart]:
+    rows = sorted(_ok(records, "compile_s"), key=_order)
+    bars = [
+        Bar(
+            f"{_label(r)} · {r.get('phase')}",
+            r["compile_s"],
+            _compile_text(r),
+            r["cell"],
+            secondary=r.get("compile_warm_s"),
+            group=r.get("model"),
+            tooltip=f"{r['cell']}: first compiled call {r['compile_s']:.1f} s, {first_call_cache(r)}",
+        )
+        for r in rows
+    ]
+    note = (
+        "Bar: the first compiled call, cold with a fresh inductor cache; inner bar: the same compile again "
+        'with the caches warm. "from artifacts": the same compile in a fresh process with empty caches, '
+        'handed the cell\'s torch.compiler.save_cache_artifacts(). "kept cache": compiled from a cache '
+        "kept between runs (--perf-cache-dir), so that first call may be warm too."
+    )
+    if not bars:
+        return []
+    return [Chart("Compile time (seconds)", bar_chart(bars, label="compile seconds", unit=" s"), note)]
+
+
+def memory_chart(records: Sequence[dict]) -> list[Chart]:
+    rows = sorted((r for r in records if r.get("status") == "ok" and mem_ratio(r) is not None), key=_order)
+    bars = [
+        Bar(
+            f"{_label(r)} · {r.get('phase')}",
+            ratio,
+            f"{ratio:.2f} ({r['peak_mem_compiled_mb']:.0f} / {r['peak_mem_eager_mb']:.0f} MiB)",
+            r["cell"],
+            group=r.get("model"),
+        )
+        for r in rows
+        if (ratio := mem_ratio(r)) is not None  # every row's is (above): the filter names the type
+    ]
+    if not bars:
+        return []
+    return [
+        Chart(
+            "Peak memory, compiled / eager (warm steps, CUDA-graph pools counted)",
+            bar_chart(bars, label="memory ratio", ref=1.0, ref_label="1 = as eager"),
+            "Below 1: the compiled step needs less memory than eager.",
+        )
+    ]
+
+
+# ---------------------------------------------------------------------------------------------- assembly
+
+
+def _gate(records: Sequence[dict], baseline_location, rules: Sequence, notes: list[str]) -> list[GateReport]:
+    """The gate's report per environment and tier of `records` that has a usable baseline, from gate.gate_run
+    as `perfgate compare` and the plugin judge; why an environment has none goes to `notes`."""
+    if not baseline_location:
+        return []
+    known = [r for r in records if (r.get("env") or {}).get("fingerprint")]
+    if len(known) < len(records):
+        notes.append(f"no verdicts for {len(records) - len(known)} record(s) without env.fingerprint")
+    reports = []
+    for (fingerprint, tier), group in sorted(group_by_key(known).items()):
+        outcome = gate_run(group, baseline_location, rules=rules)
+        notes += [f"no verdicts for {fingerprint} ({tier}): {error}" for error in outcome.errors]
+        reports += outcome.reports
+    return reports
+
+
+def _gate_lines(report: GateReport) -> list[str]:
+    lines = [
+        f"{'FAIL' if report.exit_code else 'PASS'} {report.fingerprint} ({report.tier}): "
+        f"{len(report.regressions)} regression(s), {len(report.improvements)} improvement(s)"
+    ]
+    lines += [f"regression {f.cell}: {finding_text(f)}" for f in report.regressions]
+    return lines + [f"advisory {f.cell} (never fails the gate): {finding_text(f)}" for f in report.advisories]
+
+
+def _table_row(record: dict, verdict: str | None) -> dict:
+    device = record.get("device_speedup")
+    return {
+        "cell": record["cell"],
+        "status": record.get("status"),
+        "speedup": (speedup_text(record) if record.get("speedup") is not None else "–")
+        + (f" · device {device:.3f}×" if device else ""),
+        "eager_ms": shown(record, "eager_ms"),
+        "compiled_ms": shown(record, "compiled_ms"),
+        "compile_s": shown(record, "compile_s"),
+        "mem": fmt(mem_ratio(record), ".2f"),
+        "graph_breaks": shown(record, "graph_breaks"),
+        "counts": counts_text(record),
+        "numerics": record.get("numerics") or "–",
+        "verdict": verdict or "",
+        "reason": record.get("reason") or "",
+    }
+
+
+def counts_text(record: dict, side: str = "compiled") -> str:
+    """A side's counts of a step's work, "88 Python calls · 27 ATen ops · 1 dynamo cache lookups" ("–": none)."""
+    counted = [(count, record.get(count.field(side))) for count in COUNTS]
+    return " · ".join(f"{value:,.0f} {count.label}" for count, value in counted if value is not None) or "–"
+
+
+def _geomeans(records: Sequence[dict]) -> list[str]:
+    out = []
+    for phase in PHASE_ORDER:
+        values = [r["speedup"] for r in _ok(records, "speedup") if r.get("phase") == phase]
+        if values:
+            out.append(f"{phase} {geomean(values):.3f}× over {len(values)} cell(s)")
+    return out
+
+
+def _section(
+    fingerprint: str,
+    records: list[dict],
+    gated: Sequence[GateReport],
+    rules: Sequence,
+    db_path: str | os.PathLike | None,
+) -> Section:
+    """One environment's charts, table and trends; `gated`: the gate's reports on it (one per tier), `rules`:
+    the gate's (its wall and device rules mark the trends)."""
+    verdicts = {row.cell: row.verdict for report in gated for row in report.rows}
+    base_cells = {cid: cell for report in gated for cid, cell in report.baseline["cells"].items()}
+    env = records[0].get("env") or {}
+    versions = ", ".join(
+        f"{k} {env[k]}" for k in ("driver", "cuda", "torch", "triton", "transformers", "timm") if env.get(k)
+    )
+    records = sorted(records, key=_order)
+    section = Section(
+        fingerprint=fingerprint,
+        heading=f"{env.get('gpu') or env.get('cpu') or fingerprint} ({fingerprint})",
+        versions=versions,
+        geomeans=_geomeans(records),
+        charts=speedup_charts(records, verdicts) + compile_chart(records) + memory_chart(records),
+        table=[_table_row(r, verdicts.get(r["cell"])) for r in records],
+        failed=[_table_row(r, verdicts.get(r["cell"])) for r in records if r.get("status") != "ok"],
+    )
+    if db_path:
+        for record in records:
+            points, base = history.series(db_path, record["cell"], fingerprint), base_cells.get(record["cell"])
+            if len(points) < 2:
+                section.no_trend.append(record["cell"])
+                continue
+            section.trends.append(trend(record["cell"], points, base, clock_rule(rules)))
+            if sum(bool(p.get(DEVICE.ratio)) for p in points) >= 2:  # a CPU cell has no device clock
+                section.device_trends.append(trend(record["cell"], points, base, clock_rule(rules, DEVICE.ratio)))
+    return section
+
+
+def build(
+    records: Sequence[dict],
+    *,
+    db_path: str | os.PathLike | None = None,
+    baseline=None,
+    caption: str = "",
+    sources: Sequence[str] = (),
+    title: str = "perfgate report",
+    rules: Sequence = DEFAULT_RULES,
+) -> Report:
+    """The report's content from one merged set of records (one per cell: perfgate.core.records_file.load_records),
+    the history database (trends; optional) and a baseline file or directory (verdicts; optional), judged
+    by `rules` as gate.gate_run judges them."""
+    notes: list[str] = []
+    if db_path and not Path(db_path).is_file():
+        notes.append(f"no history database at {db_path}: no trends")
+        db_path = None
+    gated = _gate(records, baseline, rules, notes)
+    by_fp: dict[str, list[dict]] = {}
+    for record in records:
+        by_fp.setdefault((record.get("env") or {}).get("fingerprint") or "unknown", []).append(record)
+    sections = [
+        _section(fp, recs, [g for g in gated if g.fingerprint == fp], rules, db_path)
+        for fp, recs in sorted(by_fp.items())
+    ]
+    generated = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    return Report(
+        title,
+        generated,
+        caption,
+        list(sources),
+        sections,
+        gate_lines=[line for report in gated for line in _gate_lines(report)],
+        notes=notes,
+        gate_failed=any(report.exit_code for report in gated),
+    )
+
+
+# ---------------------------------------------------------------------------------------------- output
+
+
+def render_html(report: Report) -> str:
+    import jinja2
+    from markupsafe import Markup
+
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("perfgate.render", "templates"),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        # Every text the page prints, with its control characters shown escaped; the charts' Markup is
+        # drawn already (charts.escape does the same to it).
+        finalize=lambda value: value if isinstance(value, Markup) or not isinstance(value, str) else visible(value),
+    )
+    env.filters["svg"] = Markup  # charts.py escapes every text it draws
+    return env.get_template("report.html.j2").render(report=report)
+
+
+def _md_row(row: dict, trend_by_cell: dict[str, Trend]) -> str:
+    t = trend_by_cell.get(row["cell"])
+    text = (
+        row["speedup"],
+        row["compile_s"],
+        row["mem"],
+        row["graph_breaks"],
+        row["numerics"],
+        row["verdict"] or ("not gated" if row["status"] == "ok" else row["status"]),
+        t.spark if t else "",
+        "; ".join(t.changes) if t and t.changes else "",
+    )
+    return "| " + " | ".join([md_code(row["cell"]), *map(md_text, text)]) + " |"
+
+
+def render_markdown(report: Report) -> str:
+    """A digest for a job summary or PR comment: verdicts, geomeans, one row per cell, change points."""
+    lines = [f"## {md_text(report.title)}", ""]
+    lines += [md_text(report.caption), ""] if report.caption else []
+    lines += [f"- {md_text(line)}" for line in report.gate_lines] + ([""] if report.gate_lines else [])
+    for section in report.sections:
+        trends = {t.cell: t for t in section.trends}
+        lines += [
+            f"### {md_text(section.heading)}",
+            "",
+            md_text(section.versions),
+            "",
+            f"Geomean speedup: {md_text('; '.join(section.geomeans) or 'no ok cell')}.",
+            "",
+            "| cell | speedup [95 % CI] | compile s | mem compiled/eager | graph breaks | numerics | "
+            "verdict | history | change points |",
+            "|" + "---|" * 9,
+        ]
+        lines += [_md_row(row, trends) for row in section.table]
+        lines.append("")
+        lines += [f"- failed {md_code(row['cell'])}: {md_text(row['reason'])}" for row in section.failed]
+        lines += [f"- {md_text(text)}" for t in section.trends for text in t.marked]
+        lines += [f"- bisect {md_text(text)}" for t in section.trends for text in t.bisects]
+        device = section.device_trends
+        lines += [f"- {md_code(t.cell)} change point {md_text(text)}" for t in device for text in t.changes]
+        lines += [f"- {md_text(text)}" for t in device for text in t.marked]
+        lines += [f"- bisect {md_text(text)}" for t in device for text in t.bisects]
+    lines += [f"- note: {md_text(note)}" for note in report.notes]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def write(report: Report, html_path: str | os.PathLike | None, markdown_path: str | os.PathLike | None) -> None:
+    """Each page whole or not at all: OutputError names a path that cannot be written (perfgate.core.output)."""
+    from perfgate.core.output import write_atomic
+
+    for path, render in ((html_path, render_html), (markdown_path, render_markdown)):
+        if path:
+            write_atomic(path, render(report))
