@@ -132,8 +132,15 @@ def test_a_wheel_in_a_fresh_venv_without_torch_exports_what_this_process_does(tm
     def run(*argv):
         return subprocess.run([str(a) for a in argv], capture_output=True, text=True, timeout=300)
 
+    import shutil
+
     repo, dist, env = Path(__file__).resolve().parents[1], tmp_path / "dist", tmp_path / "venv"
-    built = run(sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", dist, repo)
+    # setuptools builds in the source tree (build/, *.egg-info): a copy keeps the checkout as it was.
+    source_tree = tmp_path / "src"
+    shutil.copytree(repo / "perfgate", source_tree / "perfgate", ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(repo / name, source_tree / name)
+    built = run(sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", dist, source_tree)
     assert built.returncode == 0, built.stderr[-2000:]
     venv.create(env, with_pip=False)
     python = env / "bin" / "python"
