@@ -138,7 +138,9 @@ def test_a_side_that_fails_to_prepare_leaves_the_other_timed_alone(fails, togeth
     ids=["same", "30-more-kernels", "fewer-kernels", "from-none", "one-process-python-drift"],
 )
 def test_counts_are_judged_b_against_a_within_their_band(a, b, expected):
-    got = {c["count"]: c for c in paired.counts({"compiled_kernels": a}, {"compiled_kernels": b, "eager_kernels": 9})}
+    one = {"cell": "c", "status": "ok"}
+    record_a, record_b = {**one, "compiled_kernels": a}, {**one, "compiled_kernels": b, "eager_kernels": 9}
+    got = {c["count"]: c for c in paired.counts(record_a, record_b)}
     assert list(got) == ["kernels"] and got["kernels"]["outcome"] == expected  # eager: A has none, so not judged
     verdict = PairedVerdict.of(
         [{"cell": "c", "paired": {**_summary(paired.worst([expected])), "counts": list(got.values())}}]

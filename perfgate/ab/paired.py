@@ -35,6 +35,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from perfgate.core.clocks import COUNTS, DEVICE, HOST, WALL, Clock
+from perfgate.judge.rules import REGRESSION, CountBandRule
 
 ALPHA = 0.05
 RESAMPLES = 4000
@@ -216,22 +217,21 @@ def final(comparisons: Sequence[Comparison], pairs: int, confirm: int = 2) -> bo
 
 
 def counts(record_a: dict, record_b: dict) -> list[dict]:
-    """B's counts of a step's work against A's, side by side (perfgate.core.clocks.COUNTS), each within its band.
-    A count needs no interval: it does not follow the host (the same in every process of a cell but Python
-    calls, which moved up to 0.31 % in one process of three: docs/measuring.md). Grown past the band is a
-    regression; shrunk past it is shown as the PR's own gain ("fewer"), never a failure. Judged B against A
-    rather than against the committed baseline, so a count that moved on main since the baseline was taken is
-    not laid on the PR."""
+    """B's counts of a step's work against A's (two ok records), side by side (perfgate.core.clocks.COUNTS),
+    each within its band by the gate's own count rule (perfgate.judge.rules.CountBandRule, A in the baseline's
+    place). A count needs
+    no interval: it does not follow the host (the same in every process of a cell but Python calls, which moved
+    up to 0.31 % in one process of three: docs/measuring.md). Grown past the band is a regression; shrunk past
+    it is shown as the PR's own gain ("fewer"), never a failure. Judged B against A rather than against the
+    committed baseline, so a count that moved on main since the baseline was taken is not laid on the PR."""
     out = []
     for count in COUNTS:
         for side in ("compiled", "eager"):
             a, b = record_a.get(count.field(side)), record_b.get(count.field(side))
             if a is None or b is None:
                 continue
-            change = b / a - 1 if a else None  # None: from none to some (a new CUDA graph replay, say)
-            grown = change > count.threshold if change is not None else b > 0
-            fewer = change is not None and change < -count.threshold
-            outcome = "regression" if grown else "fewer" if fewer else "ok"
+            found = CountBandRule(count.field(side), count.threshold).check(record_a, record_b)
+            outcome = "ok" if found is None else "regression" if found.kind == REGRESSION else "fewer"
             out.append(
                 {
                     "count": count.name,
@@ -240,7 +240,7 @@ def counts(record_a: dict, record_b: dict) -> list[dict]:
                     "side": side,
                     "a": a,
                     "b": b,
-                    "change": change,
+                    "change": b / a - 1 if a else None,  # None: from none to some (a new CUDA graph replay, say)
                     "threshold": count.threshold,
                     "outcome": outcome,
                 }
