@@ -221,6 +221,8 @@ def test_paired_run_on_two_trees(suite):
     records = [json.loads(line) for line in (suite.path / "r.jsonl").read_text().splitlines()]
     final = [r for r in records if r.get("paired")]
     assert final and all(r["paired"]["rules"] for r in final)
+    spent = [r["paired"]["seconds"] for r in final]  # where each cell's seconds went, for the time account
+    assert all(s["total"] >= sum(s["prepare"] + s["looks"] + s["finish"]) > 0 and s["wall_rounds"] > 0 for s in spent)
     assert (suite.path / "r.against.jsonl").exists()
 
 

@@ -56,3 +56,22 @@ def test_report_stages_prints_the_table_and_the_totals(tmp_path, capsys):
     assert main(["report", syn.write_run(tmp_path / "results.jsonl", [rec]), "--stages"]) == 0
     out = capsys.readouterr().out
     assert "| timing share |" in out and "where the cells' 0:40 of GPU-time went: compile 0:30 (75%)" in out
+
+
+def test_a_paired_run_line_adds_where_both_sides_time_went():
+    record = _record(compile=10.0, timing=20.0)
+    record["paired"] = {
+        "seconds": {
+            "prepare": [30.0, 25.0],
+            "looks": [40.0, 20.0],
+            "finish": [3.0, 2.0],
+            "wall_rounds": 35.0,
+            "host_rounds": 12.0,
+            "device_rounds": 13.0,
+            "total": 121.0,
+        }
+    }
+    assert run_line([record]).endswith(
+        "; paired, both sides: 2:01 (prepare 0:55, looks 1:00 of which wall rounds 0:35, host rounds 0:12, "
+        "device rounds 0:13, finish 0:05)"
+    )

@@ -203,6 +203,12 @@ def measure(
     rng = random.Random(f"{seed}:{job_b.cell.id}")
     rounds = {clock: {s: {"eager": [], "compiled": []} for s in "ab"} for clock in CLOCKS}
     summary = {"against": a.describe(), "estimator": paired.DEFAULT_ESTIMATOR, "duets": 0, "looks": 0}
+    # Where a paired cell's seconds go, per process pair: both sides to their warm state, their looks, their
+    # records. The gate's time target is a sum of these (docs/gate.md "What it costs").
+    seconds: dict[str, list[float]] = {"prepare": [], "looks": [], "finish": []}
+    by_clock = dict.fromkeys(CLOCKS, 0.0)  # the looks' seconds by the clock their rounds served
+    started = time.monotonic()
+    lap = _lap()
     record_a = record_b = steps = None
     confidence = paired.look_confidence(LOOKS * DUETS)
     comparisons: list[paired.Comparison] = []
@@ -216,12 +222,15 @@ def measure(
         # A planted fault (--perf-inject) sizes itself on the cell's own step time after warm-up: that wants the
         # machine to itself, so B's preparation never overlaps A's then.
         together = (warm or summary["duets"] > 1) and job_b.options.fault is None
+        lap()
         try:
             record_a, record_b, ready = _prepare(duet, job_a, job_b, progress, first, together)
         except WorkerGone as err:
             duet.renew()
             summary["error"] = str(err)
             break
+        finally:
+            seconds["prepare"].append(lap())
         if ready is None:  # a side failed before its rounds: nothing paired to judge
             failed_a = record_a is not None and record_a["status"] != "ok"
             summary["error"] = f"side A failed: {record_a['reason']}" if failed_a else "side B failed"
@@ -231,11 +240,13 @@ def measure(
             for look in range(LOOKS):
                 summary["looks"] += 1
                 wanted = set(CLOCKS) if look == 0 else _unsure_clocks(comparisons)
-                _look_once(duet, rounds, steps, rng, ready, progress, wanted)
+                _look_once(duet, rounds, steps, rng, ready, wanted, by_clock)
                 comparisons = _judge(rounds, confidence, job_b.cell.device_kind)
                 if _decided(comparisons):
                     break
+            seconds["looks"].append(lap())
             record_a, record_b = (_finish(duet.worker(side), progress) for side in (a, b))
+            seconds["finish"].append(lap())
         except WorkerGone as err:
             summary["error"] = str(err)
             if f"side {a.name}" in str(err):  # A gone: B's rounds are still its own record (a hung B is not asked)
@@ -257,6 +268,11 @@ def measure(
         rules=[c.as_json() for c in comparisons],
         rounds=rounds,
         note=duet.notes.get("A", ""),
+        seconds={
+            **{k: [round(x, 2) for x in v] for k, v in seconds.items()},
+            **{f"{clock}_rounds": round(s, 2) for clock, s in by_clock.items()},
+            "total": round(time.monotonic() - started, 2),
+        },
     )
     if record_b is None:
         from perfgate.core.record import new_record
@@ -312,6 +328,18 @@ def _prepare(
     return records["a"], records["b"], None
 
 
+def _lap() -> Callable[[], float]:
+    """A stopwatch: each call returns the seconds since the previous one (the first, since its creation)."""
+    last = [time.monotonic()]
+
+    def lap() -> float:
+        now = time.monotonic()
+        out, last[0] = now - last[0], now
+        return out
+
+    return lap
+
+
 def _both_ok(record_a: dict | None, record_b: dict | None) -> bool:
     return all(r is not None and r.get("status") == "ok" for r in (record_a, record_b))
 
@@ -339,10 +367,12 @@ def _ask(worker: Worker, request: dict, key: str) -> dict | None:
     return message[key]
 
 
-def _look_once(duet: Duet, rounds: dict, steps: int, rng: random.Random, ready: dict, progress, wanted) -> None:
+def _look_once(duet: Duet, rounds: dict, steps: int, rng: random.Random, ready: dict, wanted: set, spent: dict) -> None:
+    """One look: the round pairs of each clock in `wanted`, their seconds added to `spent` by clock."""
     workers = {"a": duet.worker(duet.sides[0]), "b": duet.worker(duet.sides[1])}
 
     def pair(clock: str, request: dict) -> None:
+        t0 = time.monotonic()
         for s in rng.sample("ab", 2):
             got = _ask(workers[s], request, clock)
             if got is None:
@@ -350,6 +380,7 @@ def _look_once(duet: Duet, rounds: dict, steps: int, rng: random.Random, ready: 
             for side in ("eager", "compiled"):
                 values = got[side] if isinstance(got[side], list) else [got[side]]
                 rounds[clock][s][side][-1].extend(values)
+        spent[clock] += time.monotonic() - t0
 
     for _ in range(WALL_PAIRS if "wall" in wanted else 0):
         pair("wall", {"op": "wall", "steps": steps, "first": rng.choice(("eager", "compiled"))})

@@ -449,7 +449,8 @@ FIELDS: tuple[Field, ...] = (
         dict,
         check="object",
         doc="a paired run's comparison with its base side (perfgate.ab.duet.measure): against, estimator, "
-        "duets, looks, outcome, rules [{rule, change, lo, hi, outcome, pairs}], the rounds of both sides",
+        "duets, looks, outcome, rules [{rule, change, lo, hi, outcome, pairs}], the rounds of both sides, "
+        "seconds {prepare, looks, finish: per process pair; wall_rounds, host_rounds, device_rounds; total}",
     ),
     Field(
         "gpu_neighbours",

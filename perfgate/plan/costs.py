@@ -141,6 +141,13 @@ class Progress:
         )
 
 
+def cell_seconds(record: dict) -> float:
+    """The seconds a cell took: a paired cell's whole comparison (both sides, every process pair), another's
+    own wall_s (its stages' sum; for a paired cell only this tree's side's)."""
+    paired = record.get("paired") or {}
+    return (paired.get("seconds") or {}).get("total") or record.get("wall_s") or 0.0
+
+
 def gpus_held(record: dict) -> int:
     """The GPUs a cell's record says it held: its ranks for a data-parallel cell, one for another GPU cell."""
     return (record.get("world_size") or 1) if record.get("device_kind") == "gpu" else 0

@@ -17,7 +17,7 @@ import pytest
 from perfgate.core import matrix
 from perfgate.core.matrix import Cell
 from perfgate.core.record import nothing_measured
-from perfgate.plan.costs import gpus_held
+from perfgate.plan.costs import cell_seconds, gpus_held
 from perfgate.plugin.selection import Selection
 
 
@@ -389,7 +389,9 @@ class PerfSession:
         record = self._run(spec, cell)
         self.ran[cell.id] = (spec, cell)
         if self.progress is not None and self.worker is None:  # under xdist the controller counts
-            done = self.progress.finish(cell.id, record["wall_s"], self.expected.get(cell.id, 0.0), gpus_held(record))
+            done = self.progress.finish(
+                cell.id, cell_seconds(record), self.expected.get(cell.id, 0.0), gpus_held(record)
+            )
             self._progress(f"{done}: {self.finished[cell.id]['line']}")
         sink.feed(record)  # from the record, so pytest-benchmark holds the rounds perfgate judged
         if record["status"] != "ok":

@@ -33,7 +33,23 @@ def run_line(records: Sequence[dict], precompile_s: float = 0.0) -> str | None:
     text = f"perfgate: where the cells' {hms(whole)} of {unit} went: {parts}"
     if precompile_s:
         text += f"; before them, the precompile took {hms(precompile_s)}"
-    return text
+    return text + paired_line(records)
+
+
+def paired_line(records: Sequence[dict]) -> str:
+    """ "; paired, both sides: 9:40 (prepare 4:02, looks 5:10 of which wall rounds 2:01, ..., finish 0:28)":
+    where a paired run's time went beyond this tree's own stages (perfgate.ab.duet's seconds); "" unpaired."""
+    spent = [(r.get("paired") or {}).get("seconds") for r in records]
+    spent = [s for s in spent if s]
+    if not spent:
+        return ""
+    total = {key: sum(sum(s.get(key) or []) for s in spent) for key in ("prepare", "looks", "finish")}
+    rounds = {clock: sum(s.get(f"{clock}_rounds", 0.0) for s in spent) for clock in ("wall", "host", "device")}
+    within = ", ".join(f"{clock} rounds {hms(x)}" for clock, x in rounds.items() if x >= 0.5)
+    return (
+        f"; paired, both sides: {hms(sum(s['total'] for s in spent))} (prepare {hms(total['prepare'])}, "
+        f"looks {hms(total['looks'])}" + (f" of which {within}" if within else "") + f", finish {hms(total['finish'])})"
+    )
 
 
 def cells_table(records: Sequence[dict]) -> str:
