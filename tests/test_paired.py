@@ -109,8 +109,37 @@ class FakeDuet:
     def worker(self, side):
         return self.workers[side.name.lower()]
 
+    def start(self, *sides):
+        return [self.worker(side) for side in sides]
+
     def renew(self):
         self.renewed = True
+
+
+def test_the_two_workers_start_at_once_and_a_base_that_predates_the_engine_runs_on_this_one(tmp_path):
+    """Side A's tree has a perfgate without the paired engine (a base revision older than it): its worker is
+    started again on this tree's engine, says so, and both stay alive for the next cell."""
+    import os
+    from pathlib import Path
+
+    import perfgate
+    from perfgate.ab.duet import Duet
+    from perfgate.ab.sides import Side
+
+    base = tmp_path / "base"
+    (base / "perfgate").mkdir(parents=True)
+    (base / "perfgate" / "__init__.py").write_text("")
+    engine = os.path.dirname(perfgate.__file__)
+    here = str(Path(engine).parent)
+    duet = Duet(Side("A", str(base)), Side("B", here), tmp_path / "duet", here, sys.path, engine)
+    try:
+        a, b = duet.start(*duet.sides)
+        assert a.popen.poll() is None and b.popen.poll() is None
+        assert os.path.realpath(a.hello["hello"]["perfgate"]) == os.path.realpath(engine)
+        assert "predates the paired engine" in duet.notes["A"]
+        assert duet.start(*duet.sides) == [a, b]  # live workers are kept, not started again
+    finally:
+        duet.close()
 
 
 @pytest.mark.parametrize("together", [False, True], ids=["one-after-the-other", "at-once"])

@@ -49,14 +49,14 @@ class WorkerGone(RuntimeError):
 class Worker:
     """One side's warm process; requests on its stdin, replies read line by line with a deadline."""
 
-    def __init__(self, side: Side, directory: Path, pythonpath: list[str]):
+    def __init__(self, side: Side, directory: Path, pythonpath: list[str], greet: bool = True, cwd: str = ""):
         directory.mkdir(parents=True, exist_ok=True)
         self.side, self.stderr_path = side, directory / f"{side.name}.stderr"
         env = {**os.environ, **side.env, "PYTHONPATH": os.pathsep.join(pythonpath), "PYTHONUNBUFFERED": "1"}
         with self.stderr_path.open("a", encoding="utf-8") as sink:
             self.popen = subprocess.Popen(
                 [side.python, "-m", WORKER_MODULE],
-                cwd=side.root,
+                cwd=cwd or side.root,
                 env=env,
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
@@ -64,6 +64,12 @@ class Worker:
                 start_new_session=True,
             )
         self.buffer = b""
+        self.hello: dict = {}
+        if greet:
+            self.greet()
+
+    def greet(self) -> None:
+        """Wait for the worker's hello (its interpreter started and its imports done)."""
         self.hello = self.expect("hello", START_LIMIT_S)
 
     def send(self, message: dict) -> None:
@@ -143,27 +149,52 @@ class Duet:
         self.first = "a"  # the side prepared first: its compiles fill the shared cache (tools/probes may swap it)
 
     def worker(self, side: Side) -> Worker:
-        if side.name in self.workers and self.workers[side.name].popen.poll() is None:
-            return self.workers[side.name]
-        path = import_path(side, self.here_root, self.path)
+        return self.start(side)[0]
+
+    def start(self, *sides: Side) -> list[Worker]:
+        """The live workers of `sides`, those not running started all at once: a worker's interpreter and imports
+        took ~10 s on a GPU runner's host (2 x H200, 2026-11-27), and started one after the other a fresh process
+        pair cost ~20 s before its cell began, in every second pair and at the session's first cell."""
+        fresh: dict[str, Worker] = {}
         try:
-            worker = Worker(side, self.directory, path)
+            for side in sides:
+                live = self.workers.get(side.name)
+                if live is None or live.popen.poll() is not None:
+                    path = import_path(side, self.here_root, self.path)
+                    fresh[side.name] = Worker(side, self.directory, path, greet=False)
+            for side in sides:
+                if side.name in fresh:
+                    self.workers[side.name] = self._greeted(fresh.pop(side.name))
+        finally:
+            for worker in fresh.values():  # a side failed to start: the other's fresh process goes too
+                worker.close()
+        return [self.workers[side.name] for side in sides]
+
+    def _greeted(self, worker: Worker) -> Worker:
+        """`worker` once it said hello in this engine's protocol; a side whose perfgate predates the paired
+        engine is started again on this tree's engine (the overlay)."""
+        side = worker.side
+        try:
+            worker.greet()
         except WorkerGone as err:
             if "No module named" not in str(err) and "perfgate.measure.duet" not in str(err):
+                worker.close()  # hung past its limit, perhaps: it must not outlive the error
                 raise
             overlay = self.directory / "engine-overlay"
             overlay.mkdir(parents=True, exist_ok=True)
             link = overlay / "perfgate"
             if not link.exists():
                 link.symlink_to(self.engine)
-            worker = Worker(side, self.directory, [str(overlay), *path])
+            # Started in the overlay: `python -m` puts its working directory first on the path, and the side's
+            # own root holds its old perfgate.
+            path = [str(overlay), *import_path(side, self.here_root, self.path)]
+            worker = Worker(side, self.directory, path, cwd=str(overlay))
             self.notes[side.name] = (
                 f"side {side.name} predates the paired engine: its zoo and tests ran on this tree's engine"
             )
         if worker.hello.get("hello", {}).get("protocol") != PROTOCOL:
             worker.close()
             raise WorkerGone(f"side {side.name} speaks protocol {worker.hello}; this engine speaks {PROTOCOL}")
-        self.workers[side.name] = worker
         return worker
 
     def renew(self) -> None:
@@ -253,8 +284,8 @@ def measure(
                 record_b = _salvage(duet, b, progress) or record_b
             duet.renew()
             break
-        if paired.final(comparisons, summary["duets"]):
-            break
+        if paired.final(comparisons, summary["duets"]) or summary["duets"] == DUETS:
+            break  # the workers stay for the next cell: renewed after the last pair, they cost ~20 s to start again
         duet.renew()  # a fresh process pair for the next duet
         why = "a regression is measured again" if _decided(comparisons) else "still unsure"
         progress(f"{job_b.cell.id}: {why}, with a fresh process pair")
@@ -290,7 +321,7 @@ def _prepare(
     record of its own whichever side failed. One after the other, `first` first (A's compiles fill the shared
     cache), or `together` where the cache already holds the cell's compiles (a precompiled cell, a second
     pair): the two sides then build, load and warm up at once, which only their untimed stages see."""
-    workers = {"a": duet.worker(duet.sides[0]), "b": duet.worker(duet.sides[1])}
+    workers = dict(zip("ab", duet.start(*duet.sides)))
     jobs = {"a": job_a, "b": job_b}
 
     def send(name: str, peers: list[int]) -> None:

@@ -123,6 +123,14 @@ def main() -> int:
     import importlib
 
     import perfgate
+
+    # A side's tree whose perfgate predates this module, under an editable install of another tree: its
+    # perfgate package, this module from the installed tree's finder. Such a mix must not measure: the
+    # coordinator reads this line and starts the side again on one engine whole (perfgate.ab.duet's overlay).
+    engine = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    if os.path.realpath(os.path.dirname(perfgate.__file__)) != os.path.realpath(engine):
+        print(f"perfgate.measure.duet of {engine} found under the perfgate of {perfgate.__file__}", file=sys.stderr)
+        return 3
     from perfgate.measure.job import Job
 
     # Imported before the first job, as a long session has them by its second cell: a first compile must not
