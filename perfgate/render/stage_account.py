@@ -39,11 +39,10 @@ def run_line(records: Sequence[dict], precompile_s: float = 0.0) -> str | None:
 def paired_line(records: Sequence[dict]) -> str:
     """ "; paired, both sides: 9:40 (prepare 4:02, looks 5:10 of which wall rounds 2:01, ..., finish 0:28)":
     where a paired run's time went beyond this tree's own stages (perfgate.ab.duet's seconds); "" unpaired."""
-    spent = [(r.get("paired") or {}).get("seconds") for r in records]
-    spent = [s for s in spent if s]
+    spent: list[dict] = [s for r in records if (s := (r.get("paired") or {}).get("seconds"))]
     if not spent:
         return ""
-    total = {key: sum(sum(s.get(key) or []) for s in spent) for key in ("prepare", "looks", "finish")}
+    total = {key: sum(sum(s.get(key) or [], 0.0) for s in spent) for key in ("prepare", "looks", "finish")}
     rounds = {clock: sum(s.get(f"{clock}_rounds", 0.0) for s in spent) for clock in ("wall", "host", "device")}
     within = ", ".join(f"{clock} rounds {hms(x)}" for clock, x in rounds.items() if x >= 0.5)
     return (
