@@ -87,7 +87,7 @@ class FakeWorker:
     """A side's worker that answers a job with `ready` (or a failed record) and `finish` with its record."""
 
     def __init__(self, name: str, fails: bool):
-        self.name, self.fails, self.sent = name, fails, []
+        self.name, self.fails, self.sent, self.finish_asked = name, fails, [], False
         self.popen = type("P", (), {"pid": 1 if name == "a" else 2})()
 
     def send(self, message: dict) -> None:
@@ -140,6 +140,27 @@ def test_the_two_workers_start_at_once_and_a_base_that_predates_the_engine_runs_
         assert duet.start(*duet.sides) == [a, b]  # live workers are kept, not started again
     finally:
         duet.close()
+
+
+def test_a_side_already_asked_to_finish_is_not_asked_again():
+    """Sides that finish at once are both asked first, then read: reading one must not ask it a second time
+    (a worker takes the line after its record as its next cell's job)."""
+    import io
+
+    from perfgate.ab import duet
+
+    worker = duet.Worker.__new__(duet.Worker)
+    worker.side, worker.finish_asked = type("S", (), {"name": "B"})(), False
+    worker.popen = type("P", (), {"stdin": io.BytesIO()})()
+    worker.expect = lambda key, limit_s, progress=None: {"record": {"status": "ok"}}
+    worker.send({"job": {}})
+    assert not worker.finish_asked
+    worker.send({"op": "finish", "solo": False})
+    assert duet._finish(worker, lambda _m: None) == {"status": "ok"}
+    assert worker.popen.stdin.getvalue().count(b'"finish"') == 1
+    worker.send({"job": {}})  # the next cell: its own finish is asked again
+    duet._finish(worker, lambda _m: None)
+    assert worker.popen.stdin.getvalue().count(b'"finish"') == 2
 
 
 @pytest.mark.parametrize("together", [False, True], ids=["one-after-the-other", "at-once"])
