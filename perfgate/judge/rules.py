@@ -4,9 +4,10 @@ cur_record)` that returns a Finding or None. Imports no torch.
 One ratio rule per clock (perfgate.core.clocks defines each default line), on log ratios against the
 baseline's run-to-run noise: wall `speedup` 5 %, device `device_speedup` 2.5 % (a data-parallel cell's
 `compute_speedup` too), host time (HostTimeRule) +15 %. One band rule per count of a step's work and side
-(CountBandRule, perfgate.core.clocks.COUNTS: +-1.5 %). Count, relative, numerics and status rules cover the
-rest. How the ratio rules decide, and why: docs/gate-power.md ("How the rules decide"). A finding
-is data, the figures a rule judged by; its words live in perfgate.render.wording.
+(CountBandRule, perfgate.core.clocks.COUNTS: +-0.5 %, Python calls and instructions +-1.5 %). Count,
+relative, numerics and status rules cover the rest. How the ratio rules decide, and why: docs/gate-power.md
+("How the rules decide"). A finding is data, the figures a rule judged by; its words live in
+perfgate.render.wording.
 """
 
 from __future__ import annotations
