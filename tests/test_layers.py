@@ -90,6 +90,13 @@ def test_every_module_has_a_layer():
     assert top == {"cli", "__main__"}, f"modules at perfgate's top belong in a layer: {sorted(top)}"
 
 
+def test_the_faces_package_and_the_cli_are_one_layer():
+    """perfgate/faces/ (a module per command) is the faces layer with the CLI that assembles it."""
+    faces = sorted(m for m in MODULES if m.split(".")[1:2] == ["faces"])
+    assert "perfgate.faces.compare" in faces
+    assert {layer_of(m) for m in [*faces, "perfgate.cli", "perfgate.__main__"]} == {FACES}
+
+
 @pytest.mark.parametrize("low, high", sorted(LAZY_UP))
 def test_the_one_arrow_up_reaches_a_module_that_imports_core_alone(low, high):
     assert high in MODULES and high not in TOP[low], f"{low} may import {high} lazily only"
