@@ -14,10 +14,10 @@ import time
 
 import pytest
 
-from perfgate import cli
 from perfgate.cli import main
 from perfgate.core import exits, validate
 from perfgate.core.records_file import append_record
+from perfgate.faces import compare as compare_face
 from perfgate.judge.baseline import build_baseline, write_baseline
 
 import synthetic as syn
@@ -201,7 +201,7 @@ def test_a_crash_inside_perfgate_exits_3_never_1(tmp_path, baseline_file, capsys
     def broken(*args, **kwargs):
         raise ZeroDivisionError("a bug")
 
-    monkeypatch.setattr(cli, "gate_run", broken)
+    monkeypatch.setattr(compare_face, "gate_run", broken)
     assert main(["compare", _results(tmp_path), "--baseline", baseline_file]) == exits.BUG == 3
     err = capsys.readouterr().err
     assert "ZeroDivisionError: a bug" in err and "internal error in `perfgate compare`" in err

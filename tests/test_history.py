@@ -319,7 +319,7 @@ def test_power_for_a_sustained_5_percent_step(n, noise, found_min):
 def test_history_show_and_the_report_mark_the_same_change_points():
     """One path from a history to change points: a drop measured only on noisy machines (wide intervals)
     is no change point for `perfgate history show` either, as it is not for the report."""
-    from perfgate import cli
+    from perfgate.faces.history import _change_marks
     from perfgate.judge.changepoint import segment
     from perfgate.render import html_report
 
@@ -337,7 +337,7 @@ def test_history_show_and_the_report_mark_the_same_change_points():
         for i, v in enumerate(values)
     ]
     assert segment(values).change_points  # unweighted, the drop would be one
-    assert cli._change_marks(points) == {} and html_report.trend("c", points, None).changes == ()
+    assert _change_marks(points) == {} and html_report.trend("c", points, None).changes == ()
     points[5:] = [{**p, "speedup_lo": p["speedup"] * 0.999, "speedup_hi": p["speedup"] * 1.001} for p in points[5:]]
-    marks, texts = cli._change_marks(points), html_report.trend("c", points, None).changes
+    marks, texts = _change_marks(points), html_report.trend("c", points, None).changes
     assert list(marks) == [5] and len(texts) == 1 and "at 01-06 (run r5)" in texts[0]  # the same point, both

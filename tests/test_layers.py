@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 PKG = Path(__file__).resolve().parents[1] / "perfgate"
-FACES = "faces"  # the modules at perfgate's top: the CLI, its completion, __main__
+FACES = "faces"  # perfgate/faces/ (a module per command), and at perfgate's top the CLI and __main__
 # What each layer may import from perfgate (itself included).
 ALLOWED = {
     "core": {"core"},
@@ -27,7 +27,7 @@ LAZY_UP = {("perfgate.judge.rules", "perfgate.render.wording")}
 
 
 def layer_of(module: str) -> str:
-    """perfgate.judge.gate -> judge; perfgate.cli -> faces; perfgate.plugin -> plugin."""
+    """perfgate.judge.gate -> judge; perfgate.faces.ab, perfgate.cli -> faces; perfgate.plugin -> plugin."""
     parts = module.split(".")
     if len(parts) > 1 and parts[1] in ALLOWED:
         return parts[1]
@@ -87,7 +87,14 @@ def test_no_module_imports_itself_back():
 
 def test_every_module_has_a_layer():
     top = {p.stem for p in PKG.glob("*.py")} - {"__init__"}
-    assert top == {"cli", "completion", "__main__"}, f"modules at perfgate's top belong in a layer: {sorted(top)}"
+    assert top == {"cli", "__main__"}, f"modules at perfgate's top belong in a layer: {sorted(top)}"
+
+
+def test_the_faces_package_and_the_cli_are_one_layer():
+    """perfgate/faces/ (a module per command) is the faces layer with the CLI that assembles it."""
+    faces = sorted(m for m in MODULES if m.split(".")[1:2] == ["faces"])
+    assert "perfgate.faces.compare" in faces
+    assert {layer_of(m) for m in [*faces, "perfgate.cli", "perfgate.__main__"]} == {FACES}
 
 
 @pytest.mark.parametrize("low, high", sorted(LAZY_UP))

@@ -303,9 +303,9 @@ def _ab_args(**given):
 
 
 def test_paired_ab_is_one_pytest_run_against_side_a(tmp_path):
-    from perfgate.ab import face
+    from perfgate.faces.ab import paired_argv
 
-    command, env = face.argv(_ab_args(a_rev="origin/main", a_env=["X=1"], b_env=["Y=2"]), tmp_path)
+    command, env = paired_argv(_ab_args(a_rev="origin/main", a_env=["X=1"], b_env=["Y=2"]), tmp_path)
     assert command[1:3] == ["-m", "pytest"] and command[3:6] == ["perftests", "-m", "gpu and pr"]
     assert command[command.index("--perf-against") + 1] == "origin/main"
     assert command[command.index("--perf-against-env") + 1] == "X=1" and env["Y"] == "2"
@@ -317,10 +317,10 @@ def test_paired_ab_is_one_pytest_run_against_side_a(tmp_path):
     ids=["no-side-a", "process-only-option", "blank-rev"],
 )
 def test_paired_ab_refuses_what_it_cannot_mean(given, words, tmp_path):
-    from perfgate.ab import face
+    from perfgate.faces.ab import paired_argv
 
     with pytest.raises(SideError, match=words):
-        face.argv(_ab_args(**given), tmp_path)
+        paired_argv(_ab_args(**given), tmp_path)
 
 
 @pytest.mark.serial

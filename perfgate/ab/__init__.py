@@ -8,7 +8,6 @@ compare through it. Imports no torch: the sides' worker processes do
 - duet.py      the coordinator: two warm worker processes per cell, rounds alternated in random order
 - paired.py    estimators that fit the noise, the paired bootstrap, and the three-way verdict
 - verdict.py   a paired run's verdict over its cells, its exit code with the baseline gate's, its words
-- face.py      `perfgate ab --paired`: one pytest run with --perf-against*
 
 `perfgate ab` without --paired and `perfgate bisect` still alternate whole processes, a pytest run per process:
 

@@ -9,7 +9,9 @@ since Python 3.2. Imports no torch: the script is printed in well under a second
 from __future__ import annotations
 
 import argparse
+import functools
 import shlex
+import sys
 from dataclasses import dataclass
 
 SHELLS = ("bash", "zsh")
@@ -159,3 +161,19 @@ def zsh_script(all_commands: list[Command], prog: str) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def cmd_completion(args: argparse.Namespace, root: argparse.ArgumentParser) -> int:
+    sys.stdout.write(script(root, args.shell))
+    return 0
+
+
+def add_parser(sub, root: argparse.ArgumentParser) -> None:
+    """`completion` on the subcommands `sub` of `root`, the whole parser, whose commands its script completes
+    (handed in, as this face cannot import perfgate.cli, which imports it)."""
+    comp = sub.add_parser(
+        "completion", help="print a completion script for this command, e.g. source <(perfgate completion bash)"
+    )
+    # choices: a shell not in SHELLS is argparse's usage error, exit 2, naming the value and the valid ones.
+    comp.add_argument("shell", choices=SHELLS, help="the shell the script is for")
+    comp.set_defaults(func=functools.partial(cmd_completion, root=root))

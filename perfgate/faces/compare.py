@@ -1,0 +1,126 @@
+"""`perfgate compare`, `perfgate baseline update` and `perfgate results`: a results file against a baseline,
+results files folded into baselines, and a short table of records. Imports no torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Sequence
+
+from perfgate.core import exits
+from perfgate.core.output import OutputError
+from perfgate.core.record import nothing_measured
+from perfgate.core.records_file import RecordFileError, iter_records, load_records
+from perfgate.judge.baseline import BaselineError, disagreements, save_baselines
+from perfgate.judge.gate import gate_run
+from perfgate.render.report import records_table
+from perfgate.render.report_files import write_reports
+
+# Below this many runs the run-to-run spread is unknown (1 run) or a rough guess: with 3 runs its estimate
+# has 2 degrees of freedom, and the speedup gate catches a 5 % loss less often and cries wolf on noisy
+# cells more often than with 5 (docs/gate-power.md).
+ADVISED_RUNS = 5
+
+
+def nonempty_records(paths: Sequence[str]) -> list[dict]:
+    """The records of these files, one per cell (load_records); RecordFileError where there are none."""
+    records = load_records(paths)
+    if not records:
+        raise RecordFileError(f"no records in {', '.join(paths)}")
+    return records
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    try:
+        outcome = gate_run(nonempty_records(args.results), args.baseline)
+    except (RecordFileError, BaselineError) as err:
+        return _cannot_compare([str(err)])
+    try:
+        text = write_reports(outcome, args.markdown, args.json)  # with errors: a page saying why, for a PR comment
+    except OutputError as err:
+        return _cannot_compare(list(outcome.errors) + [str(err)])
+    if outcome.errors:
+        return _cannot_compare(outcome.errors)
+    sys.stdout.write(text)
+    return outcome.exit_code
+
+
+def _cannot_compare(messages: Sequence[str]) -> int:
+    for message in messages:
+        print(f"perfgate: cannot compare: {message}", file=sys.stderr)
+    return exits.UNUSABLE
+
+
+def cmd_baseline_update(args: argparse.Namespace) -> int:
+    try:
+        # Records group into runs by run_id (xdist workers share one), else one file is one run; within a
+        # run a cell's later record (a confirm round) replaces the earlier.
+        sources = [list(iter_records(path)) for path in args.results]
+        every = [record for source in sources for record in source]
+        nothing = nothing_measured(every) if every else None  # no record at all: said below
+        if nothing:  # a baseline of skipped cells would gate nothing
+            raise RecordFileError(nothing)
+        written = save_baselines(sources, args.dir)
+    except (RecordFileError, BaselineError, OutputError) as err:
+        print(f"perfgate: cannot update the baseline: {err}", file=sys.stderr)
+        return exits.UNUSABLE
+    if not written:  # exit 0 with nothing written read as success to a CI step
+        print(
+            f"perfgate: cannot update the baseline: no records in {', '.join(map(str, args.results))}", file=sys.stderr
+        )
+        return exits.UNUSABLE
+    for path in written:
+        baseline = json.loads(path.read_text(encoding="utf-8"))
+        statuses = [c["status"] for c in baseline["cells"].values()]
+        print(f"wrote {path}: {len(statuses)} cell(s), {statuses.count('ok')} ok, from {baseline['runs']} run(s)")
+        if baseline["runs"] < ADVISED_RUNS:
+            print(
+                f"  note: fewer than {ADVISED_RUNS} runs: the gate cannot tell run-to-run noise from a "
+                f"regression well; give it {ADVISED_RUNS} or more runs, each its own pytest session"
+            )
+    for line in disagreements(sources):
+        print(f"  warning: {line}")
+    return exits.PASS
+
+
+def cmd_results(args: argparse.Namespace) -> int:
+    try:
+        records = nonempty_records(args.results)
+    except RecordFileError as err:
+        print(f"perfgate: {err}", file=sys.stderr)
+        return exits.UNUSABLE
+    print(records_table(records))
+    return exits.PASS
+
+
+def add_parser(sub) -> None:
+    """`compare`, `baseline update` and `results` on the subcommands `sub`."""
+    cmp = sub.add_parser("compare", help="compare results with a baseline; exit 0 pass, 1 regression, 2 cannot compare")
+    cmp.add_argument("results", nargs="+", metavar="RESULTS", help="results files (JSON lines)")
+    cmp.add_argument(
+        "--baseline",
+        required=True,
+        metavar="PATH_OR_DIR",
+        help="a baseline file, or a directory holding <fingerprint>_<tier>.json files",
+    )
+    cmp.add_argument("--markdown", metavar="FILE", help="also write the Markdown report here")
+    cmp.add_argument("--json", metavar="FILE", help="also write the report as JSON here")
+    cmp.set_defaults(func=cmd_compare)
+
+    base = sub.add_parser("baseline", help="make baselines")
+    base_sub = base.add_subparsers(dest="action", required=True)
+    upd = base_sub.add_parser("update", help="fold results files of independent runs into baselines")
+    upd.add_argument(
+        "results",
+        nargs="+",
+        metavar="RESULTS",
+        help="results files; records group into runs by run_id, else one file is one run",
+    )
+    upd.add_argument("--dir", default="baselines", help="where baseline files go (default: baselines)")
+    upd.set_defaults(func=cmd_baseline_update)
+
+    res = sub.add_parser("results", help="a short table of the records in results files")
+    res.add_argument("results", nargs="+", metavar="RESULTS")
+    res.set_defaults(func=cmd_results)
