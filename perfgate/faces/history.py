@@ -66,7 +66,7 @@ def cmd_history_show(args: argparse.Namespace) -> int:
         )
         return exits.UNUSABLE
     # Change points on the clocks' ratios alone (wall and device speedup), as in the report's trends: the method's
-    # noise floor (1 %) and smallest step (2 %) are sized for timings and would hide a count's 1.5 % band.
+    # noise floor (1 %) and smallest step (2 %) are sized for timings and would hide a count's 0.5-1.5 % band.
     is_ratio = args.metric in BY_RATIO
     marks = _change_marks(points, args.metric) if is_ratio else {}
     rows = [("date", "commit", "run", "fingerprint", "status", args.metric, "")]
