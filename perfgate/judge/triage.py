@@ -131,7 +131,7 @@ def _classify(row, record: dict, baseline: dict) -> tuple[str, str]:
 
 def device_moved(metric: str, change: float, threshold: float | None, tripped) -> bool:
     """A device clock moved: its rule's finding counted, or its change reached the row's threshold (the smallest
-    drop that trips) without one. perfgate.judge.settle reads the same test from a report's JSON."""
+    drop that trips) without one."""
     return metric in tripped or change <= -(threshold or 0)
 
 
