@@ -210,6 +210,25 @@ def test_gate_verdicts_colour_the_bars(tmp_path):
     assert 'class="gate fail"' in page
 
 
+def test_a_paired_runs_report_judges_as_the_paired_gate_did(tmp_path):
+    """`perfgate report` on a paired run's records (pr-gate.yml's digest and PR comment): the clocks were the
+    pair's to judge, so a wall speedup 20 % under the baseline's (other machines') is no regression there, as
+    it was none in the gate; and each cell's verdict carries its paired outcome."""
+    base_dir = quiet_baseline(tmp_path)
+    slower = {"speedup": 2.3 * 0.8, "paired": {"outcome": "unsure", "rules": []}}
+    records = syn.run(7, noise=0.005, run_noise=0.002, overrides={RESNET: slower})
+    records = [r if r["cell"] == RESNET else {**r, "paired": {"outcome": "ok", "rules": []}} for r in records]
+    digest = tmp_path / "digest.md"
+    run = syn.write_run(tmp_path / "results.jsonl", records)
+    assert main(["report", run, "--baseline", str(base_dir), "--markdown", str(digest)]) == 0
+    text = digest.read_text()
+    (row,) = [line for line in text.splitlines() if line.startswith(f"| `{RESNET}`")]
+    assert "paired: unsure" in row and "regression" not in row
+    assert "FAIL" not in text and text.count("paired: ok") == len(records) - 1
+    unpaired = html_report.build([{k: v for k, v in r.items() if k != "paired"} for r in records], baseline=base_dir)
+    assert unpaired.gate_failed  # the same records, unpaired: the wall rule judges them against the baseline
+
+
 def test_a_custom_threshold_reaches_the_html_verdict(tmp_path, capsys):
     """resnet50 3 % slower passes the default wall rule (5 %). A stricter threshold fails it in the page as in
     `perfgate compare`: the model record's own (a fixture's speedup_threshold, which the plugin and compare

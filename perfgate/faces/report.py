@@ -8,10 +8,12 @@ import argparse
 import sys
 from pathlib import Path
 
+from perfgate.ab.verdict import baseline_rules
 from perfgate.core import exits
 from perfgate.core.output import OutputError
 from perfgate.core.records_file import RecordFileError
 from perfgate.faces.compare import nonempty_records
+from perfgate.judge.gate import DEFAULT_RULES
 from perfgate.store import history
 
 
@@ -41,6 +43,11 @@ def cmd_report(args: argparse.Namespace) -> int:
             print(stage_account.run_line(records) or "perfgate: no stage account in these records")
         if not (args.html or args.markdown):
             return exits.PASS
+        # A paired run's records are judged against the baseline as the paired gate judged them: its clocks and
+        # counts B against A (the records' `paired`), the rest against the baseline. The speedup rules would
+        # gate them against other machines' clocks, which the paired gate does not: the PR comment must not
+        # disagree with the gate it reports.
+        paired = any(isinstance(r.get("paired"), dict) for r in records)
         report = html_report.build(
             records,
             db_path=args.db,
@@ -48,6 +55,7 @@ def cmd_report(args: argparse.Namespace) -> int:
             caption=args.caption or "",
             sources=[Path(p).name for p in args.results],
             title=args.title,
+            rules=baseline_rules() if paired else DEFAULT_RULES,
         )
         html_report.write(report, args.html, args.markdown)
     except (RecordFileError, history.HistoryError, OutputError) as err:

@@ -245,9 +245,15 @@ def _table_row(record: dict, verdict: str | None) -> dict:
         "graph_breaks": shown(record, "graph_breaks"),
         "counts": counts_text(record),
         "numerics": record.get("numerics") or "–",
-        "verdict": verdict or "",
+        "verdict": "; ".join(filter(None, (verdict, paired_text(record)))),
         "reason": record.get("reason") or "",
     }
+
+
+def paired_text(record: dict) -> str:
+    """ "paired: unsure": a paired run's outcome for the cell, B against its base (the record's `paired`)."""
+    outcome = (record.get("paired") or {}).get("outcome")
+    return f"paired: {outcome}" if outcome else ""
 
 
 def counts_text(record: dict, side: str = "compiled") -> str:
