@@ -8,7 +8,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from perfgate.ab.verdict import baseline_rules
+from perfgate.ab.verdict import PairedVerdict, baseline_rules
 from perfgate.core import exits
 from perfgate.core.output import OutputError
 from perfgate.core.records_file import RecordFileError
@@ -47,7 +47,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         # counts B against A (the records' `paired`), the rest against the baseline. The speedup rules would
         # gate them against other machines' clocks, which the paired gate does not: the PR comment must not
         # disagree with the gate it reports.
-        paired = any(isinstance(r.get("paired"), dict) for r in records)
+        paired = bool(PairedVerdict.of(records).cells)
         report = html_report.build(
             records,
             db_path=args.db,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from perfgate.core.stages import CONFIRM, STAGES, totals
-from perfgate.plan.costs import gpus_held, hms
+from perfgate.plan.costs import cell_seconds, gpus_held, hms
 from perfgate.render.report import md_text
 
 LABELS = {stage: stage.replace("_", " ") for stage in (*STAGES, CONFIRM)}
@@ -39,14 +39,15 @@ def run_line(records: Sequence[dict], precompile_s: float = 0.0) -> str | None:
 def paired_line(records: Sequence[dict]) -> str:
     """ "; paired, both sides: 9:40 (prepare 4:02, looks 5:10 of which wall rounds 2:01, ..., finish 0:28)":
     where a paired run's time went beyond this tree's own stages (perfgate.ab.duet's seconds); "" unpaired."""
-    spent: list[dict] = [s for r in records if (s := (r.get("paired") or {}).get("seconds"))]
-    if not spent:
+    paired = [r for r in records if (r.get("paired") or {}).get("seconds")]
+    if not paired:
         return ""
+    spent: list[dict] = [r["paired"]["seconds"] for r in paired]
     total = {key: sum(sum(s.get(key) or [], 0.0) for s in spent) for key in ("prepare", "looks", "finish")}
     rounds = {clock: sum(s.get(f"{clock}_rounds", 0.0) for s in spent) for clock in ("wall", "host", "device")}
     within = ", ".join(f"{clock} rounds {hms(x)}" for clock, x in rounds.items() if x >= 0.5)
     return (
-        f"; paired, both sides: {hms(sum(s['total'] for s in spent))} (prepare {hms(total['prepare'])}, "
+        f"; paired, both sides: {hms(sum(cell_seconds(r) for r in paired))} (prepare {hms(total['prepare'])}, "
         f"looks {hms(total['looks'])}" + (f" of which {within}" if within else "") + f", finish {hms(total['finish'])})"
     )
 
