@@ -115,6 +115,12 @@ class FakeDuet:
     def renew(self):
         self.renewed = True
 
+    def spawn_spares(self):
+        pass
+
+    def greet_spares(self):
+        pass
+
 
 def test_the_two_workers_start_at_once_and_a_base_that_predates_the_engine_runs_on_this_one(tmp_path):
     """Side A's tree has a perfgate without the paired engine (a base revision older than it): its worker is
@@ -140,6 +146,33 @@ def test_the_two_workers_start_at_once_and_a_base_that_predates_the_engine_runs_
         assert duet.start(*duet.sides) == [a, b]  # live workers are kept, not started again
     finally:
         duet.close()
+
+
+def test_a_fresh_process_pair_takes_the_spares_started_while_the_last_one_prepared(tmp_path):
+    """A second process pair costs no start: its workers were started (and greeted) beside the first pair."""
+    import os
+    from pathlib import Path
+
+    import perfgate
+    from perfgate.ab.duet import Duet
+    from perfgate.ab.sides import Side
+
+    engine = os.path.dirname(perfgate.__file__)
+    here = str(Path(engine).parent)
+    duet = Duet(Side("A", here), Side("B", here), tmp_path / "duet", here, sys.path, engine)
+    try:
+        duet.spawn_spares()  # the session's first pair, importing during the precompile
+        first = duet.start(*duet.sides)
+        assert not duet.spares and all(w.hello for w in first)
+        duet.spawn_spares()
+        duet.greet_spares()
+        spares = [duet.spares["A"], duet.spares["B"]]
+        duet.renew()
+        assert all(w.popen.poll() is not None for w in first)
+        assert duet.start(*duet.sides) == spares and not duet.spares
+    finally:
+        duet.close()
+    assert all(w.popen.poll() is not None for w in spares)
 
 
 def test_a_side_already_asked_to_finish_is_not_asked_again():

@@ -33,7 +33,10 @@ from perfgate.ab.sides import Side
 PROTOCOL = 1
 WORKER_MODULE = "perfgate.measure.duet"
 WALL_PAIRS = 12  # wall round pairs a look; a round is ~50 ms of each of eager and compiled
-HOST_PAIRS = 6  # host round pairs a look; a round is 5 single steps of each, its fastest kept
+# Host round pairs in a process pair's first look (the host clock is shown, never judged: its lines were
+# +-6-23 % under every estimator); a round is 5 single steps of each, its fastest kept. 6 pairs cost 1:22 of
+# a warm 12-cell A/A's 12:08 (2xH200 23ebdea2, 2026-11-27); 3 show the same figure at half that.
+HOST_PAIRS = 3
 DEVICE_ROUNDS = 4  # profiled rounds a side a look, in one profiler session (device time repeats to 0.1 %)
 LOOKS = 3  # looks a process pair
 DUETS = 2  # process pairs a cell, at most
@@ -140,13 +143,17 @@ def import_path(side: Side, here_root: str, path: list[str]) -> list[str]:
 
 
 class Duet:
-    """The two sides' workers for a session: started on first use, renewed for a second process pair and
-    after a failed cell, closed at the end. `overlay` puts this tree's engine above a side whose own
-    perfgate predates the paired engine (its zoo and tests stay its own)."""
+    """The two sides' workers for a session: started on first use (or taken from the spares), renewed for a
+    second process pair and after a failed cell, closed at the end. `overlay` puts this tree's engine above a
+    side whose own perfgate predates the paired engine (its zoo and tests stay its own)."""
 
     def __init__(self, a: Side, b: Side, directory: Path, here_root: str, path: list[str], engine: str):
         self.sides, self.directory, self.here_root, self.path, self.engine = (a, b), directory, here_root, path, engine
         self.workers: dict[str, Worker] = {}
+        # A standby process a side, started while nothing is timed, that the next fresh process pair takes: a
+        # worker's interpreter and imports took ~10-20 s on a GPU runner's host (2 x H200, 2026-11-27), paid
+        # before every second process pair (3 of a warm A/A's 12 cells there; every cell of a red run).
+        self.spares: dict[str, Worker] = {}
         self.notes: dict[str, str] = {}
         self.first = "a"  # the side prepared first: its compiles fill the shared cache (tools/probes may swap it)
 
@@ -154,23 +161,46 @@ class Duet:
         return self.start(side)[0]
 
     def start(self, *sides: Side) -> list[Worker]:
-        """The live workers of `sides`, those not running started all at once: a worker's interpreter and imports
-        took ~10 s on a GPU runner's host (2 x H200, 2026-11-27), and started one after the other a fresh process
-        pair cost ~20 s before its cell began, in every second pair and at the session's first cell."""
+        """The live workers of `sides`: a side's spare where it has one, else started, all at once (started one
+        after the other, a fresh process pair cost ~20 s more before its cell began)."""
         fresh: dict[str, Worker] = {}
         try:
             for side in sides:
                 live = self.workers.get(side.name)
                 if live is None or live.popen.poll() is not None:
-                    path = import_path(side, self.here_root, self.path)
-                    fresh[side.name] = Worker(side, self.directory, path, greet=False)
+                    spare = self.spares.pop(side.name, None)
+                    fresh[side.name] = spare if spare is not None and spare.popen.poll() is None else self._new(side)
             for side in sides:
                 if side.name in fresh:
-                    self.workers[side.name] = self._greeted(fresh.pop(side.name))
+                    worker = fresh.pop(side.name)
+                    self.workers[side.name] = worker if worker.hello else self._greeted(worker)
         finally:
             for worker in fresh.values():  # a side failed to start: the other's fresh process goes too
                 worker.close()
         return [self.workers[side.name] for side in sides]
+
+    def spawn_spares(self) -> None:
+        """Start a spare for each side that has none, not waiting for it: its imports overlap an untimed stage
+        (a precompile, a cell's preparation). `greet_spares` waits for them before anything is timed."""
+        for side in self.sides:
+            spare = self.spares.get(side.name)
+            if spare is None or spare.popen.poll() is not None:
+                self.spares[side.name] = self._new(side)
+
+    def greet_spares(self) -> None:
+        """Wait for the spares' hello, so that no import runs beside a timed round; a spare that fails to start
+        is dropped (the next process pair starts its own, and its error is raised there)."""
+        for name, spare in list(self.spares.items()):
+            if spare.hello:
+                continue
+            try:
+                self.spares[name] = self._greeted(spare)
+            except WorkerGone:
+                spare.close()
+                del self.spares[name]
+
+    def _new(self, side: Side) -> Worker:
+        return Worker(side, self.directory, import_path(side, self.here_root, self.path), greet=False)
 
     def _greeted(self, worker: Worker) -> Worker:
         """`worker` once it said hello in this engine's protocol; a side whose perfgate predates the paired
@@ -200,12 +230,16 @@ class Duet:
         return worker
 
     def renew(self) -> None:
+        """End the process pair in hand; the next `start` takes the spares."""
         for worker in self.workers.values():
             worker.close()
         self.workers = {}
 
     def close(self) -> None:
         self.renew()
+        for spare in self.spares.values():
+            spare.close()
+        self.spares = {}
 
 
 def steps_per_round(ready: dict, target_ms: float, max_steps: int) -> int:
@@ -327,6 +361,7 @@ def _prepare(
     cache), or `together` where the cache already holds the cell's compiles (a precompiled cell, a second
     pair): the two sides then build, load and warm up at once, which only their untimed stages see."""
     workers = dict(zip("ab", duet.start(*duet.sides)))
+    duet.spawn_spares()  # the next process pair's, importing while this one prepares
     jobs = {"a": job_a, "b": job_b}
 
     def send(name: str, peers: list[int]) -> None:
@@ -347,6 +382,7 @@ def _prepare(
             break
     failed = {name for name, message in answers.items() if "record" in message}
     if not failed:
+        duet.greet_spares()  # before the first timed round
         return None, None, {name: message["ready"] for name, message in answers.items()}
     records: dict[str, dict | None] = {name: answers[name]["record"] for name in failed}
     for name in {"a", "b"} - failed:

@@ -58,6 +58,10 @@ class Pairing:
         engine = os.path.dirname(perfgate.__file__)
         self.duet = Duet(base, b, scratch, here, import_path(), engine)
 
+    def spawn(self) -> None:
+        """Start both sides' first workers now, not waiting for them: their imports overlap the precompile."""
+        self.duet.spawn_spares()
+
     def run(self, job, progress, warm: bool = False) -> dict:
         """B's record of one cell, carrying the paired summary; A's record appended to against_path. `warm`: the
         cell was precompiled into the shared cache, so the two sides prepare at once."""

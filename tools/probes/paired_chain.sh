@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The paired gate's GPU proof, as chains of pytest runs in process sessions of their own (a device call lasts
-# 10 minutes at most; a chain outlives it, and each call waits and collects). One chain a GPU, so that a 2-GPU
-# machine runs two at once, each on its own GPU with its own inductor cache:
-#   tools/probes/paired_chain.sh start 0 "aa_cold aa_warm" 1 "device_plant host_plant"   then:
+# 10 minutes at most; a chain outlives it, and each call waits and collects). One chain a GPU (or GPUs, for the
+# data-parallel steps), so that a machine of several GPUs runs them at once, each with its own inductor cache:
+#   tools/probes/paired_chain.sh start 0 "aa_cold aa_warm" 1 "device_plant host_plant" 2,3 "ddp2 cupti"   then:
 #   tools/probes/paired_chain.sh wait
 # Every step runs the PR tier paired (--perf-against-env: side A is this tree again, so an A/A unless B carries
 # a planted fault), sharing its chain's kept inductor cache (.perfgate/pcacheN, empty at the chain's first
@@ -12,14 +12,19 @@
 # packs the records, reports and logs written so far into $OUT/chainN.tgz.
 set -u
 top=$PWD/.perfgate
-if [ "$1" = step ]; then  # step GPU NAME ARGS...: one pytest run, its log, records and report under its chain
-  gpu=$2 name=$3; shift 3
-  chain=$top/pchain$gpu
-  echo "$(date -u +%T) start $name${CPUS:+ on CPUs $CPUS}" >> "$chain/log.txt"
+if [ "$1" = step ] || [ "$1" = ddp ]; then  # step|ddp K GPUS NAME ARGS...: one pytest run under chain K
+  kind=$1 k=$2 gpu=$3 name=$4; shift 4
+  chain=$top/pchain$k
+  echo "$(date -u +%T) start $name on GPU(s) $gpu${CPUS:+, CPUs $CPUS}" >> "$chain/log.txt"
   t0=$SECONDS
-  CUDA_VISIBLE_DEVICES=$gpu timeout 1500 ${CPUS:+taskset -c $CPUS} python3 -m pytest perftests -m "gpu and pr" -p no:randomly \
-    --perf-isolate off --perf-cache-dir "$top/pcache$gpu" --perf-against-env PERFGATE_SIDE=base \
-    --perf-results "$chain/$name.jsonl" "$@" > "$chain/$name.log" 2>&1
+  if [ "$kind" = step ]; then  # the PR tier, paired against this tree
+    set -- -m "gpu and pr" --perf-against-env PERFGATE_SIDE=base "$@"
+  else  # data-parallel cells, unpaired (one NCCL rank a GPU)
+    set -- -m gpu "$@"
+  fi
+  CUDA_VISIBLE_DEVICES=$gpu timeout 1500 ${CPUS:+taskset -c $CPUS} python3 -m pytest perftests -p no:randomly \
+    --perf-isolate off --perf-cache-dir "$top/pcache$k" --perf-results "$chain/$name.jsonl" "$@" \
+    > "$chain/$name.log" 2>&1
   rc=$?  # before the line below: its $(date) would set $? first
   echo "$(date -u +%T) end $name rc=$rc in $((SECONDS - t0)) s" >> "$chain/log.txt"
   exit 0
@@ -30,22 +35,34 @@ if [ "$1" = start ]; then
   { cat /proc/sys/kernel/random/boot_id; date -u; nvidia-smi --query-gpu=index,name,driver_version --format=csv,noheader
     lscpu | grep -E '^(Model name|CPU\(s\))'; python3 -c 'import torch,triton,transformers,timm;print(torch.__version__,triton.__version__,transformers.__version__,timm.__version__)'
   } > "$top/machine.txt" 2>&1
-  chains=$(( $# / 2 )) share=$(( $(nproc) / ($# / 2) ))
+  chains=$(( $# / 2 )) share=$(( $(nproc) / $(nvidia-smi -L | wc -l) )) k=0  # CPUs a GPU
   while [ $# -ge 2 ]; do
     gpu=$1 steps=$2; shift 2
-    cpus=""; [ "$chains" -gt 1 ] && cpus="$(( gpu * share ))-$(( gpu * share + share - 1 ))"
-    chain=$top/pchain$gpu; mkdir -p "$chain"; rm -f "$chain/done"; cp "$top/machine.txt" "$chain/machine.txt"
-    GPU=$gpu STEPS=$steps CHAIN=$chain CPUS=$cpus HOST_K=${HOST_K:-(resnet50 and train) or (segformer_b2 and infer)} \
+    # A chain's CPUs: its GPUs' share of the host's (a 2-GPU chain of a 4-GPU host takes half), as if alone.
+    n=$(echo "$gpu" | tr , '\n' | wc -l) first=$(echo "$gpu" | cut -d, -f1)
+    cpus=""; [ "$chains" -gt 1 ] && cpus="$(( first * share ))-$(( (first + n) * share - 1 ))"
+    chain=$top/pchain$k; mkdir -p "$chain"; rm -f "$chain/done"; cp "$top/machine.txt" "$chain/machine.txt"
+    K=$k GPU=$gpu STEPS=$steps CHAIN=$chain CPUS=$cpus HOST_K=${HOST_K:-(resnet50 and train) or (segformer_b2 and infer)} \
     setsid nohup bash -c '
       me=tools/probes/paired_chain.sh
       for s in $STEPS; do
         case $s in
-          aa_cold|aa_warm) $me step $GPU $s --perf-precompile 4 --perf-baseline baselines --perf-report "$CHAIN/$s" ;;
-          device_plant) $me step $GPU $s --perf-precompile 4 --perf-inject device_slow:1.5 ;;
-          host_plant) $me step $GPU $s -k "$HOST_K" --perf-precompile 4 --perf-inject host_slow:15 ;;
+          aa_cold|aa_warm) $me step $K $GPU $s --perf-precompile 4 --perf-baseline baselines --perf-report "$CHAIN/$s" ;;
+          device_plant) $me step $K $GPU $s --perf-precompile 4 --perf-inject device_slow:1.5 ;;
+          host_plant) $me step $K $GPU $s -k "$HOST_K" --perf-precompile 4 --perf-inject host_slow:15 ;;
+          graph_plant) $me step $K $GPU $s -k "$HOST_K" --perf-precompile 4 --perf-inject graph_break ;;
+          ddp2) $me ddp $K $GPU $s -k "ddp and not ddp4 and amp_bf16 and inductor" ;;
+          cupti) for t in 0 1; do  # docs/ddp.md: is compiled autograd'"'"'s one-device step slowed by the profiler?
+              echo "$(date -u +%T) start cupti TEARDOWN_CUPTI=$t" >> "$CHAIN/log.txt"
+              CUDA_VISIBLE_DEVICES=${GPU%%,*} PROBE_WORLD=1 TEARDOWN_CUPTI=$t timeout 600 ${CPUS:+taskset -c $CPUS} \
+                python3 tools/probes/ddp_one_gpu.py gpt2 inductor_ddp_compiled_autograd amp_bf16 \
+                > "$CHAIN/cupti$t.json" 2> "$CHAIN/cupti$t.log"
+              rc=$?; echo "$(date -u +%T) end cupti TEARDOWN_CUPTI=$t rc=$rc" >> "$CHAIN/log.txt"
+            done ;;
         esac
       done
       touch "$CHAIN/done"' > /dev/null 2>&1 < /dev/null &
+    k=$(( k + 1 ))
   done
 fi
 ls -d "$top"/pchain* > /dev/null 2>&1 || { echo "no chain on this machine (boot $(cat /proc/sys/kernel/random/boot_id)): it went back"; exit 5; }
