@@ -416,3 +416,22 @@ def test_process_ab_refuses_a_side_without_cuda_whose_cells_are_all_gpu_cells():
     check_runnable(side, False, [*gpu, "perftests/x.py::test_train_step[cpu-mlp-aot_eager-fp32]"])  # CPU cells run
     check_runnable(side, True, gpu)
     check_runnable(side, False, ["test_zoo.py::test_cell[3]"])  # not a perf cell: nothing to say of it
+
+
+@pytest.mark.parametrize("isolate", ["gpu", "all", "off"])
+def test_a_paired_cell_never_runs_in_the_sessions_isolated_child(isolate):
+    """Its two sides' workers are processes of their own: an isolated child started for it would idle beside
+    them (and import torch during the precompile). A data-parallel cell, never paired, keeps the option's say."""
+    from types import SimpleNamespace
+
+    from perfgate.core.matrix import Cell
+    from perfgate.plugin.session import PerfSession
+
+    config = SimpleNamespace(getoption=lambda name: isolate)
+    paired_session = SimpleNamespace(pairing=object(), config=config)
+    plain = SimpleNamespace(pairing=None, config=config)
+    cell = Cell("gpt2", "train", "inductor_default", "amp_bf16")
+    ddp = Cell("gpt2", "ddp", "inductor_ddp_optimizer", "amp_bf16")
+    assert not PerfSession.isolates(paired_session, cell)
+    assert PerfSession.isolates(paired_session, ddp) == PerfSession.isolates(plain, ddp) == (isolate != "off")
+    assert PerfSession.isolates(plain, cell) == (isolate != "off")

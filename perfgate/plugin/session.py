@@ -208,6 +208,10 @@ class PerfSession:
         return unfit_reason(cell.device_kind, self.workers, gpus)
 
     def isolates(self, cell: Cell) -> bool:
+        """Whether `cell` runs in this session's isolated child: never a paired cell, which runs in its two
+        sides' workers, each a process of its own with its own time limits (perfgate.ab.duet)."""
+        if self.pairing is not None and cell.phase != "ddp":
+            return False
         choice = self.config.getoption("--perf-isolate")
         return choice == "all" or (choice == "gpu" and cell.device_kind == "gpu")
 
