@@ -282,3 +282,22 @@ def test_four_gloo_ranks_run_a_cell_with_its_own_id_and_scale_against_four(tmp_p
     assert validate.checked(record)["status"] == "ok"
     left = subprocess.run(["pgrep", "-af", "perfgate.measure.child .*--rank"], capture_output=True, text=True).stdout
     assert str(tmp_path) not in left
+
+
+def test_a_rank_runs_its_share_whatever_its_world_and_a_worker_runs_the_cell(monkeypatch, tmp_path):
+    """tools/probes/ddp_one_gpu.py's PROBE_WORLD=1 starts one rank (world 1). Sent to run_cell as a worker's
+    job is, it started the cell's own 2 ranks in turn, and on one visible GPU rank 1 died (H200, 2026-11-27)."""
+    from perfgate.measure import cell as cell_module
+    from perfgate.measure import child, ddp_rank
+    from perfgate.measure.job import Job, RunOptions
+
+    ran: list = []
+    monkeypatch.setattr(ddp_rank, "run_rank", lambda job, rank, emit, directory: ran.append(("rank", rank)))
+    monkeypatch.setattr(cell_module, "run_cell", lambda *a, **k: ran.append(("cell",)) or {"status": "ok"})
+    monkeypatch.setattr(child, "cell_setup", lambda job, envs: (None, {}))
+    cell = Cell("mlp", "ddp", "aot_eager_ddp_optimizer", "fp32", "cpu")
+    reporter = child.Reporter(None)
+    for world in (1, 2):
+        child.run_job(Job(cell, RunOptions(device="cpu"), tf32=False, world=world), reporter, 0, {}, tmp_path)
+    child.run_job(Job(cell, RunOptions(device="cpu"), tf32=False), reporter, None, {}, tmp_path)
+    assert ran == [("rank", 0), ("rank", 0), ("cell",)]

@@ -51,10 +51,12 @@ def run_job(job, reporter: Reporter, rank: int | None, envs: dict, directory: Pa
     if job.purpose == "precompile":
         precompile.compile_into(job)
         return True
-    if job.world > 1:
+    # A rank (--rank) runs its share whatever its world: the one-rank probe's (world 1) would go to run_cell
+    # instead, which starts the cell's own cell.world ranks in turn (2 on one visible GPU: rank 1 dies).
+    if rank is not None:
         from perfgate.measure import ddp_rank
 
-        ddp_rank.run_rank(job, rank or 0, reporter.emit, directory)
+        ddp_rank.run_rank(job, rank, reporter.emit, directory)
         return False
     spec, env = cell_setup(job, envs)
 
