@@ -257,11 +257,22 @@ def _ddp_record(world: int, **figures) -> dict:
 
 @pytest.mark.parametrize(
     "world, scaling, fails",
-    [(2, 2.566, True), (2, 2.0, False), (2, 1.6, False), (4, 2.566, False), (4, 4.2, True), (2, -0.5, True)],
+    [
+        (2, 2.566, True),
+        (2, 2.2, True),
+        (2, 2.06, False),
+        (2, 2.0, False),
+        (2, 1.6, False),
+        (4, 2.566, False),
+        (4, 4.3, True),
+        (4, 4.2, False),
+        (2, -0.5, True),
+    ],
 )
 def test_a_scaling_above_the_worlds_ideal_or_below_zero_fails_the_cell(world, scaling, fails):
     """Compiled autograd read 2.57 on 2 ranks (issue 56): throughput on N ranks is at most N times one
-    device's, so such a figure is no measurement and the record check fails its cell."""
+    device's, so such a figure is no measurement and the record check fails its cell; a near-ideal figure
+    within the ratio's noise (gpt2 eager 2.01-2.06 on 2 x H200) is not failed for it."""
     clean = validate.checked(_ddp_record(world, scaling_eager=1.9, scaling_compiled=scaling))
     assert (clean["status"] == "failed") is fails
     if fails:

@@ -140,16 +140,26 @@ def _value_problems(record: dict) -> list[str]:
     return problems + _scaling_problems(record)
 
 
+# How far above its world a scaling figure may read and still be a measurement: it is world x one device's
+# median step / the DDP step's median, timed minutes apart in the same ranks, and a near-ideal step's ratio
+# moves with the host. gpt2's eager DDP step, whose all-reduce hides behind its backward (0.9-1.8 ms exposed of
+# 62-64 ms), read 61.81, 64.16 and 62.71 ms in three cells of one run and eager scaling 2.01-2.06 (2 x H200,
+# 2aa41d77, 2026-11-27; docs/ddp.md). Figures 10-28 % above the world (compiled: 2.20, 2.38, 2.57) are not the
+# same step on one device.
+SCALING_ALLOWANCE = 0.05
+
+
 def _scaling_problems(record: dict) -> list[str]:
-    """Scaling figures above the ideal of the record's world (its rank count); a record without a usable
-    world_size claims no ideal (its scaling figures are checked as > 0 alone)."""
+    """Scaling figures above the ideal of the record's world (its rank count) by more than SCALING_ALLOWANCE; a
+    record without a usable world_size claims no ideal (its scaling figures are checked as > 0 alone)."""
     world = record.get("world_size")
     if not (_finite(world) and world > 0):
         return []
     return [
-        f"{name} {record[name]!r} (above {world} ranks' ideal of {world}: not the same step on one device)"
+        f"{name} {record[name]!r} (above {world} ranks' ideal of {world} by more than "
+        f"{SCALING_ALLOWANCE:.0%}: not the same step on one device)"
         for name in SCALING_FIELDS
-        if _finite(record.get(name)) and record[name] > world
+        if _finite(record.get(name)) and record[name] > world * (1 + SCALING_ALLOWANCE)
     ]
 
 
