@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Issue 56's 4-GPU measurements in docs/matrix.md's shape, as one chain in a process session of its own (a device
+# call lasts 10 minutes at most; each call waits and collects):
+#   tools/probes/nightly4.sh start     then    tools/probes/nightly4.sh wait    (again, until "chain done")
+# 1. slice: a rotation slice of the nightly (ROT, default 1/17: 24 cells, ~31 min in one process by the priors)
+#    as the nightly runs it on a 4-GPU runner: one xdist worker a GPU (-n 4), its cells dealt by xdist, the
+#    data-parallel cells left out; each worker's records stay in slice.gwN.jsonl (the shards' balance).
+# 2. beside: the PR tier's 12 cells under -n 4 (every model, inductor default, bf16), then 3. alone: those of
+#    resnet50, vit_b16 and segformer_b2 on one GPU with the others idle, on the same (warm) cache: the
+#    neighbour effect on each clock.
+# 4. ddp4: the 4-rank ddp_optimizer cells (gpt2, resnet50, bf16) on all four GPUs.
+# tools/probes/nightly4_summary.py DIR reads what comes back.
+set -u
+top=$PWD/.perfgate/n4
+run() {  # run NAME GPUS CPUS ARGS...: one pytest, its log and records under $top
+  local name=$1 gpu=$2 cpus=$3; shift 3
+  echo "$(date -u +%T) start $name on GPU(s) $gpu, CPUs $cpus" >> "$top/log.txt"
+  local t0=$SECONDS
+  CUDA_VISIBLE_DEVICES=$gpu timeout 2400 taskset -c "$cpus" python3 -m pytest perftests -p no:randomly \
+    --perf-results "$top/$name.jsonl" "$@" > "$top/$name.log" 2>&1
+  local rc=$?
+  echo "$(date -u +%T) end $name rc=$rc in $((SECONDS - t0)) s" >> "$top/log.txt"
+}
+if [ "$1" = start ]; then
+  mkdir -p "$top"; rm -f "$top/done"
+  { cat /proc/sys/kernel/random/boot_id; date -u; nvidia-smi --query-gpu=index,name,driver_version --format=csv,noheader
+    lscpu | grep -E '^(Model name|CPU\(s\))'; python3 -c 'import torch,triton,transformers,timm;print(torch.__version__,triton.__version__,transformers.__version__,timm.__version__)'
+  } > "$top/machine.txt" 2>&1
+  export -f run; export top
+  ROT=${ROT:-1/17} setsid nohup bash -c '
+    all="0-$(( $(nproc) - 1 ))" pr=(--perf-variants inductor_default --perf-precisions amp_bf16)
+    run slice 0,1,2,3 "$all" -m gpu -k "not test_ddp_train_step" -n 4 --perf-rotate "$ROT" \
+      --perf-cache-dir "$top/cache"
+    run beside 0,1,2,3 "$all" -m gpu -k "not test_ddp_train_step" -n 4 "${pr[@]}" --perf-cache-dir "$top/cache"
+    run alone 0 "$all" -m gpu -k "not test_ddp_train_step" "${pr[@]}" --perf-models resnet50,vit_b16,segformer_b2 \
+      --perf-cache-dir "$top/cache"
+    run ddp4 0,1,2,3 "$all" -m gpu -k "ddp4 and amp_bf16 and inductor_ddp_optimizer" --perf-cache-dir "$top/cache"
+    touch "$top/done"' > /dev/null 2>&1 < /dev/null &
+fi
+[ -d "$top" ] || { echo "no chain on this machine (boot $(cat /proc/sys/kernel/random/boot_id)): it went back"; exit 5; }
+deadline=$(( $(date +%s) + ${WAIT_S:-570} ))
+while [ ! -f "$top/done" ] && [ "$(date +%s)" -lt "$deadline" ]; do sleep 5; done
+tar czf "$OUT/n4.tgz" -C "$top" --exclude='cache*' .
+cat "$top/log.txt"; grep -h "cell(s) in\| passed\| failed" "$top"/*.log | cut -c1-300
+head -3 "$top/machine.txt"; [ -f "$top/done" ] && echo "chain done" || echo "chain running"
