@@ -313,3 +313,30 @@ def test_baseline_update_with_nothing_to_fold_is_an_error(tmp_path, capsys):
     assert main(["baseline", "update", str(empty), "--dir", str(tmp_path / "b")]) == 2
     assert "no records in" in capsys.readouterr().err
     assert not (tmp_path / "b").exists()
+
+
+def test_compare_and_report_judge_a_gated_run_as_the_gate_did(tmp_path, capsys, base):
+    """A gated run's results file holds its first round, its confirm round and a why-artifacts re-measure made
+    after the verdict. Read as one record per cell, the confirm round's records would be judged alone: a
+    clock that tripped only there would fail, and the why-artifacts record (a profiled run) would be gated.
+    `perfgate compare` and `perfgate report` give the gate's own verdicts instead."""
+    baseline = baseline_path(tmp_path / "b", *KEY)
+    write_baseline(baseline, base)
+    gpt2 = "gpt2-infer-inductor_default-amp_bf16"
+    first = syn.run(42, overrides={**slower(RESNET, 0.9), **slower(gpt2, 0.9)}, **QUIET)
+    again = syn.run(43, overrides=slower(gpt2, 0.9), **QUIET)  # resnet50 cleared, gpt2 infer repeated
+    confirm = [{**r, "remeasure": "confirm"} for r in again if r["cell"] in (RESNET, gpt2)]
+    vit = "vit_b16-train-inductor_default-amp_bf16"  # slow only in a profiled re-measure after the verdict
+    why = [{**r, "remeasure": "why-artifacts"} for r in syn.run(44, overrides=slower(vit, 0.8), **QUIET)]
+    results = syn.write_run(tmp_path / "results.jsonl", first + confirm + [r for r in why if r["cell"] == vit])
+
+    outcome = gate.gate_run(first, baseline, lambda ids: [r for r in confirm if r["cell"] in ids])
+    assert sorted(f.cell for r in outcome.reports for f in r.regressions) == [gpt2]
+    assert main(["compare", results, "--baseline", str(baseline)]) == outcome.exit_code == 1
+    out = capsys.readouterr().out
+    assert f"cleared for {RESNET}" in out and vit not in out.split("## ")[0]
+    md = tmp_path / "digest.md"
+    assert main(["report", results, "--baseline", str(baseline), "--markdown", str(md)]) == 0
+    digest = md.read_text()
+    assert f"regression {gpt2}" in digest and f"regression {RESNET}" not in digest
+    assert f"regression {vit}" not in digest

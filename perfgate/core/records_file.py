@@ -168,11 +168,29 @@ def load_records(paths: Iterable[str | os.PathLike]) -> list[dict]:
     checkpoint of a cell that was cut off ("did not finish": a call's limit, a kill) is no result and never
     hides a finished record of another run, whatever the order of the files, nor of its own run where the cut
     was the gate's re-measure of the cell (a confirm round stopped by a CI step's limit)."""
+    return _latest(record for path in paths for record in iter_records(path))
+
+
+def _latest(records: Iterable[dict]) -> list[dict]:
+    """load_records' choice of one record per cell, over records in the order they were written."""
     by_cell: dict[str, dict] = {}
-    for path in paths:
-        for record in iter_records(path):
-            old = by_cell.get(record["cell"])
-            same_run = old is not None and old.get("run_id") == record.get("run_id") and not record.get("remeasure")
-            if old is None or same_run or unfinished(old) or not unfinished(record):
-                by_cell[record["cell"]] = record
+    for record in records:
+        old = by_cell.get(record["cell"])
+        same_run = old is not None and old.get("run_id") == record.get("run_id") and not record.get("remeasure")
+        if old is None or same_run or unfinished(old) or not unfinished(record):
+            by_cell[record["cell"]] = record
     return list(by_cell.values())
+
+
+CONFIRM = "confirm"  # a record's `remeasure` in the gate's confirm round (perfgate.plugin.session.gate)
+
+
+def gated_rounds(paths: Iterable[str | os.PathLike]) -> tuple[list[dict], dict[str, dict]]:
+    """What the gate judged in these results: its first round (one record per cell, as load_records chooses,
+    the gate's re-measures left out) and its confirm round (cell id -> the re-measured record), so that a
+    reader gates them as the gate did (gate.gate_run's `remeasure`) rather than judging a confirm round's
+    record on its own. A re-measure for why-artifacts, made after the verdict for a reader, is in neither."""
+    records = [record for path in paths for record in iter_records(path)]
+    first = _latest(r for r in records if not r.get("remeasure"))
+    again = _latest(r for r in records if r.get("remeasure") == CONFIRM)
+    return first, {r["cell"]: r for r in again if not unfinished(r)}

@@ -7,12 +7,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Sequence
+from typing import Callable, Sequence
 
 from perfgate.core import exits
 from perfgate.core.output import OutputError
 from perfgate.core.record import nothing_measured
-from perfgate.core.records_file import RecordFileError, iter_records, load_records
+from perfgate.core.records_file import RecordFileError, gated_rounds, iter_records, load_records
 from perfgate.judge.baseline import BaselineError, disagreements, save_baselines
 from perfgate.judge.gate import gate_run
 from perfgate.render.report import records_table
@@ -32,9 +32,19 @@ def nonempty_records(paths: Sequence[str]) -> list[dict]:
     return records
 
 
+def confirm_round(again: dict[str, dict]) -> Callable[[list[str]], list[dict]] | None:
+    """gate.gate_run's `remeasure` from a results file's confirm round (records_file.gated_rounds): the cells'
+    re-measured records, as the plugin's confirm round returned them; None where the run had none."""
+    if not again:
+        return None
+    return lambda cell_ids: [again[cell_id] for cell_id in cell_ids if cell_id in again]
+
+
 def cmd_compare(args: argparse.Namespace) -> int:
     try:
-        outcome = gate_run(nonempty_records(args.results), args.baseline)
+        nonempty_records(args.results)
+        first, again = gated_rounds(args.results)  # judged as the gate judged them, confirm round included
+        outcome = gate_run(first, args.baseline, confirm_round(again))
     except (RecordFileError, BaselineError) as err:
         return _cannot_compare([str(err)])
     try:

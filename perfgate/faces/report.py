@@ -11,8 +11,8 @@ from pathlib import Path
 from perfgate.ab.verdict import PairedVerdict, baseline_rules
 from perfgate.core import exits
 from perfgate.core.output import OutputError
-from perfgate.core.records_file import RecordFileError
-from perfgate.faces.compare import nonempty_records
+from perfgate.core.records_file import RecordFileError, gated_rounds
+from perfgate.faces.compare import confirm_round, nonempty_records
 from perfgate.judge.gate import DEFAULT_RULES
 from perfgate.store import history
 
@@ -48,6 +48,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         # gate them against other machines' clocks, which the paired gate does not: the PR comment must not
         # disagree with the gate it reports.
         paired = bool(PairedVerdict.of(records).cells)
+        first, again = gated_rounds(args.results)  # the verdicts the gate gave, confirm round included
         report = html_report.build(
             records,
             db_path=args.db,
@@ -56,6 +57,7 @@ def cmd_report(args: argparse.Namespace) -> int:
             sources=[Path(p).name for p in args.results],
             title=args.title,
             rules=baseline_rules() if paired else DEFAULT_RULES,
+            rounds=(first, confirm_round(again)),
         )
         html_report.write(report, args.html, args.markdown)
     except (RecordFileError, history.HistoryError, OutputError) as err:

@@ -407,6 +407,7 @@ class PerfSession:
         and stay regressions only if they trip twice. Reports go to the terminal and --perf-report. An
         `interrupted` run (Ctrl-C, SIGTERM from a CI step's limit) measures nothing more: it is judged on what
         it measured, with no confirm round, and pytest's own exit status (2) says it was cut short."""
+        from perfgate.core.records_file import CONFIRM
         from perfgate.judge.gate import gate_run
         from perfgate.render.report_files import write_reports
 
@@ -419,7 +420,7 @@ class PerfSession:
             for cell_id in cell_ids:
                 if cell_id in self.ran:  # under xdist the controller ran nothing: no confirm round
                     self._progress(f"{cell_id}: a speedup rule tripped; measuring again to confirm")
-                    profiled[cell_id] = self._run(*self.ran[cell_id], profile_dir=why_dir, remeasure="confirm")
+                    profiled[cell_id] = self._run(*self.ran[cell_id], profile_dir=why_dir, remeasure=CONFIRM)
             return list(profiled.values())
 
         if self.pairing is not None:  # the clocks are the paired verdict's; the baseline judges the rest

@@ -21,7 +21,7 @@ import datetime as _dt
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 from perfgate.core.clocks import COUNTS, DEVICE
 from perfgate.core.matrix import PHASES
@@ -206,9 +206,12 @@ def memory_chart(records: Sequence[dict]) -> list[Chart]:
 # ---------------------------------------------------------------------------------------------- assembly
 
 
-def _gate(records: Sequence[dict], baseline_location, rules: Sequence, notes: list[str]) -> list[GateReport]:
+def _gate(
+    records: Sequence[dict], baseline_location, rules: Sequence, notes: list[str], remeasure=None
+) -> list[GateReport]:
     """The gate's report per environment and tier of `records` that has a usable baseline, from gate.gate_run
-    as `perfgate compare` and the plugin judge; why an environment has none goes to `notes`."""
+    as `perfgate compare` and the plugin judge (`remeasure`: the run's confirm round, where it had one); why an
+    environment has none goes to `notes`."""
     if not baseline_location:
         return []
     known = [r for r in records if (r.get("env") or {}).get("fingerprint")]
@@ -216,7 +219,7 @@ def _gate(records: Sequence[dict], baseline_location, rules: Sequence, notes: li
         notes.append(f"no verdicts for {len(records) - len(known)} record(s) without env.fingerprint")
     reports = []
     for (fingerprint, tier), group in sorted(group_by_key(known).items()):
-        outcome = gate_run(group, baseline_location, rules=rules)
+        outcome = gate_run(group, baseline_location, remeasure, rules)
         notes += [f"no verdicts for {fingerprint} ({tier}): {error}" for error in outcome.errors]
         reports += outcome.reports
     return reports
@@ -317,15 +320,18 @@ def build(
     sources: Sequence[str] = (),
     title: str = "perfgate report",
     rules: Sequence = DEFAULT_RULES,
+    rounds: tuple[Sequence[dict], Callable[[list[str]], list[dict]] | None] | None = None,
 ) -> Report:
     """The report's content from one merged set of records (one per cell: perfgate.core.records_file.load_records),
     the history database (trends; optional) and a baseline file or directory (verdicts; optional), judged
-    by `rules` as gate.gate_run judges them."""
+    by `rules` as gate.gate_run judges them. `rounds`: (the first round's records, the confirm round as
+    gate_run's `remeasure`), where the verdicts must be the gate's own (records_file.gated_rounds)."""
     notes: list[str] = []
     if db_path and not Path(db_path).is_file():
         notes.append(f"no history database at {db_path}: no trends")
         db_path = None
-    gated = _gate(records, baseline, rules, notes)
+    judged, remeasure = rounds if rounds is not None else (records, None)
+    gated = _gate(judged, baseline, rules, notes, remeasure)
     by_fp: dict[str, list[dict]] = {}
     for record in records:
         by_fp.setdefault((record.get("env") or {}).get("fingerprint") or "unknown", []).append(record)
