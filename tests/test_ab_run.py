@@ -143,7 +143,9 @@ def test_slowdown_in_b_is_caught_after_a_kill_and_a_resume(in_repo, tmp_path):
 
 
 def _refused(args: list[str], capsys, *words: str) -> str:
-    assert main(["ab", *args]) == 2
+    """`perfgate ab ARGS` refused with exit 2 and these words; the process-alternating A/B's checks, so its
+    --processes comes first (a later one in ARGS wins)."""
+    assert main(["ab", "--processes", "3", *args]) == 2
     err = capsys.readouterr().err
     assert err.startswith("perfgate ab: cannot compare: ")
     for word in words:

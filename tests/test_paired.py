@@ -346,8 +346,8 @@ def test_paired_ab_is_one_pytest_run_against_side_a(tmp_path):
 
 @pytest.mark.parametrize(
     "given, words",
-    [({}, "needs a side A"), ({"a_rev": "x", "processes": 3}, "--processes"), ({"a_rev": " "}, "--a-rev is empty")],
-    ids=["no-side-a", "process-only-option", "blank-rev"],
+    [({"a_rev": "x", "processes": 3}, "--processes"), ({"a_rev": " "}, "--a-rev is empty")],
+    ids=["process-only-option", "blank-rev"],
 )
 def test_paired_ab_refuses_what_it_cannot_mean(given, words, tmp_path):
     from perfgate.faces.ab import paired_argv
@@ -435,3 +435,31 @@ def test_a_paired_cell_never_runs_in_the_sessions_isolated_child(isolate):
     assert not PerfSession.isolates(paired_session, cell)
     assert PerfSession.isolates(paired_session, ddp) == PerfSession.isolates(plain, ddp) == (isolate != "off")
     assert PerfSession.isolates(plain, cell) == (isolate != "off")
+
+
+def test_perfgate_ab_is_paired_unless_it_is_given_processes(tmp_path, monkeypatch, capsys):
+    """The PR gate's engine is `perfgate ab`'s too: one pytest run against side A, unless --processes N (or
+    --resume, --judge) asks for whole processes; what only that mode means is refused by name otherwise."""
+    from perfgate.cli import main
+    from perfgate.faces import ab
+
+    ran: list[list[str]] = []
+    monkeypatch.setattr(
+        ab.subprocess, "run", lambda command, env: ran.append(command) or type("D", (), {"returncode": 0})
+    )
+    out = str(tmp_path / "ab")
+    assert main(["ab", "--a-rev", "origin/main", "--out", out, "--", "perftests", "-m", "gpu and pr"]) == exits.PASS
+    (command,) = ran
+    assert command[command.index("--perf-against") + 1] == "origin/main" and command[3:4] == ["perftests"]
+    for argv, words in (
+        (["--a-rev", "x", "--html", "r.html"], "--html: only with --processes N"),
+        (["--a-rev", "x", "--b-python", str(tmp_path / "nope")], "--b-python"),
+        (["--paired", "--processes", "3", "--a-rev", "x"], "--paired with --processes"),
+    ):
+        assert main(["ab", "--out", out, *argv, "--", "perftests"]) == exits.UNUSABLE
+        assert words in capsys.readouterr().err
+    assert len(ran) == 1
+    # No side A option: A is this checkout under perfgate's own interpreter, B differs by its own (an A/A
+    # where it has none), as with whole processes.
+    assert main(["ab", "--b-env", "TORCHINDUCTOR_FREEZING=1", "--out", out, "--", "perftests"]) == exits.PASS
+    assert ran[-1][ran[-1].index("--perf-against-python") + 1] == sys.executable

@@ -1,8 +1,9 @@
 """`perfgate ab`: the cells under two environments A and B on this machine, B judged against A (docs/ab.md).
-Without --paired, whole pytest processes of A and B alternate (perfgate.ab.process_run). With --paired, the
-CLI's way into the paired engine: it runs pytest once, with side B's interpreter and environment, asking the
-plugin to measure every cell beside side A (`--perf-against`, `--perf-against-python`, `--perf-against-env`);
-the plugin's paired verdict is the exit code. Imports no torch.
+By default the CLI's way into the paired engine, the PR gate's: it runs pytest once, with side B's interpreter
+and environment, asking the plugin to measure every cell beside side A (`--perf-against`,
+`--perf-against-python`, `--perf-against-env`); the plugin's paired verdict is the exit code. With
+--processes N (and --resume, --judge), whole pytest processes of A and B alternate instead
+(perfgate.ab.process_run), for sides that cannot share a GPU. Imports no torch.
 """
 
 from __future__ import annotations
@@ -13,12 +14,19 @@ import subprocess
 import sys
 from pathlib import Path
 
+from perfgate.ab import sides
 from perfgate.ab.sides import SideError, nonblank, parse_env
 from perfgate.core import exits
 
+# The options that choose the process-alternating A/B: a run of whole processes, to size, resume or judge.
+PROCESS_MODE = ("processes", "resume", "judge")
 # What the process-alternating A/B has and the paired run does not: a paired run is one pytest process with
 # both sides alive in it, nothing to resume or add pairs to, and B's own args are the pytest args themselves.
-PROCESS_ONLY = ("processes", "precompile", "resume", "judge", "a_args", "b_args", "html")
+PROCESS_ONLY = (*PROCESS_MODE, "precompile", "a_args", "b_args", "html")
+
+
+def process_mode(args) -> bool:
+    return any(getattr(args, name, None) not in (None, "") for name in PROCESS_MODE)
 
 
 def paired_argv(args, out: Path) -> tuple[list[str], dict]:
@@ -26,10 +34,13 @@ def paired_argv(args, out: Path) -> tuple[list[str], dict]:
     given = [name for name in PROCESS_ONLY if getattr(args, name, None) not in (None, "", [])]
     if given:
         flags = ", ".join("--" + name.replace("_", "-") for name in given)
-        raise SideError(f"{flags}: only without --paired (they belong to the process-alternating A/B)")
-    python = nonblank("--b-python", args.b_python) if args.b_python is not None else sys.executable
+        raise SideError(
+            f"{flags}: only with --processes N (the process-alternating A/B); the default, paired, is one "
+            "pytest run with both sides alive"
+        )
+    python = sides.check_python("--b-python", args.b_python) if args.b_python is not None else sys.executable
     if args.b_rev is not None:
-        raise SideError("--b-rev with --paired: side B is this checkout; run perfgate from B's checkout instead")
+        raise SideError("--b-rev, paired: side B is this checkout; run perfgate from B's checkout instead")
     command = [python, "-m", "pytest", *args.pytest_args, "--perf-report", str(out)]
     command += ["--perf-results", str(out / "results.jsonl")]
     if args.a_rev is not None:
@@ -39,7 +50,9 @@ def paired_argv(args, out: Path) -> tuple[list[str], dict]:
     for item in args.a_env:
         command += ["--perf-against-env", item]
     if args.a_rev is None and args.a_python is None and not args.a_env:
-        raise SideError("--paired needs a side A: --a-rev, --a-python or --a-env (else it compares a tree with itself)")
+        # Side A's defaults, as for whole processes: this checkout, the interpreter running perfgate, no
+        # variables (B differs by its own options, or it is an A/A); named, since pairing needs a side A.
+        command += ["--perf-against-python", sys.executable]
     env = {**os.environ, **parse_env("--b-env", args.b_env)}
     return command, env
 
@@ -70,8 +83,11 @@ def cmd_ab(args: argparse.Namespace) -> int:
         option = "--judge" if args.judge else "--resume" if args.resume else "--out"
         print(f"perfgate ab: cannot compare: {option} {out} is a file, not a run's directory", file=sys.stderr)
         return exits.UNUSABLE
-    if args.paired:
+    if not process_mode(args):
         return run_paired(args, out)
+    if args.paired:
+        print("perfgate ab: cannot compare: --paired with --processes, --resume or --judge", file=sys.stderr)
+        return exits.UNUSABLE
 
     def judged():
         if args.judge:  # a run cut by a time limit, judged here: resuming on another machine would mix two
@@ -118,9 +134,9 @@ def cmd_ab(args: argparse.Namespace) -> int:
 def add_parser(sub) -> None:
     ab = sub.add_parser(
         "ab",
-        help="run the cells under two environments A and B, alternating processes on "
-        "this machine, and judge B against A; exit 0 pass, 1 regression, 2 cannot "
-        "compare (docs/ab.md)",
+        help="run the cells under two environments A and B on this machine, both alive on one GPU (paired; "
+        "--processes N: alternating whole processes), and judge B against A; exit 0 pass, 1 regression, "
+        "2 unsure or cannot compare (docs/ab.md)",
         description="Pytest args after -- select the cells for both sides, e.g. "
         '-- perftests -m "gpu and pr" -p no:randomly',
     )
@@ -152,7 +168,8 @@ def add_parser(sub) -> None:
         "--processes",
         type=int,
         metavar="N",
-        help="processes per side, at least 2 (default 3; with --resume: raise it to add pairs)",
+        help="alternate whole processes, N a side (at least 2), instead of the paired run: for sides that "
+        "cannot share a GPU (with --resume: raise it to add pairs)",
     )
     ab.add_argument(
         "--precompile",
@@ -164,8 +181,8 @@ def add_parser(sub) -> None:
     ab.add_argument(
         "--paired",
         action="store_true",
-        help="both sides alive on one GPU, rounds alternated, three outcomes (the PR gate's engine: one pytest "
-        "run with --perf-against; docs/gate.md); without it, whole processes alternate",
+        help="the default: both sides alive on one GPU, rounds alternated, three outcomes (the PR gate's "
+        "engine: one pytest run with --perf-against; docs/gate.md)",
     )
     ab.add_argument("--out", metavar="DIR", help="the run's directory (default: .perfgate/ab-<UTC time>)")
     ab.add_argument("--resume", metavar="DIR", help="carry on the A/B run in DIR, then judge it")
