@@ -279,6 +279,8 @@ def test_four_gloo_ranks_run_a_cell_with_its_own_id_and_scale_against_four(tmp_p
         assert record[f"scaling_{side}"] == pytest.approx(
             4 * record[f"single_{side}_ms"] / record[f"{side}_ms"], rel=1e-3
         )
+        one_device = record[f"single_{side}_round_ms"]  # its rounds, kept: their median is the figure
+        assert one_device and sorted(one_device)[len(one_device) // 2] == record[f"single_{side}_ms"]
     assert validate.checked(record)["status"] == "ok"
     left = subprocess.run(["pgrep", "-af", "perfgate.measure.child .*--rank"], capture_output=True, text=True).stdout
     assert str(tmp_path) not in left

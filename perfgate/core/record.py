@@ -370,8 +370,18 @@ FIELDS: tuple[Field, ...] = (
         doc="each rank's eager peak (peak_mem_eager_mb: their maximum)",
     ),
     Field("peak_mem_compiled_mb_ranks", list, "MiB", default=[]),
-    Field("single_eager_ms", float, "ms", "> 0", doc="one device, no DDP, the same per-rank batch (rank 0)"),
+    Field(
+        "single_eager_ms",
+        float,
+        "ms",
+        "> 0",
+        doc="one device, no DDP, the same per-rank batch: the median of its rounds, each the slowest rank's",
+    ),
     Field("single_compiled_ms", float, "ms", "> 0"),
+    # The rounds those medians come from: a one-device step that read slower than the DDP step it is part of
+    # (gpt2 compiled, 2 x H200, 2026-11-27: 35.10 against 31.89 ms) is told from a slow spell by its spread.
+    Field("single_eager_round_ms", list, "ms", "rounds", default=[], doc="the one-device rounds, ms per step"),
+    Field("single_compiled_round_ms", list, "ms", "rounds", default=[]),
     Field(
         "scaling_eager",
         float,

@@ -301,6 +301,8 @@ def _one_device(run: CellRun) -> None:
         )
     record["single_eager_ms"] = round(sorted(rounds.eager_ms)[len(rounds.eager_ms) // 2], 4)
     record["single_compiled_ms"] = round(sorted(rounds.compiled_ms)[len(rounds.compiled_ms) // 2], 4)
+    record["single_eager_round_ms"] = [round(x, 4) for x in rounds.eager_ms]
+    record["single_compiled_round_ms"] = [round(x, 4) for x in rounds.compiled_ms]
     for side in ("eager", "compiled"):
         record[f"scaling_{side}"] = round(world * record[f"single_{side}_ms"] / record[f"{side}_ms"], 4)
     run.clock.enter("extras")
