@@ -129,7 +129,7 @@ def test_the_two_workers_start_at_once_and_a_base_that_predates_the_engine_runs_
     from pathlib import Path
 
     import perfgate
-    from perfgate.ab.duet import Duet
+    from perfgate.ab.pair_workers import Duet
     from perfgate.ab.sides import Side
 
     base = tmp_path / "base"
@@ -154,7 +154,7 @@ def test_a_fresh_process_pair_takes_the_spares_started_while_the_last_one_prepar
     from pathlib import Path
 
     import perfgate
-    from perfgate.ab.duet import Duet
+    from perfgate.ab.pair_workers import Duet
     from perfgate.ab.sides import Side
 
     engine = os.path.dirname(perfgate.__file__)
@@ -180,9 +180,9 @@ def test_a_side_already_asked_to_finish_is_not_asked_again():
     (a worker takes the line after its record as its next cell's job)."""
     import io
 
-    from perfgate.ab import duet
+    from perfgate.ab import duet, pair_workers
 
-    worker = duet.Worker.__new__(duet.Worker)
+    worker = pair_workers.Worker.__new__(pair_workers.Worker)
     worker.side, worker.finish_asked = type("S", (), {"name": "B"})(), False
     worker.popen = type("P", (), {"stdin": io.BytesIO()})()
     worker.expect = lambda key, limit_s, progress=None: {"record": {"status": "ok"}}

@@ -1,5 +1,5 @@
 """One side of a paired comparison: `python -m perfgate.measure.duet`, a warm process that the paired engine
-(perfgate.ab.duet) starts for each side (base and this tree). It imports torch, the compiler stack and the
+(perfgate.ab.pair_workers) starts for each side (base and this tree). It imports torch, the compiler stack and the
 side's zoo once, then takes cells one after another; each cell runs through the single-device pipeline up to
 its warm state, and then, instead of timing itself, serves timed rounds one at a time as the coordinator asks,
 so that the two sides' rounds alternate a fraction of a second apart on one GPU:
@@ -23,7 +23,7 @@ import os
 import sys
 
 PEERS_ENV = "PERFGATE_PAIRED_PEERS"  # the other side's pid, which perfgate.measure.neighbours does not count
-PROTOCOL = 1  # the coordinator refuses a worker of another protocol (perfgate.ab.duet.PROTOCOL)
+PROTOCOL = 1  # the coordinator refuses a worker of another protocol (perfgate.ab.pair_workers.PROTOCOL)
 
 
 class Channel:
@@ -126,7 +126,7 @@ def main() -> int:
 
     # A side's tree whose perfgate predates this module, under an editable install of another tree: its
     # perfgate package, this module from the installed tree's finder. Such a mix must not measure: the
-    # coordinator reads this line and starts the side again on one engine whole (perfgate.ab.duet's overlay).
+    # coordinator reads this line and starts the side again on one engine whole (perfgate.ab.pair_workers' overlay).
     engine = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     if os.path.realpath(os.path.dirname(perfgate.__file__)) != os.path.realpath(engine):
         print(f"perfgate.measure.duet of {engine} found under the perfgate of {perfgate.__file__}", file=sys.stderr)

@@ -46,7 +46,7 @@ class Pairing:
 
     def __init__(self, base: Side, results_path: Path, cache_dir: str | None, here: str):
         import perfgate
-        from perfgate.ab.duet import Duet
+        from perfgate.ab.pair_workers import Duet
         from perfgate.measure.launch import import_path
 
         self.owned_cache = cache_dir is None

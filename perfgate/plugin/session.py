@@ -209,7 +209,7 @@ class PerfSession:
 
     def isolates(self, cell: Cell) -> bool:
         """Whether `cell` runs in this session's isolated child: never a paired cell, which runs in its two
-        sides' workers, each a process of its own with its own time limits (perfgate.ab.duet)."""
+        sides' workers, each a process of its own with its own time limits (perfgate.ab.pair_workers)."""
         if self.pairing is not None and cell.phase != "ddp":
             return False
         choice = self.config.getoption("--perf-isolate")

@@ -1,9 +1,9 @@
 """A pytest plugin for the probe of a side bias (`-p tools.probes.b_first`): the paired engine prepares side B
 before side A, so that a device-time gap that follows the preparation order shows as A slower instead of B."""
 
-from perfgate.ab import duet
+from perfgate.ab import pair_workers
 
-_init = duet.Duet.__init__
+_init = pair_workers.Duet.__init__
 
 
 def _b_first(self, *args, **kwargs):
@@ -11,4 +11,4 @@ def _b_first(self, *args, **kwargs):
     self.first = "b"
 
 
-duet.Duet.__init__ = _b_first
+pair_workers.Duet.__init__ = _b_first
