@@ -295,3 +295,40 @@ def test_a_data_parallel_cell_is_gated_on_its_compute_clock_and_only_it_is():
     report = gate.compare(syn.run(42, cell_list=cell_list, overrides=compute(1.9 * 0.95), **QUIET), base)
     assert kinds(report) == [(ddp.id, "compute_speedup", "regression")]
     assert gate.compare(syn.run(42, cell_list=cell_list, overrides=compute(1.905), **QUIET), base).passed
+
+
+@pytest.mark.parametrize("interrupted", [False, True], ids=["confirmed", "interrupted"])
+def test_the_sessions_confirm_round_is_a_step_of_its_end(tmp_path, base, interrupted):
+    """The plugin's session end judges the run, measures the tripped cells again through the session, and judges
+    once more: a cell that trips twice stays, one that does not clears, and every other flagged cell is profiled
+    for the reader. An interrupted run measures nothing more and its trips stand unconfirmed."""
+    from types import SimpleNamespace
+
+    from perfgate.judge.baseline import baseline_path, write_baseline
+    from perfgate.plugin.session_end import _gate
+
+    write_baseline(baseline_path(tmp_path, *KEY), base)
+    first = now(42, overrides=slower([RESNET, GPT2_INFER], 0.9))
+    again = {r["cell"]: r for r in now(43, overrides=slower([GPT2_INFER], 0.9))}
+    asked: list[tuple[str, str]] = []
+
+    def measure_again(cell_id, why_dir, remeasure):
+        asked.append((cell_id, remeasure))
+        return again[cell_id]
+
+    perf = SimpleNamespace(
+        config=SimpleNamespace(getoption=lambda name: None),
+        pairing=None,
+        ran={r["cell"]: () for r in first},
+        measure_again=measure_again,
+        say=lambda message: None,
+        summary=[],
+        paired_verdict=lambda records: None,
+    )
+    outcome = _gate(perf, first, tmp_path, interrupted)
+    tripped = sorted(f.cell for report in outcome.reports for f in report.regressions)
+    if interrupted:
+        assert not asked and tripped == sorted([RESNET, GPT2_INFER])
+    else:
+        assert sorted(asked) == sorted([(RESNET, "confirm"), (GPT2_INFER, "confirm")]) and tripped == [GPT2_INFER]
+        assert any(f"cleared for {RESNET}" in note for report in outcome.reports for note in report.notes)

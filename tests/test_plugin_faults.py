@@ -389,14 +389,14 @@ def test_an_option_that_will_have_no_effect_is_said_at_the_start_and_the_end(sui
     assert [line.strip().startswith(f"perfgate: {said}") for line in out.outlines if said in line] == [True, True]
 
 
-# A conftest whose second cell is interrupted (Ctrl-C, or SIGTERM from a CI step's limit), and whose gate
-# says whether it was handed a confirm round.
+# A conftest whose second cell is interrupted (Ctrl-C, or SIGTERM from a CI step's limit), and whose session
+# end says whether it took a confirm round.
 INTERRUPTED_SECOND_CELL = """
 pytest_plugins = ["perfgate.plugin"]
-import perfgate.judge.gate
 import perfgate.measure.cell
+import perfgate.plugin.session_end
 
-_real_cell, _real_gate, _cells = perfgate.measure.cell.run_cell, perfgate.judge.gate.gate_run, []
+_real_cell, _real_round, _cells = perfgate.measure.cell.run_cell, perfgate.plugin.session_end._confirm_round, []
 
 def run_cell(*args, **kwargs):
     _cells.append(1)
@@ -404,12 +404,12 @@ def run_cell(*args, **kwargs):
         raise KeyboardInterrupt
     return _real_cell(*args, **kwargs)
 
-def gate_run(records, baseline, remeasure=None, **kwargs):
-    print(f"GATE: confirm round offered: {remeasure is not None}")
-    return _real_gate(records, baseline, remeasure, **kwargs)
+def confirm_round(*args, **kwargs):
+    print("GATE: confirm round taken")
+    return _real_round(*args, **kwargs)
 
 perfgate.measure.cell.run_cell = run_cell
-perfgate.judge.gate.gate_run = gate_run
+perfgate.plugin.session_end._confirm_round = confirm_round
 """
 
 
@@ -420,7 +420,6 @@ def test_an_interrupted_run_measures_nothing_more_and_is_judged_on_what_it_measu
     base = suite.path / "baselines"
     base.mkdir()
     out = suite.runpytest_subprocess(*FAST, f"--perf-baseline={base}", "-s")
-    out.stdout.fnmatch_lines(
-        ["*GATE: confirm round offered: False*", "*the run was interrupted: no confirm round and no why-artifacts*"]
-    )
+    out.stdout.fnmatch_lines(["*the run was interrupted: no confirm round and no why-artifacts*"])
+    assert "GATE: confirm round taken" not in out.stdout.str()
     assert out.ret == 2

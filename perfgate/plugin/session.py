@@ -1,6 +1,7 @@
 """A pytest session's perf state and each cell's run: the results file and run id, the run options read from
 the --perf-* options (the fp32 policy among them), each device's environment and the records written; a
-cell run in this process or in its own (perfgate.measure.isolate), the gate's confirm round, and progress lines.
+cell run in this process or in its own (perfgate.measure.isolate), a cell measured again for the gate
+(perfgate.plugin.session_end), and progress lines.
 torch is imported only when a cell runs.
 """
 
@@ -71,7 +72,7 @@ class PerfSession:
         """On the xdist controller: the plugin that prints the finished-cell lines `workers` workers send."""
         from perfgate.plugin.workers import ProgressRelay
 
-        self.relay = ProgressRelay(self._progress, workers)
+        self.relay = ProgressRelay(self.say, workers)
         return self.relay
 
     def relayed(self, cell_id: str) -> tuple | None:
@@ -113,7 +114,7 @@ class PerfSession:
             options = dataclasses.replace(options, profile_dir=profile_dir)
         if self.pairing is not None and cell.phase != "ddp":
             record = self.pairing.run(
-                self.job(spec, cell, options, remeasure), self._progress, warm=cell.id in self.precompiled
+                self.job(spec, cell, options, remeasure), self.say, warm=cell.id in self.precompiled
             )
         elif self.isolates(cell):
             record = self._run_isolated(spec, cell, options, record_compiled, remeasure)
@@ -189,7 +190,7 @@ class PerfSession:
             self.append({**partial, "run_id": self.run_id, "remeasure": remeasure})
 
         device = start_cell(options.device, self.tf32)
-        return run_cell(spec, cell, options, self.environment(device), self._progress, record_compiled, checkpoint)
+        return run_cell(spec, cell, options, self.environment(device), self.say, record_compiled, checkpoint)
 
     def unfit(self, cell: Cell) -> str:
         """Why this worker's timings cannot be trusted (xdist workers sharing the machine), or ""."""
@@ -241,7 +242,7 @@ class PerfSession:
 
     def _run_isolated(self, spec, cell: Cell, options, record_compiled, remeasure: str = "") -> dict:
         job = self.job(spec, cell, options, remeasure)
-        return self.isolated_process().run(job, self._progress, record_compiled)
+        return self.isolated_process().run(job, self.say, record_compiled)
 
     def isolated_process(self):
         """The warm process of this session's isolated cells, made on first use."""
@@ -396,59 +397,16 @@ class PerfSession:
             done = self.progress.finish(
                 cell.id, cell_seconds(record), self.expected.get(cell.id, 0.0), gpus_held(record)
             )
-            self._progress(f"{done}: {self.finished[cell.id]['line']}")
+            self.say(f"{done}: {self.finished[cell.id]['line']}")
         sink.feed(record)  # from the record, so pytest-benchmark holds the rounds perfgate judged
         if record["status"] != "ok":
             pytest.fail(f"{cell.id}: {record['reason']}", pytrace=False)
         return record
 
-    def gate(self, records: list[dict], baseline, interrupted: bool = False):
-        """Gate this run. Cells whose speedup tripped are measured again in this process (a fresh compile)
-        and stay regressions only if they trip twice. Reports go to the terminal and --perf-report. An
-        `interrupted` run (Ctrl-C, SIGTERM from a CI step's limit) measures nothing more: it is judged on what
-        it measured, with no confirm round, and pytest's own exit status (2) says it was cut short."""
-        from perfgate.core.records_file import CONFIRM
-        from perfgate.judge.gate import gate_run
-        from perfgate.render.report_files import write_reports
-
-        report_dir = self.config.getoption("--perf-report")
-        why_dir = str(Path(report_dir or ".perfgate") / "why")
-        profiled: dict[str, dict] = {}
-
-        def remeasure(cell_ids: list[str]) -> list[dict]:
-            """The confirm round, profiled: a cell that trips twice comes with its why-artifacts."""
-            for cell_id in cell_ids:
-                if cell_id in self.ran:  # under xdist the controller ran nothing: no confirm round
-                    self._progress(f"{cell_id}: a speedup rule tripped; measuring again to confirm")
-                    profiled[cell_id] = self._run(*self.ran[cell_id], profile_dir=why_dir, remeasure=CONFIRM)
-            return list(profiled.values())
-
-        if self.pairing is not None:  # the clocks are the paired verdict's; the baseline judges the rest
-            from perfgate.ab.verdict import baseline_rules
-
-            outcome = gate_run(records, baseline, None, baseline_rules())
-        else:
-            outcome = gate_run(records, baseline, None if interrupted else remeasure)
-        if interrupted:
-            self.summary.append(
-                "perfgate: the run was interrupted: no confirm round and no why-artifacts; a "
-                "tripped speedup rule stands unconfirmed"
-            )
-        for cell_id in set() if interrupted or self.pairing else _flagged(outcome) - set(profiled):
-            if cell_id in self.ran:  # flagged by another rule: profile it for the reader, gate unchanged
-                self._progress(f"{cell_id}: flagged; writing why-artifacts")
-                profiled[cell_id] = self._run(*self.ran[cell_id], profile_dir=why_dir, remeasure="why-artifacts")
-        self.summary += [
-            f"why-artifacts for {cid}: {rec['why']['dir']}" for cid, rec in profiled.items() if rec.get("why")
-        ]
-        paths = (Path(report_dir) / "report.md", Path(report_dir) / "report.json") if report_dir else (None, None)
-        paired = self.paired_verdict(records)
-        if outcome.errors:
-            self.summary += [f"perfgate: cannot compare (exit 2): {error}" for error in outcome.errors]
-            write_reports(outcome, *paths, paired=paired)  # the PR comment says why nothing was judged
-        else:
-            self.summary += write_reports(outcome, *paths, paired=paired).splitlines()
-        return outcome
+    def measure_again(self, cell_id: str, why_dir: str, remeasure: str) -> dict:
+        """A cell this session ran, measured again in this process (a fresh compile), profiled into `why_dir`:
+        the gate's confirm round, or a flagged cell's why-artifacts (`remeasure` says which)."""
+        return self._run(*self.ran[cell_id], profile_dir=why_dir, remeasure=remeasure)
 
     def paired_verdict(self, records: list[dict]):
         """The paired verdict over this run's records (None unless --perf-against), its lines in the summary."""
@@ -460,7 +418,7 @@ class PerfSession:
         self.summary += verdict.lines()
         return verdict
 
-    def _progress(self, message: str) -> None:
+    def say(self, message: str) -> None:
         """One line as each phase of a cell starts, so a 40-minute run is never silent. Cells run inside a
         test, where pytest captures fd 1 and 2 (the reporter's stdout included) and drops a passing test's
         capture: no line ever showed, -q or not, unless capture is suspended while writing. Flushed at once,
@@ -474,7 +432,3 @@ class PerfSession:
                 reporter.flush()
             else:
                 print(line, file=sys.stderr, flush=True)
-
-
-def _flagged(outcome) -> set[str]:
-    return {finding.cell for report in outcome.reports for finding in report.regressions}

@@ -40,7 +40,7 @@ def finish(session, perf: PerfSession) -> None:
         _step(session, perf, "write the baseline", lambda: _save_baseline(perf, records, save_dir))
     if baseline:
         interrupted = int(session.exitstatus) == int(pytest.ExitCode.INTERRUPTED)
-        outcome = _step(session, perf, "gate the run", lambda: perf.gate(records, baseline, interrupted))
+        outcome = _step(session, perf, "gate the run", lambda: _gate(perf, records, baseline, interrupted))
         if outcome is not None:
             _exit_with(session, outcome.exit_code, perf.paired)
     elif perf.pairing is not None:  # paired without a baseline: the clocks alone are judged
@@ -49,6 +49,66 @@ def finish(session, perf: PerfSession) -> None:
         if report_dir:
             _step(session, perf, "write the paired report", lambda: _paired_reports(verdict, report_dir))
         _exit_with(session, exits.PASS, verdict)
+
+
+def _gate(perf: PerfSession, records: list[dict], baseline, interrupted: bool):
+    """Gate this run, in steps taken in turn: judge the records against the baseline; measure the cells a
+    speedup rule tripped again, in this process with a fresh compile, and judge once more (the confirm
+    round: a regression stands only where the same clock trips twice); profile every other flagged cell for
+    the reader (why-artifacts, the gate unchanged); write the reports. A paired run's clocks are the paired
+    verdict's, so the baseline judges the rest and nothing is measured again. An `interrupted` run (Ctrl-C,
+    SIGTERM from a CI step's limit) measures nothing more: it is judged on what it measured, and pytest's own
+    exit status (2) says it was cut short."""
+    from pathlib import Path
+
+    from perfgate.ab.verdict import baseline_rules
+    from perfgate.judge.gate import DEFAULT_RULES, gate_run
+    from perfgate.render.report_files import write_reports
+
+    report_dir = perf.config.getoption("--perf-report")
+    why_dir = str(Path(report_dir or ".perfgate") / "why")
+    outcome = gate_run(records, baseline, rules=baseline_rules() if perf.pairing is not None else DEFAULT_RULES)
+    profiled: dict[str, dict] = {}
+    measures_again = not interrupted and perf.pairing is None
+    if measures_again:
+        _confirm_round(perf, outcome, why_dir, profiled)
+    if interrupted:
+        perf.summary.append(
+            "perfgate: the run was interrupted: no confirm round and no why-artifacts; a "
+            "tripped speedup rule stands unconfirmed"
+        )
+    flagged = {finding.cell for report in outcome.reports for finding in report.regressions}
+    for cell_id in flagged - set(profiled) if measures_again else ():
+        if cell_id in perf.ran:  # flagged by another rule: profile it for the reader, gate unchanged
+            perf.say(f"{cell_id}: flagged; writing why-artifacts")
+            profiled[cell_id] = perf.measure_again(cell_id, why_dir, "why-artifacts")
+    perf.summary += [f"why-artifacts for {cid}: {rec['why']['dir']}" for cid, rec in profiled.items() if rec.get("why")]
+    paths = (Path(report_dir) / "report.md", Path(report_dir) / "report.json") if report_dir else (None, None)
+    paired = perf.paired_verdict(records)
+    if outcome.errors:
+        perf.summary += [f"perfgate: cannot compare (exit 2): {error}" for error in outcome.errors]
+        write_reports(outcome, *paths, paired=paired)  # the PR comment says why nothing was judged
+    else:
+        perf.summary += write_reports(outcome, *paths, paired=paired).splitlines()
+    return outcome
+
+
+def _confirm_round(perf: PerfSession, outcome, why_dir: str, profiled: dict[str, dict]) -> None:
+    """The cells a speedup rule tripped, measured again (into `profiled`) and each report judged once more
+    with them (gate.confirm), in place."""
+    from perfgate.core.records_file import CONFIRM
+    from perfgate.judge.gate import confirm, speedup_suspects
+
+    for i, report in enumerate(outcome.reports):
+        suspects = speedup_suspects(report)
+        if not suspects:
+            continue
+        again = []
+        for cell_id in suspects:
+            if cell_id in perf.ran:  # under xdist the controller ran nothing: no confirm round
+                perf.say(f"{cell_id}: a speedup rule tripped; measuring again to confirm")
+                again.append(profiled.setdefault(cell_id, perf.measure_again(cell_id, why_dir, CONFIRM)))
+        outcome.reports[i] = confirm(report, again)
 
 
 def _paired_reports(verdict, report_dir: str) -> None:
