@@ -144,6 +144,11 @@ def test_the_two_workers_start_at_once_and_a_base_that_predates_the_engine_runs_
         assert os.path.realpath(a.hello["hello"]["perfgate"]) == os.path.realpath(engine)
         assert "predates the paired engine" in duet.notes["A"]
         assert duet.start(*duet.sides) == [a, b]  # live workers are kept, not started again
+        refused = (tmp_path / "duet" / "A.stderr").read_text().count("found under the perfgate of")
+        duet.spawn_spares()  # A's spare starts on this tree's engine at once, not refused first
+        duet.greet_spares()
+        assert os.path.realpath(duet.spares["A"].hello["hello"]["perfgate"]) == os.path.realpath(engine)
+        assert (tmp_path / "duet" / "A.stderr").read_text().count("found under the perfgate of") == refused
     finally:
         duet.close()
 

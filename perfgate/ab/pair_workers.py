@@ -178,8 +178,19 @@ class Duet:
                 spare.close()
                 del self.spares[name]
 
-    def _new(self, side: Side) -> Worker:
-        return Worker(side, self.directory, import_path(side, self.here_root, self.path), greet=False)
+    def _new(self, side: Side, greet: bool = False) -> Worker:
+        """A fresh worker of `side`, on this tree's engine where the side was found to predate it."""
+        if side.name not in self.notes:
+            return Worker(side, self.directory, import_path(side, self.here_root, self.path), greet=greet)
+        overlay = self.directory / "engine-overlay"
+        overlay.mkdir(parents=True, exist_ok=True)
+        link = overlay / "perfgate"
+        if not link.exists():
+            link.symlink_to(self.engine)
+        # Started in the overlay: `python -m` puts its working directory first on the path, and the side's own
+        # root holds its old perfgate.
+        path = [str(overlay), *import_path(side, self.here_root, self.path)]
+        return Worker(side, self.directory, path, greet=greet, cwd=str(overlay))
 
     def _greeted(self, worker: Worker) -> Worker:
         """`worker` once it said hello in this engine's protocol; a side whose perfgate predates the paired
@@ -191,18 +202,14 @@ class Duet:
             if "No module named" not in str(err) and "perfgate.measure.duet" not in str(err):
                 worker.close()  # hung past its limit, perhaps: it must not outlive the error
                 raise
-            overlay = self.directory / "engine-overlay"
-            overlay.mkdir(parents=True, exist_ok=True)
-            link = overlay / "perfgate"
-            if not link.exists():
-                link.symlink_to(self.engine)
-            # Started in the overlay: `python -m` puts its working directory first on the path, and the side's
-            # own root holds its old perfgate.
-            path = [str(overlay), *import_path(side, self.here_root, self.path)]
-            worker = Worker(side, self.directory, path, cwd=str(overlay))
             self.notes[side.name] = (
                 f"side {side.name} predates the paired engine: its zoo and tests ran on this tree's engine"
             )
+            try:
+                worker = self._new(side, greet=True)  # and its spares start there too
+            except WorkerGone:
+                del self.notes[side.name]
+                raise
         if worker.hello.get("hello", {}).get("protocol") != PROTOCOL:
             worker.close()
             raise WorkerGone(f"side {side.name} speaks protocol {worker.hello}; this engine speaks {PROTOCOL}")
