@@ -8,7 +8,7 @@ import os
 import re
 import warnings
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Iterable, Iterator, Sequence
 
 from perfgate.core.record import unfinished
 from perfgate.core.text import TOO_DEEP, parse_json
@@ -168,10 +168,15 @@ def load_records(paths: Iterable[str | os.PathLike]) -> list[dict]:
     checkpoint of a cell that was cut off ("did not finish": a call's limit, a kill) is no result and never
     hides a finished record of another run, whatever the order of the files, nor of its own run where the cut
     was the gate's re-measure of the cell (a confirm round stopped by a CI step's limit)."""
-    return _latest(record for path in paths for record in iter_records(path))
+    return latest(all_records(paths))
 
 
-def _latest(records: Iterable[dict]) -> list[dict]:
+def all_records(paths: Iterable[str | os.PathLike]) -> list[dict]:
+    """Every record of these files, checkpoints and re-measures included, in the order they were written."""
+    return [record for path in paths for record in iter_records(path)]
+
+
+def latest(records: Iterable[dict]) -> list[dict]:
     """load_records' choice of one record per cell, over records in the order they were written."""
     by_cell: dict[str, dict] = {}
     for record in records:
@@ -182,15 +187,15 @@ def _latest(records: Iterable[dict]) -> list[dict]:
     return list(by_cell.values())
 
 
-CONFIRM = "confirm"  # a record's `remeasure` in the gate's confirm round (perfgate.plugin.session.gate)
+CONFIRM = "confirm"  # a record's `remeasure` in the gate's confirm round (perfgate.plugin.session_end)
 
 
-def gated_rounds(paths: Iterable[str | os.PathLike]) -> tuple[list[dict], dict[str, dict]]:
-    """What the gate judged in these results: its first round (one record per cell, as load_records chooses,
-    the gate's re-measures left out) and its confirm round (cell id -> the re-measured record), so that a
-    reader gates them as the gate did (gate.gate_run's `remeasure`) rather than judging a confirm round's
-    record on its own. A re-measure for why-artifacts, made after the verdict for a reader, is in neither."""
-    records = [record for path in paths for record in iter_records(path)]
-    first = _latest(r for r in records if not r.get("remeasure"))
-    again = _latest(r for r in records if r.get("remeasure") == CONFIRM)
+def gated_rounds(records: Sequence[dict]) -> tuple[list[dict], dict[str, dict]]:
+    """What the gate judged in a run's records (all_records): its first round (one record per cell, as
+    load_records chooses, the gate's re-measures left out) and its confirm round (cell id -> the re-measured
+    record), so that a reader gates them as the gate did (gate.gate_run's `remeasure`) rather than judging a
+    confirm round's record on its own. A re-measure for why-artifacts, made after the verdict for a reader, is
+    in neither."""
+    first = latest(r for r in records if not r.get("remeasure"))
+    again = latest(r for r in records if r.get("remeasure") == CONFIRM)
     return first, {r["cell"]: r for r in again if not unfinished(r)}

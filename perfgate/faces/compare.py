@@ -12,7 +12,7 @@ from typing import Callable, Sequence
 from perfgate.core import exits
 from perfgate.core.output import OutputError
 from perfgate.core.record import nothing_measured
-from perfgate.core.records_file import RecordFileError, gated_rounds, iter_records, load_records
+from perfgate.core.records_file import RecordFileError, all_records, gated_rounds, iter_records, latest
 from perfgate.judge.baseline import BaselineError, disagreements, save_baselines
 from perfgate.judge.gate import gate_run
 from perfgate.render.report import records_table
@@ -25,8 +25,8 @@ ADVISED_RUNS = 5
 
 
 def nonempty_records(paths: Sequence[str]) -> list[dict]:
-    """The records of these files, one per cell (load_records); RecordFileError where there are none."""
-    records = load_records(paths)
+    """Every record of these files in the order written (all_records); RecordFileError where there are none."""
+    records = all_records(paths)
     if not records:
         raise RecordFileError(f"no records in {', '.join(paths)}")
     return records
@@ -42,8 +42,7 @@ def confirm_round(again: dict[str, dict]) -> Callable[[list[str]], list[dict]] |
 
 def cmd_compare(args: argparse.Namespace) -> int:
     try:
-        nonempty_records(args.results)
-        first, again = gated_rounds(args.results)  # judged as the gate judged them, confirm round included
+        first, again = gated_rounds(nonempty_records(args.results))  # as the gate judged them, confirm included
         outcome = gate_run(first, args.baseline, confirm_round(again))
     except (RecordFileError, BaselineError) as err:
         return _cannot_compare([str(err)])
@@ -97,7 +96,7 @@ def cmd_baseline_update(args: argparse.Namespace) -> int:
 
 def cmd_results(args: argparse.Namespace) -> int:
     try:
-        records = nonempty_records(args.results)
+        records = latest(nonempty_records(args.results))
     except RecordFileError as err:
         print(f"perfgate: {err}", file=sys.stderr)
         return exits.UNUSABLE

@@ -11,7 +11,7 @@ from pathlib import Path
 from perfgate.ab.verdict import PairedVerdict, baseline_rules
 from perfgate.core import exits
 from perfgate.core.output import OutputError
-from perfgate.core.records_file import RecordFileError, gated_rounds
+from perfgate.core.records_file import RecordFileError, gated_rounds, latest
 from perfgate.faces.compare import confirm_round, nonempty_records
 from perfgate.judge.gate import DEFAULT_RULES
 from perfgate.store import history
@@ -27,7 +27,8 @@ def cmd_report(args: argparse.Namespace) -> int:
         )
         return exits.UNUSABLE
     try:
-        records = nonempty_records(args.results)
+        every = nonempty_records(args.results)
+        records = latest(every)  # one per cell, for the views; the verdicts below are the gate's rounds
         if args.modes:
             from perfgate.render import modes
 
@@ -48,7 +49,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         # gate them against other machines' clocks, which the paired gate does not: the PR comment must not
         # disagree with the gate it reports.
         paired = bool(PairedVerdict.of(records).cells)
-        first, again = gated_rounds(args.results)  # the verdicts the gate gave, confirm round included
+        first, again = gated_rounds(every)  # the verdicts the gate gave, confirm round included
         report = html_report.build(
             records,
             db_path=args.db,
