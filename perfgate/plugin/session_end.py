@@ -107,7 +107,8 @@ def _confirm_round(perf: PerfSession, outcome, why_dir: str, profiled: dict[str,
         for cell_id in suspects:
             if cell_id in perf.ran:  # under xdist the controller ran nothing: no confirm round
                 perf.say(f"{cell_id}: a speedup rule tripped; measuring again to confirm")
-                again.append(profiled.setdefault(cell_id, perf.measure_again(cell_id, why_dir, CONFIRM)))
+                profiled[cell_id] = perf.measure_again(cell_id, why_dir, CONFIRM)
+                again.append(profiled[cell_id])
         outcome.reports[i] = confirm(report, again)
 
 
