@@ -508,3 +508,20 @@ def test_numerics_off_skips_the_check_and_says_so():
     )
     assert (record["status"], record["numerics"]) == ("ok", "skipped")
     assert record["reference_cache"].startswith("skipped")
+
+
+@pytest.mark.parametrize(
+    "gpu, precision, tf32, rate",
+    [
+        ("NVIDIA H100 80GB HBM3", "amp_bf16", True, 989.0),
+        ("NVIDIA H100 PCIe", "amp_fp16", True, 756.0),  # the part before its family
+        ("NVIDIA H200", "fp32", True, 495.0),  # fp32 under TF32 reads the tensor cores' rate
+        ("NVIDIA H200", "fp32", False, 67.0),
+        ("NVIDIA GeForce RTX 4090", "amp_bf16", True, None),  # unknown: no MFU rather than a wrong one
+        (None, "amp_bf16", True, None),
+    ],
+)
+def test_mfu_divides_by_the_gpus_datasheet_rate(gpu, precision, tf32, rate):
+    from perfgate.measure.datasheet import datasheet_tflops
+
+    assert datasheet_tflops(gpu, precision, tf32) == rate

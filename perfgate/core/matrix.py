@@ -36,7 +36,7 @@ class Precision:
 
     `amp_dtype`: the dtype autocast runs the step in; None runs it in plain fp32 (under the fp32 policy).
     `uses_scaler`: training scales the loss with a GradScaler: fp16's 5-bit exponent underflows gradients.
-    `peak_key`: the column of perfgate.measure.peaks' table; "fp32" reads "tf32" where the fp32 policy allows TF32.
+    `peak_key`: the column of perfgate.measure.datasheet's table; "fp32" reads "tf32" where the fp32 policy allows TF32.
     `rmse_multiplier`, `rms_floor`, `fallback_rtol`: the default numerics tolerance (perfgate.core.spec.Tolerance):
         PyTorch's accuracy CI lets compiled's RMSE against fp64 be about 2x eager's for fp32, 3x for fp16/bf16.
     """

@@ -19,9 +19,9 @@ from perfgate.core.matrix import VARIANTS, Cell
 from perfgate.measure import cache_artifacts, clocks, introspect, neighbours, reference, why
 from perfgate.measure import counts as step_counts
 from perfgate.measure.compile_cache import compile_cache
+from perfgate.measure.datasheet import datasheet_tflops
 from perfgate.measure.host_speed import HostSpeed
 from perfgate.measure.job import RunOptions
-from perfgate.measure.peaks import peak_tflops
 from perfgate.measure.pipeline import (
     CellRun,
     StageClock,
@@ -195,11 +195,11 @@ def store_throughput(spec, size, cell, record: dict, eager_step, device) -> None
     record["throughput_compiled"] = round(units / (record["compiled_ms"] / 1e3), 1)
     flops = introspect.flops_per_step(eager_step)
     record["flops_per_step"] = flops
-    peak = peak_tflops(record["env"].get("gpu"), cell.precision, record["env"].get("tf32"))
+    rate = datasheet_tflops(record["env"].get("gpu"), cell.precision, record["env"].get("tf32"))
     for side in ("eager", "compiled"):
         tflops = flops / (record[f"{side}_ms"] / 1e3) / 1e12
         record[f"tflops_{side}"] = round(tflops, 2)
-        record[f"mfu_{side}"] = round(tflops / peak, 4) if peak else None
+        record[f"mfu_{side}"] = round(tflops / rate, 4) if rate else None
 
 
 def _warm_compile(run: CellRun) -> None:

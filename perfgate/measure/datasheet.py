@@ -1,6 +1,6 @@
-"""Dense peak throughput per GPU and precision, TFLOP/s, for MFU. Imports no torch.
+"""The GPUs' datasheet throughput per precision, dense TFLOP/s: what MFU divides by. Imports no torch.
 
-Dense (no 2:4 sparsity) tensor-core peaks from the vendors' datasheets, SXM parts. The H200 has the H100's
+Dense (no 2:4 sparsity) tensor-core rates from the vendors' datasheets, SXM parts. The H200 has the H100's
 compute; only its memory differs. fp32 means the plain (non-tensor-core) rate; TF32 applies when the fp32
 policy allows it.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 from perfgate.core.matrix import PRECISIONS
 
 # Matched as substrings of the lower-cased device name, first match wins: specific parts before families.
-PEAK_TFLOPS = {
+DATASHEET_TFLOPS = {
     "h100 pcie": {"bf16": 756.0, "fp16": 756.0, "tf32": 378.0, "fp32": 51.0},
     "h100": {"bf16": 989.0, "fp16": 989.0, "tf32": 495.0, "fp32": 67.0},
     "h200": {"bf16": 989.0, "fp16": 989.0, "tf32": 495.0, "fp32": 67.0},
@@ -19,12 +19,12 @@ PEAK_TFLOPS = {
 }
 
 
-def peak_tflops(gpu_name: str | None, precision: str, tf32: bool | None) -> float | None:
-    """The peak for a GPU name as CUDA reports it ("NVIDIA H100 80GB HBM3"), or None when unknown."""
+def datasheet_tflops(gpu_name: str | None, precision: str, tf32: bool | None) -> float | None:
+    """The rate for a GPU name as CUDA reports it ("NVIDIA H100 80GB HBM3"), or None when unknown."""
     if not gpu_name:
         return None
     name = gpu_name.lower()
-    table = next((peaks for key, peaks in PEAK_TFLOPS.items() if key in name), None)
+    table = next((rates for key, rates in DATASHEET_TFLOPS.items() if key in name), None)
     if table is None:
         return None
     key = PRECISIONS[precision].peak_key
