@@ -36,7 +36,8 @@ class Precision:
 
     `amp_dtype`: the dtype autocast runs the step in; None runs it in plain fp32 (under the fp32 policy).
     `uses_scaler`: training scales the loss with a GradScaler: fp16's 5-bit exponent underflows gradients.
-    `peak_key`: the column of perfgate.measure.datasheet's table; "fp32" reads "tf32" where the fp32 policy allows TF32.
+    `datasheet_key`: the column of perfgate.measure.datasheet's table; "fp32" reads "tf32" where the fp32
+        policy allows TF32.
     `rmse_multiplier`, `rms_floor`, `fallback_rtol`: the default numerics tolerance (perfgate.core.spec.Tolerance):
         PyTorch's accuracy CI lets compiled's RMSE against fp64 be about 2x eager's for fp32, 3x for fp16/bf16.
     """
@@ -44,7 +45,7 @@ class Precision:
     name: str
     amp_dtype: str | None
     uses_scaler: bool
-    peak_key: str
+    datasheet_key: str
     rmse_multiplier: float
     rms_floor: float
     fallback_rtol: float
@@ -58,13 +59,19 @@ PRECISIONS: Mapping[str, Precision] = {
     p.name: p
     for p in (
         Precision(
-            "fp32", None, uses_scaler=False, peak_key="fp32", rmse_multiplier=2.0, rms_floor=1e-4, fallback_rtol=1e-2
+            "fp32",
+            None,
+            uses_scaler=False,
+            datasheet_key="fp32",
+            rmse_multiplier=2.0,
+            rms_floor=1e-4,
+            fallback_rtol=1e-2,
         ),
         Precision(
             "amp_fp16",
             "float16",
             uses_scaler=True,
-            peak_key="fp16",
+            datasheet_key="fp16",
             rmse_multiplier=3.0,
             rms_floor=1e-3,
             fallback_rtol=5e-2,
@@ -73,7 +80,7 @@ PRECISIONS: Mapping[str, Precision] = {
             "amp_bf16",
             "bfloat16",
             uses_scaler=False,
-            peak_key="bf16",
+            datasheet_key="bf16",
             rmse_multiplier=3.0,
             rms_floor=1e-3,
             fallback_rtol=5e-2,

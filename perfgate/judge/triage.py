@@ -31,7 +31,7 @@ ENV_KEYS = ("gpu", "driver", "cuda", "torch", "triton", "transformers", "timm", 
 PERF_TESTS = "perftests/test_compile_speedup.py"
 TEST_OF_PHASE = {"train": "test_train_step", "infer": "test_infer_step", "ddp": "test_ddp_train_step"}
 TIMED = ("speedup", "device_speedup", "compute_speedup", "host_speedup")
-DEVICE = ("device_speedup", "compute_speedup")
+GPU_WORK_RATIOS = ("device_speedup", "compute_speedup")  # the ratios of GPU work: device, and a DDP cell's compute
 
 
 @dataclass(frozen=True)
@@ -116,7 +116,7 @@ def _classify(row, record: dict, baseline: dict) -> tuple[str, str]:
     timed = [m for m in row.tripped if m in TIMED]
     if not timed:
         return "real", f"{', '.join(row.tripped) or row.verdict} moved (not a timing)"
-    device = next((c for c in (row.clock(m) for m in DEVICE) if c is not None and c.change is not None), None)
+    device = next((c for c in (row.clock(m) for m in GPU_WORK_RATIOS) if c is not None and c.change is not None), None)
     if device is not None and device_moved(device.metric, device.change, device.threshold, row.tripped):
         return "real", f"{device.clock} clock {device.change:+.1%} (line {device.threshold:.1%})"
     limited = [c for c in (row.clock(m) for m in timed) if c is not None and c.noise_limited]

@@ -27,5 +27,5 @@ def datasheet_tflops(gpu_name: str | None, precision: str, tf32: bool | None) ->
     table = next((rates for key, rates in DATASHEET_TFLOPS.items() if key in name), None)
     if table is None:
         return None
-    key = PRECISIONS[precision].peak_key
+    key = PRECISIONS[precision].datasheet_key
     return table["tf32" if key == "fp32" and tf32 else key]
