@@ -16,7 +16,7 @@ import pytest
 from cheap_cell import CHEAP_CELL_ARGS
 
 from perfgate.ab.process_env import ABEnvironment, collect
-from perfgate.ab.process_run import command, complete_processes, plan, save_manifest, verdict
+from perfgate.ab.process_run import command, complete_processes, process_turns, save_manifest, verdict
 from perfgate.cli import main
 from perfgate.core.records_file import append_record
 
@@ -169,7 +169,7 @@ def test_fewer_than_2_processes_owned_options_and_bad_env_are_refused(tmp_path, 
 def test_a_sides_first_process_precompiles_and_its_first_calls_are_read_back(tmp_path):
     """Without running anything: only a side's first process gets --perf-precompile, and the verdict reads
     its precompile's first calls (ok lines only; no file, or a broken one, gives none)."""
-    runs, cell = plan(2), syn.cells(models=["gpt2"], phases=["train"])[0]
+    runs, cell = process_turns(2), syn.cells(models=["gpt2"], phases=["train"])[0]
     manifest = {"common_args": ["perftests"], "sides": {s: {"python": "py", "args": []} for s in "AB"}}
     for run in runs:
         run.update(precompile=4 if run["rep"] == 1 else 0, state="done", cold=run["rep"] == 1)
@@ -269,9 +269,9 @@ def test_a_users_own_verbosity_does_not_hide_the_test_ids(zoo_repo, verbosity):
 def test_the_plan_grows_on_resume_and_crashed_processes_count(tmp_path, capsys):
     """Without running anything: the order, --resume --processes N adding pairs, and how the verdict reads
     each process's state (a crashed one counts as it stands, an interrupted one waits for --resume)."""
-    runs = plan(2)
+    runs = process_turns(2)
     assert [r["name"] for r in runs] == ["A-1", "B-1", "A-2", "B-2"]
-    assert [r["name"] for r in plan(3, runs)] == ["A-1", "B-1", "A-2", "B-2", "A-3", "B-3"]
+    assert [r["name"] for r in process_turns(3, runs)] == ["A-1", "B-1", "A-2", "B-2", "A-3", "B-3"]
     states = {"A-1": ("done", 0), "B-1": ("crashed", -11), "A-2": ("done", 1), "B-2": ("interrupted", None)}
     cell = syn.cells(models=["gpt2"], phases=["train"])[0]
     for run in runs:

@@ -35,9 +35,10 @@ def test_device_is_the_clock_alone():
     [
         (r"\bpeak_tflops\b|\bPEAK_TFLOPS\b|\bpeak_key\b", "'peak' is GPU memory: the TFLOP/s table is the datasheet's"),
         (r"perfgate\.measure\.peaks\b", "measure/datasheet.py"),
+        (r"^def plan\(processes", "'plan' is a run's costs and dealing: A/B's order of processes is process_turns"),
     ],
 )
 def test_a_retired_name_is_not_used(retired, now):
-    users = [str(p.relative_to(PERFGATE)) for p in SOURCES if re.search(retired, p.read_text())]
+    users = [str(p.relative_to(PERFGATE)) for p in SOURCES if re.search(retired, p.read_text(), re.MULTILINE)]
     assert not users, f"{retired} in {users}: {now}"
     assert not (PERFGATE / "measure" / "peaks.py").exists()

@@ -111,10 +111,10 @@ def test_ab_with_0_processes_is_refused_before_anything_runs(tmp_path, capsys, h
 def _ab_run(tmp_path, run) -> Path:
     """A finished A/B run's directory, 2 processes a side, each results file one synthetic run."""
     from perfgate.ab.process_env import ABEnvironment
-    from perfgate.ab.process_run import plan, save_manifest
+    from perfgate.ab.process_run import process_turns, save_manifest
 
     out = tmp_path / "ab"
-    runs = plan(2)
+    runs = process_turns(2)
     for entry in runs:
         entry["state"], entry["rc"], entry["cold"] = "done", 0, entry["rep"] == 1
         (out / entry["results"]).parent.mkdir(parents=True, exist_ok=True)

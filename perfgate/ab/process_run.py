@@ -163,7 +163,7 @@ def check_processes(processes: int | None) -> None:
         )
 
 
-def plan(processes: int, runs: Sequence[dict] = ()) -> list[dict]:
+def process_turns(processes: int, runs: Sequence[dict] = ()) -> list[dict]:
     """The processes in order, A-1, B-1, A-2, B-2, ...: the existing `runs` kept, more appended up to
     `processes` a side."""
     check_processes(processes)
@@ -208,7 +208,7 @@ def prepare(
     for side in sides:
         process_env.check_args(side.args, f"--{side.label.lower()}-args")
         process_env.check_precompile(precompile, [*common, *side.args])
-    runs = plan(processes)
+    runs = process_turns(processes)
     for side in sides:
         process_env.check_python(side)
     repo = process_env.repo_root(cwd)
@@ -503,7 +503,7 @@ def run_ab(
                 f"{out / 'manifest.json'}: cannot resume here: {problem}; `perfgate ab --judge {out}` judges it"
             )
         if processes is not None and processes != manifest["processes"]:
-            manifest["runs"] = plan(max(processes, manifest["processes"]), manifest["runs"])
+            manifest["runs"] = process_turns(max(processes, manifest["processes"]), manifest["runs"])
             manifest["processes"] = max(processes, manifest["processes"])
             save_manifest(out, manifest)
     else:
