@@ -13,14 +13,14 @@ torch = pytest.importorskip("torch")
 import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 
+from perfgate.core.job import RunOptions  # noqa: E402
 from perfgate.core.matrix import VARIANTS, Cell, Variant  # noqa: E402
 from perfgate.core.record import first_call_cache  # noqa: E402
 from perfgate.core.spec import ModelSpec, Size  # noqa: E402
 from perfgate.core.stages import STAGES  # noqa: E402
+from perfgate.core.timing_plan import CPU_PLAN  # noqa: E402
 from perfgate.measure import cache_artifacts, launch, precompile, reference  # noqa: E402
 from perfgate.measure.cell import run_cell  # noqa: E402
-from perfgate.measure.job import RunOptions  # noqa: E402
-from perfgate.measure.timing import CPU_PLAN  # noqa: E402
 
 OPTIONS = RunOptions(
     device="cpu", plan=CPU_PLAN.replace(min_rounds=3, max_rounds=3, target_round_ms=2.0), warm_compile="off"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from perfgate.core import fault
 from perfgate.core.matrix import Cell
 from perfgate.core.record import bound_of, new_record
 from perfgate.measure import clocks, faults
@@ -77,7 +78,7 @@ def test_a_planted_spin_inside_a_round_is_its_work_not_a_marker():
 def test_a_device_plant_too_short_to_tell_from_a_marker_is_refused():
     step = lambda _i: None  # noqa: E731
     with pytest.raises(ValueError, match=r"device_slow:3 plants 30.0 us a step, under the 40 us"):
-        faults.slowed(step, faults.Fault("device_slow", 3.0), torch.device("cuda"), lambda clock: 1.0)
+        faults.slowed(step, fault.Fault("device_slow", 3.0), torch.device("cuda"), lambda clock: 1.0)
 
 
 def test_round_labels_follow_the_alternating_order():
@@ -135,18 +136,18 @@ def test_host_rounds_stop_at_their_time_budget_but_never_below_the_minimum():
 
 @pytest.mark.parametrize("text, kind, arg", [("device_slow", "device_slow", 3.0), ("host_slow:20", "host_slow", 20.0)])
 def test_clock_faults_parse_with_defaults(text, kind, arg):
-    assert faults.parse(text) == faults.Fault(kind, arg)
+    assert fault.parse(text) == fault.Fault(kind, arg)
 
 
 @pytest.mark.parametrize("text", ["host_slow:nan", "device_slow:-3", "host_slow:inf"])
 def test_clock_faults_refuse_bad_percentages(text):
     with pytest.raises(ValueError, match="finite number"):
-        faults.parse(text)
+        fault.parse(text)
 
 
 def test_host_slow_busy_waits_a_share_of_the_calibrated_host_time():
     step = lambda _i: None  # noqa: E731
-    slowed = faults.slowed(step, faults.Fault("host_slow", 50.0), torch.device("cpu"), lambda clock: 20.0)
+    slowed = faults.slowed(step, fault.Fault("host_slow", 50.0), torch.device("cpu"), lambda clock: 20.0)
     assert clocks.issue_ms(slowed, 0, torch.device("cpu")) >= 10.0 - 0.5
     untouched = faults.slowed(step, None, torch.device("cpu"), lambda clock: 20.0)
     assert untouched is step

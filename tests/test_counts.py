@@ -91,8 +91,8 @@ def cells():
     from test_cell import ENV, OPTIONS, _spec
     from torch import nn
 
+    from perfgate.core.fault import parse as parse_fault
     from perfgate.core.matrix import Cell
-    from perfgate.measure import faults
     from perfgate.measure.cell import run_cell
 
     class Called(nn.Module):
@@ -111,7 +111,7 @@ def cells():
     spec = _spec(build=lambda c: mlp(), blocks=lambda m: list(m))
     called = dataclasses.replace(spec, build=lambda c: mlp(Called))
     cell = Cell("mlp", "infer", "aot_eager", "fp32", "cpu")
-    broken = dataclasses.replace(OPTIONS, fault=faults.parse("graph_break"))
+    broken = dataclasses.replace(OPTIONS, fault=parse_fault("graph_break"))
     runs = {
         "built": (spec, OPTIONS),
         "again": (spec, OPTIONS),

@@ -256,10 +256,10 @@ def test_four_gloo_ranks_run_a_cell_with_its_own_id_and_scale_against_four(tmp_p
     import torch
 
     from perfgate.core import validate
+    from perfgate.core.job import RunOptions
+    from perfgate.core.timing_plan import CPU_PLAN
     from perfgate.measure import ddp
     from perfgate.measure.env import environment
-    from perfgate.measure.job import RunOptions
-    from perfgate.measure.timing import CPU_PLAN
 
     (tmp_path / "ddp4_suite.py").write_text(DDP_SUITE.split("@pytest.mark.perf_cells")[0].replace("LIMIT", "300.0"))
     monkeypatch.syspath_prepend(str(tmp_path))
@@ -289,9 +289,9 @@ def test_four_gloo_ranks_run_a_cell_with_its_own_id_and_scale_against_four(tmp_p
 def test_a_rank_runs_its_share_whatever_its_world_and_a_worker_runs_the_cell(monkeypatch, tmp_path):
     """tools/probes/ddp_one_gpu.py's PROBE_WORLD=1 starts one rank (world 1). Sent to run_cell as a worker's
     job is, it started the cell's own 2 ranks in turn, and on one visible GPU rank 1 died (H200, 2026-11-27)."""
+    from perfgate.core.job import Job, RunOptions
     from perfgate.measure import cell as cell_module
     from perfgate.measure import child, ddp_rank
-    from perfgate.measure.job import Job, RunOptions
 
     ran: list = []
     monkeypatch.setattr(ddp_rank, "run_rank", lambda job, rank, emit, directory: ran.append(("rank", rank)))

@@ -5,7 +5,8 @@ import itertools
 import pytest
 import torch
 
-from perfgate.measure.timing import GPU_PLAN, interleaved_rounds
+from perfgate.core.timing_plan import GPU_PLAN
+from perfgate.measure.timing import interleaved_rounds
 
 CPU = torch.device("cpu")
 

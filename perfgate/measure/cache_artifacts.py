@@ -23,9 +23,9 @@ from pathlib import Path
 import torch
 
 from perfgate.core import zoo
+from perfgate.core.job import Job
 from perfgate.core.record import error_line
 from perfgate.measure import introspect
-from perfgate.measure.job import Job
 from perfgate.measure.launch import import_path, kill_groups, spawn, stderr_tail, supervise
 from perfgate.measure.steps import cell_batches, compiled_side, initial_state, sync
 

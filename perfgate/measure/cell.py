@@ -15,13 +15,13 @@ from typing import Callable
 
 import torch
 
+from perfgate.core.job import RunOptions
 from perfgate.core.matrix import VARIANTS, Cell
 from perfgate.measure import cache_artifacts, clocks, introspect, neighbours, reference, why
 from perfgate.measure import counts as step_counts
 from perfgate.measure.compile_cache import compile_cache
 from perfgate.measure.datasheet import datasheet_tflops
 from perfgate.measure.host_speed import HostSpeed
-from perfgate.measure.job import RunOptions
 from perfgate.measure.pipeline import (
     CellRun,
     StageClock,

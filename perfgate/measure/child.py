@@ -99,7 +99,7 @@ def main(argv: list[str]) -> int:
     rank = int(argv[2]) if len(argv) > 2 and argv[1] == "--rank" else None
     import importlib
 
-    from perfgate.measure.job import Job
+    from perfgate.core.job import Job
 
     # Imported before the first job, as a long session has them by its second cell: a first compile must not
     # count importing the compiler stack (seconds) as compile time.

@@ -18,9 +18,9 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from perfgate.core.job import Job
 from perfgate.core.matrix import VARIANTS
 from perfgate.core.record import new_record
-from perfgate.measure.job import Job
 from perfgate.measure.launch import import_path, kill_groups, spawn, supervise
 
 EXIT_GRACE_S = 30.0  # how long the other ranks may take to exit once rank 0 has reported its record

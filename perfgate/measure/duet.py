@@ -131,7 +131,7 @@ def main() -> int:
     if os.path.realpath(os.path.dirname(perfgate.__file__)) != os.path.realpath(engine):
         print(f"perfgate.measure.duet of {engine} found under the perfgate of {perfgate.__file__}", file=sys.stderr)
         return 3
-    from perfgate.measure.job import Job
+    from perfgate.core.job import Job
 
     # Imported before the first job, as a long session has them by its second cell: a first compile must not
     # count importing the compiler stack (seconds) as compile time.

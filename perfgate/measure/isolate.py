@@ -7,8 +7,7 @@ takes the session's cells one after another while they succeed. A cell that fail
 after its record), a cell that hangs or crashes ends it (its group is killed), and the next cell gets a fresh
 one. A new interpreter importing torch, transformers and timm cost 6-20 s a cell on an H100 lease
 (2026-11-25); the session starts its process once, early (`prestart`), so that even the first cell's start
-overlaps what comes before it (collection, a precompile). Uses no torch itself, but its Job brings it
-(perfgate.measure.job imports the fault and timing plans, which import torch).
+overlaps what comes before it (collection, a precompile). Imports no torch, nor does its Job (perfgate.core.job).
 
 On the time limit the child's whole group is killed (inductor's compile workers too), and the last checkpoint
 the cell streamed becomes a failed record: "timed out after 900 s while compiling (inductor_default)".
@@ -21,8 +20,8 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from perfgate.core.job import Job
 from perfgate.core.record import new_record
-from perfgate.measure.job import Job
 from perfgate.measure.launch import Proc, kill_groups, spawn, stage_of, supervise
 
 LABEL = "the cell's process"

@@ -1,4 +1,4 @@
-"""Starting and watching the processes that run jobs (perfgate.measure.job): a warm cell process, the ranks of a
+"""Starting and watching the processes that run jobs (perfgate.core.job): a warm cell process, the ranks of a
 data-parallel cell, a fresh process compiling from cache artifacts, precompile processes. One way to start
 them (`spawn`), one supervision loop (`supervise`) and one way to end them (`kill_groups`). Imports no torch.
 
@@ -93,7 +93,7 @@ class Proc:
         self.sent = 0  # jobs sent so far; job n reports through events-n.jsonl
 
     def send(self, job_json: str, last: bool = False) -> Events:
-        """Hand the child a job (perfgate.measure.job.Job.to_json); `last`: it gets no more (it exits after)."""
+        """Hand the child a job (perfgate.core.job.Job.to_json); `last`: it gets no more (it exits after)."""
         n, self.sent = self.sent, self.sent + 1
         self.popen.stdin.write(json.dumps({"n": n, "job": json.loads(job_json)}) + "\n")
         self.popen.stdin.flush()

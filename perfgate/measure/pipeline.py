@@ -137,7 +137,7 @@ class CellRun:
 
     spec: object
     cell: Cell
-    options: object  # perfgate.measure.job.RunOptions
+    options: object  # perfgate.core.job.RunOptions
     record: dict
     clock: StageClock
     device: torch.device

@@ -27,9 +27,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from perfgate.core.job import Job, RunOptions
 from perfgate.core.matrix import VARIANTS, Cell
 from perfgate.core.record import error_line
-from perfgate.measure.job import Job, RunOptions
 from perfgate.measure.launch import import_path, kill_groups, spawn, stderr_tail, supervise
 
 

@@ -160,7 +160,7 @@ def add(parser: pytest.Parser) -> None:
 def check(config: pytest.Config) -> Selection:
     """Refuse options that cannot mean what they say (ValueError, naming the valid values); return the cells
     --perf-models, --perf-variants, --perf-precisions, --perf-rotate and --perf-shard select."""
-    from perfgate.measure import faults
+    from perfgate.core.fault import parse as parse_fault
 
     opt = config.getoption
     models, variants, precisions = (
@@ -170,7 +170,7 @@ def check(config: pytest.Config) -> Selection:
         check_names("model", models, zoo.load(config.getini("perf_registry")))
     shard = parse_fraction("--perf-shard", opt("--perf-shard"))
     rotate = parse_fraction("--perf-rotate", opt("--perf-rotate"))
-    faults.parse(opt("--perf-inject"))
+    parse_fault(opt("--perf-inject"))
     check_timing(opt("--perf-min-rounds"), opt("--perf-max-rounds"), opt("--perf-round-ms"))
     costs_db = opt("--perf-costs")
     if costs_db is not None and not Path(costs_db).is_file():

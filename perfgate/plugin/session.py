@@ -226,7 +226,7 @@ class PerfSession:
 
     def job(self, spec, cell: Cell, options, remeasure: str = ""):
         """The cell as one serializable job, for a process other than this one."""
-        from perfgate.measure.job import Job
+        from perfgate.core.job import Job
         from perfgate.measure.launch import import_path
 
         return Job(
@@ -270,9 +270,10 @@ class PerfSession:
         return self._envs[key]
 
     def options(self, cell: Cell, device: str):
-        from perfgate.measure import faults, reference
-        from perfgate.measure.job import RunOptions
-        from perfgate.measure.timing import CPU_PLAN, GPU_PLAN
+        from perfgate.core.fault import parse as parse_fault
+        from perfgate.core.job import RunOptions
+        from perfgate.core.timing_plan import CPU_PLAN, GPU_PLAN
+        from perfgate.measure import reference
 
         opt = self.config.getoption
         overrides = {
@@ -291,7 +292,7 @@ class PerfSession:
             cache_dir=opt("--perf-cache-dir"),
             reference_dir=None if references == "off" else references,
             numerics=opt("--perf-numerics") == "on",
-            fault=faults.parse(opt("--perf-inject")),
+            fault=parse_fault(opt("--perf-inject")),
             profile_dir=opt("--perf-profile"),
             registry=self.registry,
         )

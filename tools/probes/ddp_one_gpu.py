@@ -39,8 +39,9 @@ import torch
 sys.path.insert(0, os.getcwd())
 from perfgate.core.matrix import Cell
 from perfgate.core.zoo import DEFAULT, load
-from perfgate.measure import ddp, faults
-from perfgate.measure.cell import RunOptions
+from perfgate.core.fault import parse as parse_fault
+from perfgate.measure import ddp
+from perfgate.core.job import RunOptions
 from perfgate.measure.env import environment
 
 
@@ -52,7 +53,7 @@ options = RunOptions(
     device=device,
     registry=DEFAULT,
     cache_dir=sys.argv[4] if len(sys.argv) > 4 else None,
-    fault=faults.parse(os.environ.get("PROBE_INJECT")),
+    fault=parse_fault(os.environ.get("PROBE_INJECT")),
 )
 world = int(os.environ.get("PROBE_WORLD", "2"))
 if world > 1:

@@ -174,7 +174,7 @@ def worker(outdir: Path, label: str = "worker") -> None:
         torch.zeros(1, device="cuda:0")
     from perfgate.core.matrix import Cell
     from perfgate.measure.isolate import CellProcess
-    from perfgate.measure.job import Job, RunOptions
+    from perfgate.core.job import Job, RunOptions
 
     on_cpu = os.environ.get("PROBE_CPU") == "1"
     options = RunOptions(device="cpu" if on_cpu else "cuda:0", warm_compile="off", registry="fixtures:REGISTRY")

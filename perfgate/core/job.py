@@ -1,7 +1,8 @@
 """One serializable job: everything a process needs to run one cell (or one of its parts) as the pytest process
 would have, in one JSON encoding. The pytest process runs a job itself (in-process), hands it to a warm worker
 (an isolated cell), to each rank of a data-parallel cell, to a fresh process that compiles from cache
-artifacts, or to a precompile process (perfgate.measure.launch starts and watches them all).
+artifacts, or to a precompile process (perfgate.measure.launch starts and watches them all). Plain data: it
+imports no torch, so neither does a process that only launches jobs.
 
 A spec holds lambdas and cannot be pickled: a job names the model registry ("module:attribute") and the
 model, and the process that runs it loads the spec from there.
@@ -13,9 +14,9 @@ import dataclasses
 import json
 from dataclasses import dataclass
 
+from perfgate.core.fault import Fault
 from perfgate.core.matrix import DEFAULT_TIME_LIMIT_S, WARM_COMPILE, Cell
-from perfgate.measure.faults import Fault
-from perfgate.measure.timing import TimingPlan
+from perfgate.core.timing_plan import TimingPlan
 
 # What a process does with a job: measure the cell; compile it into a kept cache and store its reference
 # (--perf-precompile); or time a compile from cache artifacts in a fresh process (--perf-warm-compile artifacts).
