@@ -305,7 +305,9 @@ def test_paired_run_on_two_trees(suite):
     assert "perfgate paired: PASS" in same.stdout and (suite.path / "ab" / "report.json").exists()
     slowed = suite.runpytest_subprocess(*PAIRED, "--perf-inject=host_slow:40")
     assert slowed.ret == 1, slowed.stdout.str()[-3000:]
-    slowed.stdout.fnmatch_lines(["*perfgate paired: FAIL*", "*regression: compiled wall*"])
+    slowed.stdout.fnmatch_lines(
+        ["*cell(s) planned*beside their base (paired)*", "*perfgate paired: FAIL*", "*regression: compiled wall*"]
+    )
     records = [json.loads(line) for line in (suite.path / "r.jsonl").read_text().splitlines()]
     final = [r for r in records if r.get("paired")]
     assert final and all(r["paired"]["rules"] for r in final)

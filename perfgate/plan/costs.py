@@ -71,6 +71,13 @@ def prior_s(cell) -> float:
     return rotation_weight(cell) * (GPU_NOW if cell.device_kind == "gpu" else 1.0)
 
 
+# A paired cell's seconds (both sides, every process pair: cell_seconds) over its own side's (the record's
+# wall_s, what the priors and the costs history hold): 1.50 and 1.50 in the whole PR tier's cold and warm A/As
+# on 2xH200 23ebdea2, 1.32 and 1.14 on 4xH200 2aa41d77 (2026-11-27). The opening line and the ETA of a paired
+# run use it; the costs themselves stay each cell's own, as the shards and the nightly's slices deal them.
+PAIRED_OVER_OWN = 1.35
+
+
 def known_costs(records: Iterable[dict]) -> dict[str, float]:
     """{cell id: median wall_s} over finished records (a record's checkpoints are not costs)."""
     seen: dict[str, list[float]] = {}

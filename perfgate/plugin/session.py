@@ -311,16 +311,20 @@ class PerfSession:
     def plan(self, cells: list[Cell]) -> str:
         """The cells this process will run, for k/N and the ETA on each finished cell; returns the line that
         says what they are expected to cost, before the first starts."""
-        from perfgate.plan.costs import Progress, hms
+        from perfgate.plan.costs import PAIRED_OVER_OWN, Progress, hms
 
         self.expected = self.expected_costs(cells)
+        paired = {cell.id for cell in cells if self.pairing is not None and cell.phase != "ddp"}
+        for cell_id in paired:  # measured beside its base: both sides' seconds, and second process pairs
+            self.expected[cell_id] *= PAIRED_OVER_OWN
         self.progress = Progress(len(cells), sum(self.expected.values()))
         if any(self.isolates(cell) for cell in cells) and not self.config.option.collectonly:
             self.isolated_process().prestart()  # its imports overlap what comes before the first cell
         gpus = sum(1 for cell in cells if cell.device_kind == "gpu")
+        how = f"{len(paired)} of them beside their base (paired)" if paired else "in one process"
         return (
             f"perfgate: {len(cells)} cell(s) planned ({gpus} on a GPU), about "
-            f"{hms(sum(self.expected.values()))} expected in one process: {self.costs_known} from the "
+            f"{hms(sum(self.expected.values()))} expected {how}: {self.costs_known} from the "
             f"costs history, {len(cells) - self.costs_known} from priors per variant (perfgate.plan.costs)"
         )
 
