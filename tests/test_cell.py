@@ -525,3 +525,22 @@ def test_mfu_divides_by_the_gpus_datasheet_rate(gpu, precision, tf32, rate):
     from perfgate.measure.datasheet import datasheet_tflops
 
     assert datasheet_tflops(gpu, precision, tf32) == rate
+
+
+def test_a_child_that_reports_its_record_and_exits_between_two_reads_is_not_lost(tmp_path):
+    """The supervisor reads the child's events, then sees every child ended: the record the child wrote in
+    between, just before exiting, must still count (a 4-rank CPU cell under load read 'ended ... with nothing
+    to report' so, 2026-11-27)."""
+    path = tmp_path / "events-0.jsonl"
+    events = launch.Events(path)
+    real_read = events.read
+
+    def read(*args, **kwargs):  # the child writes its record and exits right after the supervisor's first read
+        real_read(*args, **kwargs)
+        if not path.exists():
+            path.write_text(json.dumps({"record": {"status": "ok"}}) + "\n")
+
+    events.read = read
+    child = type("Ended", (), {"label": "rank 0 of 2", "poll": lambda self: 0, "stderr": tmp_path / "stderr"})()
+    failure = launch.supervise([child], limit_s=60, events=events, finished=lambda: events.record is not None)
+    assert failure is None and events.record == {"status": "ok"}

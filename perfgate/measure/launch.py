@@ -165,6 +165,11 @@ def supervise(
                 if dead:
                     return f"{dead[0].label} died ({death(dead[0].poll())}) while {stage}{last_words(dead[0])}"
                 if all(p.poll() is not None for p in procs):
+                    # What they wrote just before exiting: read above, their last lines may not have been there
+                    # yet (a 4-rank CPU cell under load lost its record so, 2026-11-27).
+                    events.read(progress, record_compiled)
+                    if finished():
+                        return None
                     return f"{procs[0].label} ended while {stage}, with nothing to report{last_words(procs[0])}"
                 now = time.monotonic()
                 if now - start >= limit_s:
