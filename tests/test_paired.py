@@ -437,6 +437,8 @@ def test_a_paired_cell_never_runs_in_the_sessions_isolated_child(isolate):
     config = SimpleNamespace(getoption=lambda name: isolate)
     paired_session = SimpleNamespace(pairing=object(), config=config)
     plain = SimpleNamespace(pairing=None, config=config)
+    for session in (paired_session, plain):
+        session.measures_paired = lambda cell, session=session: PerfSession.measures_paired(session, cell)
     cell = Cell("gpt2", "train", "inductor_default", "amp_bf16")
     ddp = Cell("gpt2", "ddp", "inductor_ddp_optimizer", "amp_bf16")
     assert not PerfSession.isolates(paired_session, cell)

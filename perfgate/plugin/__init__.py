@@ -116,7 +116,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         line = perf.plan(planned)
         if reporter is not None and perf.worker is None:  # under xdist the controller has no plan to say
             reporter.write_line(line)
-        if perf.pairing is not None and any(cell.phase != "ddp" for cell in planned):
+        if any(perf.measures_paired(cell) for cell in planned):
             perf.pairing.spawn()
         if session.config.getoption("--perf-precompile") and perf.worker is None:
             line = perf.precompile(planned)  # also under --collect-only: a step that fills the cache alone

@@ -112,7 +112,7 @@ class PerfSession:
         options = self.options(cell, for_cell(cell.device_kind, self.worker))
         if profile_dir:
             options = dataclasses.replace(options, profile_dir=profile_dir)
-        if self.pairing is not None and cell.phase != "ddp":
+        if self.measures_paired(cell):
             record = self.pairing.run(
                 self.job(spec, cell, options, remeasure), self.say, warm=cell.id in self.precompiled
             )
@@ -208,10 +208,15 @@ class PerfSession:
         gpus = torch.cuda.device_count() if cell.device_kind == "gpu" else 0
         return unfit_reason(cell.device_kind, self.workers, gpus)
 
+    def measures_paired(self, cell: Cell) -> bool:
+        """Whether `cell` is measured beside the base (--perf-against): every cell but a data-parallel one,
+        whose ranks hold the GPUs the two sides would share."""
+        return self.pairing is not None and cell.phase != "ddp"
+
     def isolates(self, cell: Cell) -> bool:
         """Whether `cell` runs in this session's isolated child: never a paired cell, which runs in its two
         sides' workers, each a process of its own with its own time limits (perfgate.ab.pair_workers)."""
-        if self.pairing is not None and cell.phase != "ddp":
+        if self.measures_paired(cell):
             return False
         choice = self.config.getoption("--perf-isolate")
         return choice == "all" or (choice == "gpu" and cell.device_kind == "gpu")
@@ -314,7 +319,7 @@ class PerfSession:
         from perfgate.plan.costs import PAIRED_OVER_OWN, Progress, hms
 
         self.expected = self.expected_costs(cells)
-        paired = {cell.id for cell in cells if self.pairing is not None and cell.phase != "ddp"}
+        paired = {cell.id for cell in cells if self.measures_paired(cell)}
         for cell_id in paired:  # measured beside its base: both sides' seconds, and second process pairs
             self.expected[cell_id] *= PAIRED_OVER_OWN
         self.progress = Progress(len(cells), sum(self.expected.values()))
