@@ -2,7 +2,7 @@
 # Issue 56's 4-GPU measurements in docs/matrix.md's shape, as one chain in a process session of its own (a device
 # call lasts 10 minutes at most; each call waits and collects):
 #   tools/probes/nightly4.sh start     then    tools/probes/nightly4.sh wait    (again, until "chain done")
-# 1. slice: a rotation slice of the nightly (ROT, default 1/17: 24 cells, ~31 min in one process by the priors)
+# 1. slice: a rotation slice of the nightly (ROT, default 1/15: 24 cells, ~29 min in one process by the priors)
 #    as the nightly runs it on a 4-GPU runner: one xdist worker a GPU (-n 4), its cells dealt by xdist, the
 #    data-parallel cells left out; each worker's records stay in slice.gwN.jsonl (the shards' balance).
 # 2. beside: the PR tier's 12 cells under -n 4 (every model, inductor default, bf16), then 3. alone: those of
@@ -16,18 +16,20 @@ run() {  # run NAME GPUS CPUS ARGS...: one pytest, its log and records under $to
   local name=$1 gpu=$2 cpus=$3; shift 3
   echo "$(date -u +%T) start $name on GPU(s) $gpu, CPUs $cpus" >> "$top/log.txt"
   local t0=$SECONDS
-  CUDA_VISIBLE_DEVICES=$gpu timeout 2400 taskset -c "$cpus" python3 -m pytest perftests -p no:randomly \
+  CUDA_VISIBLE_DEVICES=$gpu timeout ${STEP_S:-1200} taskset -c "$cpus" python3 -m pytest perftests -p no:randomly \
     --perf-results "$top/$name.jsonl" "$@" > "$top/$name.log" 2>&1
   local rc=$?
   echo "$(date -u +%T) end $name rc=$rc in $((SECONDS - t0)) s" >> "$top/log.txt"
 }
 if [ "$1" = start ]; then
   mkdir -p "$top"; rm -f "$top/done"
+  # The GPU image has no pytest-xdist and no network: carry its wheels (pip download -d .whl pytest-xdist execnet).
+  python3 -c 'import xdist' 2>/dev/null || pip install -q --no-index --no-deps .whl/*.whl >> "$top/log.txt" 2>&1
   { cat /proc/sys/kernel/random/boot_id; date -u; nvidia-smi --query-gpu=index,name,driver_version --format=csv,noheader
     lscpu | grep -E '^(Model name|CPU\(s\))'; python3 -c 'import torch,triton,transformers,timm;print(torch.__version__,triton.__version__,transformers.__version__,timm.__version__)'
   } > "$top/machine.txt" 2>&1
   export -f run; export top
-  ROT=${ROT:-1/17} setsid nohup bash -c '
+  ROT=${ROT:-1/15} setsid nohup bash -c '
     all="0-$(( $(nproc) - 1 ))" pr=(--perf-variants inductor_default --perf-precisions amp_bf16)
     run slice 0,1,2,3 "$all" -m gpu -k "not test_ddp_train_step" -n 4 --perf-rotate "$ROT" \
       --perf-cache-dir "$top/cache"
