@@ -2,6 +2,7 @@
 trees of the tiny suite measured side by side: an A/A passes, a planted slowdown on this tree's side fails."""
 
 import json
+import random
 import re
 import subprocess
 import sys
@@ -9,6 +10,7 @@ import sys
 import numpy as np
 import pytest
 
+from perfgate.ab import duet as duet_module
 from perfgate.ab import paired
 from perfgate.ab.sides import SideError, nonblank, parse_env
 from perfgate.ab.verdict import PairedVerdict, combined_exit
@@ -472,3 +474,48 @@ def test_perfgate_ab_is_paired_unless_it_is_given_processes(tmp_path, monkeypatc
     # where it has none), as with whole processes.
     assert main(["ab", "--b-env", "TORCHINDUCTOR_FREEZING=1", "--out", out, "--", "perftests"]) == exits.PASS
     assert ran[-1][ran[-1].index("--perf-against-python") + 1] == sys.executable
+
+
+def _rounds(wall_b_over_a: dict, pairs: int = 12) -> dict:
+    """Rounds of one process pair: A's wall steps at 10 ms (compiled) and 20 ms (eager) with B's scaled by
+    `wall_b_over_a`; device rounds alike on both sides."""
+    rounds = {clock: {s: {"eager": [[]], "compiled": [[]]} for s in "ab"} for clock in duet_module.CLOCKS}
+    for side, ms in (("compiled", 10.0), ("eager", 20.0)):
+        rounds["wall"]["a"][side][0] = list(steady(pairs, ms, 1))
+        rounds["wall"]["b"][side][0] = list(steady(pairs, ms * wall_b_over_a.get(side, 1.0), 2))
+        for s, seed in (("a", 3), ("b", 4)):
+            rounds["device"][s][side][0] = list(steady(4, ms, seed))
+    return rounds
+
+
+def test_eagers_wall_step_is_shown_never_judged():
+    """Eager is the reference: its wall step 20 % slower in B is shown, and the cell is decided on the rest."""
+    got = {c.rule.key: c for c in duet_module._judge(_rounds({"eager": 1.2}), 0.99, "gpu")}
+    assert got["eager_ms"].outcome == "shown" and got["eager_ms"].change == pytest.approx(0.2, abs=0.01)
+    assert paired.worst([c.outcome for c in got.values()]) == "ok"
+    slower = duet_module._judge(_rounds({"compiled": 1.2}), 0.99, "gpu")
+    assert paired.worst([c.outcome for c in slower]) == "regression"
+
+
+def test_a_later_look_steps_only_the_wall_side_still_unsure():
+    """After the first look only the unsure rule's side is stepped; a base worker of an older engine that answers
+    both sides anyway adds nothing to the side not asked for, so A's and B's rounds stay paired."""
+    unsure = paired.Comparison(paired.RULES[0], 0.03, -0.01, 0.07, "unsure", 12, 0.99)
+    assert paired.RULES[0].key == "compiled_ms"
+    assert duet_module._unsure([unsure]) == {"wall": {"compiled"}}
+    asked = []
+
+    class Both:
+        def send(self, message):
+            asked.append(message)
+
+        def expect(self, key, limit_s, progress=None):
+            return {key: {"eager": 20.0, "compiled": 10.0}}
+
+    pair = type("Pair", (), {"sides": ("A", "B"), "worker": lambda self, side: Both()})()
+    rounds = {clock: {s: {"eager": [[]], "compiled": [[]]} for s in "ab"} for clock in duet_module.CLOCKS}
+    spent = dict.fromkeys(duet_module.CLOCKS, 0.0)
+    duet_module._look_once(pair, rounds, 2, random.Random(0), {}, {"wall": {"compiled"}}, spent)
+    assert {m["op"] for m in asked} == {"wall"} and all(m["sides"] == ["compiled"] for m in asked)
+    assert len(rounds["wall"]["a"]["compiled"][0]) == len(rounds["wall"]["b"]["compiled"][0]) == duet_module.WALL_PAIRS
+    assert rounds["wall"]["a"]["eager"][0] == rounds["wall"]["b"]["eager"][0] == []

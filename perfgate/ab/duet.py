@@ -6,7 +6,8 @@ A cell: side A (the base) is prepared first, so its compiles fill the shared ind
 unchanged graphs there: the same compiled code and autotune picks on both sides. Then looks, each of
 WALL_PAIRS wall rounds, HOST_PAIRS host rounds and (on a GPU) one profiled block of DEVICE_ROUNDS per side,
 until every rule is decided (perfgate.ab.paired) or LOOKS are spent. A look after a process pair's first
-measures only the clocks with a rule still unsure (the host clock, shown and never judged, only in the first).
+measures only the clocks with a rule still unsure, and of the wall clock only the unsure side's steps (the
+host clock and eager's wall step, shown and never judged, only in the first).
 A cell still unsure, or showing a regression, then gets a second process pair (fresh processes, B prepared
 first now that the cache is warm), up to DUETS: a regression must show in both (paired.across_pairs). What is
 still unsure after that stays unsure: it never passes.
@@ -101,7 +102,7 @@ def measure(
         try:
             for look in range(LOOKS):
                 summary["looks"] += 1
-                wanted = set(CLOCKS) if look == 0 else _unsure_clocks(comparisons)
+                wanted = _everything() if look == 0 else _unsure(comparisons)
                 _look_once(duet, rounds, steps, rng, ready, wanted, by_clock)
                 comparisons = _judge(rounds, confidence, job_b.cell.device_kind)
                 if _decided(comparisons):
@@ -234,8 +235,12 @@ def _ask(worker: Worker, request: dict, key: str) -> dict | None:
     return message[key]
 
 
-def _look_once(duet: Duet, rounds: dict, steps: int, rng: random.Random, ready: dict, wanted: set, spent: dict) -> None:
-    """One look: the round pairs of each clock in `wanted`, their seconds added to `spent` by clock."""
+def _look_once(
+    duet: Duet, rounds: dict, steps: int, rng: random.Random, ready: dict, wanted: dict[str, set[str]], spent: dict
+) -> None:
+    """One look: the round pairs of each clock in `wanted` ({clock: the sides whose rounds it wants}), their
+    seconds added to `spent` by clock. A wall round steps only the wanted sides: after the first look, most
+    often the compiled step alone."""
     workers = {"a": duet.worker(duet.sides[0]), "b": duet.worker(duet.sides[1])}
 
     def pair(clock: str, request: dict) -> None:
@@ -244,13 +249,14 @@ def _look_once(duet: Duet, rounds: dict, steps: int, rng: random.Random, ready: 
             got = _ask(workers[s], request, clock)
             if got is None:
                 continue
-            for side in ("eager", "compiled"):
+            for side in wanted[clock]:  # a worker of an older engine answers both sides: A's and B's must match
                 values = got[side] if isinstance(got[side], list) else [got[side]]
                 rounds[clock][s][side][-1].extend(values)
         spent[clock] += time.monotonic() - t0
 
-    for _ in range(WALL_PAIRS if "wall" in wanted else 0):
-        pair("wall", {"op": "wall", "steps": steps, "first": rng.choice(("eager", "compiled"))})
+    sides = sorted(wanted.get("wall", ()))
+    for _ in range(WALL_PAIRS if sides else 0):
+        pair("wall", {"op": "wall", "steps": steps, "first": rng.choice(("eager", "compiled")), "sides": sides})
     for _ in range(HOST_PAIRS if "host" in wanted else 0):
         pair("host", {"op": "host"})
     if "device" in wanted and ready["a"].get("device_clock") and ready["b"].get("device_clock"):
@@ -267,8 +273,19 @@ def _finish(worker: Worker, progress, solo: bool = False) -> dict:
     return worker.expect("record", START_LIMIT_S + ROUND_LIMIT_S, progress)["record"]
 
 
-def _unsure_clocks(comparisons: list[paired.Comparison]) -> set[str]:
-    return {c.rule.clock.name for c in comparisons if c.outcome == "unsure"}
+def _everything() -> dict[str, set[str]]:
+    return {clock: {"eager", "compiled"} for clock in CLOCKS}
+
+
+def _unsure(comparisons: list[paired.Comparison]) -> dict[str, set[str]]:
+    """{clock: its sides with a rule still unsure}. The device clock's block profiles both sides at once."""
+    out: dict[str, set[str]] = {}
+    for c in comparisons:
+        if c.outcome == "unsure":
+            out.setdefault(c.rule.clock.name, set()).add(c.rule.side)
+    if "device" in out:
+        out["device"] = {"eager", "compiled"}
+    return out
 
 
 def _decided(comparisons: list[paired.Comparison]) -> bool:

@@ -6,7 +6,8 @@ so that the two sides' rounds alternate a fraction of a second apart on one GPU:
 
     coordinator -> worker                       worker -> coordinator
     {"job": Job}                                {"ready": {eager_ms, compiled_ms, device_clock}} or {"record"}
-    {"op": "wall", "steps": n, "first": side}   {"wall": {"eager": ms, "compiled": ms}}     ms per step
+    {"op": "wall", "steps": n, "first": side,   {"wall": {"eager": ms, "compiled": ms}}     ms per step
+     "sides": [side, ...]}                      (only the sides asked for; both where none is named)
     {"op": "host"}                              {"host": {"eager": ms, "compiled": ms}}     fastest single step
     {"op": "device", "rounds": r}               {"device": {"eager": [ms], "compiled": [ms]}}  GPU-busy
     {"op": "finish", "solo": bool}              {"record": the cell's record}
@@ -70,9 +71,11 @@ def server(channel: Channel):
             if op == "wall":
                 wall.steps = request["steps"]
                 order = ("eager", "compiled") if request.get("first", "eager") == "eager" else ("compiled", "eager")
-                ms = {side: run.step_clock(sides[side], wall.steps, device) for side in order}
-                wall.eager_ms.append(ms["eager"])
-                wall.compiled_ms.append(ms["compiled"])
+                asked = request.get("sides") or order
+                ms = {side: run.step_clock(sides[side], wall.steps, device) for side in order if side in asked}
+                if len(ms) == 2:  # the record's own wall clock pairs eager and compiled round by round
+                    wall.eager_ms.append(ms["eager"])
+                    wall.compiled_ms.append(ms["compiled"])
                 channel.send({"wall": ms})
             elif op == "host":
                 one = clocks.host_rounds(run.eager_step, run.compiled_step, device, stream, rounds=1, min_rounds=1)

@@ -1,0 +1,76 @@
+"""Paired records judged again under the rules of this tree (perfgate.ab.paired.RULES), look by look as the
+engine (perfgate.ab.duet) would have taken them: how many cells a rule change turns red, unsure or ok, and how
+many looks and process pairs it spares. Reads the rounds each B record keeps (`paired.rounds`); a rule set
+that judges a subset of what the records' engine judged needs no round those records lack.
+
+    python tools/probes/rejudge.py baselines/runs/paired/h200x4-20261127-2aa41d77-aa-warm.jsonl ...
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from perfgate.ab import duet, paired
+
+
+def prefix(rounds: dict, clock: str, duets: int, n: int) -> dict:
+    """Each side's rounds of `clock` in the first `duets` process pairs, the last pair's cut to its first n."""
+    out = {}
+    for s in "ab":
+        out[s] = {}
+        for side, by_duet in rounds[clock][s].items():
+            kept = [list(x) for x in by_duet[:duets]]
+            if kept:
+                kept[-1] = kept[-1][:n]
+            out[s][side] = kept
+    return out
+
+
+def rejudge(record: dict) -> tuple[str, int, int]:
+    """(outcome, looks, process pairs) under this tree's rules."""
+    p = record["paired"]
+    rounds, kind = p["rounds"], record.get("device_kind", "gpu")
+    confidence = paired.look_confidence(duet.LOOKS * duet.DUETS)
+    looks = 0
+    comparisons: list = []
+    have = len(rounds["wall"]["b"]["compiled"])
+    for d in range(1, min(duet.DUETS, have) + 1):
+        for look in range(1, duet.LOOKS + 1):
+            looks += 1
+            cut = {
+                "wall": prefix(rounds, "wall", d, duet.WALL_PAIRS * look),
+                "device": prefix(rounds, "device", d, duet.DEVICE_ROUNDS * look),
+                "host": prefix(rounds, "host", d, duet.HOST_PAIRS),
+            }
+            comparisons = duet._judge(cut, confidence, kind)
+            if duet._decided(comparisons):
+                break
+        if paired.final(comparisons, d):
+            break
+    counted = [c["outcome"] for c in p.get("counts", [])]
+    return paired.worst([c.outcome for c in comparisons] + counted), looks, d
+
+
+def main(paths: list[str]) -> None:
+    for path in paths:
+        tally: dict[str, int] = {}
+        lines = []
+        for line in open(path):
+            record = json.loads(line)
+            if not record.get("paired") or "rounds" not in record["paired"]:
+                continue
+            was = record["paired"]["outcome"]
+            now, looks, pairs = rejudge(record)
+            tally[now] = tally.get(now, 0) + 1
+            if now != was or looks != record["paired"]["looks"]:
+                lines.append(
+                    f"  {record['cell'][:44]:44} {was:>10} -> {now:10} looks {record['paired']['looks']} -> {looks},"
+                    f" pairs {record['paired']['duets']} -> {pairs}"
+                )
+        print(path.rsplit("/", 1)[-1], tally)
+        print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
