@@ -2,8 +2,9 @@
 clocks: never inside timed rounds, and no timing taken here.
 
 A timing of host work moves with the host (a fixed host probe read 1.42-3.40 ms across six processes of one
-H100 runner, 2026-11-27); a count does not. Each side runs the same few steps (STEPS, as whole passes over a
-stream model's batches) under each counter in turn, because every counter but the last changes what runs:
+H100 runner, 2026-11-27); a count does not. Each side runs the same few steps (STEPS: a stream model's first
+STEPS batches, the same ones every time) under each counter in turn, because every counter but the last changes
+what runs:
 
 - Python calls: every Python function entered, generator and coroutine resumptions included (sys.monitoring's
   PY_START and PY_RESUME on 3.12+, in every thread; sys.setprofile's "call" events on 3.10/3.11, in this thread
@@ -41,12 +42,15 @@ import torch
 
 from perfgate.core.clocks import ATEN_OPS, CUDA_GRAPHS, INSTRUCTIONS, KERNELS, LOOKUPS, PY_CALLS, Count
 from perfgate.core.record import error_line
-from perfgate.measure.clocks import whole_passes
 from perfgate.measure.steps import sync
 
 # Steps per side and pass: every warm step does the same work, so 3 say what one does (a whole-number mean)
 # and cost 6 steps a side where there is no hardware counter (9 where there is). On the CPU tier (2 cores,
 # 2026-11-27) the stage took 0.13 s of gpt2 train's 31 s cell, and 1.5 s of the tier's 108 s of cells.
+# A stream model counts its first 3 batches, not a whole pass over its stream: the captioner's 8 caption
+# lengths made the stage 5.5-7.9 % of its cell's time (4xH200 2aa41d77, 2026-11-27), over the 5 % it may
+# cost. Which lengths are counted stays fixed, so the counts compare; a length that recompiles or breaks the
+# graph is the recompile and graph-break rules' to catch.
 STEPS = 3
 LOOKUP = "TorchDynamo Cache Lookup"  # dynamo's record_function range around a frame's cache lookup
 GRAPH_LAUNCHES = ("cudaGraphLaunch", "cuGraphLaunch")  # runtime and driver API names of a graph replay
@@ -57,7 +61,7 @@ def measure(run) -> None:
     """Stage "counts": each side's counts per step into run.record (a perfgate.measure.pipeline.CellRun whose
     sides are warm). Never raises for a counter: its count stays null and counts_note says why."""
     run.clock.enter("counts", f"{run.id}: counting a step's work")
-    steps = whole_passes(STEPS, len(run.timed))
+    steps = STEPS
     notes: list[str] = []
     for side, step in zip(SIDES, (run.eager_step, run.compiled_step)):
         for count, total in count_side(step, steps, run.device, notes).items():
