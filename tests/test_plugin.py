@@ -237,3 +237,26 @@ def test_precompiled_cells_find_their_compiles_and_their_records_say_so(suite, t
     (record,) = _records(results)
     assert record["compile_cache_hits"] > 0 and record["compile_cache_misses"] == 0
     assert record["process"] == "pytest"  # the PR workflow's way: precompiled in children, measured in pytest
+
+
+def test_loadgroup_deals_one_group_of_cells_a_worker_by_expected_cost():
+    """Under --dist loadgroup each xdist worker takes one group, dealt longest first to the lightest (LPT), so
+    two long compiles land on two GPUs, not one; an item that is no cell stays ungrouped."""
+    from perfgate.core.matrix import Cell
+    from perfgate.plugin.selection import CELL_KEY, group_by_cost
+
+    class Item:
+        def __init__(self, cell):
+            self._nodeid = f"perftests/t.py::test_x[{cell.param_id if cell else 'other'}]"
+            self.stash = {CELL_KEY: cell} if cell else {}
+
+        @property
+        def nodeid(self):
+            return self._nodeid
+
+    cells = {name: Cell(name, "train", "inductor_default", "amp_bf16", "gpu") for name in ("a", "b", "c", "d")}
+    costs = {cells["a"].id: 100.0, cells["b"].id: 10.0, cells["c"].id: 60.0, cells["d"].id: 50.0}
+    items = [Item(cell) for cell in cells.values()] + [Item(None)]
+    group_by_cost(items, costs, 2)
+    groups = [item.nodeid.rpartition("@")[2] if "@" in item.nodeid else None for item in items]
+    assert groups == ["perfgate-gpu0", "perfgate-gpu0", "perfgate-gpu1", "perfgate-gpu1", None]

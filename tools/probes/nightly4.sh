@@ -3,7 +3,7 @@
 # call lasts 10 minutes at most; each call waits and collects):
 #   tools/probes/nightly4.sh start     then    tools/probes/nightly4.sh wait    (again, until "chain done")
 # 1. slice: a rotation slice of the nightly (ROT, default 1/15: 24 cells, ~29 min in one process by the priors)
-#    as the nightly runs it on a 4-GPU runner: one xdist worker a GPU (-n 4), its cells dealt by xdist, the
+#    as the nightly runs it on a 4-GPU runner: one xdist worker a GPU (-n 4), its cells dealt by cost, the
 #    data-parallel cells left out; each worker's records stay in slice.gwN.jsonl (the shards' balance).
 # 2. beside: the PR tier's 12 cells under -n 4 (every model, inductor default, bf16), then 3. alone: those of
 #    resnet50, vit_b16 and segformer_b2 on one GPU with the others idle, on the same (warm) cache: the
@@ -31,9 +31,9 @@ if [ "$1" = start ]; then
   export -f run; export top
   ROT=${ROT:-1/15} setsid nohup bash -c '
     all="0-$(( $(nproc) - 1 ))" pr=(--perf-variants inductor_default --perf-precisions amp_bf16)
-    run slice 0,1,2,3 "$all" -m gpu -k "not test_ddp_train_step" -n 4 --perf-rotate "$ROT" \
+    run slice 0,1,2,3 "$all" -m gpu -k "not test_ddp_train_step" -n 4 --dist loadgroup --perf-rotate "$ROT" \
       --perf-cache-dir "$top/cache"
-    run beside 0,1,2,3 "$all" -m gpu -k "not test_ddp_train_step" -n 4 "${pr[@]}" --perf-cache-dir "$top/cache"
+    run beside 0,1,2,3 "$all" -m gpu -k "not test_ddp_train_step" -n 4 --dist loadgroup "${pr[@]}" --perf-cache-dir "$top/cache"
     run alone 0 "$all" -m gpu -k "not test_ddp_train_step" "${pr[@]}" --perf-models resnet50,vit_b16,segformer_b2 \
       --perf-cache-dir "$top/cache"
     run ddp4 0,1,2,3 "$all" -m gpu -k "ddp4 and amp_bf16 and inductor_ddp_optimizer" --perf-cache-dir "$top/cache"
