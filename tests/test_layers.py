@@ -103,3 +103,35 @@ def test_the_one_arrow_up_reaches_a_module_that_imports_core_alone(low, high):
     assert {layer_of(m) for m in GRAPH[high] if m != "perfgate"} <= {"core"}, (
         f"{high} is read lazily by {low}: it may import perfgate.core only, or a cycle can close through it"
     )
+
+
+# Every module that opens a file to append to it, and what it appends: a results file (records, which the
+# gate and every reader judge) has one writer, perfgate.core.records_file.append_record (crash-safe, one
+# os.write a line, a torn last line mended), which the session, an isolated child's checkpoints, the xdist
+# merge and the paired base side call.
+APPENDERS = {
+    "perfgate.core.records_file": "results files, through append_record",
+    "perfgate.measure.child": "a job's events file (progress, checkpoints, the record), read by its launcher",
+    "perfgate.measure.precompile": "a precompile share's lines (no records: results.precompile.json's input)",
+    "perfgate.ab.pair_workers": "a paired worker's stderr log",
+}
+
+
+def _appends(path: Path) -> bool:
+    """Whether the module opens a file in an append mode, or with os.O_APPEND."""
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Attribute) and node.attr == "O_APPEND":
+            return True
+        if isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", "")) == "open":
+            # open(path, mode), path.open(mode)
+            given = node.args[1:2] if isinstance(node.func, ast.Name) else node.args[:1]
+            modes = [a for a in given if isinstance(a, ast.Constant)]
+            modes += [k.value for k in node.keywords if k.arg == "mode" and isinstance(k.value, ast.Constant)]
+            if any("a" in str(m.value) for m in modes):
+                return True
+    return False
+
+
+def test_results_files_have_one_writer():
+    appenders = {module_name(p) for p in FILES if _appends(p)}
+    assert appenders == set(APPENDERS), f"appends to files: {sorted(appenders)}; known: {sorted(APPENDERS)}"
