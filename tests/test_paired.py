@@ -519,3 +519,35 @@ def test_a_later_look_steps_only_the_wall_side_still_unsure():
     assert {m["op"] for m in asked} == {"wall"} and all(m["sides"] == ["compiled"] for m in asked)
     assert len(rounds["wall"]["a"]["compiled"][0]) == len(rounds["wall"]["b"]["compiled"][0]) == duet_module.WALL_PAIRS
     assert rounds["wall"]["a"]["eager"][0] == rounds["wall"]["b"]["eager"][0] == []
+
+
+def test_a_tree_that_runs_out_of_memory_beside_the_base_is_measured_alone_and_left_unsure():
+    """Two sides that do not fit one GPU together: B's out-of-memory beside a live A is no failure of this
+    tree's cell (the gate would read a failed cell as a regression); B is measured alone, and the cell is
+    unsure, naming the process-alternating A/B that can compare it."""
+    from perfgate.ab import duet
+    from perfgate.core.job import Job, RunOptions
+    from perfgate.core.matrix import Cell
+
+    class Tight(FakeWorker):
+        jobs = 0
+
+        def expect(self, key, limit_s, progress=None):
+            last = self.sent[-1]
+            if "job" in last and self.name == "b":
+                Tight.jobs += 1
+                if Tight.jobs == 1:  # beside A
+                    return {"record": {"status": "failed", "reason": "CUDA out of memory. Tried to allocate 2 GiB"}}
+                return {"ready": {}}
+            return super().expect(key, limit_s, progress)
+
+    from perfgate.ab.sides import Side
+
+    fake = FakeDuet("")
+    fake.workers = {name: Tight(name, False) for name in "ab"}
+    fake.sides, fake.first, fake.notes = (Side("A", "."), Side("B", ".")), "a", {}
+    job = Job(Cell("mlp", "train", "aot_eager", "fp32", "gpu"), RunOptions(device="cuda"), tf32=False)
+    record_b, record_a, summary = duet.measure(fake, job, lambda _m: None)
+    assert record_b == {"status": "ok", "solo": True} and record_a == {"status": "ok", "solo": True}
+    assert summary["outcome"] == "unsure" and summary["error"] == duet.NO_ROOM
+    assert "perfgate ab --processes" in summary["error"]

@@ -36,6 +36,11 @@ LOOKS = 3  # looks a process pair
 DUETS = 2  # process pairs a cell, at most
 ROUND_LIMIT_S = 300.0  # one request's answer
 CLOCKS = ("wall", "host", "device")
+OUT_OF_MEMORY = "out of memory"  # torch.OutOfMemoryError's words: "CUDA out of memory. Tried to allocate ..."
+NO_ROOM = (
+    "the two sides do not fit in GPU memory together (side B ran out of memory beside side A; its record is "
+    "its own, measured alone): compare this cell by alternating processes, perfgate ab --processes N"
+)
 
 
 def steps_per_round(ready: dict, target_ms: float, max_steps: int) -> int:
@@ -97,6 +102,12 @@ def measure(
         if ready is None:  # a side failed before its rounds: nothing paired to judge
             failed_a = record_a is not None and record_a["status"] != "ok"
             summary["error"] = f"side A failed: {record_a['reason']}" if failed_a else "side B failed"
+            if not failed_a and record_b is not None and OUT_OF_MEMORY in str(record_b.get("reason", "")).lower():
+                # B ran out of GPU memory beside a live A: whether this tree's cell fits alone is B's own
+                # record, taken alone now, never a failure the pairing made. The two cannot be paired.
+                progress(f"{job_b.cell.id}: the two sides do not fit in GPU memory together; this tree's alone")
+                record_b = _alone(duet, job_b, progress) or record_b
+                summary["error"] = NO_ROOM
             break
         steps = steps_per_round(ready["b"], job_b.options.plan.target_round_ms, job_b.options.plan.max_steps_per_round)
         try:
@@ -194,6 +205,20 @@ def _prepare(
         records[name] = _finish(workers[name], progress, solo=True)
     duet.renew()
     return records["a"], records["b"], None
+
+
+def _alone(duet: Duet, job_b, progress) -> dict | None:
+    """B's record of the cell from a fresh worker of B's alone (the last pair ended), timed as a solo cell; None
+    where that worker is gone too."""
+    try:
+        (worker,) = duet.start(duet.sides[1])
+        worker.send({"job": json.loads(job_b.to_json()), "peers": []})
+        answer = worker.expect("ready", job_b.limit_s, progress)
+        return answer["record"] if "record" in answer else _finish(worker, progress, solo=True)
+    except WorkerGone:
+        return None
+    finally:
+        duet.renew()
 
 
 def _lap() -> Callable[[], float]:
