@@ -347,16 +347,38 @@ def _ab_args(**given):
 def test_paired_ab_is_one_pytest_run_against_side_a(tmp_path):
     from perfgate.faces.ab import paired_argv
 
-    command, env = paired_argv(_ab_args(a_rev="origin/main", a_env=["X=1"], b_env=["Y=2"]), tmp_path)
-    assert command[1:3] == ["-m", "pytest"] and command[3:6] == ["perftests", "-m", "gpu and pr"]
+    command, env = paired_argv(_ab_args(a_rev="origin/main", a_env=["X=1"], b_env=["Y=2"], b_rev="HEAD~1"), tmp_path)
+    assert command[:3] == [sys.executable, "-m", "pytest"] and command[3:6] == ["perftests", "-m", "gpu and pr"]
     assert command[command.index("--perf-against") + 1] == "origin/main"
-    assert command[command.index("--perf-against-env") + 1] == "X=1" and env["Y"] == "2"
+    assert command[command.index("--perf-against-env") + 1] == "X=1"
+    # B's variables are B's worker's, not the session's, whose path both sides' workers would inherit
+    assert command[command.index("--perf-b-env") + 1] == "Y=2" and "Y" not in env
+    assert command[command.index("--perf-b-rev") + 1] == "HEAD~1"
+
+
+def test_a_sides_own_pythonpath_follows_its_root_and_is_not_dropped():
+    """An upgrade's A/B puts the old release on A's PYTHONPATH: the worker's path, computed whole, kept the
+    root and the session's extra entries and dropped it, so both sides ran the new release."""
+    import os
+
+    from perfgate.ab.pair_workers import worker_path
+    from perfgate.ab.sides import Side
+
+    old = Side("A", "/repo/a", env={"PYTHONPATH": os.pathsep.join(["/tmp/oldtf", "/tmp/more"])})
+    assert worker_path(old, ["/repo/a", "/tests/registry"]) == ["/repo/a", "/tmp/oldtf", "/tmp/more", "/tests/registry"]
+    assert worker_path(old, ["/overlay", "/repo/a"]) == ["/overlay", "/repo/a", "/tmp/oldtf", "/tmp/more"]
+    assert worker_path(Side("B", "/repo/b"), ["/repo/b", "/x"]) == ["/repo/b", "/x"]
 
 
 @pytest.mark.parametrize(
     "given, words",
-    [({"a_rev": "x", "processes": 3}, "--processes"), ({"a_rev": " "}, "--a-rev is empty")],
-    ids=["process-only-option", "blank-rev"],
+    [
+        ({"a_rev": "x", "processes": 3}, "--processes"),
+        ({"a_rev": " "}, "--a-rev is empty"),
+        ({"b_rev": ""}, "--b-rev is empty"),
+        ({"b_env": ["1X=2"]}, "--b-env '1X=2'"),
+    ],
+    ids=["process-only-option", "blank-rev", "blank-b-rev", "bad-b-env"],
 )
 def test_paired_ab_refuses_what_it_cannot_mean(given, words, tmp_path):
     from perfgate.faces.ab import paired_argv
@@ -551,3 +573,28 @@ def test_a_tree_that_runs_out_of_memory_beside_the_base_is_measured_alone_and_le
     assert record_b == {"status": "ok", "solo": True} and record_a == {"status": "ok", "solo": True}
     assert summary["outcome"] == "unsure" and summary["error"] == duet.NO_ROOM
     assert "perfgate ab --processes" in summary["error"]
+
+
+def test_side_b_may_be_a_revision_beside_side_a(tmp_path):
+    """--perf-b-rev makes side B a revision's checkout (a bisection's step) while this session coordinates;
+    without it, B is this checkout. Blank values are refused by name, as side A's are."""
+    from perfgate.plugin import against
+
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+    (tmp_path / "f").write_text("x")
+    for args in (["add", "-A"], ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "one"]):
+        subprocess.run(["git", *args], cwd=tmp_path, check=True)
+    sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=tmp_path, capture_output=True, text=True).stdout.strip()
+
+    def config(**given):
+        values = {name: given.get(name.lstrip("-").replace("-", "_")) for name in against.OPTIONS + against.B_OPTIONS}
+        option = type("O", (), {"numprocesses": None})()
+        return type("C", (), {"getoption": lambda self, n: values[n], "rootpath": tmp_path, "option": option})()
+
+    b = against.tree_side(config(perf_against="HEAD", perf_b_rev="HEAD", perf_b_env=["X=1"]))
+    assert (b.name, b.revision, b.env) == ("B", sha, {"X": "1"}) and b.root != str(tmp_path)
+    assert against.base_side(config(perf_b_rev="HEAD")).root == str(tmp_path)  # A: this checkout
+    assert against.tree_side(config(perf_against="HEAD")).root == str(tmp_path)
+    assert against.base_side(config()) is None
+    with pytest.raises(SideError, match="--perf-b-rev is empty"):
+        against.tree_side(config(perf_against="HEAD", perf_b_rev=" "))

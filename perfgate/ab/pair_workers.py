@@ -34,7 +34,8 @@ class Worker:
     def __init__(self, side: Side, directory: Path, pythonpath: list[str], greet: bool = True, cwd: str = ""):
         directory.mkdir(parents=True, exist_ok=True)
         self.side, self.stderr_path = side, directory / f"{side.name}.stderr"
-        env = {**os.environ, **side.env, "PYTHONPATH": os.pathsep.join(pythonpath), "PYTHONUNBUFFERED": "1"}
+        path = os.pathsep.join(worker_path(side, pythonpath))
+        env = {**os.environ, **side.env, "PYTHONPATH": path, "PYTHONUNBUFFERED": "1"}
         with self.stderr_path.open("a", encoding="utf-8") as sink:
             self.popen = subprocess.Popen(
                 [side.python, "-m", WORKER_MODULE],
@@ -104,6 +105,17 @@ class Worker:
             except ProcessLookupError:
                 pass
         self.popen.wait()
+
+
+def worker_path(side: Side, computed: list[str]) -> list[str]:
+    """A worker's PYTHONPATH: `computed` (the side's root first, or the overlay and then the root), with the
+    side's own PYTHONPATH (--perf-against-env or --perf-b-env PYTHONPATH=...) right after its root. Set whole
+    over the variable, `computed` alone dropped it: an upgrade's old release on A's PYTHONPATH would have run
+    the new one, an A/A that passes."""
+    own = [entry for entry in side.env.get("PYTHONPATH", "").split(os.pathsep) if entry]
+    at = computed.index(side.root) + 1 if side.root in computed else min(1, len(computed))
+    rest = [entry for entry in computed[at:] if entry not in own]
+    return [*computed[:at], *own, *rest]
 
 
 def import_path(side: Side, here_root: str, path: list[str]) -> list[str]:

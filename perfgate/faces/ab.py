@@ -38,11 +38,16 @@ def paired_argv(args, out: Path) -> tuple[list[str], dict]:
             f"{flags}: only with --processes N (the process-alternating A/B); the default, paired, is one "
             "pytest run with both sides alive"
         )
-    python = sides.check_python("--b-python", args.b_python) if args.b_python is not None else sys.executable
-    if args.b_rev is not None:
-        raise SideError("--b-rev, paired: side B is this checkout; run perfgate from B's checkout instead")
-    command = [python, "-m", "pytest", *args.pytest_args, "--perf-report", str(out)]
+    # The session runs on this interpreter and tree, which coordinate; side B's worker runs what --b-* name.
+    command = [sys.executable, "-m", "pytest", *args.pytest_args, "--perf-report", str(out)]
     command += ["--perf-results", str(out / "results.jsonl")]
+    if args.b_rev is not None:
+        command += ["--perf-b-rev", nonblank("--b-rev", args.b_rev)]
+    if args.b_python is not None:
+        command += ["--perf-b-python", sides.check_python("--b-python", args.b_python)]
+    for item in args.b_env:
+        parse_env("--b-env", [item])
+        command += ["--perf-b-env", item]
     if args.a_rev is not None:
         command += ["--perf-against", nonblank("--a-rev", args.a_rev)]
     if args.a_python is not None:
@@ -53,8 +58,7 @@ def paired_argv(args, out: Path) -> tuple[list[str], dict]:
         # Side A's defaults, as for whole processes: this checkout, the interpreter running perfgate, no
         # variables (B differs by its own options, or it is an A/A); named, since pairing needs a side A.
         command += ["--perf-against-python", sys.executable]
-    env = {**os.environ, **parse_env("--b-env", args.b_env)}
-    return command, env
+    return command, dict(os.environ)
 
 
 def run_paired(args, out: Path) -> int:

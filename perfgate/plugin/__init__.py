@@ -50,12 +50,13 @@ def pytest_configure(config: pytest.Config) -> None:
     try:
         chosen = options.check(config)
         base = against.base_side(config)  # --perf-against: checked (and checked out) before any cell
+        tree = against.tree_side(config) if base is not None else None  # --perf-b-*: likewise
     except (UnknownNameError, ValueError) as err:
         raise pytest.UsageError(str(err)) from None
     perf = config.stash[SESSION_KEY] = PerfSession(config, chosen)
     if base is not None and not config.option.collectonly:
         perf.pairing = against.Pairing(
-            base, perf.results_path, config.getoption("--perf-cache-dir"), sides.repo_root(str(config.rootpath))
+            base, perf.results_path, config.getoption("--perf-cache-dir"), sides.repo_root(str(config.rootpath)), tree
         )
     perf.summary += options.ineffective(config.getoption)  # said again at the end, where a reader looks
     config.pluginmanager.register(_ShardHook(), "perfgate-shard")

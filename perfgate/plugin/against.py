@@ -1,6 +1,7 @@
 """The plugin's paired mode: `--perf-against REV` (and/or `--perf-against-python`, `--perf-against-env`) measures
 every cell beside the base side on this runner through the paired engine (perfgate.ab), and the session end
-judges the clocks by the paired verdict and the rest by the committed baseline. Imports no torch.
+judges the clocks by the paired verdict and the rest by the committed baseline. Side B is this checkout, unless
+`--perf-b-rev`, `--perf-b-python` or `--perf-b-env` name another. Imports no torch.
 """
 
 from __future__ import annotations
@@ -16,35 +17,50 @@ import pytest
 
 from perfgate.ab import sides
 from perfgate.ab.sides import Side, SideError
+from perfgate.plugin.options import PAIRED_OPTIONS
 
-OPTIONS = ("--perf-against", "--perf-against-python", "--perf-against-env")
+OPTIONS = PAIRED_OPTIONS[:3]
+# Side B's, where it is not this checkout as this pytest runs it: a revision (a bisection's step), another
+# interpreter, or variables of its own (an upgrade's new release on PYTHONPATH). The session, its collection
+# and the coordinator stay this tree's; only B's worker runs B.
+B_OPTIONS = PAIRED_OPTIONS[3:]
 
 
 def base_side(config: pytest.Config) -> Side | None:
-    """The base side the options name, checked before any cell runs; None when no --perf-against* is given.
-    A given-but-empty value is a usage error naming the option (an unset $BASE_SHA must not pass a PR)."""
-    opt = config.getoption
-    given = [name for name in OPTIONS if opt(name) is not None]
-    if not given:
+    """The base side the options name, checked before any cell runs; None when no --perf-against* (nor
+    --perf-b-*) is given. A given-but-empty value is a usage error naming the option (an unset $BASE_SHA must not
+    pass a PR)."""
+    if not any(config.getoption(name) is not None for name in OPTIONS + B_OPTIONS):
         return None
     if getattr(config.option, "numprocesses", None):
         raise SideError("--perf-against runs both sides on one GPU: it cannot run under -n (xdist)")
+    return _side(config, "A", OPTIONS)
+
+
+def tree_side(config: pytest.Config) -> Side:
+    """Side B: this checkout and interpreter unless --perf-b-rev, --perf-b-python or --perf-b-env say
+    otherwise, checked as side A's options are."""
+    return _side(config, "B", B_OPTIONS)
+
+
+def _side(config: pytest.Config, name: str, options: tuple[str, str, str]) -> Side:
+    opt = config.getoption
+    rev_option, python_option, env_option = options
     here = sides.repo_root(str(config.rootpath))
     root, revision = here, ""
-    if opt("--perf-against") is not None:
-        root, revision = sides.checkout("--perf-against", opt("--perf-against"), here, Path(here) / ".perfgate")
+    if opt(rev_option) is not None:
+        root, revision = sides.checkout(rev_option, opt(rev_option), here, Path(here) / ".perfgate")
     python = sys.executable
-    if opt("--perf-against-python") is not None:
-        python = sides.check_python("--perf-against-python", opt("--perf-against-python"))
-    env = sides.parse_env("--perf-against-env", opt("--perf-against-env"))
-    return Side("A", root, python, env, revision)
+    if opt(python_option) is not None:
+        python = sides.check_python(python_option, opt(python_option))
+    return Side(name, root, python, sides.parse_env(env_option, opt(env_option)), revision)
 
 
 class Pairing:
     """A session's paired state: the two sides' warm workers (their stderr in <results>.duet/), one compile
     cache both read, and where side A's records go (<results>.against.jsonl: never read as this tree's)."""
 
-    def __init__(self, base: Side, results_path: Path, cache_dir: str | None, here: str):
+    def __init__(self, base: Side, results_path: Path, cache_dir: str | None, here: str, tree: Side | None = None):
         import perfgate
         from perfgate.ab.pair_workers import Duet
         from perfgate.measure.launch import import_path
@@ -54,7 +70,7 @@ class Pairing:
         self.against_path = results_path.with_name(f"{results_path.stem}.against.jsonl")
         # The two workers' stderr (compile logs, a crash's traceback) beside the results, kept after the run.
         scratch = results_path.with_name(f"{results_path.stem}.duet")
-        b = Side("B", here, sys.executable, {})
+        b = tree or Side("B", here, sys.executable, {})
         engine = os.path.dirname(perfgate.__file__)
         self.duet = Duet(base, b, scratch, here, import_path(), engine)
 

@@ -24,6 +24,15 @@ MAX_ROUNDS = 1000  # --perf-min/max-rounds: 25x the GPU default of 40, minutes o
 MAX_ROUND_MS = 10_000.0  # --perf-round-ms: 200x the GPU default of 50 ms
 MAX_CELL_TIMEOUT_S = 86_400.0  # --perf-cell-timeout: a day; max-autotune's default is 2400 s
 MAX_PRECOMPILE = 256  # --perf-precompile: processes compiling at once
+# The paired mode's options (perfgate.plugin.against): side A's, then side B's where it is not this checkout.
+PAIRED_OPTIONS = (
+    "--perf-against",
+    "--perf-against-python",
+    "--perf-against-env",
+    "--perf-b-rev",
+    "--perf-b-python",
+    "--perf-b-env",
+)
 
 
 def add(parser: pytest.Parser) -> None:
@@ -128,6 +137,19 @@ def add(parser: pytest.Parser) -> None:
         metavar="NAME=VALUE",
         action="append",
         help="an environment variable of the base side's processes, repeatable",
+    )
+    group.addoption(
+        "--perf-b-rev",
+        metavar="REV",
+        help="side B, beside --perf-against's A: a git revision of this checkout instead of the checkout itself "
+        "(a bisection's step); its zoo and tests run, this session coordinates",
+    )
+    group.addoption("--perf-b-python", metavar="PY", help="side B's interpreter (default: this one)")
+    group.addoption(
+        "--perf-b-env",
+        metavar="NAME=VALUE",
+        action="append",
+        help="an environment variable of side B's processes, repeatable (PYTHONPATH: put before its root's)",
     )
     group.addoption(
         "--perf-save-baseline",
@@ -296,7 +318,7 @@ def check_baseline(baseline: str | None) -> None:
 def ineffective(opt) -> list[str]:
     """Options given that will do nothing in this session, each as a line saying why."""
     lines = []
-    paired = any(opt(name) is not None for name in ("--perf-against", "--perf-against-python", "--perf-against-env"))
+    paired = any(opt(name) is not None for name in PAIRED_OPTIONS)
     if opt("--perf-report") and not opt("--perf-baseline") and not paired:
         lines.append(
             f"perfgate: --perf-report={opt('--perf-report')} has no effect without --perf-baseline or "
