@@ -9,11 +9,11 @@ spread beside the median.
 
     header  schema, fingerprint, tier, device (env.gpu), versions (env minus fingerprint), created (UTC
             date), runs, host_cpus (the runs' distinct env.cpu_model, sorted: the gate's host-CPU advisory),
-            processes (where the runs' cells ran, record.process_of, sorted; [] where no record says: the
+            processes (where the runs' cells ran, record_reading.process_of, sorted; [] where no record says: the
             gate's note on a run measured elsewhere)
     cells   {cell id: {runs_ok, and each record field that perfgate.core.record.FIELDS gives a `fold`: identity
             as the last run had it, medians and maxima over the ok runs (a compiled peak only from records
-            whose schema measured it as today: record.compiled_peak_is_right), status, reason, numerics,
+            whose schema measured it as today: record_reading.compiled_peak_is_right), status, reason, numerics,
             compile_cache and bound as fold_cell makes them, and for each clock m in record.CLOCKS: m,
             m_runs, m_spread, m_lo, m_hi (the host clock from records of HOST_ROUNDS_SCHEMA or later
             where two or more runs have it)}}
@@ -43,11 +43,9 @@ from perfgate.core.record import (
     HOST_ROUNDS_SCHEMA,
     TIME_ALONE,
     bound_of,
-    compiled_peak_is_right,
     names,
-    process_of,
-    unfiled,
 )
+from perfgate.core.record_reading import compiled_peak_is_right, process_of, unfiled
 from perfgate.core.stats import interval_sd, rel_spread
 from perfgate.core.text import parse_json
 from perfgate.core.validate import baseline_cell_problems, name_problem

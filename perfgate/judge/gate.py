@@ -15,7 +15,8 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Iterable, Sequence
 
 from perfgate.core import exits
-from perfgate.core.record import FIELD, TIME_ALONE, nothing_measured, process_of, unfiled
+from perfgate.core.record import FIELD, TIME_ALONE, nothing_measured
+from perfgate.core.record_reading import process_of, unfiled
 from perfgate.core.stats import geomean
 from perfgate.core.validate import checked
 from perfgate.judge.baseline import BaselineError, group_by_key, key_of, resolve_baseline

@@ -18,7 +18,8 @@ from typing import Callable, ClassVar
 
 from perfgate.core import clocks
 from perfgate.core.clocks import COMPUTE, COUNT_OF, COUNTS, DEVICE, HOST, WALL, Count
-from perfgate.core.record import RECORD_SCHEMA, compiled_peak_is_right
+from perfgate.core.record import RECORD_SCHEMA
+from perfgate.core.record_reading import compiled_peak_is_right
 from perfgate.core.stats import interval_sd
 
 REGRESSION = "regression"
