@@ -8,7 +8,8 @@ import math
 
 import pytest
 
-from perfgate.judge.rules import IMPROVEMENT, REGRESSION, HostTimeRule, SpeedupRule
+from perfgate.judge.finding import IMPROVEMENT, REGRESSION
+from perfgate.judge.rules import HostTimeRule, SpeedupRule
 
 import gate_power
 

@@ -1,7 +1,7 @@
 """The gate: compare one run's records with a stored baseline through a set of small rule objects.
 
-Imports no torch. The rules live in perfgate.judge.rules (the ratio rules' test and the host-CPU advisory are
-explained there); `compare` only iterates over them. A regression fails the gate (exit code 1);
+Imports no torch. The rules live in perfgate.judge.rules (the ratio rules' test is explained there, the host-CPU
+advisory in perfgate.judge.advisories); `compare` only iterates over them. A regression fails the gate (exit code 1);
 improvements, advisories, missing and new cells are reported and never fail it. A baseline that cannot be
 used raises BaselineError before anything is compared (exit code 2). The plugin re-measures the cells that
 a ratio rule (wall, device or host clock) tripped (`speedup_suspects`) and calls `confirm`, so such a
@@ -19,25 +19,21 @@ from perfgate.core.record import FIELD, TIME_ALONE, nothing_measured
 from perfgate.core.record_reading import process_of, unfiled
 from perfgate.core.stats import geomean
 from perfgate.core.validate import checked
+from perfgate.judge.advisories import changed_batch_advisory, foreign_cpu_advisory
 from perfgate.judge.baseline import BaselineError, group_by_key, key_of, resolve_baseline
+from perfgate.judge.finding import ADVISORY, IMPROVEMENT, REGRESSION, Finding
 from perfgate.judge.rules import (
-    ADVISORY,
     CLOCK_NAMES,
     DEFAULT_RULES,
-    IMPROVEMENT,
-    REGRESSION,
     CountBandRule,
     CountRule,
-    Finding,
     HostTimeRule,
     NumericsRule,
     RelativeRule,
     SpeedupRule,
     StatusRule,
     both_ok,
-    changed_batch_advisory,
     default_rules,
-    foreign_cpu_advisory,
 )
 
 # The rules are re-exported, so a caller builds a rule set from the gate alone (gate.default_rules(...));
@@ -227,7 +223,7 @@ def _verdict(findings: Sequence[Finding], base: dict | None, cur: dict | None) -
 def _evaluate(current: dict[str, dict], baseline: dict, rules: Sequence) -> dict[str, list[Finding]]:
     """Findings per cell present in both the run and the baseline; the wall rule's on a host-bound cell
     measured on a host CPU foreign to the baseline, and those that scale with the batch of a cell whose batch
-    changed, are advisories (perfgate.judge.rules.foreign_cpu_advisory, changed_batch_advisory)."""
+    changed, are advisories (perfgate.judge.advisories.foreign_cpu_advisory, changed_batch_advisory)."""
     cells, cpus = baseline["cells"], baseline.get("host_cpus") or []
     return {
         cid: [
