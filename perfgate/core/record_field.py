@@ -19,8 +19,8 @@ class Field:
               object), "> 0" or ">= 0" (a finite number), "count" (a whole number >= 0), "rounds" (a list of
               ms > 0), or "" (nothing)
     required  never null: on every record for a choice, on an ok record for a figure (else a failed cell)
-    fold      how a baseline cell holds it over runs (perfgate.judge.baseline.fold_cell): "verbatim" (the last
-              run's), "median", "max", "clock" (a ratio: median, per-run values, run-to-run spread and the
+    fold      how a baseline cell holds it over runs (perfgate.judge.baseline_fold.fold_cell): "verbatim" (the
+              last run's), "median", "max", "clock" (a ratio: median, per-run values, run-to-run spread and the
               envelope of the runs' intervals), "custom" (fold_cell says how), or "" (not kept)
     column    the history keeps it as an SQLite column (of `type`), not only inside the stored JSON
     """
