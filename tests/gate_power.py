@@ -27,8 +27,7 @@ from unittest import mock
 import numpy as np
 
 from perfgate.core import stats
-from perfgate.judge import baseline as baseline_module
-from perfgate.judge import gate
+from perfgate.judge import baseline_fold, gate
 from perfgate.judge.baseline import build_baseline
 
 import synthetic as syn
@@ -222,7 +221,7 @@ def estimator_section(n_cells: int, seed_base: int, n_runs: int = 5) -> list[str
     for i, (loss, noise, outlier) in enumerate(ESTIMATOR_ROWS):
         cols = []
         for _, estimate in ESTIMATORS:
-            with mock.patch.object(baseline_module, "rel_spread", estimate):
+            with mock.patch.object(baseline_fold, "rel_spread", estimate):
                 t = tally(loss, noise, n_cells, first_seed=seed_base + 1000 * i, n_runs=n_runs, outlier=outlier)
             cols.append(f"{t.pct(t.once)} / {t.pct(t.confirmed)} / {t.pct(t.noise_limited)}")
         lines.append(f"| {loss:.0%} | {noise:.1%} | {outlier:.0%} | " + " | ".join(cols) + " |")

@@ -11,7 +11,8 @@ import pytest
 from perfgate.ab import process_report
 from perfgate.ab.process_verdict import ALPHA, Process, StepTimeRule, ab_rules, judge_ab
 from perfgate.core.stats import t_quantile, t_sf, two_sample
-from perfgate.judge.rules import REGRESSION, SpeedupRule
+from perfgate.judge.finding import REGRESSION
+from perfgate.judge.rules import SpeedupRule
 from perfgate.render.wording import ab_words
 
 import ab_power

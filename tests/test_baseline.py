@@ -15,6 +15,7 @@ from perfgate.core.record import CLOCKS, new_record
 from perfgate.core.stats import interval_sd, rel_spread
 from perfgate.judge import baseline as bl
 from perfgate.judge import gate
+from perfgate.judge.baseline_fold import run_to_run_sd
 
 import synthetic as syn
 
@@ -51,7 +52,7 @@ def test_cell_folds_runs(three_runs, folded):
     speedups = [r["speedup"] for r in recs]
     assert cell["speedup"] == pytest.approx(statistics.median(speedups), rel=1e-3)
     assert cell["speedup_runs"] == pytest.approx(speedups, rel=1e-3)
-    assert cell["speedup_spread"] == pytest.approx(bl.run_to_run_sd(recs, "speedup"), rel=1e-2)
+    assert cell["speedup_spread"] == pytest.approx(run_to_run_sd(recs, "speedup"), rel=1e-2)
     assert cell["speedup_lo"] == pytest.approx(min(r["speedup_lo"] for r in recs), rel=1e-3)
     assert cell["speedup_hi"] == pytest.approx(max(r["speedup_hi"] for r in recs), rel=1e-3)
     assert cell["compiled_ms"] == pytest.approx(statistics.median(r["compiled_ms"] for r in recs), rel=1e-3)

@@ -15,7 +15,7 @@ from torch import nn  # noqa: E402
 
 from perfgate.core.job import RunOptions  # noqa: E402
 from perfgate.core.matrix import VARIANTS, Cell, Variant  # noqa: E402
-from perfgate.core.record import first_call_cache  # noqa: E402
+from perfgate.core.record_reading import first_call_cache  # noqa: E402
 from perfgate.core.spec import ModelSpec, Size  # noqa: E402
 from perfgate.core.stages import STAGES  # noqa: E402
 from perfgate.core.timing_plan import CPU_PLAN  # noqa: E402

@@ -13,7 +13,8 @@ import pytest
 from perfgate.core.stats import rel_spread
 from perfgate.judge import gate
 from perfgate.judge.baseline import build_baseline
-from perfgate.judge.rules import ADVISORY, HostTimeRule, SpeedupRule
+from perfgate.judge.finding import ADVISORY
+from perfgate.judge.rules import HostTimeRule, SpeedupRule
 
 import synthetic as syn
 

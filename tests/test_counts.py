@@ -11,7 +11,8 @@ import pytest
 from perfgate.core.clocks import COUNTS, KERNELS, PY_CALLS
 from perfgate.judge import gate
 from perfgate.judge.baseline import build_baseline
-from perfgate.judge.rules import IMPROVEMENT, REGRESSION, CountBandRule
+from perfgate.judge.finding import IMPROVEMENT, REGRESSION
+from perfgate.judge.rules import CountBandRule
 from perfgate.judge.triage import triage
 
 import synthetic as syn

@@ -23,7 +23,7 @@ ALLOWED = {
 }
 # The one arrow up, and only inside a function (a lazy import): a judge Finding's `message` reads its words from
 # render's wording, which imports core alone, so it cannot close a cycle (docs/architecture.md, "The layers").
-LAZY_UP = {("perfgate.judge.rules", "perfgate.render.wording")}
+LAZY_UP = {("perfgate.judge.finding", "perfgate.render.wording")}
 
 
 def layer_of(module: str) -> str:

@@ -10,9 +10,11 @@ import numpy as np
 import pytest
 
 from perfgate.core import validate
-from perfgate.core.record import CLOCKS, FIELDS, Field, first_call_cache, names, process_of
+from perfgate.core.record import CLOCKS, FIELDS, names
+from perfgate.core.record_field import Field
+from perfgate.core.record_reading import first_call_cache, process_of
 from perfgate.core.records_file import RecordFileError, append_record, iter_records, load_records
-from perfgate.judge.baseline import fold_cell
+from perfgate.judge.baseline_fold import fold_cell
 from perfgate.render.report import shown
 from perfgate.store import history
 

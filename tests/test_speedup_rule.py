@@ -8,7 +8,8 @@ import math
 
 import pytest
 
-from perfgate.judge.rules import IMPROVEMENT, REGRESSION, HostTimeRule, SpeedupRule
+from perfgate.judge.finding import IMPROVEMENT, REGRESSION
+from perfgate.judge.rules import HostTimeRule, SpeedupRule
 
 import gate_power
 
@@ -215,6 +216,6 @@ def test_one_outlier_baseline_run_blinds_the_sample_sd_but_not_the_gate():
     # A 5 % loss, 1 % noise, one of 5 baseline runs 20 % high (docs/gate-power.md's estimator table).
     t = gate_power.tally(0.05, 0.01, 100, first_seed=800, n_runs=5, outlier=0.2)
     assert t.confirmed / t.cells >= 0.7
-    with gate_power.mock.patch.object(gate_power.baseline_module, "rel_spread", gate_power.sample_sd):
+    with gate_power.mock.patch.object(gate_power.baseline_fold, "rel_spread", gate_power.sample_sd):
         blind = gate_power.tally(0.05, 0.01, 100, first_seed=800, n_runs=5, outlier=0.2)
     assert blind.confirmed == 0 and blind.noise_limited == blind.cells

@@ -10,13 +10,14 @@ import pytest
 
 from perfgate.ab import process_verdict
 from perfgate.ab.process_verdict import Process, judge_ab
-from perfgate.judge import rules
-from perfgate.judge.rules import Finding, SpeedupRule
+from perfgate.judge import advisories, rules
+from perfgate.judge import finding as judge_finding
+from perfgate.judge.finding import Finding
+from perfgate.judge.rules import SpeedupRule
 from perfgate.render import wording
 
 import synthetic as syn
 
-JUDGE = Path(rules.__file__).parent
 # Phrases of the findings' sentences: none may be spelled in the judge's rule modules again.
 PHRASES = (
     "noise sds",
@@ -33,7 +34,13 @@ PHRASES = (
 
 
 def test_the_wordings_names_are_the_judges():
-    assert wording.AB == rules.AB
+    assert wording.AB == judge_finding.AB
+
+
+@pytest.mark.parametrize("module", [judge_finding, advisories], ids=["finding", "advisories"])
+def test_the_finding_and_its_advisories_spell_no_sentence(module):
+    """Finding and the advisories were rules.py's until it was split: no sentence moved out with them."""
+    assert [p for p in PHRASES if p in Path(module.__file__).read_text()] == []
 
 
 @pytest.mark.parametrize("module", [rules, process_verdict], ids=["rules", "process_verdict"])
@@ -44,9 +51,10 @@ def test_the_rule_modules_build_no_finding_sentence(module):
     assert rule_classes and not [c.__name__ for c in rule_classes if hasattr(c, "describe") or hasattr(c, "line_text")]
 
 
-def test_rules_fstrings_are_names_not_sentences():
+@pytest.mark.parametrize("module", [rules, judge_finding, advisories], ids=["rules", "finding", "advisories"])
+def test_rules_fstrings_are_names_not_sentences(module):
     """Field keys (f"{m}_lo") and labels ("device speedup") only: a sentence has more than one literal word."""
-    tree = ast.parse((JUDGE / "rules.py").read_text())
+    tree = ast.parse(Path(module.__file__).read_text())
     literal = [
         "".join(v.value for v in n.values if isinstance(v, ast.Constant))
         for n in ast.walk(tree)
@@ -77,7 +85,7 @@ def test_an_ab_finding_is_worded_for_the_sides_not_rewritten():
 
     report = judge_ab(side("A", graph_breaks=2) + side("B"))
     (finding,) = [f for f in report.improvements if f.metric == "graph_breaks"]
-    assert finding.sides == rules.AB and wording.finding_text(finding) == "graph breaks 2 -> 0"
+    assert finding.sides == judge_finding.AB and wording.finding_text(finding) == "graph breaks 2 -> 0"
     as_json = wording.finding_json(finding)
     assert list(as_json) == ["cell", "metric", "kind", "baseline", "current", "threshold", "message"]
     assert as_json["message"] == "graph breaks 2 -> 0"

@@ -3,7 +3,9 @@
 A record is one flat JSON object (a plain dict in memory). FIELDS names every field once, with its type, its
 unit, what validate asks of it, how a baseline folds it and whether the history keeps it as a column;
 validate, baseline, history and the reports take their field lists from it. Absent or not-measured values
-are null. Imports no torch.
+are null. A field is a perfgate.core.record_field.Field; a data-parallel cell's fields are spliced in from
+perfgate.core.record_ddp_fields; what a stored record says beyond its values (did its cell finish, where did it
+run) is perfgate.core.record_reading's. Imports no torch.
 
 Schemas (a record's `schema`): 13 adds the counts of a step's work (perfgate.core.clocks.COUNTS: Python calls, ATen
 ops, GPU kernels, CUDA graph replays, dynamo cache lookups, instructions; each `eager_<count>` and `compiled_<count>`
@@ -36,10 +38,11 @@ peak from a schema in COMPILED_PEAK_MISREAD.
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
 
 from perfgate.core.clocks import CLOCKS as ALL_CLOCKS
-from perfgate.core.clocks import COMPUTE, COUNTS, DEVICE, HOST, WALL, Clock, Count
+from perfgate.core.clocks import COUNTS, DEVICE, HOST, WALL
+from perfgate.core.record_ddp_fields import DDP_FIELDS
+from perfgate.core.record_field import Field, clock_fields, count_fields
 
 RECORD_SCHEMA = 13
 # Where a cell ran: in pytest's own process (--perf-isolate off, or a CPU cell), in perfgate's isolated warm
@@ -65,11 +68,6 @@ STATUSES = ("ok", "failed", "skipped")
 NUMERICS = ("pass", "fail", "skipped")
 
 
-def unfinished(record: dict) -> bool:
-    """A checkpoint whose cell never ended: what its process reached when it was stopped (cell.py)."""
-    return record.get("status") == "failed" and str(record.get("reason", "")).startswith(UNFINISHED)
-
-
 def skipped_record(cell, env: dict, run_id: str | None, reason: str, started_at: str) -> dict:
     """The record of a cell that was selected and not measured (pytest skipped it: no CUDA device, too few
     GPUs, the model's known issue), so that every face sees what was asked and not measured."""
@@ -80,24 +78,6 @@ def skipped_record(cell, env: dict, run_id: str | None, reason: str, started_at:
         "started_at": started_at,
         "wall_s": 0.0,
     }
-
-
-def process_of(record: dict) -> str | None:
-    """Where the cell of `record` ran: its `process` (schema 10 on); for schemas 8 and 9, "worker" where its
-    stage account has the worker's process start and "pytest" where it has none; None where nobody can tell
-    (older records, whose isolation depended on --perf-isolate, or a data-parallel cell before 10)."""
-    if record.get("process"):
-        return record["process"]
-    stages = record.get("stages")
-    if (record.get("schema") or 1) < 8 or not stages or record.get("phase") == "ddp":
-        return None
-    return "worker" if "process_start" in stages else "pytest"
-
-
-def unfiled(record: dict) -> bool:
-    """A skipped record with no environment: nothing measured it, so no baseline file is its own (a GPU
-    cell skipped on a machine without CUDA)."""
-    return record.get("status") == "skipped" and not (record.get("env") or {}).get("fingerprint")
 
 
 def nothing_measured(records) -> str | None:
@@ -113,61 +93,6 @@ def nothing_measured(records) -> str | None:
         reasons[reason] = reasons.get(reason, 0) + 1
     why = "; ".join(f"{reason} ({count} cell{'s' * (count > 1)})" for reason, count in sorted(reasons.items()))
     return f"nothing was measured: all {len(records)} selected cell(s) were skipped: {why}"
-
-
-@dataclass(frozen=True)
-class Field:
-    """One field of a record.
-
-    check     what validate asks of a non-null value: "text", "choice" (one of `choices`), "object" (a JSON
-              object), "> 0" or ">= 0" (a finite number), "count" (a whole number >= 0), "rounds" (a list of
-              ms > 0), or "" (nothing)
-    required  never null: on every record for a choice, on an ok record for a figure (else a failed cell)
-    fold      how a baseline cell holds it over runs (perfgate.judge.baseline.fold_cell): "verbatim" (the last
-              run's), "median", "max", "clock" (a ratio: median, per-run values, run-to-run spread and the
-              envelope of the runs' intervals), "custom" (fold_cell says how), or "" (not kept)
-    column    the history keeps it as an SQLite column (of `type`), not only inside the stored JSON
-    """
-
-    name: str
-    type: type  # str | int | float | list | dict: its JSON kind when not null
-    unit: str = ""  # ms are per step; "x" is an eager / compiled ratio
-    check: str = ""
-    required: bool = False
-    fold: str = ""
-    column: bool = False
-    choices: tuple[str, ...] = ()
-    default: object = None  # its value in a new record, before the cell measures it
-    doc: str = ""
-
-
-def _clock(clock: Clock, doc: str, rounds_doc: str = "", ms_doc: str = "") -> tuple[Field, ...]:
-    """A clock's fields (perfgate.core.clocks.Clock): eager's and compiled's rounds and their medians, and the
-    ratio with its 95 % interval. The wall clock's are required and history columns: every ok record has them.
-    The device clock's ratio is a history column too: its trend and change points sit beside the wall's, since
-    the wall ratio of a host-bound step follows the host CPU."""
-    wall = clock is WALL
-    trend = clock in (WALL, DEVICE)
-    return (
-        Field(clock.eager_rounds, list, "ms", "rounds", required=wall, default=[], doc=rounds_doc),
-        Field(clock.compiled_rounds, list, "ms", "rounds", required=wall, default=[]),
-        Field(clock.eager_ms, float, "ms", "> 0", required=wall, fold="median", column=wall, doc=ms_doc),
-        Field(clock.compiled_ms, float, "ms", "> 0", required=wall, fold="median", column=wall),
-        Field(clock.ratio, float, "x", "> 0", required=wall, fold="clock", column=trend, doc=doc),
-        Field(f"{clock.ratio}_lo", float, "x", "> 0", required=wall, column=trend, doc="its 95 % interval"),
-        Field(f"{clock.ratio}_hi", float, "x", "> 0", required=wall, column=trend),
-    )
-
-
-def _count(count: Count) -> tuple[Field, ...]:
-    """A count's fields (perfgate.core.clocks.Count): eager's and compiled's, per step (a mean over the counted
-    steps: a whole number where every step did the same work), folded as a median and kept as history columns."""
-    doc = f"{count.label} per step (perfgate.measure.counts); null where not countable here (counts_note)"
-    eager, compiled = count.fields
-    return (
-        Field(eager, float, "per step", ">= 0", fold="median", column=True, doc=doc),
-        Field(compiled, float, "per step", ">= 0", fold="median", column=True),
-    )
 
 
 FIELDS: tuple[Field, ...] = (
@@ -240,13 +165,13 @@ FIELDS: tuple[Field, ...] = (
     Field("warmup_steps", int, "steps", ">= 0"),
     # The wall clock: CUDA events around back-to-back steps, so host stalls count. Eager and compiled rounds
     # are interleaved pairs; the speedup is the median of the per-round eager / compiled ratios.
-    *_clock(WALL, "median of the per-round eager / compiled ratios", "one per round", "median of the rounds"),
+    *clock_fields(WALL, "median of the per-round eager / compiled ratios", "one per round", "median of the rounds"),
     # The device clock (perfgate.measure.clocks): GPU-busy ms per step, the union of the step's kernel intervals
     # (CUPTI, through torch.profiler), median over profiled rounds.
-    *_clock(DEVICE, "median of the per-round device ratios"),
+    *clock_fields(DEVICE, "median of the per-round device ratios"),
     # The host clock: ms to issue one step, from a synchronized, idle device to the step call's return,
     # each round the fastest of a few single steps (a stall only adds), median over rounds.
-    *_clock(HOST, "eager host ms / compiled host ms, per round pair"),
+    *clock_fields(HOST, "eager host ms / compiled host ms, per round pair"),
     Field("busy_eager", float, "fraction", ">= 0", fold="median", doc="device ms / wall ms: the GPU-busy share"),
     Field("busy_compiled", float, "fraction", ">= 0", fold="median"),
     Field("bound_eager", str, doc='"device" | "host": bound_of(busy_eager)'),
@@ -257,7 +182,7 @@ FIELDS: tuple[Field, ...] = (
     Field("host_probe_ms", float, "ms", "> 0", fold="median", doc="wall ms of the probe's work, median of its probes"),
     Field("host_probe_cpu_ms", float, "ms", "> 0", fold="median", doc="the thread's CPU ms for the same work"),
     # The counts of a step's work (perfgate.core.clocks.COUNTS), taken after the clocks in a pass of their own.
-    *(field for count in COUNTS for field in _count(count)),
+    *(field for count in COUNTS for field in count_fields(count)),
     Field("counts_steps", int, "steps", "> 0", doc="steps counted per side and pass (whole passes over the stream)"),
     Field("counts_note", str, default="", doc="why a count is null (no CUDA device, no hardware counter: ENOENT)"),
     Field(
@@ -325,97 +250,8 @@ FIELDS: tuple[Field, ...] = (
     ),
     Field("break_reasons", list, default=[], doc="[str], the first few"),
     Field("recompile_reasons", list, default=[], doc="[str], the first few: the guard each recompile failed"),
-    # Data-parallel cells (the "ddp" phase; null elsewhere). Their timed figures are the slowest rank's: each
-    # timed region's ms is the maximum over the ranks, so every rank takes the same warm-up and round decisions.
-    Field("world_size", int, "ranks", "> 0", doc="processes (GPUs) of a data-parallel cell"),
-    Field(
-        "ddp_buckets",
-        int,
-        "count",
-        ">= 0",
-        fold="max",
-        doc="gradient buckets DDPOptimizer split the "
-        "compiled graphs at (null: it did not split: no_optimization, python_reducer)",
-    ),
-    Field(
-        "ddp_splits",
-        int,
-        "count",
-        ">= 0",
-        fold="max",
-        doc="graphs added by those splits (buckets - graphs "
-        "split): kept apart from graph_breaks, which counts the model's own",
-    ),
-    Field(
-        "ddp_wrapper_breaks",
-        int,
-        "count",
-        ">= 0",
-        fold="max",
-        doc="graph breaks inside DDP's own forward wrapper (the compiled DDP step's breaks less the model's alone)",
-    ),
-    Field(
-        "ranks_param_diff",
-        float,
-        "",
-        ">= 0",
-        doc="after the numerics steps: the largest |parameter - the "
-        "ranks' mean| over every element (0: every rank holds the same parameters)",
-    ),
-    Field(
-        "peak_mem_eager_mb_ranks",
-        list,
-        "MiB",
-        default=[],
-        doc="each rank's eager peak (peak_mem_eager_mb: their maximum)",
-    ),
-    Field("peak_mem_compiled_mb_ranks", list, "MiB", default=[]),
-    Field(
-        "single_eager_ms",
-        float,
-        "ms",
-        "> 0",
-        doc="one device, no DDP, the same per-rank batch: the median of its rounds, each the slowest rank's",
-    ),
-    Field("single_compiled_ms", float, "ms", "> 0"),
-    # The rounds those medians come from: a one-device step that read slower than the DDP step it is part of
-    # (gpt2 compiled, 2 x H200, 2026-11-27: 35.10 against 31.89 ms) is told from a slow spell by its spread.
-    Field("single_eager_round_ms", list, "ms", "rounds", default=[], doc="the one-device rounds, ms per step"),
-    Field("single_compiled_round_ms", list, "ms", "rounds", default=[]),
-    Field(
-        "scaling_eager",
-        float,
-        "x",
-        "> 0",
-        fold="median",
-        doc="throughput on world_size ranks / on one "
-        "device: world_size * single_eager_ms / eager_ms (ideal: world_size; above it the record check fails "
-        "the cell, perfgate.core.validate; scaling / world_size is the efficiency the reports show)",
-    ),
-    Field("scaling_compiled", float, "x", "> 0", fold="median"),
-    # Where a data-parallel step's time goes (perfgate.measure.ddp_clocks; CUDA only), from profiled rounds
-    # apart from the timed ones: compute (each rank's GPU work but NCCL's kernels) as a clock of its own, and
-    # per rank communication (NCCL's kernels), its exposed part (no compute beside it: the all-reduce not
-    # hidden, the wait for the slower rank) and GPU idle (the timed step less the busy union). The compute
-    # clock is gated as the device clock is; the rest is not.
-    *_clock(
-        COMPUTE,
-        "median of the per-round compute ratios: a data-parallel cell's device clock",
-        "the ranks' mean, one per round",
-    ),
-    Field("eager_comm_ms", float, "ms", ">= 0", fold="median", doc="the ranks' mean (each rank's: ddp_step_ranks)"),
-    Field("compiled_comm_ms", float, "ms", ">= 0", fold="median"),
-    Field("eager_comm_exposed_ms", float, "ms", ">= 0", fold="median"),
-    Field("compiled_comm_exposed_ms", float, "ms", ">= 0", fold="median"),
-    Field("eager_gpu_idle_ms", float, "ms", ">= 0", fold="median"),
-    Field("compiled_gpu_idle_ms", float, "ms", ">= 0", fold="median"),
-    Field(
-        "ddp_step_ranks",
-        dict,
-        check="object",
-        default={},
-        doc="{eager, compiled: [{compute_ms, comm_ms, comm_exposed_ms, gpu_idle_ms} per rank]}",
-    ),
+    # Data-parallel cells (the "ddp" phase; null elsewhere): perfgate.core.record_ddp_fields.
+    *DDP_FIELDS,
     Field(
         "peak_mem_eager_mb",
         float,
@@ -521,20 +357,3 @@ def new_record(cell, env: dict, run_id: str | None = None, process: str | None =
         env=env,
     )
     return record
-
-
-def first_call_cache(record: dict) -> str:
-    """What the first compiled call found in the inductor cache: "cold" (a fresh cache, or a kept one it
-    missed in), "warm" (every lookup hit), "partly warm", "kept cache" (a kept cache of a record older than
-    schema 6: it may have been warm) or "no cache" (a backend that looks nothing up)."""
-    hits, misses = record.get("compile_cache_hits"), record.get("compile_cache_misses")
-    if hits is None or misses is None:
-        return "cold" if record.get("compile_cache") == "fresh" else "kept cache"
-    if hits == 0:
-        return "cold" if misses or record.get("compile_cache") == "fresh" else "no cache"
-    return "warm" if misses == 0 else "partly warm"
-
-
-def compiled_peak_is_right(record: dict) -> bool:
-    """Whether the record's peak_mem_compiled_mb means what it means today (COMPILED_PEAK_MISREAD)."""
-    return (record.get("schema") or 1) not in COMPILED_PEAK_MISREAD

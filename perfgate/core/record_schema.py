@@ -13,7 +13,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from perfgate.core.record import FIELDS, RECORD_SCHEMA, Field
+from perfgate.core.record import FIELDS, RECORD_SCHEMA
+from perfgate.core.record_field import Field
 
 PATH = Path(__file__).with_name("record.schema.json")
 KINDS = {str: "string", int: "integer", float: "number", list: "array", dict: "object"}

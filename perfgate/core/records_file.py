@@ -10,7 +10,7 @@ import warnings
 from pathlib import Path
 from typing import Iterable, Iterator, Sequence
 
-from perfgate.core.record import unfinished
+from perfgate.core.record_reading import unfinished
 from perfgate.core.text import TOO_DEEP, parse_json
 from perfgate.core.validate import checked, shape_problems
 

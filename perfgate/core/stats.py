@@ -77,7 +77,7 @@ def rel_spread(values: Sequence[float]) -> float | None:
     corrected for small samples (mad_consistency), not the sample sd: one outlier run must not blind a cell.
     Seen on an H100 baseline: vit_b16 infer runs at 1.23, 1.23, 1.24, 1.50, 1.23 gave a sample sd of 8.5 %
     and a gate line of 22.8 %; their MAD is 0 (a baseline then keeps the runs' own in-run sd as the floor:
-    perfgate.judge.baseline.run_to_run_sd). The price is efficiency (~37 % of the sd's): from few runs the MAD
+    perfgate.judge.baseline_fold.run_to_run_sd). The price is efficiency (~37 % of the sd's): from few runs the MAD
     scatters more (with 3 values it is the smaller of the two outer deviations, scaled up), so baselines
     should hold 5 or more runs; docs/gate-power.md has the rates both ways. None with fewer than 2 values:
     no run-to-run evidence.

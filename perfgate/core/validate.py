@@ -190,8 +190,8 @@ def checked(record: dict) -> dict:
     return clean
 
 
-# A baseline cell (perfgate.judge.baseline.fold_cell): each clock's ratio, interval ends and run-to-run spread, and the
-# record figures a baseline folds as a median or a max over runs, checked as the record checks them.
+# A baseline cell (perfgate.judge.baseline_fold.fold_cell): each clock's ratio, interval ends and run-to-run spread,
+# and the record figures a baseline folds as a median or a max over runs, checked as the record checks them.
 _FOLDED = [f for f in FIELDS if f.fold in ("median", "max")]
 BASELINE_POSITIVE = tuple(f"{clock}{end}" for clock in CLOCKS for end in ("", "_lo", "_hi")) + tuple(
     f.name for f in _FOLDED if f.check == "> 0"

@@ -9,14 +9,14 @@ spread beside the median.
 
     header  schema, fingerprint, tier, device (env.gpu), versions (env minus fingerprint), created (UTC
             date), runs, host_cpus (the runs' distinct env.cpu_model, sorted: the gate's host-CPU advisory),
-            processes (where the runs' cells ran, record.process_of, sorted; [] where no record says: the
+            processes (where the runs' cells ran, record_reading.process_of, sorted; [] where no record says: the
             gate's note on a run measured elsewhere)
     cells   {cell id: {runs_ok, and each record field that perfgate.core.record.FIELDS gives a `fold`: identity
             as the last run had it, medians and maxima over the ok runs (a compiled peak only from records
-            whose schema measured it as today: record.compiled_peak_is_right), status, reason, numerics,
-            compile_cache and bound as fold_cell makes them, and for each clock m in record.CLOCKS: m,
-            m_runs, m_spread, m_lo, m_hi (the host clock from records of HOST_ROUNDS_SCHEMA or later
-            where two or more runs have it)}}
+            whose schema measured it as today: record_reading.compiled_peak_is_right), status, reason, numerics,
+            compile_cache and bound as fold_cell makes them (perfgate.judge.baseline_fold), and for each clock m
+            in record.CLOCKS: m, m_runs, m_spread, m_lo, m_hi (the host clock from records of HOST_ROUNDS_SCHEMA
+            or later where two or more runs have it)}}
 
 A clock that no run measured (a CPU baseline has no device clock; one made before schema-3 records has
 neither device nor host) is null with `m_runs` empty: the gate does not compare it. Baselines without the
@@ -30,27 +30,16 @@ import datetime as _dt
 import json
 import os
 import shlex
-import statistics
 from pathlib import Path
 from typing import Iterable, Sequence
 
 from perfgate.core.clocks import COUNTS
 from perfgate.core.output import write_atomic
-from perfgate.core.record import (
-    CLOCKS,
-    FIELD,
-    HOST_AFTER_PROFILER,
-    HOST_ROUNDS_SCHEMA,
-    TIME_ALONE,
-    bound_of,
-    compiled_peak_is_right,
-    names,
-    process_of,
-    unfiled,
-)
-from perfgate.core.stats import interval_sd, rel_spread
+from perfgate.core.record import FIELD, TIME_ALONE
+from perfgate.core.record_reading import process_of, unfiled
 from perfgate.core.text import parse_json
 from perfgate.core.validate import baseline_cell_problems, name_problem
+from perfgate.judge.baseline_fold import fold_cell, measured_right, values_of
 
 BASELINE_SCHEMA = 1
 
@@ -70,12 +59,6 @@ def update_commands(
 
 
 UPDATE_COMMANDS = update_commands()
-
-# Record fields folded as a median over runs (ms per step), as a max over runs (the conservative side), and
-# taken from the last run as they are (perfgate.core.record.FIELDS, `fold`).
-MEDIAN_FIELDS = names(fold="median")
-MAX_FIELDS = names(fold="max")
-IDENTITY_FIELDS = names(fold="verbatim")
 
 
 class BaselineError(Exception):
@@ -130,95 +113,6 @@ def _round_cell(cell: dict) -> dict:
         else:
             rounded[name] = round_sig(value)
     return rounded
-
-
-# ---------------------------------------------------------------------------------------------- folding
-
-
-def _values(records: Sequence[dict], name: str) -> list:
-    return [r[name] for r in records if r.get(name) is not None]
-
-
-def _numerics(records: Sequence[dict]) -> str:
-    # Runs that skipped the check (an A/B side's later processes) neither pass nor fail it.
-    verdicts = [v for r in records if (v := r.get("numerics") or "skipped") != "skipped"]
-    if "fail" in verdicts:
-        return "fail"
-    return "pass" if verdicts and all(v == "pass" for v in verdicts) else "skipped"
-
-
-def _single(records: Sequence[dict], name: str):
-    """A value every run should share (e.g. compile_cache); "mixed" when runs disagree."""
-    values = {r.get(name) for r in records}
-    return values.pop() if len(values) == 1 else "mixed"
-
-
-def _measured_right(records: Sequence[dict], name: str) -> list[dict]:
-    """The records whose `name` means what it means today: a compiled peak from a schema-1 record left the
-    compiled weights out (read low by their size) and one from schema 4 counted the numerics judge's GPU
-    temporaries (gpt2 infer: 11474 MiB for 1348), so neither may become the baseline's figure. A host
-    speedup from before HOST_ROUNDS_SCHEMA came from 11 rounds: the same quantity, but its spread between
-    runs (the rule's s_rr) reads about twice as wide, so it folds only from newer runs where two or more of
-    them measured it (one run gives no spread); else from all. A host speedup taken after the profiler
-    (HOST_AFTER_PROFILER) never folds."""
-    if name == "peak_mem_compiled_mb":
-        return [r for r in records if compiled_peak_is_right(r)]
-    if name == "host_speedup":
-        records = [r for r in records if (r.get("schema") or 1) not in HOST_AFTER_PROFILER]
-        newer = [r for r in records if (r.get("schema") or 1) >= HOST_ROUNDS_SCHEMA and r.get(name)]
-        return newer if len(newer) >= 2 else list(records)
-    return list(records)
-
-
-def run_to_run_sd(runs: Sequence[dict], metric: str) -> float | None:
-    """The run-to-run sd of log `metric` over runs (one record each): the robust spread of their values
-    (stats.rel_spread), but never below the median run's own in-run sd (its 95 % interval / 3.92). Each
-    run's value is a median with that much sampling error, so runs cannot differ by less; and from 3 to 5
-    runs the MAD comes out near 0 whenever two or three runs happen to agree, which alone would put the
-    line at the current run's noise and cry wolf. None with fewer than 2 values: no run-to-run evidence."""
-    spread = rel_spread(_values(runs, metric))
-    in_run = [interval_sd(r.get(f"{metric}_lo"), r.get(f"{metric}_hi")) for r in runs if r.get(metric)]
-    return None if spread is None else max(spread, statistics.median(in_run))
-
-
-def _fold_clock(ok: Sequence[dict], metric: str) -> dict:
-    """One clock's ratio over the ok runs that measured it: median, per-run values, run-to-run spread
-    (run_to_run_sd), and the envelope of the runs' intervals."""
-    values = _values(ok, metric)
-    return {
-        metric: statistics.median(values) if values else None,
-        f"{metric}_runs": values,
-        f"{metric}_spread": run_to_run_sd(ok, metric),
-        f"{metric}_lo": min(_values(ok, f"{metric}_lo"), default=None),
-        f"{metric}_hi": max(_values(ok, f"{metric}_hi"), default=None),
-    }
-
-
-def fold_cell(records: Sequence[dict]) -> dict:
-    """One baseline cell from this cell's record in each run (at most one per run). Beside the medians and
-    maxima: numerics is "pass" only if every ok run passed, compile_cache the runs' one value (else "mixed"),
-    bound that of the median busy_compiled. Runs at another batch than the last run's are left out: the zoo
-    changed the cell between them (a record without `batch` predates the field and is kept)."""
-    batch = records[-1].get("batch")
-    records = [r for r in records if batch is None or r.get("batch") in (None, batch)]
-    ok = [r for r in records if r.get("status") == "ok"]
-    cell = {name: records[-1].get(name) for name in IDENTITY_FIELDS}
-    if not ok:
-        # Failed (or skipped) in every run: keep it so the gate can call a later success an improvement.
-        status = "skipped" if all(r.get("status") == "skipped" for r in records) else "failed"
-        cell.update(status=status, reason=records[-1].get("reason") or "", runs_ok=0, numerics=None)
-        return cell
-    cell.update(status="ok", reason="", runs_ok=len(ok))
-    for clock in CLOCKS:
-        cell.update(_fold_clock(_measured_right(ok, clock), clock))
-    cell.update(compile_cache=_single(ok, "compile_cache"), numerics=_numerics(ok))
-    for name in MEDIAN_FIELDS:
-        values = _values(ok, name)
-        cell[name] = statistics.median(values) if values else None
-    cell["bound"] = bound_of(cell["busy_compiled"])
-    for name in MAX_FIELDS:
-        cell[name] = max(_values(_measured_right(ok, name), name), default=None)
-    return cell
 
 
 def _last_per_cell(run: Iterable[dict]) -> dict[str, dict]:
@@ -325,7 +219,7 @@ def disagreements(sources: Sequence[Iterable[dict]]) -> list[str]:
 def _disagreeing(tier: str, cell: str, ok: Sequence[dict]) -> list[str]:
     lines = []
     for name, (fraction, delta) in AGREE_FIELDS.items():
-        values = _values(_measured_right(ok, name), name)
+        values = values_of(measured_right(ok, name), name)
         if not values:
             continue
         lo, hi = min(values), max(values)

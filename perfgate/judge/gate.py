@@ -1,49 +1,46 @@
 """The gate: compare one run's records with a stored baseline through a set of small rule objects.
 
-Imports no torch. The rules live in perfgate.judge.rules (the ratio rules' test and the host-CPU advisory are
-explained there); `compare` only iterates over them. A regression fails the gate (exit code 1);
+Imports no torch. The rules live in perfgate.judge.rules (the ratio rules' test is explained there, the host-CPU
+advisory in perfgate.judge.advisories); `compare` only iterates over them. A regression fails the gate (exit code 1);
 improvements, advisories, missing and new cells are reported and never fail it. A baseline that cannot be
 used raises BaselineError before anything is compared (exit code 2). The plugin re-measures the cells that
 a ratio rule (wall, device or host clock) tripped (`speedup_suspects`) and calls `confirm`, so such a
 regression must trip twice on the same clock. `gate_run` is the one entry every face calls (`perfgate
-compare`, the plugin's session end, the HTML report), so they judge alike.
+compare`, the plugin's session end, the HTML report), so they judge alike. A report's rows, a cell's figures beside
+its baseline's and its verdict, are perfgate.judge.gate_rows's.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
-from typing import Any, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Iterable, Sequence
 
 from perfgate.core import exits
-from perfgate.core.record import FIELD, TIME_ALONE, nothing_measured, process_of, unfiled
+from perfgate.core.record import TIME_ALONE, nothing_measured
+from perfgate.core.record_reading import process_of, unfiled
 from perfgate.core.stats import geomean
 from perfgate.core.validate import checked
+from perfgate.judge.advisories import changed_batch_advisory, foreign_cpu_advisory
 from perfgate.judge.baseline import BaselineError, group_by_key, key_of, resolve_baseline
+from perfgate.judge.finding import ADVISORY, IMPROVEMENT, REGRESSION, Finding
+from perfgate.judge.gate_rows import CellRow, cell_row, verdict_of
 from perfgate.judge.rules import (
-    ADVISORY,
     CLOCK_NAMES,
     DEFAULT_RULES,
-    IMPROVEMENT,
-    REGRESSION,
     CountBandRule,
     CountRule,
-    Finding,
     HostTimeRule,
     NumericsRule,
     RelativeRule,
     SpeedupRule,
     StatusRule,
     both_ok,
-    changed_batch_advisory,
     default_rules,
-    foreign_cpu_advisory,
 )
 
 # The rules are re-exported, so a caller builds a rule set from the gate alone (gate.default_rules(...));
 # listed here because pyflakes reads __all__, not noqa comments.
 __all__ = [
-    "CellRow",
-    "ClockRow",
     "GateReport",
     "GateOutcome",
     "compare",
@@ -65,61 +62,6 @@ __all__ = [
     "StatusRule",
     "default_rules",
 ]
-
-
-@dataclass(frozen=True)
-class ClockRow:
-    """One clock of one cell as its ratio rule saw it. `change` and `threshold` are in the rule's terms:
-    a speedup's change (-0.05: 5 % lower) and the smallest drop that trips; for the host clock the change
-    of compiled host ms relative to eager's (+0.15: 15 % more) and the smallest growth that trips."""
-
-    metric: str  # speedup | device_speedup | host_speedup
-    clock: str  # wall | device | host
-    value: float | None
-    lo: float | None
-    hi: float | None
-    baseline: float | None
-    change: float | None
-    threshold: float | None  # None: not compared (no baseline value, or not ok in both)
-    noise_limited: bool  # noise alone puts that line past the nominal threshold
-    noise: float | None  # the sd of the log drop the rule assumed (0.01 ~ 1 %)
-    run_to_run_known: bool | None  # the baseline cell had 2+ runs of this clock (None: not compared)
-
-
-@dataclass(frozen=True)
-class CellRow:
-    """One line of the report's tables: the current record's numbers beside the baseline's. The wall
-    clock's fields sit flat (speedup ... run_to_run_known) as before; `clocks` holds every ratio rule's."""
-
-    cell: str
-    verdict: str  # regression | improvement | advisory | ok | failed | new | missing
-    status: str | None
-    reason: str
-    eager_ms: float | None
-    compiled_ms: float | None
-    speedup: float | None
-    speedup_lo: float | None
-    speedup_hi: float | None
-    baseline_speedup: float | None
-    change: float | None  # speedup / baseline speedup - 1
-    threshold: float | None  # the wall rule's effective threshold: the smallest drop that trips
-    noise_limited: bool  # noise alone puts that line past the nominal threshold
-    noise: float | None  # the sd of the speedup's log drop the rule assumed (0.01 ~ 1 %)
-    run_to_run_known: bool | None  # the baseline cell had 2+ ok runs (None: speedup not gated here)
-    compile_s: float | None
-    graph_breaks: int | None
-    recompiles: int | None
-    peak_mem_compiled_mb: float | None
-    numerics: str | None
-    clocks: tuple[ClockRow, ...] = ()  # one per ratio rule, in the rules' order (wall, device, host)
-    busy_compiled: float | None = None  # GPU-busy fraction of the compiled step (device ms / wall ms)
-    bound: str | None = None  # "device" | "host": what the compiled step's wall time follows
-    eager_host_ms: float | None = None  # host ms to issue one step
-    compiled_host_ms: float | None = None
-    tripped: tuple[str, ...] = ()  # metrics of this cell's findings (any kind), in the rules' order
-
-    def clock(self, metric: str) -> ClockRow | None:
-        return next((c for c in self.clocks if c.metric == metric), None)
 
 
 @dataclass
@@ -161,72 +103,10 @@ def _check_environment(records: Sequence[dict], baseline: dict) -> None:
         )
 
 
-def _clock_row(rule: SpeedupRule, base: dict, cur: dict) -> ClockRow:
-    m = rule.metric
-    gated = rule.compared(base, cur)
-    ref, now = base.get(m), cur.get(m)
-    noise = rule.noise(base, cur) if gated else None
-    return ClockRow(
-        metric=m,
-        clock=rule.clock,
-        value=now,
-        lo=cur.get(f"{m}_lo"),
-        hi=cur.get(f"{m}_hi"),
-        baseline=ref,
-        change=rule.change(ref, now) if gated and ref is not None and now is not None else None,
-        threshold=rule.effective_threshold(base, cur) if gated else None,
-        noise_limited=gated and rule.noise_limited(base, cur),
-        noise=noise.sigma if noise else None,
-        run_to_run_known=noise.known if noise else None,
-    )
-
-
-# CellRow's fields named as record fields (perfgate.core.record.FIELDS) hold the current record's values; `cell`
-# is the id from either side (a missing cell has no current record).
-ROW_RECORD_FIELDS = tuple(f.name for f in fields(CellRow) if f.name in FIELD and f.name != "cell")
-
-
-def _row(
-    cell_id: str, verdict: str, base: dict | None, cur: dict | None, rules: Sequence, findings: Sequence[Finding]
-) -> CellRow:
-    cur, base = cur or {}, base or {}
-    clocks = tuple(_clock_row(r, base, cur) for r in rules if isinstance(r, SpeedupRule))
-    wall = next((c for c in clocks if c.metric == "speedup"), None)
-    ref, now = base.get("speedup"), cur.get("speedup")
-    found = {f.metric for f in findings}
-    values: dict[str, Any] = {name: cur.get(name) for name in ROW_RECORD_FIELDS}  # JSON values, as read
-    values["reason"] = values["reason"] or ""
-    return CellRow(
-        cell=cell_id,
-        verdict=verdict,
-        **values,
-        baseline_speedup=ref,
-        change=now / ref - 1 if ref and now is not None and cur.get("status") == "ok" else None,
-        threshold=wall.threshold if wall else None,
-        noise_limited=bool(wall and wall.noise_limited),
-        noise=wall.noise if wall else None,
-        run_to_run_known=wall.run_to_run_known if wall else None,
-        clocks=clocks,
-        tripped=tuple(r.metric for r in rules if r.metric in found),
-    )
-
-
-def _verdict(findings: Sequence[Finding], base: dict | None, cur: dict | None) -> str:
-    if cur is None:
-        return "missing"
-    if base is None:
-        return "new"
-    kinds = {f.kind for f in findings}
-    for kind in (REGRESSION, IMPROVEMENT, ADVISORY):
-        if kind in kinds:
-            return kind
-    return "ok" if cur.get("status") == "ok" else "failed"
-
-
 def _evaluate(current: dict[str, dict], baseline: dict, rules: Sequence) -> dict[str, list[Finding]]:
     """Findings per cell present in both the run and the baseline; the wall rule's on a host-bound cell
     measured on a host CPU foreign to the baseline, and those that scale with the batch of a cell whose batch
-    changed, are advisories (perfgate.judge.rules.foreign_cpu_advisory, changed_batch_advisory)."""
+    changed, are advisories (perfgate.judge.advisories.foreign_cpu_advisory, changed_batch_advisory)."""
     cells, cpus = baseline["cells"], baseline.get("host_cpus") or []
     return {
         cid: [
@@ -336,7 +216,7 @@ def _assemble(records: list[dict], baseline: dict, rules: Sequence, findings: di
     rows = []
     for cid in sorted(set(current) | set(cells)):
         base, cur, found = cells.get(cid), current.get(cid), findings.get(cid, [])
-        rows.append(_row(cid, _verdict(found, base, cur), base, cur, rules, found))
+        rows.append(cell_row(cid, verdict_of(found, base, cur), base, cur, rules, found))
     # Cells ok with a speedup in both the run and the baseline: what the geomeans are over.
     compared = [
         cid

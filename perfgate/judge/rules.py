@@ -6,101 +6,33 @@ baseline's run-to-run noise: wall `speedup` 5 %, device `device_speedup` 2.5 % (
 `compute_speedup` too), host time (HostTimeRule) +15 %. One band rule per count of a step's work and side
 (CountBandRule, perfgate.core.clocks.COUNTS: +-0.5 %, Python calls and instructions +-1.5 %). Count,
 relative, numerics and status rules cover the rest. How the ratio rules decide, and why: docs/gate-power.md
-("How the rules decide"). A finding is data, the figures a rule judged by; its words live in
-perfgate.render.wording.
+("How the rules decide"). A finding is data, the figures a rule judged by (perfgate.judge.finding); its words live
+in perfgate.render.wording; when the gate counts one as an advisory: perfgate.judge.advisories.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Callable, ClassVar
 
 from perfgate.core import clocks
 from perfgate.core.clocks import COMPUTE, COUNT_OF, COUNTS, DEVICE, HOST, WALL, Count
-from perfgate.core.record import RECORD_SCHEMA, compiled_peak_is_right
+from perfgate.core.record import RECORD_SCHEMA
+from perfgate.core.record_reading import compiled_peak_is_right
 from perfgate.core.stats import interval_sd
 
-REGRESSION = "regression"
-IMPROVEMENT = "improvement"
-ADVISORY = "advisory"  # reported, never fails the gate, never re-measured
-GATE, AB = "gate", "ab"  # what a finding compares: a baseline with now, or side A with side B
+# perfgate.ab's verdicts import AB (with Finding, REGRESSION and IMPROVEMENT) from here, where it was defined until
+# perfgate.judge.finding took it; nothing here uses it, so the redundant alias marks it re-exported.
+from perfgate.judge.finding import AB as AB
+from perfgate.judge.finding import IMPROVEMENT, REGRESSION, Finding, rule_finding
 
 # Each ratio metric's clock, as reports name it (perfgate.core.clocks defines them).
 CLOCK_NAMES = clocks.NAMES
 
 
-@dataclass(frozen=True)
-class Advisory:
-    """Why a finding only advises: `why` is foreign_cpu (`now` the run's host CPU, `was` the baseline's, `busy`
-    the compiled step's busy fraction of the GPU) or changed_batch (`was`, `now`: the baseline's batch and
-    this run's)."""
-
-    why: str
-    was: object
-    now: object
-    busy: float | None = None
-
-
-@dataclass(frozen=True)
-class Finding:
-    """What one rule found on one cell, as data (perfgate.render.wording words it). `form` names the rule's
-    terms: ratio (a speedup), host (compiled host time relative to eager's), step (ms per step), missing (a
-    clock lacking now), count, relative, numerics, status. For a ratio, host or step finding `change` and
-    `threshold` (the line crossed) are in the rule's terms; `lo`, `hi` bound the current ratio (gate) or the
-    change (A/B, with Student's t on `df` and the sides' `processes`)."""
-
-    cell: str
-    metric: str
-    kind: str  # REGRESSION | IMPROVEMENT | ADVISORY
-    baseline: object  # the baseline's value (number or verdict); side A's in an A/B run
-    current: object
-    threshold: float | None  # fraction the rule used (effective, for the ratio rules); None for exact
-    # rules and for a clock lacking now
-    form: str = ""
-    loss: bool = True  # the rule saw a loss (a regression, before any advisory)
-    sides: str = GATE  # GATE | AB
-    clock: str = ""  # the ratio rule's clock: "device"
-    label: str = ""  # the ratio rule's figure: "device speedup", "eager ms per step"
-    change: float | None = None
-    lo: float | None = None
-    hi: float | None = None
-    sds: float | None = None  # gate: the drop in sds of noise (inf where the noise is 0)
-    sd: float | None = None  # gate: the noise sd of the log drop, and whether the baseline knew its
-    noise_known: bool = True  # run-to-run noise
-    host_ms: tuple = ()  # host form: (eager, compiled) host ms now, and in the baseline
-    note: str = ""  # why a clock is missing; a status's reason; numerics' worst tensor
-    schema: int | None = None  # missing form: the record's schema where older than RECORD_SCHEMA (1: none)
-    confidence: float | None = None  # A/B: the interval's confidence
-    t: float | None = None  # A/B: Student's t
-    df: int | None = None
-    processes: tuple = ()  # A/B: (n_a, n_b)
-    advisories: tuple[Advisory, ...] = ()
-
-    @property
-    def message(self) -> str:
-        """The finding in words, for a caller that holds only the finding; reports call the wording directly."""
-        from perfgate.render.wording import finding_text  # render words judge's findings (docs/architecture.md)
-
-        return finding_text(self)
-
-
 def both_ok(base: dict, cur: dict) -> bool:
     return base.get("status") == "ok" and cur.get("status") == "ok"
-
-
-def _finding(rule, base: dict, cur: dict, kind: str, threshold, form: str, **figures) -> Finding:
-    return Finding(
-        cur["cell"],
-        rule.metric,
-        kind,
-        base.get(rule.metric),
-        cur.get(rule.metric),
-        threshold,
-        form=form,
-        loss=kind == REGRESSION,
-        **figures,
-    )
 
 
 @dataclass(frozen=True)
@@ -219,7 +151,7 @@ class SpeedupRule:
         if not both_ok(base, cur) or not ref or not self.applies(cur):
             return None  # nothing to compare, or the baseline has no such clock (old, or CPU): not compared
         if not now or now <= 0:
-            return _finding(
+            return rule_finding(
                 self,
                 base,
                 cur,
@@ -237,7 +169,7 @@ class SpeedupRule:
         d = self.log_drop(ref, now)
         if abs(d) <= line:
             return None
-        return _finding(
+        return rule_finding(
             self,
             base,
             cur,
@@ -284,41 +216,6 @@ class HostTimeRule(SpeedupRule):
         return {"host_ms": tuple((r.get("eager_host_ms"), r.get("compiled_host_ms")) for r in (cur, base))}
 
 
-def foreign_cpu_advisory(rule, finding: Finding, cur: dict, host_cpus) -> Finding:
-    """The finding as the gate should count it: the wall rule's finding on a host-bound cell measured on a
-    host CPU the baseline never ran on becomes ADVISORY (docs/gate-power.md says why); anything else as is."""
-    cpu = (cur.get("env") or {}).get("cpu_model")
-    if (
-        not getattr(rule, "follows_host_cpu", False)
-        or finding.kind not in (REGRESSION, IMPROVEMENT)
-        or finding.current is None
-        or not cpu
-        or not host_cpus
-        or cpu in host_cpus
-        or cur.get("bound") != "host"
-    ):
-        return finding
-    why = Advisory("foreign_cpu", tuple(host_cpus), cpu, cur.get("busy_compiled"))
-    return replace(finding, kind=ADVISORY, advisories=(*finding.advisories, why))
-
-
-def changed_batch_advisory(rule, finding: Finding, base: dict, cur: dict) -> Finding:
-    """The finding as the gate should count it: a figure that scales with the batch (a speedup, host time,
-    memory, compile time) of a cell whose batch differs from the baseline's is ADVISORY, since the zoo
-    changed the cell rather than the code changing its speed. Counts, numerics and status judge as usual.
-    Either batch unknown (records before the field): as is."""
-    was, now = base.get("batch"), cur.get("batch")
-    if (
-        isinstance(rule, (CountRule, NumericsRule, StatusRule))
-        or finding.kind not in (REGRESSION, IMPROVEMENT)
-        or was is None
-        or now is None
-        or was == now
-    ):
-        return finding
-    return replace(finding, kind=ADVISORY, advisories=(*finding.advisories, Advisory("changed_batch", was, now)))
-
-
 @dataclass(frozen=True)
 class CountRule:
     """Exact counts (graph breaks, recompiles): any increase is a regression, any decrease an improvement
@@ -333,9 +230,9 @@ class CountRule:
         if not both_ok(base, cur) or ref is None or now is None:
             return None
         if now > ref + self.threshold:
-            return _finding(self, base, cur, REGRESSION, None, "count")
+            return rule_finding(self, base, cur, REGRESSION, None, "count")
         if now < ref:
-            return _finding(self, base, cur, IMPROVEMENT, None, "count")
+            return rule_finding(self, base, cur, IMPROVEMENT, None, "count")
         return None
 
 
@@ -367,7 +264,7 @@ class CountBandRule:
         if abs(change) <= self.threshold:
             return None
         kind = REGRESSION if now > ref else IMPROVEMENT
-        return _finding(self, base, cur, kind, self.threshold, "band", label=self.count.label, change=change)
+        return rule_finding(self, base, cur, kind, self.threshold, "band", label=self.count.label, change=change)
 
 
 @dataclass(frozen=True)
@@ -398,7 +295,7 @@ class RelativeRule:
         if abs(now - ref) <= self.min_delta or abs(change) <= self.threshold:
             return None
         kind = REGRESSION if change > 0 else IMPROVEMENT
-        return _finding(self, base, cur, kind, self.threshold, "relative", change=change)
+        return rule_finding(self, base, cur, kind, self.threshold, "relative", change=change)
 
 
 @dataclass(frozen=True)
@@ -416,9 +313,9 @@ class NumericsRule:
             return None
         if now == "fail" and ref != "fail":
             worst = (cur.get("numerics_detail") or {}).get("worst")
-            return _finding(self, base, cur, REGRESSION, None, "numerics", note=worst or "")
+            return rule_finding(self, base, cur, REGRESSION, None, "numerics", note=worst or "")
         if ref == "fail" and now == "pass":
-            return _finding(self, base, cur, IMPROVEMENT, None, "numerics")
+            return rule_finding(self, base, cur, IMPROVEMENT, None, "numerics")
         return None
 
 
@@ -433,9 +330,9 @@ class StatusRule:
     def check(self, base: dict, cur: dict) -> Finding | None:
         ref, now = base.get("status"), cur.get("status")
         if ref == "ok" and now != "ok":
-            return _finding(self, base, cur, REGRESSION, None, "status", note=cur.get("reason") or "")
+            return rule_finding(self, base, cur, REGRESSION, None, "status", note=cur.get("reason") or "")
         if ref != "ok" and now == "ok":
-            return _finding(self, base, cur, IMPROVEMENT, None, "status")
+            return rule_finding(self, base, cur, IMPROVEMENT, None, "status")
         return None
 
 

@@ -97,7 +97,7 @@ def env_differences(record: dict, baseline: dict) -> list[str]:
 
 
 def classify(row, record: dict, baseline: dict, findings=()) -> tuple[str, str]:
-    """(kind, why) of a flagged gate row (perfgate.judge.gate.CellRow) and its record (module docstring); the
+    """(kind, why) of a flagged gate row (perfgate.judge.gate_rows.CellRow) and its record (module docstring); the
     counts of a step's work that moved past their band (`findings` of the cell, form "band") are named after it,
     or are the why where no timing tripped: they say what the step does more of."""
     kind, why = _classify(row, record, baseline)

@@ -26,7 +26,7 @@ import statistics
 import time
 from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
 
-from perfgate.core.record import unfinished
+from perfgate.core.record_reading import unfinished
 
 if TYPE_CHECKING:
     from perfgate.core.matrix import Cell

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from perfgate.core.matrix import PRECISIONS, VARIANTS
-from perfgate.core.record import first_call_cache
+from perfgate.core.record_reading import first_call_cache
 from perfgate.render import ddp_cells
 from perfgate.render.report import first_call, md_code, md_text, peaks_text, ratio_text, shown, status_text
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from perfgate.core.record import first_call_cache
+from perfgate.core.record_reading import first_call_cache
 from perfgate.render.report import first_call, fmt, md_code, md_text, peaks_text, ratio_text, status_text
 
 COLUMNS = (

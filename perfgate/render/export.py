@@ -24,7 +24,8 @@ from datetime import datetime, timezone
 from typing import Iterable
 
 from perfgate.core.clocks import CLOCKS
-from perfgate.core.record import FIELDS, RECORD_SCHEMA, unfinished
+from perfgate.core.record import FIELDS, RECORD_SCHEMA
+from perfgate.core.record_reading import unfinished
 
 FORMATS = ("csv", "v3", "pytest-benchmark", "openmetrics")
 SUFFIX = {"csv": ".csv", "v3": ".json", "pytest-benchmark": ".json", "openmetrics": ".txt"}

@@ -25,7 +25,7 @@ from typing import Callable, Sequence
 
 from perfgate.core.clocks import COUNTS, DEVICE
 from perfgate.core.matrix import PHASES
-from perfgate.core.record import first_call_cache
+from perfgate.core.record_reading import first_call_cache
 from perfgate.core.stats import geomean
 from perfgate.core.text import visible
 from perfgate.judge.baseline import group_by_key

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from perfgate.core.matrix import PRECISIONS, VARIANTS
-from perfgate.core.record import first_call_cache
+from perfgate.core.record_reading import first_call_cache
 from perfgate.render.report import first_call, fmt, md_code, md_text, status_text
 
 COLUMNS = (
@@ -32,7 +32,7 @@ class ModeRow:
     mode: str
     first_call_s: float | None  # the compile: first call of the compiled step, seconds (eager: none)
     first_call_mb: float | None  # peak MiB during that call (eager: its own step's peak)
-    first_call_cache: str | None  # what that call found in the inductor cache (record.first_call_cache)
+    first_call_cache: str | None  # what that call found in the inductor cache (record_reading.first_call_cache)
     train_ms: float | None
     train_speedup: float | None
     train_device_speedup: float | None

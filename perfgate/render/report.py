@@ -15,7 +15,8 @@ from dataclasses import asdict
 from typing import Sequence
 
 from perfgate.core.clocks import DEVICE, HOST, WALL, shown_in
-from perfgate.core.record import FIELD, compiled_peak_is_right
+from perfgate.core.record import FIELD
+from perfgate.core.record_reading import compiled_peak_is_right
 from perfgate.core.text import visible
 from perfgate.judge.gate import GateReport
 from perfgate.judge.rules import CLOCK_NAMES
@@ -76,7 +77,7 @@ def md_code(text) -> str:
     return "`" + visible(text).replace("`", "'").replace("|", "\\|") + "`"
 
 
-# How every report prints a value of each unit (perfgate.core.record.Field.unit).
+# How every report prints a value of each unit (perfgate.core.record_field.Field.unit).
 UNIT_FORMATS = {"ms": ".2f", "s": ".1f", "x": ".3f", "MiB": ".0f", "count": "d", "samples": "d"}
 
 
@@ -86,7 +87,7 @@ def fmt(value, spec: str) -> str:
 
 
 def first_call(seconds: float | None, cache: str | None) -> str:
-    """A first compiled call's seconds, with what it found in the inductor cache (record.first_call_cache)
+    """A first compiled call's seconds, with what it found in the inductor cache (record_reading.first_call_cache)
     unless that was nothing: a warm compile is no first-call time a user meets on a new machine."""
     text = fmt(seconds, ".1f")
     return text if seconds is None or cache in (None, "cold", "no cache") else f"{text} ({cache})"
@@ -102,7 +103,7 @@ def ratio_text(record: dict, name: str = "speedup") -> str:
 
 def peaks_text(record: dict) -> str:
     """ "9000 → 7000": a record's eager and compiled peak MiB, the compiled one only where its schema measured
-    it right (perfgate.core.record.compiled_peak_is_right)."""
+    it right (perfgate.core.record_reading.compiled_peak_is_right)."""
     compiled = record.get("peak_mem_compiled_mb") if compiled_peak_is_right(record) else None
     return f"{fmt(record.get('peak_mem_eager_mb'), '.0f')} → {fmt(compiled, '.0f')}"
 

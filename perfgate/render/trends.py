@@ -15,7 +15,8 @@ from typing import Sequence
 
 from perfgate.core.clocks import BY_RATIO, WALL
 from perfgate.judge.changepoint import series_changes
-from perfgate.judge.rules import DEFAULT_RULES, REGRESSION, SpeedupRule
+from perfgate.judge.finding import REGRESSION
+from perfgate.judge.rules import DEFAULT_RULES, SpeedupRule
 from perfgate.judge.triage import bisect_hint
 from perfgate.render.charts import TrendChange, TrendLevel, TrendPoint, trend_chart
 from perfgate.render.report import shown

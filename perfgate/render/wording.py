@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from perfgate.core.clocks import COUNT_OF
 
-# perfgate.judge.rules.AB, Finding.sides of an A/B finding (this module may not import judge: tests/test_wording.py
+# perfgate.judge.finding.AB, Finding.sides of an A/B finding (this module may not import judge: tests/test_wording.py
 # keeps the two equal).
 AB = "ab"
 REFRESH = "refresh the baseline (perfgate baseline update)"
