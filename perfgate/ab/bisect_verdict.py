@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from perfgate.ab.process_verdict import ABReport, ab_rules
-from perfgate.judge.rules import Finding
+from perfgate.judge.finding import Finding
 
 GOOD, BAD, UNSURE = "good", "bad", "unsure"
 # The gate's own rules, all of them: a probe is bad where `perfgate ab` would fail it (exit 1).

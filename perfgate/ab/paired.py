@@ -35,7 +35,8 @@ from typing import Callable, Sequence
 import numpy as np
 
 from perfgate.core.clocks import COUNTS, DEVICE, HOST, WALL, Clock
-from perfgate.judge.rules import REGRESSION, CountBandRule
+from perfgate.judge.finding import REGRESSION
+from perfgate.judge.rules import CountBandRule
 
 ALPHA = 0.05
 RESAMPLES = 4000

@@ -34,8 +34,9 @@ from perfgate.core import exits
 from perfgate.core.record import TIME_ALONE, nothing_measured
 from perfgate.core.stats import geomean, interval_sd, rel_spread, t_quantile, two_sample
 from perfgate.core.validate import checked
-from perfgate.judge.baseline import fold_cell
-from perfgate.judge.rules import AB, IMPROVEMENT, REGRESSION, Finding, SpeedupRule, default_rules
+from perfgate.judge.baseline_fold import fold_cell
+from perfgate.judge.finding import AB, IMPROVEMENT, REGRESSION, Finding
+from perfgate.judge.rules import SpeedupRule, default_rules
 
 AB_SIDES = ("A", "B")
 # One-sided false-alarm rate of one timed comparison when nothing changed. An A/B run has no confirm round,

@@ -21,10 +21,6 @@ from perfgate.core.clocks import COMPUTE, COUNT_OF, COUNTS, DEVICE, HOST, WALL, 
 from perfgate.core.record import RECORD_SCHEMA
 from perfgate.core.record_reading import compiled_peak_is_right
 from perfgate.core.stats import interval_sd
-
-# perfgate.ab's verdicts import AB (with Finding, REGRESSION and IMPROVEMENT) from here, where it was defined until
-# perfgate.judge.finding took it; nothing here uses it, so the redundant alias marks it re-exported.
-from perfgate.judge.finding import AB as AB
 from perfgate.judge.finding import IMPROVEMENT, REGRESSION, Finding, rule_finding
 
 # Each ratio metric's clock, as reports name it (perfgate.core.clocks defines them).
