@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import gc
 
 import torch
 
@@ -15,11 +16,11 @@ class Memory:
 
     def __init__(self, device: torch.device):
         self.cuda = device.type == "cuda"
-        self.base = torch.cuda.memory_allocated() if self.cuda else 0
-        self.kept = 0  # bytes above base: the peak before a set-aside block, or before a base was lowered
+        self.base = resident() if self.cuda else 0
+        self.kept = 0  # bytes: the peak before a set-aside block
 
     def rebase(self) -> None:
-        self.base = torch.cuda.memory_allocated() if self.cuda else 0
+        self.base = resident() if self.cuda else 0
         self.reset()
 
     def reset(self) -> None:
@@ -34,31 +35,23 @@ class Memory:
         if not self.cuda:
             yield
             return
-        kept = torch.cuda.max_memory_allocated() - self.base
+        kept = torch.cuda.max_memory_allocated()
         try:
             yield
         finally:
             torch.cuda.reset_peak_memory_stats()
             self.kept = max(self.kept, kept)
 
-    @contextlib.contextmanager
-    def freeing(self):
-        """A block that frees tensors which were resident at the base (the eager side's captured steps and the
-        numerics reference, after the judge): what it frees leaves the base too. Else every later reading is
-        low by it: resnet50 infer under CUDA graphs read its compiled peak as -5152 MiB (4 x H100 2789a879,
-        2026-11-27). The peak before the block stays, above the old base."""
-        if not self.cuda:
-            yield
-            return
-        self.kept = max(self.kept, torch.cuda.max_memory_allocated() - self.base)
-        before = torch.cuda.memory_allocated()
-        try:
-            yield
-        finally:
-            self.base -= max(0, before - torch.cuda.memory_allocated())
-            torch.cuda.reset_peak_memory_stats()
-
     def peak_mb(self) -> float | None:
         if not self.cuda:
             return None
-        return round(max(torch.cuda.max_memory_allocated() - self.base, self.kept) / MIB, 1)
+        return round((max(torch.cuda.max_memory_allocated(), self.kept) - self.base) / MIB, 1)
+
+
+def resident() -> int:
+    """Bytes allocated on the device once Python's garbage is collected. A base taken with the last cell's models
+    still uncollected (held in reference cycles) sits above what the side finds resident once a collection runs
+    mid-side, as CUDA-graph capture runs one: resnet50 infer under reduce-overhead, after gpt2_xl train in one
+    worker (4 x H100 2789a879, 2026-11-27), read its compiled peak as -5152 MiB and failed as bad figures."""
+    gc.collect()
+    return torch.cuda.memory_allocated()

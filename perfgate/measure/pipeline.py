@@ -289,9 +289,7 @@ def judge_numerics(run: CellRun, adapt: Callable[[dict], dict] = lambda c: c, ju
                 device=run.device,
             )
         run.record["numerics"], run.record["numerics_detail"] = verdict.pop("verdict"), verdict
-    with run.memory.freeing():  # resident since before the compile: the compiled side's peak is not based on them
-        run.eager_captured, run.reference = [], None
-    run.compiled_captured = []
+    run.compiled_captured, run.eager_captured, run.reference = [], [], None
 
 
 def warm_compiled(run: CellRun) -> tuple[float, float]:
