@@ -519,28 +519,34 @@ def test_eagers_wall_step_is_shown_never_judged():
     assert paired.worst([c.outcome for c in slower]) == "regression"
 
 
-def test_a_later_look_steps_only_the_wall_side_still_unsure():
-    """After the first look only the unsure rule's side is stepped; a base worker of an older engine that answers
-    both sides anyway adds nothing to the side not asked for, so A's and B's rounds stay paired."""
+@pytest.mark.parametrize("older_base", [False, True], ids=["both-engines-step-one-side", "base-predates-it"])
+def test_a_later_look_steps_only_the_wall_side_still_unsure(older_base):
+    """After the first look only the unsure rule's side is stepped. A base on an engine before that (its hello
+    does not say wall_sides) steps both sides whatever it is asked, so B is asked for both too: the two sides'
+    rounds must run alike."""
     unsure = paired.Comparison(paired.RULES[0], 0.03, -0.01, 0.07, "unsure", 12, 0.99)
     assert paired.RULES[0].key == "compiled_ms"
     assert duet_module._unsure([unsure]) == {"wall": {"compiled"}}
     asked = []
 
-    class Both:
+    class Worker:
+        def __init__(self, side):
+            self.hello = {} if older_base and side == "A" else {"hello": {"wall_sides": True}}
+
         def send(self, message):
             asked.append(message)
 
         def expect(self, key, limit_s, progress=None):
             return {key: {"eager": 20.0, "compiled": 10.0}}
 
-    pair = type("Pair", (), {"sides": ("A", "B"), "worker": lambda self, side: Both()})()
+    pair = type("Pair", (), {"sides": ("A", "B"), "worker": lambda self, side: Worker(side)})()
     rounds = {clock: {s: {"eager": [[]], "compiled": [[]]} for s in "ab"} for clock in duet_module.CLOCKS}
     spent = dict.fromkeys(duet_module.CLOCKS, 0.0)
     duet_module._look_once(pair, rounds, 2, random.Random(0), {}, {"wall": {"compiled"}}, spent)
-    assert {m["op"] for m in asked} == {"wall"} and all(m["sides"] == ["compiled"] for m in asked)
+    expected = ["compiled", "eager"] if older_base else ["compiled"]
+    assert {m["op"] for m in asked} == {"wall"} and all(m["sides"] == expected for m in asked)
     assert len(rounds["wall"]["a"]["compiled"][0]) == len(rounds["wall"]["b"]["compiled"][0]) == duet_module.WALL_PAIRS
-    assert rounds["wall"]["a"]["eager"][0] == rounds["wall"]["b"]["eager"][0] == []
+    assert len(rounds["wall"]["a"]["eager"][0]) == (duet_module.WALL_PAIRS if older_base else 0)
 
 
 def test_a_tree_that_runs_out_of_memory_beside_the_base_is_measured_alone_and_left_unsure():
@@ -598,3 +604,44 @@ def test_side_b_may_be_a_revision_beside_side_a(tmp_path):
     assert against.base_side(config()) is None
     with pytest.raises(SideError, match="--perf-b-rev is empty"):
         against.tree_side(config(perf_against="HEAD", perf_b_rev=" "))
+
+
+def test_a_worker_steps_only_the_sides_asked_and_keeps_whole_rounds_for_its_record():
+    """The worker's side of "sides": a round names the sides it steps (none named: both); the record's own wall
+    clock keeps only the rounds of both sides, since its speedup pairs eager and compiled round by round."""
+    pytest.importorskip("torch")
+    import torch
+
+    from perfgate.measure import duet as worker
+
+    requests = [
+        {"op": "wall", "steps": 1, "first": "eager"},
+        {"op": "wall", "steps": 1, "first": "compiled", "sides": ["compiled"]},
+        {"op": "finish", "solo": False},
+    ]
+    sent = []
+    channel = type("Ch", (), {"receive": lambda self: requests.pop(0), "send": lambda self, m: sent.append(m)})()
+    ms = {"eager": 20.0, "compiled": 10.0}
+    run = type(
+        "Run",
+        (),
+        {
+            "device": torch.device("cpu"),
+            "timed": [0],
+            "eager_step": "eager",
+            "compiled_step": "compiled",
+            "step_clock": staticmethod(lambda step, steps, device: ms[step]),
+        },
+    )()
+    wall, _host, _device = worker.server(channel)(run, 20.0, 10.0)
+    assert [m.get("wall") for m in sent[1:]] == [{"eager": 20.0, "compiled": 10.0}, {"compiled": 10.0}]
+    assert (wall.eager_ms, wall.compiled_ms) == ([20.0], [10.0])
+
+
+def test_counts_over_other_steps_are_not_compared():
+    """A base from before the captioner counted its first 3 batches (it counted its 8-length stream) reads other
+    caption lengths: its counts per step are no measure of B's, so none is judged, and the summary says why."""
+    a = {"cell": "c", "status": "ok", "counts_steps": 8, "compiled_kernels": 860.0}
+    b = {"cell": "c", "status": "ok", "counts_steps": 3, "compiled_kernels": 900.0}
+    assert paired.counts(a, b) == [] and "A counted 8 steps a side, B 3" in paired.uncounted_alike(a, b)
+    assert paired.counts({**a, "counts_steps": 3}, b)[0]["outcome"] == "regression"

@@ -136,6 +136,10 @@ def measure(
         why = "a regression is measured again" if _decided(comparisons) else "still unsure"
         progress(f"{job_b.cell.id}: {why}, with a fresh process pair")
     counted = paired.counts(record_a, record_b) if _both_ok(record_a, record_b) and "error" not in summary else []
+    notes = [
+        duet.notes.get("A", ""),
+        paired.uncounted_alike(record_a, record_b) if _both_ok(record_a, record_b) else "",
+    ]
     summary.update(
         outcome="unsure"
         if "error" in summary
@@ -144,7 +148,7 @@ def measure(
         steps_per_round=steps,
         rules=[c.as_json() for c in comparisons],
         rounds=rounds,
-        note=duet.notes.get("A", ""),
+        note="; ".join(filter(None, notes)),
         seconds={
             **{k: [round(x, 2) for x in v] for k, v in seconds.items()},
             **{f"{clock}_rounds": round(s, 2) for clock, s in by_clock.items()},
@@ -267,6 +271,8 @@ def _look_once(
     seconds added to `spent` by clock. A wall round steps only the wanted sides: after the first look, most
     often the compiled step alone."""
     workers = {"a": duet.worker(duet.sides[0]), "b": duet.worker(duet.sides[1])}
+    if not all(_steps_sides(w) for w in workers.values()):  # a base on an older engine steps both sides: so does B
+        wanted = {**wanted, **({"wall": {"eager", "compiled"}} if "wall" in wanted else {})}
 
     def pair(clock: str, request: dict) -> None:
         t0 = time.monotonic()
@@ -296,6 +302,12 @@ def _finish(worker: Worker, progress, solo: bool = False) -> dict:
     if not worker.finish_asked:
         worker.send({"op": "finish", "solo": solo})
     return worker.expect("record", START_LIMIT_S + ROUND_LIMIT_S, progress)["record"]
+
+
+def _steps_sides(worker: Worker) -> bool:
+    """Whether the worker's engine steps only the wall sides a request names (its hello says so)."""
+    hello = getattr(worker, "hello", None) or {}
+    return bool(hello.get("hello", {}).get("wall_sides"))
 
 
 def _everything() -> dict[str, set[str]]:

@@ -13,7 +13,8 @@ so that the two sides' rounds alternate a fraction of a second apart on one GPU:
     {"op": "finish", "solo": bool}              {"record": the cell's record}
 
 The rounds it served become the record's own wall, host and device clocks (solo: the other side failed, so
-the cell times itself as usual). Protocol lines go to the original stdout; anything else the process prints
+the cell times itself as usual); of the wall rounds, those that stepped both sides (the record's speedup pairs
+eager and compiled round by round). Protocol lines go to the original stdout; anything else the process prints
 goes to stderr, so a model's print never breaks a line. A cell that fails answers {"record"} at once.
 """
 
@@ -71,7 +72,7 @@ def server(channel: Channel):
             if op == "wall":
                 wall.steps = request["steps"]
                 order = ("eager", "compiled") if request.get("first", "eager") == "eager" else ("compiled", "eager")
-                asked = request.get("sides") or order
+                asked = request["sides"] if "sides" in request else order
                 ms = {side: run.step_clock(sides[side], wall.steps, device) for side in order if side in asked}
                 if len(ms) == 2:  # the record's own wall clock pairs eager and compiled round by round
                     wall.eager_ms.append(ms["eager"])
@@ -139,7 +140,8 @@ def main() -> int:
     # Imported before the first job, as a long session has them by its second cell: a first compile must not
     # count importing the compiler stack (seconds) as compile time.
     importlib.import_module("torch._inductor.compile_fx")
-    channel.send({"hello": {"protocol": PROTOCOL, "perfgate": os.path.dirname(perfgate.__file__)}})
+    # wall_sides: a wall round steps only the sides a request names (an engine before it stepped both).
+    channel.send({"hello": {"protocol": PROTOCOL, "perfgate": os.path.dirname(perfgate.__file__), "wall_sides": True}})
     envs: dict = {}
     while (message := channel.receive()) is not None:
         os.environ[PEERS_ENV] = ",".join(str(pid) for pid in message.get("peers", []))
