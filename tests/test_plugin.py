@@ -239,24 +239,17 @@ def test_precompiled_cells_find_their_compiles_and_their_records_say_so(suite, t
     assert record["process"] == "pytest"  # the PR workflow's way: precompiled in children, measured in pytest
 
 
-def test_loadgroup_deals_one_group_of_cells_a_worker_by_expected_cost():
-    """Under --dist loadgroup each xdist worker takes one group, dealt longest first to the lightest (LPT), so
-    two long compiles land on two GPUs, not one; an item that is no cell stays ungrouped."""
+def test_loadgroup_hands_out_the_dearest_cells_first():
+    """Under --dist loadgroup each ungrouped test is a unit xdist hands out in collected order as workers free
+    up: dearest first (LPT), so two long compiles start on two GPUs at once; what is no cell goes last."""
     from perfgate.core.matrix import Cell
-    from perfgate.plugin.selection import CELL_KEY, group_by_cost
+    from perfgate.plugin.selection import CELL_KEY, longest_first
 
     class Item:
         def __init__(self, cell):
-            self._nodeid = f"perftests/t.py::test_x[{cell.param_id if cell else 'other'}]"
-            self.stash = {CELL_KEY: cell} if cell else {}
-
-        @property
-        def nodeid(self):
-            return self._nodeid
+            self.name, self.stash = (cell.model if cell else "other"), ({CELL_KEY: cell} if cell else {})
 
     cells = {name: Cell(name, "train", "inductor_default", "amp_bf16", "gpu") for name in ("a", "b", "c", "d")}
-    costs = {cells["a"].id: 100.0, cells["b"].id: 10.0, cells["c"].id: 60.0, cells["d"].id: 50.0}
-    items = [Item(cell) for cell in cells.values()] + [Item(None)]
-    group_by_cost(items, costs, 2)
-    groups = [item.nodeid.rpartition("@")[2] if "@" in item.nodeid else None for item in items]
-    assert groups == ["perfgate-gpu0", "perfgate-gpu0", "perfgate-gpu1", "perfgate-gpu1", None]
+    costs = {cells["a"].id: 50.0, cells["b"].id: 10.0, cells["c"].id: 60.0, cells["d"].id: 50.0}
+    items = [Item(None), *(Item(cell) for cell in cells.values())]
+    assert [item.name for item in longest_first(items, costs)] == ["c", "a", "d", "b", "other"]

@@ -88,17 +88,15 @@ class _ShardHook:
     @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(self, session: pytest.Session, config: pytest.Config, items: list) -> None:
         """--perf-rotate K/N, then --perf-shard I/N: slices and shards of equal expected cost over the cells
-        that will really run; then, in an xdist worker under --dist loadgroup, one group of them a worker."""
+        that will really run; then, in an xdist worker under --dist loadgroup, the dearest first."""
         perf = config.stash[SESSION_KEY]
         if perf.selection.rotate is not None:
             _deselect(config, items, *selection.rotate(items, *perf.selection.rotate))
         if perf.selection.shard is not None:
             costs = perf.expected_costs(selection.cells_of(items))
             _deselect(config, items, *selection.shard(items, costs, *perf.selection.shard))
-        workerinput = getattr(config, "workerinput", None)
-        if workerinput and config.getvalue("loadgroup"):  # an xdist worker under --dist loadgroup
-            costs = perf.expected_costs(selection.cells_of(items))
-            selection.group_by_cost(items, costs, int(workerinput["workercount"]))
+        if getattr(config, "workerinput", None) and config.getvalue("loadgroup"):  # an xdist worker, --dist loadgroup
+            items[:] = selection.longest_first(items, perf.expected_costs(selection.cells_of(items)))
 
 
 def _deselect(config: pytest.Config, items: list, keep: list, drop: list) -> None:

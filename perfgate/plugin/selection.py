@@ -118,21 +118,21 @@ def shard(items: list, costs: dict[str, float], index: int, count: int) -> tuple
     return keep, drop
 
 
-def group_by_cost(items: list, costs: dict[str, float], workers: int) -> None:
-    """Under pytest-xdist's `--dist loadgroup`, one group of cells a worker (a GPU), dealt by expected cost
-    (LPT: the dearest first, each to the lightest group). xdist's default `load` hands each worker runs of
-    consecutive items as it asks, blind to cost, and consecutive items are one model's variants: its
-    max-autotune and max-autotune-no-cudagraphs cells, the matrix's longest compiles (on 4 H100s, 2026-11-27,
-    one such training compile held its GPU for most of an 18-minute slice), could land on one GPU. The group
-    rides on the nodeid (xdist's own `@name` suffix), written here because xdist reads its `xdist_group`
-    marks before this hook has dealt the cells. Items that are not cells stay ungrouped."""
-    from perfgate.plan.costs import deal
+def longest_first(items: list, costs: dict[str, float]) -> list:
+    """The cells by expected cost, dearest first (ties in their collected order), then what is no cell. Under
+    pytest-xdist's `--dist loadgroup` a test with no group is a unit of its own, handed out in collected order
+    as workers free up: dearest first, that is LPT list scheduling (within 4/3 of the best makespan), where
+    xdist's default `load` hands each worker runs of consecutive items, and consecutive items are one model's
+    variants: its max-autotune and max-autotune-no-cudagraphs cells, the matrix's longest compiles (on 4 H100s,
+    2026-11-27, one such training compile held its GPU for most of an 18-minute slice), may land on one GPU."""
+    order = {id(item): n for n, item in enumerate(items)}
 
-    group = {cell_id: k for k, ids in enumerate(deal(costs, workers)) for cell_id in ids}
-    for item in items:
+    def key(item) -> tuple:
         cell = item.stash.get(CELL_KEY, None)
-        if cell is not None and cell.id in group and "@" not in item.nodeid:
-            item._nodeid = f"{item.nodeid}@perfgate-gpu{group[cell.id]}"
+        cost = costs.get(cell.id) if cell is not None else None
+        return (cost is None, -(cost or 0.0), order[id(item)])
+
+    return sorted(items, key=key)
 
 
 def rotate(items: list, index: int, count: int) -> tuple[list, list]:
