@@ -354,6 +354,7 @@ def test_paired_ab_is_one_pytest_run_against_side_a(tmp_path):
     # B's variables are B's worker's, not the session's, whose path both sides' workers would inherit
     assert command[command.index("--perf-b-env") + 1] == "Y=2" and "Y" not in env
     assert command[command.index("--perf-b-rev") + 1] == "HEAD~1"
+    assert "--perf-judge-eager-wall" in command  # an A/B of environments judges eager's wall step
 
 
 def test_a_sides_own_pythonpath_follows_its_root_and_is_not_dropped():
@@ -517,6 +518,10 @@ def test_eagers_wall_step_is_shown_never_judged():
     assert paired.worst([c.outcome for c in got.values()]) == "ok"
     slower = duet_module._judge(_rounds({"compiled": 1.2}), 0.99, "gpu")
     assert paired.worst([c.outcome for c in slower]) == "regression"
+    # an A/B of two environments (perfgate ab) judges it: an upgrade's slower eager host path shows nowhere else
+    judged = {c.rule.key: c for c in duet_module._judge(_rounds({"eager": 1.2}), 0.99, "gpu", eager_wall=True)}
+    assert judged["eager_ms"].outcome == "regression"
+    assert {r.threshold for r in paired.rules_for("cpu", eager_wall=True) if r.clock is WALL} == {paired.CPU_WALL_LINE}
 
 
 @pytest.mark.parametrize("older_base", [False, True], ids=["both-engines-step-one-side", "base-predates-it"])

@@ -51,11 +51,12 @@ def steps_per_round(ready: dict, target_ms: float, max_steps: int) -> int:
 
 
 def measure(
-    duet: Duet, job_b, progress: Callable[[str], None], seed: int = 0, warm: bool = False
+    duet: Duet, job_b, progress: Callable[[str], None], seed: int = 0, warm: bool = False, eager_wall: bool = False
 ) -> tuple[dict, dict | None, dict]:
     """(B's record, A's record or None, the paired summary) of one cell. Never raises for what a side does:
     a side that fails is a failed record (B) or an unsure comparison that names why (A). `warm`: the shared
-    cache holds this cell's compiles already (--perf-precompile), so the two sides may prepare at once."""
+    cache holds this cell's compiles already (--perf-precompile), so the two sides may prepare at once.
+    `eager_wall`: eager's wall step judged, not only shown (paired.rules_for)."""
     a, b = duet.sides
     # A plants no fault and keeps no warm compile (after its rounds), but otherwise runs what B runs, numerics
     # included: in an A/A on an H100 (2026-11-27), an A that skipped the fp64 reference and the numerics steps
@@ -115,7 +116,7 @@ def measure(
                 summary["looks"] += 1
                 wanted = _everything() if look == 0 else _unsure(comparisons)
                 _look_once(duet, rounds, steps, rng, ready, wanted, by_clock)
-                comparisons = _judge(rounds, confidence, job_b.cell.device_kind)
+                comparisons = _judge(rounds, confidence, job_b.cell.device_kind, eager_wall)
                 if _decided(comparisons):
                     break
             seconds["looks"].append(lap())
@@ -332,9 +333,9 @@ def _decided(comparisons: list[paired.Comparison]) -> bool:
     return "regression" in outcomes or "unsure" not in outcomes
 
 
-def _judge(rounds: dict, confidence: float, device_kind: str) -> list[paired.Comparison]:
+def _judge(rounds: dict, confidence: float, device_kind: str, eager_wall: bool = False) -> list[paired.Comparison]:
     out = []
-    for rule in paired.rules_for(device_kind):
+    for rule in paired.rules_for(device_kind, eager_wall):
         data = rounds[rule.clock.name]
         a, b = data["a"][rule.side], data["b"][rule.side]
         if sum(len(x) for x in a) and sum(len(x) for x in b):

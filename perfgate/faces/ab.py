@@ -40,7 +40,9 @@ def paired_argv(args, out: Path) -> tuple[list[str], dict]:
         )
     # The session runs on this interpreter and tree, which coordinate; side B's worker runs what --b-* name.
     command = [sys.executable, "-m", "pytest", *args.pytest_args, "--perf-report", str(out)]
-    command += ["--perf-results", str(out / "results.jsonl")]
+    # An A/B of two environments (an upgrade) judges eager's step as well: a slower dispatcher or allocator
+    # slows its host path with the same counts and GPU work. The PR gate, one environment, only shows it.
+    command += ["--perf-results", str(out / "results.jsonl"), "--perf-judge-eager-wall"]
     if args.b_rev is not None:
         command += ["--perf-b-rev", nonblank("--b-rev", args.b_rev)]
     if args.b_python is not None:

@@ -56,7 +56,12 @@ def pytest_configure(config: pytest.Config) -> None:
     perf = config.stash[SESSION_KEY] = PerfSession(config, chosen)
     if base is not None and not config.option.collectonly:
         perf.pairing = against.Pairing(
-            base, perf.results_path, config.getoption("--perf-cache-dir"), sides.repo_root(str(config.rootpath)), tree
+            base,
+            perf.results_path,
+            config.getoption("--perf-cache-dir"),
+            sides.repo_root(str(config.rootpath)),
+            tree,
+            eager_wall=config.getoption("--perf-judge-eager-wall"),
         )
     perf.summary += options.ineffective(config.getoption)  # said again at the end, where a reader looks
     config.pluginmanager.register(_ShardHook(), "perfgate-shard")

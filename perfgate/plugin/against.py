@@ -60,12 +60,20 @@ class Pairing:
     """A session's paired state: the two sides' warm workers (their stderr in <results>.duet/), one compile
     cache both read, and where side A's records go (<results>.against.jsonl: never read as this tree's)."""
 
-    def __init__(self, base: Side, results_path: Path, cache_dir: str | None, here: str, tree: Side | None = None):
+    def __init__(
+        self,
+        base: Side,
+        results_path: Path,
+        cache_dir: str | None,
+        here: str,
+        tree: Side | None = None,
+        eager_wall: bool = False,
+    ):
         import perfgate
         from perfgate.ab.pair_workers import Duet
         from perfgate.measure.launch import import_path
 
-        self.owned_cache = cache_dir is None
+        self.owned_cache, self.eager_wall = cache_dir is None, eager_wall
         self.cache_dir = cache_dir or tempfile.mkdtemp(prefix="perfgate-paired-cache-")
         self.against_path = results_path.with_name(f"{results_path.stem}.against.jsonl")
         # The two workers' stderr (compile logs, a crash's traceback) beside the results, kept after the run.
@@ -86,7 +94,7 @@ class Pairing:
 
         job = replace(job, options=replace(job.options, cache_dir=self.cache_dir))
         try:
-            record_b, record_a, summary = duet.measure(self.duet, job, progress, warm=warm)
+            record_b, record_a, summary = duet.measure(self.duet, job, progress, warm=warm, eager_wall=self.eager_wall)
         except Exception as err:  # noqa: BLE001 - a paired cell that cannot run fails alone, never the session
             from perfgate.core.record import error_line, new_record
 

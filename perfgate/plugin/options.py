@@ -152,6 +152,12 @@ def add(parser: pytest.Parser) -> None:
         help="an environment variable of side B's processes, repeatable (PYTHONPATH: put before its root's)",
     )
     group.addoption(
+        "--perf-judge-eager-wall",
+        action="store_true",
+        help="paired: judge eager's wall step too, not only show it (perfgate ab does: an A/B of two "
+        "environments, where a slower eager host path may show on no other rule)",
+    )
+    group.addoption(
         "--perf-save-baseline",
         metavar="DIR",
         help="write this run's records as the baseline of its environment and tier into DIR",
