@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -127,7 +128,7 @@ def _appends(path: Path) -> bool:
             given = node.args[1:2] if isinstance(node.func, ast.Name) else node.args[:1]
             modes = [a for a in given if isinstance(a, ast.Constant)]
             modes += [k.value for k in node.keywords if k.arg == "mode" and isinstance(k.value, ast.Constant)]
-            if any("a" in str(m.value) for m in modes):
+            if any(re.fullmatch(r"[rwxbt+]*a[rwxbt+]*", str(m.value)) for m in modes):  # a mode, not a name
                 return True
     return False
 

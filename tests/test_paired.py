@@ -650,3 +650,24 @@ def test_counts_over_other_steps_are_not_compared():
     b = {"cell": "c", "status": "ok", "counts_steps": 3, "compiled_kernels": 900.0}
     assert paired.counts(a, b) == [] and "A counted 8 steps a side, B 3" in paired.uncounted_alike(a, b)
     assert paired.counts({**a, "counts_steps": 3}, b)[0]["outcome"] == "regression"
+
+
+def test_a_base_that_runs_out_of_memory_says_the_sides_may_not_fit():
+    from perfgate.ab import duet
+    from perfgate.ab.sides import Side
+    from perfgate.core.job import Job, RunOptions
+    from perfgate.core.matrix import Cell
+
+    class Tight(FakeWorker):
+        def expect(self, key, limit_s, progress=None):
+            if "job" in self.sent[-1] and self.name == "a":
+                return {"record": {"status": "failed", "reason": "out of memory: CUDA out of memory"}}
+            return super().expect(key, limit_s, progress)
+
+    fake = FakeDuet("")
+    fake.workers = {name: Tight(name, False) for name in "ab"}
+    fake.sides, fake.first, fake.notes = (Side("A", "."), Side("B", ".")), "a", {}
+    job = Job(Cell("mlp", "train", "aot_eager", "fp32", "gpu"), RunOptions(device="cuda"), tf32=False)
+    record_b, _record_a, summary = duet.measure(fake, job, lambda _m: None)
+    assert record_b["status"] == "ok" and summary["outcome"] == "unsure"
+    assert summary["error"].startswith("side A failed") and duet.TOGETHER in summary["error"]

@@ -37,10 +37,11 @@ DUETS = 2  # process pairs a cell, at most
 ROUND_LIMIT_S = 300.0  # one request's answer
 CLOCKS = ("wall", "host", "device")
 OUT_OF_MEMORY = "out of memory"  # torch.OutOfMemoryError's words: "CUDA out of memory. Tried to allocate ..."
-NO_ROOM = (
-    "the two sides do not fit in GPU memory together (side B ran out of memory beside side A; its record is "
-    "its own, measured alone): compare this cell by alternating processes, perfgate ab --processes N"
+TOGETHER = (
+    "the two sides may not fit in GPU memory together: compare this cell by alternating processes, "
+    "perfgate ab --processes N"
 )
+NO_ROOM = f"side B ran out of memory beside side A (its record is its own, measured alone); {TOGETHER}"
 
 
 def steps_per_round(ready: dict, target_ms: float, max_steps: int) -> int:
@@ -103,7 +104,9 @@ def measure(
         if ready is None:  # a side failed before its rounds: nothing paired to judge
             failed_a = record_a is not None and record_a["status"] != "ok"
             summary["error"] = f"side A failed: {record_a['reason']}" if failed_a else "side B failed"
-            if not failed_a and record_b is not None and OUT_OF_MEMORY in str(record_b.get("reason", "")).lower():
+            if failed_a and OUT_OF_MEMORY in str(record_a.get("reason", "")).lower():
+                summary["error"] += f"; {TOGETHER}"
+            elif record_a is not None and OUT_OF_MEMORY in str((record_b or {}).get("reason", "")).lower():
                 # B ran out of GPU memory beside a live A: whether this tree's cell fits alone is B's own
                 # record, taken alone now, never a failure the pairing made. The two cannot be paired.
                 progress(f"{job_b.cell.id}: the two sides do not fit in GPU memory together; this tree's alone")

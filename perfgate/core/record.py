@@ -183,7 +183,7 @@ FIELDS: tuple[Field, ...] = (
     Field("host_probe_cpu_ms", float, "ms", "> 0", fold="median", doc="the thread's CPU ms for the same work"),
     # The counts of a step's work (perfgate.core.clocks.COUNTS), taken after the clocks in a pass of their own.
     *(field for count in COUNTS for field in count_fields(count)),
-    Field("counts_steps", int, "steps", "> 0", doc="steps counted per side and pass (whole passes over the stream)"),
+    Field("counts_steps", int, "steps", "> 0", doc="steps counted per side and pass (a stream model's first batches)"),
     Field("counts_note", str, default="", doc="why a count is null (no CUDA device, no hardware counter: ENOENT)"),
     Field(
         "compile_s",

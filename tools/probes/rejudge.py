@@ -28,28 +28,33 @@ def prefix(rounds: dict, clock: str, duets: int, n: int) -> dict:
 
 
 def rejudge(record: dict) -> tuple[str, int, int]:
-    """(outcome, looks, process pairs) under this tree's rules."""
+    """(outcome, looks, process pairs) under this tree's rules. A record whose engine stopped on an error (a side
+    failed) stays unsure; a look the records hold no new rounds for is not taken (the engine then stopped)."""
     p = record["paired"]
+    if p.get("error"):
+        return "unsure", p.get("looks", 0), p.get("duets", 0)
     rounds, kind = p["rounds"], record.get("device_kind", "gpu")
     confidence = paired.look_confidence(duet.LOOKS * duet.DUETS)
-    looks = 0
+    looks = pairs = 0
     comparisons: list = []
-    have = len(rounds["wall"]["b"]["compiled"])
-    for d in range(1, min(duet.DUETS, have) + 1):
+    for d in range(1, min(duet.DUETS, len(rounds["wall"]["b"]["compiled"])) + 1):
+        pairs, seen = d, None
         for look in range(1, duet.LOOKS + 1):
-            looks += 1
             cut = {
                 "wall": prefix(rounds, "wall", d, duet.WALL_PAIRS * look),
                 "device": prefix(rounds, "device", d, duet.DEVICE_ROUNDS * look),
                 "host": prefix(rounds, "host", d, duet.HOST_PAIRS),
             }
+            if cut == seen:
+                break
+            seen, looks = cut, looks + 1
             comparisons = duet._judge(cut, confidence, kind)
             if duet._decided(comparisons):
                 break
         if paired.final(comparisons, d):
             break
     counted = [c["outcome"] for c in p.get("counts", [])]
-    return paired.worst([c.outcome for c in comparisons] + counted), looks, d
+    return paired.worst([c.outcome for c in comparisons] + counted), looks, pairs
 
 
 def main(paths: list[str]) -> None:
