@@ -9,6 +9,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import numpy as np
 import pytest
 from cheap_cell import CHEAP_CELL_ARGS
 
@@ -347,9 +348,11 @@ def test_bad_input_is_refused_with_exit_2_before_anything_runs(tiny_repo, monkey
 PROOF_FILES = ("conftest.py", "pyproject.toml", "perfgate", "perftests", "fixtures")
 
 
-def throwaway_repo(root: Path, culprit: int, commits: int = 5) -> Path:
-    """This repository's suite as a new git repository of `commits` commits; commit `culprit` adds
-    `--perf-inject=slow:30` to pytest's addopts (30 ms of sleep after every ~1 ms compiled step)."""
+def throwaway_repo(root: Path, culprit: int, commits: int = 5, plant: str = "addopts") -> Path:
+    """This repository's suite as a new git repository of `commits` commits; commit `culprit` plants a
+    slowdown: `addopts`, `--perf-inject=slow:30` in pytest's addopts (30 ms of sleep after every ~1 ms compiled
+    step), which the pytest session of a process-engine probe reads; `zoo`, 30 ms of sleep in the classifiers'
+    inference step (fixtures/vision.py), which a paired probe's side B runs from its own checkout."""
     repo = root / "repo"
     repo.mkdir()
     for name in PROOF_FILES:
@@ -363,9 +366,15 @@ def throwaway_repo(root: Path, culprit: int, commits: int = 5) -> Path:
     subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
     for n in range(commits):
         (repo / "NOTES").write_text(f"commit {n}\n")
-        if n == culprit:
+        if n == culprit and plant == "addopts":
             toml = (repo / "pyproject.toml").read_text()
             (repo / "pyproject.toml").write_text(toml.replace('addopts = "', 'addopts = "--perf-inject=slow:30 ', 1))
+        elif n == culprit:
+            zoo = (repo / "fixtures" / "vision.py").read_text()
+            step = 'def classify(model, batch: dict):\n    return model(batch["images"])'
+            assert step in zoo
+            slow = step.replace("    return", '    __import__("time").sleep(0.03)\n    return')
+            (repo / "fixtures" / "vision.py").write_text(zoo.replace(step, slow))
         subprocess.run([*git, "add", "-A"], cwd=repo, check=True)
         subprocess.run(
             [*git, "commit", "-q", "-m", f"step {n}" + (" plants a slowdown" if n == culprit else "")],
@@ -377,37 +386,72 @@ def throwaway_repo(root: Path, culprit: int, commits: int = 5) -> Path:
 
 @pytest.mark.serial
 def test_cpu_proof_a_planted_slowdown_is_bisected_to_its_commit(tmp_path, monkeypatch, capsys):
-    """Step 1's probe is an A/A of real processes (steps 0 and 1 plant nothing) and must read good, so this
-    covers a no-change probe too; a whole no-change bisection (47 s of CI) is a unit test above. Three commits,
-    two probes: the search over a longer range is the unit tests' (a probe of real processes costs ~70 s here)."""
+    """Paired probes, the default: each one pytest run of the bad end's checkout with the good end (A) and the
+    step (B) alive in it. Step 1's probe is an A/A and must read good, so this covers a no-change probe too.
+    Three commits, two probes: the search over a longer range is the unit tests'. The process engine's probes
+    (--processes N) are the unit tests' too, and its runs test_ab_run's."""
     pytest.importorskip("torch")
     culprit = 2
-    repo = throwaway_repo(tmp_path, culprit, commits=3)  # 2 probes: 2 bad, 1 good
+    repo = throwaway_repo(tmp_path, culprit, commits=3, plant="zoo")  # 2 probes: 2 bad, 1 good
     monkeypatch.chdir(repo)
     monkeypatch.setenv("OMP_NUM_THREADS", "1")  # two torch thread pools on 2 shared cores: see test_ab_run.py
-    # 2 processes a side, 3 where unsure; a 80 % drop of the wall speedup is the line: the CPU proves the
-    # plumbing (30x), not the statistics (tests above and docs/ab.md)
-    code = main(
-        [
-            "bisect",
-            "--good",
-            "HEAD~2",
-            "--bad",
-            "HEAD",
-            "--rule",
-            "speedup:80",
-            "--processes",
-            "2",
-            "--max-processes",
-            "3",
-            "--out",
-            str(tmp_path / "b"),
-            "--",
-            *CHEAP_CELL_ARGS,
-        ]
-    )
-    report = json.loads((tmp_path / "b" / "report.json").read_text())
-    assert (code, report["outcome"]["first_bad"], report["outcome"]["last_good"]) == (1, culprit, culprit - 1)
+    out = tmp_path / "b"
+    code = main(["bisect", "--good", "HEAD~2", "--bad", "HEAD", "--out", str(out), "--", *CHEAP_CELL_ARGS])
+    report = json.loads((out / "report.json").read_text())
+    logs = "".join(p.read_text()[-2000:] for p in out.glob("probes/*/pytest.log"))
+    assert (code, report["outcome"]["first_bad"], report["outcome"]["last_good"]) == (1, culprit, culprit - 1), logs
     assert [report["probes"][str(i)]["verdict"] for i in (2, 1)] == [BAD, GOOD]
-    assert "plants a slowdown" in capsys.readouterr().out
-    assert "worktrees" not in subprocess.run(["git", "worktree", "list"], capture_output=True, text=True).stdout
+    assert "compiled wall ms regression" in report["probes"]["2"]["why"]
+    printed = capsys.readouterr().out
+    assert "plants a slowdown" in printed and "perfgate ab --a-python" in printed and "--processes" not in printed
+
+
+def test_a_paired_probe_names_both_sides_and_judges_eager_only_between_environments(tmp_path):
+    from perfgate.ab import bisect_paired
+
+    good, step = Step("0", "0 good", "/py", rev="aaa"), Step("1", "1", "/py", rev="bbb", env=(("X", "1"),))
+    words = bisect_paired.command(good, step, ["perftests", "-k", "gpt2"], tmp_path, tmp_path / "cache")
+    after = lambda option: words[words.index(option) + 1]  # noqa: E731
+    assert (after("--perf-against"), after("--perf-b-rev"), after("--perf-b-env")) == ("aaa", "bbb", "X=1")
+    assert after("--perf-cache-dir") == str(tmp_path / "cache") and "--perf-judge-eager-wall" not in words
+    envs = bisect_paired.command(
+        Step("0", "old", "/old"), Step("1", "new", "/new"), ["t", "--perf-cache-dir=c"], tmp_path, tmp_path
+    )
+    assert "--perf-judge-eager-wall" in envs and envs.count("--perf-cache-dir") == 0  # the user's own cache stays
+
+
+@pytest.mark.parametrize(
+    "code, outcome, verdict, words",
+    [
+        (0, "ok", GOOD, "no regression in 1 cell"),
+        (1, "regression", BAD, "c: compiled wall ms regression, +20.0%"),
+        (2, "unsure", UNSURE, "c: compiled wall ms unsure"),
+        (4, "ok", UNSURE, "pytest exit 4"),
+    ],
+    ids=["pass", "regression", "unsure", "usage-error"],
+)
+def test_a_paired_probe_reads_its_exit_and_names_the_rule(tmp_path, code, outcome, verdict, words):
+    from perfgate.ab import bisect_paired
+
+    rule = {"rule": "compiled_ms", "side": "compiled", "clock": "wall", "threshold": 0.05, "outcome": outcome}
+    rule.update(change=0.2, lo=0.15, hi=0.25)
+    shown = {**rule, "rule": "eager_ms", "side": "eager", "outcome": "shown"}
+    import synthetic as syn
+
+    cell = syn.cells(models=("gpt2",), phases=("infer",))[0]
+    record = {**syn.record(cell, rng=np.random.default_rng(0)), "paired": {"rules": [rule, shown], "counts": []}}
+    syn.write_run(tmp_path / "results.jsonl", [record])
+    got, why, rows = bisect_paired.reading(tmp_path, code)
+    assert (got, [r["metric"] for r in rows]) == (verdict, ["compiled_ms"]), why  # the shown rule is no row
+    assert words.replace("c:", f"{cell.id}:") in why, why
+
+
+@pytest.mark.parametrize(
+    "extra, words", [(["--rule", "speedup:5"], "give --processes N"), (["--html", "x.html"], "--html")], ids=str
+)
+def test_a_paired_bisection_refuses_a_rule_of_one_metric_and_html(
+    tiny_repo, monkeypatch, tmp_path, capsys, extra, words
+):
+    monkeypatch.chdir(tiny_repo)
+    assert main(["bisect", "--good", "HEAD~1", "--bad", "HEAD", "--out", str(tmp_path / "o"), *extra, "--", "t"]) == 2
+    assert words in capsys.readouterr().err

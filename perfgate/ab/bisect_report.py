@@ -10,7 +10,7 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
-from perfgate.ab.bisect_verdict import BadRule, ProbeReading
+from perfgate.ab.bisect_verdict import PAIRED, BadRule, ProbeReading
 from perfgate.ab.process_report import escape, write_pair
 from perfgate.core import exits
 from perfgate.render.wording import finding_text
@@ -35,6 +35,8 @@ def ab_command(manifest: dict, a: int, b: int) -> str:
         step = manifest["steps"][index]
         words += [f"--{label}-python", step["python"]] + ([f"--{label}-rev", step["rev"]] if step.get("rev") else [])
         words += [w for key, value in (step.get("env") or {}).items() for w in (f"--{label}-env", f"{key}={value}")]
+    if manifest.get("engine") == PAIRED:  # perfgate ab's default, the engine the probes ran on
+        return shlex.join([*words, "--", *manifest["common_args"]])
     processes = max([manifest["processes"], *(manifest["probes"].get(str(i), {}).get("processes", 0) for i in (a, b))])
     return shlex.join([*words, "--processes", str(processes), "--", *manifest["common_args"]])
 
@@ -57,16 +59,22 @@ def headline(manifest: dict) -> str:
             f"({len(manifest['steps'])} steps)"
         )
     suspects = ", ".join(str(i) for i in outcome["suspects"])
+    budget = (
+        "the paired engine's budget"
+        if manifest.get("engine") == PAIRED
+        else (f"{manifest['max_processes']} processes a side")
+    )
     return (
         f"**perfgate bisect: unsettled**: the first bad step is one of steps {suspects} (after last good "
-        f"{_label(manifest, outcome['last_good'])}); the probes there stayed unsure at "
-        f"{manifest['max_processes']} processes a side"
+        f"{_label(manifest, outcome['last_good'])}); the probes there stayed unsure at {budget}"
     )
 
 
 def _change(row: dict) -> str:
     if row.get("change") is None:
         return escape(row.get("note") or f"{row.get('a')} → {row.get('b')}")
+    if row.get("a") is None:  # a paired rule: B's step time against A's, its interval and line
+        return f"{row['change']:+.1%} [{row['lo']:+.1%}, {row['hi']:+.1%}] / line {row['line']:.1%}, {row['kind']}"
     star = "\\*" if row.get("noise_limited") else ""
     return (
         f"{row['a']:.4g} → {row['b']:.4g}, {row['change']:+.1%} [{row['lo']:+.1%}, {row['hi']:+.1%}] / "
@@ -85,7 +93,10 @@ def probe_table(manifest: dict) -> list[str]:
         for n, row in enumerate(cells):
             verdict = probe.get("verdict") or "running"
             head = (
-                (f"| {index} | `{escape(manifest['steps'][index]['label'])}` | **{verdict}** | {probe['processes']} |")
+                (
+                    f"| {index} | `{escape(manifest['steps'][index]['label'])}` | **{verdict}** | "
+                    f"{probe.get('processes', 'paired')} |"
+                )
                 if n == 0
                 else "| | | | |"
             )
@@ -106,7 +117,9 @@ def commands(manifest: dict, out: Path) -> list[str]:
             "```",
         ]
     probe = manifest["probes"].get(str(outcome.get("first_bad")))
-    if probe:
+    if probe and manifest.get("engine") == PAIRED:
+        lines += ["", f"The probe that read it bad, its records and report: `{escape(str(out / probe['dir']))}`"]
+    elif probe:
         lines += [
             "",
             f"The probe that read it bad (step 0 against it), judged again by the gate's own thresholds "
@@ -117,6 +130,24 @@ def commands(manifest: dict, out: Path) -> list[str]:
     return lines
 
 
+def _how(manifest: dict) -> str:
+    if manifest.get("engine") == PAIRED:
+        return "Each probe is `perfgate ab` paired: A = step 0 and B = the step alive in one run, rounds alternated."
+    return (
+        f"Each probe is `perfgate ab` with A = step 0 and B = the step, {manifest['processes']} processes a side "
+        f"(up to {manifest['max_processes']} while unsure)."
+    )
+
+
+def _bad_means(manifest: dict, rule: BadRule) -> str:
+    if manifest.get("engine") == PAIRED:
+        return (
+            "a regression in the paired verdict, the PR gate's (compiled wall 5 %, device 1 %, a count past its "
+            "band; docs/gate.md); unsure where it is"
+        )
+    return f"`--rule {escape(rule.text())}`, {escape(rule.describe())}"
+
+
 def markdown(manifest: dict, out: Path) -> str:
     rule = BadRule.parse(manifest["rule"])
     steps = manifest["steps"]
@@ -124,15 +155,17 @@ def markdown(manifest: dict, out: Path) -> str:
         headline(manifest),
         "",
         f"Range: {len(steps)} steps, {_label(manifest, 0)} (good) to {_label(manifest, len(steps) - 1)} "
-        f"(bad). Each probe is `perfgate ab` with A = step 0 and B = the step, {manifest['processes']} "
-        f"processes a side (up to {manifest['max_processes']} while unsure).",
-        f"Bad means: `--rule {escape(rule.text())}`, {escape(rule.describe())}.",
+        f"(bad). {_how(manifest)}",
+        f"Bad means: {_bad_means(manifest, rule)}.",
         f"Pytest args: `{escape(shlex.join(manifest['common_args']))}`",
         "",
         *probe_table(manifest),
         "",
-        "\\* noise-limited: the line was wider than the rule's threshold.",
-        "",
+        *(
+            []
+            if manifest.get("engine") == PAIRED
+            else ["\\* noise-limited: the line was wider than the rule's threshold.", ""]
+        ),
         *commands(manifest, out),
     ]
     return "\n".join(lines) + "\n"

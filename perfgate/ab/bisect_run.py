@@ -22,6 +22,8 @@ from typing import Callable, Sequence
 
 from perfgate.ab import process_env, process_run
 from perfgate.ab.bisect_verdict import (
+    PAIRED,
+    PROCESSES,
     UNSURE,
     BadRule,
     BisectError,
@@ -221,10 +223,16 @@ def new_manifest(
     max_processes: int,
     pip_args: Sequence[str],
     cwd: Path,
+    engine: str = PROCESSES,
 ) -> dict:
     if (out / "bisect.json").exists():
         raise BisectError(
             f"{out} holds a bisection already: continue it with perfgate bisect --resume {out}, or give another --out"
+        )
+    if engine == PAIRED and rule.metric != "gate":
+        raise BisectError(
+            f"--rule {rule.text()}: a paired probe judges by the PR gate's rules (docs/gate.md); a rule of one "
+            "metric needs the process engine: give --processes N"
         )
     if processes < process_run.MIN_PROCESSES:
         raise BisectError(
@@ -240,6 +248,7 @@ def new_manifest(
         "schema": MANIFEST_SCHEMA,
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "cwd": str(cwd),
+        "engine": engine,
         "common_args": list(common),
         "rule": rule.text(),
         "processes": processes,
@@ -269,6 +278,8 @@ def process_seconds(manifest: dict, out: Path) -> list[float]:
 
 def cost_line(manifest: dict, out: Path) -> str:
     left = probes_left(len(manifest["steps"]), settled(manifest))
+    if manifest.get("engine") == PAIRED:
+        return f"cost: at most {left} probe(s) left, each one pytest run with both sides alive (paired)"
     per_probe = 2 * manifest["processes"]
     seconds = process_seconds(manifest, out)
     text = (
@@ -384,7 +395,8 @@ def run_bisect(
     out: Path, progress: Callable[[str], None], *, manifest: dict | None = None, prober: Callable = probe
 ) -> dict:
     """Carry the bisection in `out` to its end (a new one: `manifest` from new_manifest); returns the manifest
-    with its outcome. `prober` runs one probe (tests pass a fake)."""
+    with its outcome. `prober` runs one probe: this module's `probe` (the process engine's), a paired
+    bisection's perfgate.ab.bisect_paired.probe (the face chooses by the manifest's engine), or a test's fake."""
     if manifest is None:
         manifest = load(out)
     save(out, manifest)

@@ -24,6 +24,10 @@ from perfgate.ab.process_verdict import ABReport, ab_rules
 from perfgate.judge.finding import Finding
 
 GOOD, BAD, UNSURE = "good", "bad", "unsure"
+# How a probe measures: the paired engine (one pytest run, both sides alive on one GPU, the PR gate's verdict),
+# or whole processes of each side alternating (perfgate ab --processes N), which a --rule METRIC needs.
+PAIRED, PROCESSES = "paired", "processes"
+ENGINES = (PAIRED, PROCESSES)
 # The gate's own rules, all of them: a probe is bad where `perfgate ab` would fail it (exit 1).
 GATE = "gate"
 # The thresholds a rule's metric takes from ab_rules' keywords (fractions; counts have none).
@@ -190,13 +194,18 @@ def manifest_problem(manifest: dict, min_processes: int) -> str | None:
     """The first field of a bisection's manifest (bisect.json) that perfgate bisect could not have written,
     or None: a hand-edited or corrupt one is refused naming it, where it failed mid-run with a KeyError."""
     strings = lambda v: _is(v, list) and all(_is(x, str) for x in v)  # noqa: E731
+    processes = manifest.get("engine", PROCESSES) == PROCESSES  # a paired bisection has no process counts
     for field, ok in (
         ("cwd", _is(manifest.get("cwd"), str)),
+        ("engine", manifest.get("engine", PROCESSES) in ENGINES),
         ("common_args", strings(manifest.get("common_args"))),
         ("pip_args", strings(manifest.get("pip_args"))),
         ("rule", _is(manifest.get("rule"), str)),
-        ("processes", _is(manifest.get("processes"), int) and manifest["processes"] >= min_processes),
-        ("max_processes", _is(manifest.get("max_processes"), int) and manifest["max_processes"] >= min_processes),
+        ("processes", not processes or _is(manifest.get("processes"), int) and manifest["processes"] >= min_processes),
+        (
+            "max_processes",
+            not processes or _is(manifest.get("max_processes"), int) and manifest["max_processes"] >= min_processes,
+        ),
         ("steps", _is(manifest.get("steps"), list) and len(manifest["steps"]) >= 2),
         ("probes", _is(manifest.get("probes"), dict)),
     ):

@@ -14,8 +14,8 @@ from perfgate.core.output import OutputError
 
 
 def cmd_bisect(args: argparse.Namespace) -> int:
-    from perfgate.ab import bisect_report, bisect_run, process_report, process_run
-    from perfgate.ab.bisect_verdict import BadRule, BisectError
+    from perfgate.ab import bisect_paired, bisect_report, bisect_run, process_report, process_run
+    from perfgate.ab.bisect_verdict import PAIRED, PROCESSES, BadRule, BisectError
     from perfgate.ab.process_env import ABError
 
     def progress(message: str) -> None:
@@ -42,7 +42,14 @@ def cmd_bisect(args: argparse.Namespace) -> int:
                 args.step_path,
                 args.step_pip,
             )
-            # `is None`, not `or`: --processes 0 became 3 and ran (ab had fixed it), now new_manifest refuses it
+            # Paired unless a process count is given. `is None`, not `or`: --processes 0 became 3 and ran (ab had
+            # fixed it), now new_manifest refuses it.
+            paired = args.processes is None and args.max_processes is None
+            if paired and args.html:
+                raise BisectError(
+                    "--html draws the process engine's A/B report: give --processes N, or read a paired probe's "
+                    "report.md in its directory"
+                )
             processes = 3 if args.processes is None else args.processes
             manifest = bisect_run.new_manifest(
                 out,
@@ -53,9 +60,13 @@ def cmd_bisect(args: argparse.Namespace) -> int:
                 max(processes, 5) if args.max_processes is None else args.max_processes,
                 shlex.split(args.pip_args or ""),
                 Path.cwd().resolve(),
+                PAIRED if paired else PROCESSES,
             )
-        manifest = bisect_run.run_bisect(out, progress, manifest=manifest)
-        if args.html and manifest["outcome"]["first_bad"] is not None:
+        if manifest is None:
+            manifest = bisect_run.load(out)
+        prober = bisect_paired.probe if manifest.get("engine") == PAIRED else bisect_run.probe
+        manifest = bisect_run.run_bisect(out, progress, manifest=manifest, prober=prober)
+        if args.html and manifest.get("engine") != PAIRED and manifest["outcome"]["first_bad"] is not None:
             probe_dir = out / manifest["probes"][str(manifest["outcome"]["first_bad"])]["dir"]
             process_report.html(
                 process_run.verdict(
@@ -123,7 +134,11 @@ def add_parser(sub) -> None:
         "e.g. device_speedup:2.5 or speedup (the nightly's change points are on speedup)",
     )
     bis.add_argument(
-        "--processes", type=int, metavar="N", help="processes a side of each probe (default 3, at least 2)"
+        "--processes",
+        type=int,
+        metavar="N",
+        help="probe by N whole processes a side, alternating (at least 2), where two sides cannot share a GPU or "
+        "--rule names one metric; default: paired probes, the PR gate's engine",
     )
     bis.add_argument(
         "--max-processes",
