@@ -120,12 +120,11 @@ def test_the_numerics_judge_is_set_aside_from_the_compiled_peak(monkeypatch):
     assert events == ["aside", "judge", "aside ends"]
 
 
-def test_a_set_aside_block_leaves_the_peak_before_it_and_after_it(monkeypatch):
-    """Memory's arithmetic on a fake CUDA allocator (MiB): 100 resident, a side peaks at 300, a set-aside
-    block at 900, the side again at 250; its peak is 300 - 100."""
-    from perfgate.measure.memory import MIB, Memory
+def fake_allocator(monkeypatch, resident_mib: float):
+    """A fake CUDA allocator, `resident_mib` allocated: returns allocate(mib), which sets what is allocated."""
+    from perfgate.measure.memory import MIB
 
-    state = {"now": 100 * MIB, "peak": 100 * MIB}
+    state = {"now": resident_mib * MIB, "peak": resident_mib * MIB}
 
     def allocate(mib):
         state["now"] = mib * MIB
@@ -134,6 +133,15 @@ def test_a_set_aside_block_leaves_the_peak_before_it_and_after_it(monkeypatch):
     monkeypatch.setattr(torch.cuda, "memory_allocated", lambda *a: state["now"])
     monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda *a: state["peak"])
     monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda *a: state.update(peak=state["now"]))
+    return allocate
+
+
+def test_a_set_aside_block_leaves_the_peak_before_it_and_after_it(monkeypatch):
+    """Memory's arithmetic on a fake CUDA allocator (MiB): 100 resident, a side peaks at 300, a set-aside
+    block at 900, the side again at 250; its peak is 300 - 100."""
+    from perfgate.measure.memory import Memory
+
+    allocate = fake_allocator(monkeypatch, 100)
     memory = Memory(torch.device("cuda"))
     allocate(300), allocate(120)
     with memory.set_aside():
@@ -152,17 +160,9 @@ def test_the_base_is_taken_once_the_last_cells_garbage_is_collected(monkeypatch)
     taken before it, the base sat above what was resident once one ran mid-side (CUDA-graph capture runs one),
     and the compiled peak read -5152 MiB on an H100. A base that is still undercut reads negative and fails."""
     from perfgate.measure import memory
-    from perfgate.measure.memory import MIB, Memory
+    from perfgate.measure.memory import Memory
 
-    state = {"now": 5100 * MIB, "peak": 5100 * MIB}
-
-    def allocate(mib):
-        state["now"] = mib * MIB
-        state["peak"] = max(state["peak"], state["now"])
-
-    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda *a: state["now"])
-    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda *a: state["peak"])
-    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda *a: state.update(peak=state["now"]))
+    allocate = fake_allocator(monkeypatch, 5100)
     monkeypatch.setattr(memory.gc, "collect", lambda: allocate(100))  # the garbage freed
     side = Memory(torch.device("cuda"))
     side.reset()  # as the eager side's warm-up starts

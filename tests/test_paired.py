@@ -554,33 +554,38 @@ def test_a_later_look_steps_only_the_wall_side_still_unsure(older_base):
     assert len(rounds["wall"]["a"]["eager"][0]) == (duet_module.WALL_PAIRS if older_base else 0)
 
 
-def test_a_tree_that_runs_out_of_memory_beside_the_base_is_measured_alone_and_left_unsure():
-    """Two sides that do not fit one GPU together: B's out-of-memory beside a live A is no failure of this
-    tree's cell (the gate would read a failed cell as a regression); B is measured alone, and the cell is
-    unsure, naming the process-alternating A/B that can compare it."""
+def _measured_out_of_memory(short: str) -> tuple:
+    """duet.measure of one cell where side `short` ("a" or "b") runs out of GPU memory on its first job only."""
     from perfgate.ab import duet
+    from perfgate.ab.sides import Side
     from perfgate.core.job import Job, RunOptions
     from perfgate.core.matrix import Cell
 
-    class Tight(FakeWorker):
-        jobs = 0
+    jobs = []
 
+    class Tight(FakeWorker):
         def expect(self, key, limit_s, progress=None):
-            last = self.sent[-1]
-            if "job" in last and self.name == "b":
-                Tight.jobs += 1
-                if Tight.jobs == 1:  # beside A
+            if "job" in self.sent[-1] and self.name == short:
+                jobs.append(self.name)
+                if len(jobs) == 1:
                     return {"record": {"status": "failed", "reason": "CUDA out of memory. Tried to allocate 2 GiB"}}
                 return {"ready": {}}
             return super().expect(key, limit_s, progress)
-
-    from perfgate.ab.sides import Side
 
     fake = FakeDuet("")
     fake.workers = {name: Tight(name, False) for name in "ab"}
     fake.sides, fake.first, fake.notes = (Side("A", "."), Side("B", ".")), "a", {}
     job = Job(Cell("mlp", "train", "aot_eager", "fp32", "gpu"), RunOptions(device="cuda"), tf32=False)
-    record_b, record_a, summary = duet.measure(fake, job, lambda _m: None)
+    return duet.measure(fake, job, lambda _m: None)
+
+
+def test_a_tree_that_runs_out_of_memory_beside_the_base_is_measured_alone_and_left_unsure():
+    """Two sides that do not fit one GPU together: B's out-of-memory beside a live A is no failure of this
+    tree's cell (the gate would read a failed cell as a regression); B is measured alone, and the cell is
+    unsure, naming the process-alternating A/B that can compare it."""
+    from perfgate.ab import duet
+
+    record_b, record_a, summary = _measured_out_of_memory("b")
     assert record_b == {"status": "ok", "solo": True} and record_a == {"status": "ok", "solo": True}
     assert summary["outcome"] == "unsure" and summary["error"] == duet.NO_ROOM
     assert "perfgate ab --processes" in summary["error"]
@@ -654,20 +659,7 @@ def test_counts_over_other_steps_are_not_compared():
 
 def test_a_base_that_runs_out_of_memory_says_the_sides_may_not_fit():
     from perfgate.ab import duet
-    from perfgate.ab.sides import Side
-    from perfgate.core.job import Job, RunOptions
-    from perfgate.core.matrix import Cell
 
-    class Tight(FakeWorker):
-        def expect(self, key, limit_s, progress=None):
-            if "job" in self.sent[-1] and self.name == "a":
-                return {"record": {"status": "failed", "reason": "out of memory: CUDA out of memory"}}
-            return super().expect(key, limit_s, progress)
-
-    fake = FakeDuet("")
-    fake.workers = {name: Tight(name, False) for name in "ab"}
-    fake.sides, fake.first, fake.notes = (Side("A", "."), Side("B", ".")), "a", {}
-    job = Job(Cell("mlp", "train", "aot_eager", "fp32", "gpu"), RunOptions(device="cuda"), tf32=False)
-    record_b, _record_a, summary = duet.measure(fake, job, lambda _m: None)
+    record_b, _record_a, summary = _measured_out_of_memory("a")
     assert record_b["status"] == "ok" and summary["outcome"] == "unsure"
     assert summary["error"].startswith("side A failed") and duet.TOGETHER in summary["error"]
