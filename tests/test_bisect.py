@@ -404,6 +404,8 @@ def test_cpu_proof_a_planted_slowdown_is_bisected_to_its_commit(tmp_path, monkey
     assert "compiled wall ms regression" in report["probes"]["2"]["why"]
     printed = capsys.readouterr().out
     assert "plants a slowdown" in printed and "perfgate ab --a-python" in printed and "--processes" not in printed
+    trees = subprocess.run(["git", "worktree", "list"], capture_output=True, text=True).stdout.splitlines()
+    assert len(trees) == 2, trees  # the repository and the good end's checkout: the probed steps' are gone
 
 
 def test_a_paired_probe_names_both_sides_and_judges_eager_only_between_environments(tmp_path):
