@@ -27,6 +27,7 @@ from perfgate.ab.bisect_verdict import (
     UNSURE,
     BadRule,
     BisectError,
+    cell_summary,
     classify,
     manifest_problem,
     probes_left,
@@ -350,45 +351,6 @@ def probe(manifest: dict, out: Path, index: int, progress: Callable[[str], None]
     repo = process_env.repo_root(cwd)
     for label in ("A", "B"):  # a settled probe's checkouts are not needed again (its sha is in bisect.json)
         process_env.remove_worktree(repo, (directory / "worktrees" / label).resolve())
-
-
-def cell_summary(report, rule: BadRule) -> list[dict]:
-    """Per cell, the rule's clocks and every tripped metric: A → B, the change, its interval and line."""
-    rows = []
-    for row in report.rows:
-        for metric in dict.fromkeys([*rule.watched(), *row.tripped]):
-            c = row.comparison(metric)
-            if c is not None:
-                rows.append(
-                    {
-                        "cell": row.cell,
-                        "metric": metric,
-                        "label": c.label,
-                        "a": c.a,
-                        "b": c.b,
-                        "change": c.change,
-                        "lo": c.lo,
-                        "hi": c.hi,
-                        "line": c.line,
-                        "kind": c.kind,
-                        "noise_limited": c.noise_limited,
-                        "note": c.note,
-                        "n_a": c.n_a,
-                        "n_b": c.n_b,
-                    }
-                )
-            elif metric in row.tripped:
-                rows.append(
-                    {
-                        "cell": row.cell,
-                        "metric": metric,
-                        "label": metric,
-                        "kind": "regression",
-                        "a": row.a.get(metric),
-                        "b": row.b.get(metric),
-                    }
-                )
-    return rows
 
 
 def run_bisect(

@@ -147,6 +147,45 @@ class SearchState:
     suspects: tuple[int, ...] = ()
 
 
+def cell_summary(report, rule: BadRule) -> list[dict]:
+    """Per cell, the rule's clocks and every tripped metric: A → B, the change, its interval and line."""
+    rows = []
+    for row in report.rows:
+        for metric in dict.fromkeys([*rule.watched(), *row.tripped]):
+            c = row.comparison(metric)
+            if c is not None:
+                rows.append(
+                    {
+                        "cell": row.cell,
+                        "metric": metric,
+                        "label": c.label,
+                        "a": c.a,
+                        "b": c.b,
+                        "change": c.change,
+                        "lo": c.lo,
+                        "hi": c.hi,
+                        "line": c.line,
+                        "kind": c.kind,
+                        "noise_limited": c.noise_limited,
+                        "note": c.note,
+                        "n_a": c.n_a,
+                        "n_b": c.n_b,
+                    }
+                )
+            elif metric in row.tripped:
+                rows.append(
+                    {
+                        "cell": row.cell,
+                        "metric": metric,
+                        "label": metric,
+                        "kind": "regression",
+                        "a": row.a.get(metric),
+                        "b": row.b.get(metric),
+                    }
+                )
+    return rows
+
+
 def search(steps: int, verdicts: Mapping[int, str]) -> SearchState:
     """The next step to probe, from the settled verdicts so far ({step index: GOOD | BAD | UNSURE}, UNSURE
     meaning unsure after the most processes: skipped). Step 0 is good by definition (it is every probe's A).
