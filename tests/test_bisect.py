@@ -164,6 +164,7 @@ def manifest_of(tmp_path: Path, steps: int = 8, **kw) -> dict:
         kw.get("max_processes", 5),
         [],
         tmp_path,
+        kw.get("engine", "processes"),
     )
 
 
@@ -195,6 +196,19 @@ def test_a_stopped_bisection_resumes_without_probing_a_settled_step_again(tmp_pa
         "first_bad": 5,
         "suspects": [],
     }
+
+
+def test_a_paired_bisection_stopped_mid_probe_resumes_it(tmp_path):
+    """A paired probe's entry is saved before its pytest starts, with no process count; --resume must read that
+    manifest (the process engine's check wanted one) and probe the unsettled step again."""
+    manifest, calls, out = manifest_of(tmp_path, engine="paired"), [], tmp_path / "bisect"
+    with pytest.raises(KeyboardInterrupt):
+        bisect_run.run_bisect(out, print, manifest=manifest, prober=fake_prober(5, calls, stop_at=3))
+    stopped = json.loads((out / "bisect.json").read_text())
+    stopped["probes"]["3"] = {"dir": "probes/03-03", "readings": []}  # as bisect_paired saves it before pytest
+    (out / "bisect.json").write_text(json.dumps(stopped))
+    done = bisect_run.run_bisect(out, print, prober=fake_prober(5, calls))
+    assert calls == [7, 3, 3, 5, 4] and done["outcome"]["first_bad"] == 5 and done["engine"] == "paired"
 
 
 class FakeAB:
@@ -423,29 +437,35 @@ def test_a_paired_probe_names_both_sides_and_judges_eager_only_between_environme
 
 
 @pytest.mark.parametrize(
-    "code, outcome, verdict, words",
+    "code, outcome, status, verdict, words",
     [
-        (0, "ok", GOOD, "no regression in 1 cell"),
-        (1, "regression", BAD, "c: compiled wall ms regression, +20.0%"),
-        (2, "unsure", UNSURE, "c: compiled wall ms unsure"),
-        (4, "ok", UNSURE, "pytest exit 4"),
+        (0, "ok", "ok", GOOD, "no regression in 1 cell"),
+        (1, "regression", "ok", BAD, "c: compiled wall ms regression, +20.0%"),
+        (2, "unsure", "ok", UNSURE, "c: compiled wall ms unsure"),
+        (4, "ok", "ok", UNSURE, "pytest exit 4 with every compared cell ok"),
+        (1, "ok", "failed", UNSURE, "c: cell unsure: numerics failed"),  # a failed test, not a slower step
+        (0, None, "ok", UNSURE, "no cell was compared"),  # every cell skipped: never good
     ],
-    ids=["pass", "regression", "unsure", "usage-error"],
+    ids=["pass", "regression", "unsure", "usage-error", "failed-cell", "nothing-compared"],
 )
-def test_a_paired_probe_reads_its_exit_and_names_the_rule(tmp_path, code, outcome, verdict, words):
+def test_a_paired_probe_reads_its_records_and_names_the_rule(tmp_path, code, outcome, status, verdict, words):
     from perfgate.ab import bisect_paired
+
+    import synthetic as syn
 
     rule = {"rule": "compiled_ms", "side": "compiled", "clock": "wall", "threshold": 0.05, "outcome": outcome}
     rule.update(change=0.2, lo=0.15, hi=0.25)
     shown = {**rule, "rule": "eager_ms", "side": "eager", "outcome": "shown"}
-    import synthetic as syn
-
     cell = syn.cells(models=("gpt2",), phases=("infer",))[0]
-    record = {**syn.record(cell, rng=np.random.default_rng(0)), "paired": {"rules": [rule, shown], "counts": []}}
+    record = syn.record(cell, rng=np.random.default_rng(0))
+    if status == "failed":
+        record = syn.failed(cell, "numerics failed")
+    if outcome is not None:
+        record["paired"] = {"outcome": outcome, "rules": [rule, shown], "counts": []}
     syn.write_run(tmp_path / "results.jsonl", [record])
-    got, why, rows = bisect_paired.reading(tmp_path, code)
-    assert (got, [r["metric"] for r in rows]) == (verdict, ["compiled_ms"]), why  # the shown rule is no row
-    assert words.replace("c:", f"{cell.id}:") in why, why
+    got, why, rows, compared = bisect_paired.reading(tmp_path, code)
+    assert got == verdict and words.replace("c:", f"{cell.id}:") in why, why
+    assert compared == (outcome is not None) and "eager_ms" not in [r["metric"] for r in rows]  # shown: no row
 
 
 @pytest.mark.parametrize(

@@ -108,10 +108,11 @@ def night(commit, **env) -> dict:
             f"'{PERF_TESTS}::test_train_step[gpt2-inductor_default-amp_bf16]'",
         ),
         (night("aaa111"), night("bbb222", transformers="5.18.0"), "versions moved: transformers 5.17.0 → 5.18.0"),
+        (night("aaa111"), night("bbb222", transformers="5.18.0"), "--rule speedup --processes 3 --"),
         (night("aaa111"), night("aaa111"), "the machine moved, not the code"),
         (night(None), night("bbb222"), "no commits recorded"),
     ],
-    ids=["commits-differ", "versions-moved", "same-commit", "no-commit"],
+    ids=["commits-differ", "versions-moved", "versions-moved-processes", "same-commit", "no-commit"],
 )
 def test_a_nightly_change_point_names_the_command_that_would_settle_it(good, bad, words):
     from perfgate.judge.triage import bisect_hint

@@ -18,9 +18,8 @@ from typing import Callable
 from perfgate.ab import process_env
 from perfgate.ab.bisect_run import BisectError, Step, install, save, settled
 from perfgate.ab.bisect_verdict import BAD, GOOD, UNSURE, probes_left
-from perfgate.core.exits import PASS, REGRESSION, UNUSABLE
-
-READING = {PASS: GOOD, REGRESSION: BAD, UNUSABLE: UNSURE}
+from perfgate.ab.process_env import ABError
+from perfgate.core.exits import PASS
 
 
 def command(a: Step, b: Step, common: list[str], directory: Path, cache: Path) -> list[str]:
@@ -40,30 +39,45 @@ def command(a: Step, b: Step, common: list[str], directory: Path, cache: Path) -
     return words
 
 
-def reading(directory: Path, code: int) -> tuple[str, str, list[dict]]:
-    """(verdict, why, per-cell rows) of a finished probe from its exit and B's records."""
+def reading(directory: Path, code: int) -> tuple[str, str, list[dict], int]:
+    """(verdict, why, per-cell rows, cells compared) of a finished probe, from B's records' paired outcomes:
+    bad where one shows a regression, good only where every cell was compared and none is unsure or failed and
+    the run judged (exit 0). A run that compared no cell (every one skipped: no CUDA for this interpreter's
+    torch, say) is unsure, never good; so is a cell that failed, whatever the clocks read."""
     from perfgate.core.records_file import RecordFileError, load_records
 
     path = directory / "results.jsonl"
     try:
         records = load_records([path]) if path.exists() else []
     except RecordFileError as err:
-        return UNSURE, f"its records cannot be read: {err}", []
+        return UNSURE, f"its records cannot be read: {err}", [], 0
     rows = [row for record in records for row in _rows(record)]
-    if code not in READING:
-        return UNSURE, f"pytest exit {code}: the probe did not judge (its log: {directory / 'pytest.log'})", rows
-    verdict = READING[code]
-    worst = [r for r in rows if r["kind"] == "regression"] if verdict == BAD else [r for r in rows if r["kind"] != "ok"]
-    if verdict == GOOD:
-        return verdict, f"no regression in {len(records)} cell(s), paired", rows
-    if not worst:
-        return verdict, "the paired verdict, with no rule named (its log says why)", rows
-    first, more = worst[0], f" (+{len(worst) - 1} more)" if len(worst) > 1 else ""
-    return verdict, f"{first['cell']}: {first['label']} {first['kind']}{_change(first)}{more}", rows
+    compared = [r for r in records if r.get("paired")]
+    log = directory / "pytest.log"
+    if not compared:
+        return UNSURE, f"no cell was compared beside the good end (pytest exit {code}; its log: {log})", rows, 0
+    outcomes = {r["paired"].get("outcome") for r in compared}
+    failed = [r for r in records if r.get("status") != "ok"]
+    if "regression" in outcomes:
+        verdict = BAD
+    elif "unsure" in outcomes or failed or code != PASS:
+        verdict = UNSURE
+    else:
+        return GOOD, f"no regression in {len(compared)} cell(s), paired", rows, len(compared)
+    named = [r for r in rows if r["kind"] == "regression"] if verdict == BAD else [r for r in rows if r["kind"] != "ok"]
+    if not named:
+        return verdict, f"pytest exit {code} with every compared cell ok (its log: {log})", rows, len(compared)
+    first, more = named[0], f" (+{len(named) - 1} more)" if len(named) > 1 else ""
+    why = f"{first['cell']}: {first['label']} {first['kind']}{_change(first)}{_note(first)}{more}"
+    return verdict, why, rows, len(compared)
 
 
 def _change(row: dict) -> str:
     return "" if row.get("change") is None else f", {row['change']:+.1%} [{row['lo']:+.1%}, {row['hi']:+.1%}]"
+
+
+def _note(row: dict) -> str:
+    return f": {row['note']}" if row.get("note") else ""
 
 
 def _rows(record: dict) -> list[dict]:
@@ -114,14 +128,26 @@ def probe(manifest: dict, out: Path, index: int, progress: Callable[[str], None]
         path.unlink()
     left = probes_left(len(manifest["steps"]), settled(manifest))
     progress(f"probe step {index} ({step.label}) beside step 0, paired; at most {left} probe(s) left")
-    for s in (steps[0], step):
-        if s.pip:
-            install(s, manifest["pip_args"], progress)
+    first = not manifest["probes"].keys() - {str(index)}  # the range's ends must run
+    try:
+        for s in (steps[0], step):
+            if s.pip:
+                install(s, manifest["pip_args"], progress)
+    except (ABError, subprocess.TimeoutExpired) as err:
+        if first:
+            raise BisectError(f"the range's ends cannot be compared: {err}") from None
+        entry.update(verdict=UNSURE, why=f"cannot run: {err}")
+        save(out, manifest)
+        return
     words = command(steps[0], step, manifest["common_args"], directory, out / "cache")
     with (directory / "pytest.log").open("w", encoding="utf-8") as log:
         code = subprocess.run(words, cwd=manifest["cwd"], stdout=log, stderr=subprocess.STDOUT).returncode
+    if code < 0:  # killed from outside (a signal): no reading; --resume probes the step again
+        raise BisectError(
+            f"step {index}'s probe was killed (signal {-code}); perfgate bisect --resume {out} carries on"
+        )
     verdict, why, rows = reading(directory, code)
-    if code not in READING and not manifest["probes"].keys() - {str(index)}:
+    if first and not any(row for row in rows) and verdict == UNSURE:
         tail = (directory / "pytest.log").read_text(errors="replace").strip().splitlines()[-3:]
         raise BisectError(f"the range's ends cannot be compared: {why}: {' / '.join(tail)}")
     entry["readings"].append({"verdict": verdict, "why": why})

@@ -267,7 +267,7 @@ def manifest_problem(manifest: dict, min_processes: int) -> str | None:
             return f"probes[{key!r}] names no step of the range"
         if (
             not _is(probe.get("dir"), str)
-            or not _is(probe.get("processes"), int)
+            or (processes and not _is(probe.get("processes"), int))  # a paired probe counts no processes
             or not _is(probe.get("readings", []), list)
         ):
             return f"probes[{key!r}]: dir, processes or readings of the wrong kind"

@@ -68,7 +68,7 @@ def check_python(option: str, python: str) -> str:
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
         raise SideError(f"{option} {python!r} cannot import torch: {last}")
-    return str(path)
+    return str(path.absolute())  # a worker starts in its side's checkout: a relative path would not be found there
 
 
 def git(repo: str, *args: str) -> str:

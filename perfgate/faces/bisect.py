@@ -5,6 +5,7 @@ the good end (perfgate.ab.bisect_run; docs/bisect.md). Imports no torch.
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import sys
 from pathlib import Path
@@ -35,10 +36,11 @@ def cmd_bisect(args: argparse.Namespace) -> int:
             steps = bisect_run.steps_from(
                 Path.cwd(),
                 out,
-                args.python or sys.executable,
+                # absolute: a probe's side starts in its own checkout, where a relative path would not resolve
+                os.path.abspath(args.python) if args.python else sys.executable,
                 args.good,
                 args.bad,
-                args.step_python,
+                [os.path.abspath(p) if p.strip() else p for p in args.step_python],
                 args.step_path,
                 args.step_pip,
             )

@@ -194,7 +194,7 @@ def bisect_hint(
     if moved:
         return (
             f"{nights}; versions moved: {'; '.join(moved)}: bisect the releases between, e.g. perfgate "
-            f"bisect --step-pip 'PKG==OLD' ... --step-pip 'PKG==NEW' --rule {rule} {shlex.join(select)}"
+            f"bisect --step-pip 'PKG==OLD' ... --step-pip 'PKG==NEW' --rule {rule} --processes 3 {shlex.join(select)}"
         )
     if not good.get("commit") or not bad.get("commit"):
         return f"{nights}; no commits recorded to bisect (perfgate history add --commit SHA files them)"

@@ -33,7 +33,7 @@ def base_side(config: pytest.Config) -> Side | None:
     if not any(config.getoption(name) is not None for name in OPTIONS + B_OPTIONS):
         return None
     if getattr(config.option, "numprocesses", None):
-        raise SideError("--perf-against runs both sides on one GPU: it cannot run under -n (xdist)")
+        raise SideError("--perf-against (and --perf-b-*) run both sides on one GPU: not under -n (xdist)")
     return _side(config, "A", OPTIONS)
 
 
@@ -53,7 +53,10 @@ def _side(config: pytest.Config, name: str, options: tuple[str, str, str]) -> Si
     python = sys.executable
     if opt(python_option) is not None:
         python = sides.check_python(python_option, opt(python_option))
-    return Side(name, root, python, sides.parse_env(env_option, opt(env_option)), revision)
+    env = sides.parse_env(env_option, opt(env_option))
+    if env.get("PYTHONPATH"):  # a worker starts in its side's checkout: relative entries would resolve there
+        env["PYTHONPATH"] = os.pathsep.join(os.path.abspath(e) for e in env["PYTHONPATH"].split(os.pathsep) if e)
+    return Side(name, root, python, env, revision)
 
 
 class Pairing:

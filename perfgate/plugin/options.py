@@ -149,7 +149,7 @@ def add(parser: pytest.Parser) -> None:
         "--perf-b-env",
         metavar="NAME=VALUE",
         action="append",
-        help="an environment variable of side B's processes, repeatable (PYTHONPATH: put before its root's)",
+        help="an environment variable of side B's processes, repeatable (PYTHONPATH: put right after its root)",
     )
     group.addoption(
         "--perf-judge-eager-wall",

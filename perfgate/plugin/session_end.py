@@ -48,7 +48,9 @@ def finish(session, perf: PerfSession) -> None:
         report_dir = config.getoption("--perf-report")
         if report_dir:
             _step(session, perf, "write the paired report", lambda: _paired_reports(verdict, report_dir))
-        _exit_with(session, exits.PASS, verdict)
+        if not verdict.cells:  # every cell skipped (no CUDA for this torch, say) or none selected: no pass
+            perf.summary.append("perfgate paired: no cell was compared beside the base: nothing judged (exit 2)")
+        _exit_with(session, exits.PASS if verdict.cells else exits.UNUSABLE, verdict)
 
 
 def _gate(perf: PerfSession, records: list[dict], baseline, interrupted: bool):
