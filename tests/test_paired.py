@@ -627,6 +627,7 @@ def test_a_worker_steps_only_the_sides_asked_and_keeps_whole_rounds_for_its_reco
     requests = [
         {"op": "wall", "steps": 1, "first": "eager"},
         {"op": "wall", "steps": 1, "first": "compiled", "sides": ["compiled"]},
+        {"op": "wall", "steps": 1, "first": "eager", "sides": []},  # none asked: none stepped, not both
         {"op": "finish", "solo": False},
     ]
     sent = []
@@ -644,7 +645,7 @@ def test_a_worker_steps_only_the_sides_asked_and_keeps_whole_rounds_for_its_reco
         },
     )()
     wall, _host, _device = worker.server(channel)(run, 20.0, 10.0)
-    assert [m.get("wall") for m in sent[1:]] == [{"eager": 20.0, "compiled": 10.0}, {"compiled": 10.0}]
+    assert [m.get("wall") for m in sent[1:]] == [{"eager": 20.0, "compiled": 10.0}, {"compiled": 10.0}, {}]
     assert (wall.eager_ms, wall.compiled_ms) == ([20.0], [10.0])
 
 

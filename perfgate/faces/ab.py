@@ -1,7 +1,8 @@
 """`perfgate ab`: the cells under two environments A and B on this machine, B judged against A (docs/ab.md).
-By default the CLI's way into the paired engine, the PR gate's: it runs pytest once, with side B's interpreter
-and environment, asking the plugin to measure every cell beside side A (`--perf-against`,
-`--perf-against-python`, `--perf-against-env`); the plugin's paired verdict is the exit code. With
+By default the CLI's way into the paired engine, the PR gate's: it runs pytest once on this interpreter, asking
+the plugin to measure every cell with side A (`--perf-against`, `--perf-against-python`, `--perf-against-env`)
+beside side B (`--perf-b-rev`, `--perf-b-python`, `--perf-b-env`, or this checkout); the plugin's paired
+verdict is the exit code. With
 --processes N (and --resume, --judge), whole pytest processes of A and B alternate instead
 (perfgate.ab.process_run), for sides that cannot share a GPU. Imports no torch.
 """
@@ -154,7 +155,7 @@ def add_parser(sub) -> None:
             f"--{s}-rev",
             metavar="REV",
             help=f"side {label} runs this git revision of the repository "
-            "(checked out under DIR/worktrees; default: the working tree)",
+            "(checked out under .perfgate/against-<sha>, or DIR/worktrees with --processes; default: the working tree)",
         )
         ab.add_argument(
             f"--{s}-env",

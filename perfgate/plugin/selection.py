@@ -120,11 +120,12 @@ def shard(items: list, costs: dict[str, float], index: int, count: int) -> tuple
 
 def longest_first(items: list, costs: dict[str, float]) -> list:
     """The cells by expected cost, dearest first (ties in their collected order), then what is no cell. Under
-    pytest-xdist's `--dist loadgroup` a test with no group is a unit of its own, handed out in collected order
-    as workers free up: dearest first, that is LPT list scheduling (within 4/3 of the best makespan), where
-    xdist's default `load` hands each worker runs of consecutive items, and consecutive items are one model's
-    variants: its max-autotune and max-autotune-no-cudagraphs cells, the matrix's longest compiles (on 4 H100s,
-    2026-11-27, one such training compile held its GPU for most of an 18-minute slice), may land on one GPU."""
+    pytest-xdist's `--dist loadgroup` a test with no group is a unit of its own, handed out in collected order:
+    each worker starts with one of the N dearest and one of the next N queued behind it, then takes the rest
+    as it frees up, close to LPT list scheduling. xdist's default `load` hands each worker runs of consecutive
+    items, and consecutive items are one model's variants: its max-autotune and max-autotune-no-cudagraphs
+    cells, the matrix's longest compiles (on 4 H100s, 2026-11-27, one such training compile held its GPU for
+    most of an 18-minute slice), may land on one GPU."""
     order = {id(item): n for n, item in enumerate(items)}
 
     def key(item) -> tuple:
