@@ -146,8 +146,8 @@ def probe(manifest: dict, out: Path, index: int, progress: Callable[[str], None]
         raise BisectError(
             f"step {index}'s probe was killed (signal {-code}); perfgate bisect --resume {out} carries on"
         )
-    verdict, why, rows = reading(directory, code)
-    if first and not any(row for row in rows) and verdict == UNSURE:
+    verdict, why, rows, compared = reading(directory, code)
+    if first and not compared:
         tail = (directory / "pytest.log").read_text(errors="replace").strip().splitlines()[-3:]
         raise BisectError(f"the range's ends cannot be compared: {why}: {' / '.join(tail)}")
     entry["readings"].append({"verdict": verdict, "why": why})

@@ -362,9 +362,11 @@ def run_bisect(
     if manifest is None:
         manifest = load(out)
     save(out, manifest)
+    paired = manifest.get("engine") == PAIRED
+    means = "a regression in the paired verdict" if paired else BadRule.parse(manifest["rule"]).describe()
     progress(
         f"{len(manifest['steps'])} steps, {manifest['steps'][0]['label']} (good) .. "
-        f"{manifest['steps'][-1]['label']} (bad); bad means {BadRule.parse(manifest['rule']).describe()}"
+        f"{manifest['steps'][-1]['label']} (bad); bad means {means}"
     )
     progress(cost_line(manifest, out))
     while (state := search(len(manifest["steps"]), settled(manifest))).next is not None:
