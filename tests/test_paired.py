@@ -318,6 +318,21 @@ def test_paired_run_on_two_trees(suite):
     assert (suite.path / "r.against.jsonl").exists()
 
 
+@pytest.mark.serial
+def test_a_paired_run_that_compares_no_cell_never_passes(suite):
+    """Every cell skipped (GPU cells where this interpreter's torch sees no CUDA): the paired verdict holds
+    nothing, so the run exits 2, where it passed (a bisection's probe then read good)."""
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("needs a box whose torch sees no CUDA")
+    _git_tree(suite)
+    out = suite.runpytest_subprocess(
+        *tiny_suite.FAST, "-m", "gpu", "--perf-against", "HEAD", "--perf-results", "r.jsonl"
+    )
+    assert out.ret == 2, out.stdout.str()[-2000:]
+    out.stdout.fnmatch_lines(["*no cell was compared beside the base*"])
+
+
 @pytest.mark.parametrize(
     "argv, option",
     [
@@ -469,6 +484,25 @@ def test_a_paired_cell_never_runs_in_the_sessions_isolated_child(isolate):
     assert not PerfSession.isolates(paired_session, cell)
     assert PerfSession.isolates(paired_session, ddp) == PerfSession.isolates(plain, ddp) == (isolate != "off")
     assert PerfSession.isolates(plain, cell) == (isolate != "off")
+
+
+def test_a_cell_the_pairing_leaves_out_is_skipped_where_side_b_is_not_this_session():
+    """A data-parallel cell runs in the session, on its tree and interpreter: where side B is another
+    (--perf-b-*), its record would carry A's code under B's name, so it is skipped with the reason."""
+    from types import SimpleNamespace
+
+    from perfgate.core.matrix import Cell
+    from perfgate.plugin.session import PerfSession
+
+    ddp, cell = Cell("gpt2", "ddp", "inductor_ddp_optimizer", "amp_bf16"), Cell("gpt2", "train", "x", "amp_bf16")
+    for elsewhere, expected in ((True, "perfgate ab --processes N"), (False, "")):
+        session = SimpleNamespace(pairing=SimpleNamespace(b_elsewhere=elsewhere))
+        session.measures_paired = lambda c, s=session: PerfSession.measures_paired(s, c)
+        assert (
+            expected in PerfSession.unpaired_elsewhere(session, ddp)
+            and bool(PerfSession.unpaired_elsewhere(session, ddp)) == elsewhere
+        )
+        assert PerfSession.unpaired_elsewhere(session, cell) == ""
 
 
 def test_perfgate_ab_is_paired_unless_it_is_given_processes(tmp_path, monkeypatch, capsys):
@@ -664,3 +698,13 @@ def test_a_base_that_runs_out_of_memory_says_the_sides_may_not_fit():
     record_b, _record_a, summary = _measured_out_of_memory("a")
     assert record_b["status"] == "ok" and summary["outcome"] == "unsure"
     assert summary["error"].startswith("side A failed") and duet.TOGETHER in summary["error"]
+
+
+def test_judging_eager_wall_without_a_pairing_is_said_to_do_nothing():
+    from perfgate.plugin import options
+
+    given = {"--perf-judge-eager-wall": True}
+    lines = options.ineffective(lambda name: given.get(name))
+    assert any("--perf-judge-eager-wall has no effect" in line for line in lines)
+    given["--perf-against"] = "HEAD"
+    assert not any("eager-wall" in line for line in options.ineffective(lambda name: given.get(name)))

@@ -47,11 +47,6 @@ def cmd_bisect(args: argparse.Namespace) -> int:
             # Paired unless a process count is given. `is None`, not `or`: --processes 0 became 3 and ran (ab had
             # fixed it), now new_manifest refuses it.
             paired = args.processes is None and args.max_processes is None
-            if paired and args.html:
-                raise BisectError(
-                    "--html draws the process engine's A/B report: give --processes N, or read a paired probe's "
-                    "report.md in its directory"
-                )
             processes = 3 if args.processes is None else args.processes
             manifest = bisect_run.new_manifest(
                 out,
@@ -66,9 +61,14 @@ def cmd_bisect(args: argparse.Namespace) -> int:
             )
         if manifest is None:
             manifest = bisect_run.load(out)
+        if args.html and manifest.get("engine") == PAIRED:  # a new bisection or a resumed one
+            raise BisectError(
+                "--html draws the process engine's A/B report (--processes N); a paired probe's report.md is in "
+                "its directory"
+            )
         prober = bisect_paired.probe if manifest.get("engine") == PAIRED else bisect_run.probe
         manifest = bisect_run.run_bisect(out, progress, manifest=manifest, prober=prober)
-        if args.html and manifest.get("engine") != PAIRED and manifest["outcome"]["first_bad"] is not None:
+        if args.html and manifest["outcome"]["first_bad"] is not None:
             probe_dir = out / manifest["probes"][str(manifest["outcome"]["first_bad"])]["dir"]
             process_report.html(
                 process_run.verdict(

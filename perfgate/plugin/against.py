@@ -82,6 +82,8 @@ class Pairing:
         # The two workers' stderr (compile logs, a crash's traceback) beside the results, kept after the run.
         scratch = results_path.with_name(f"{results_path.stem}.duet")
         b = tree or Side("B", here, sys.executable, {})
+        # Side B runs other code than this session (a revision, interpreter or variables of its own).
+        self.b_elsewhere = bool(b.revision or b.python != sys.executable or b.env)
         engine = os.path.dirname(perfgate.__file__)
         self.duet = Duet(base, b, scratch, here, import_path(), engine)
 

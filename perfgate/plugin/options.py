@@ -330,6 +330,11 @@ def ineffective(opt) -> list[str]:
             f"perfgate: --perf-report={opt('--perf-report')} has no effect without --perf-baseline or "
             "--perf-against: nothing is gated, so no report is written"
         )
+    if opt("--perf-judge-eager-wall") and not paired:
+        lines.append(
+            "perfgate: --perf-judge-eager-wall has no effect without --perf-against (or --perf-b-*): it is a "
+            "rule of the paired verdict"
+        )
     if opt("--perf-cell-timeout") and opt("--perf-isolate") == "off":
         lines.append(
             f"perfgate: --perf-cell-timeout={opt('--perf-cell-timeout'):g} has no effect with "

@@ -116,6 +116,8 @@ class PerfSession:
             record = self.pairing.run(
                 self.job(spec, cell, options, remeasure), self.say, warm=cell.id in self.precompiled
             )
+        elif self.unpaired_elsewhere(cell):
+            pytest.skip(self.unpaired_elsewhere(cell))
         elif self.isolates(cell):
             record = self._run_isolated(spec, cell, options, record_compiled, remeasure)
         else:
@@ -212,6 +214,17 @@ class PerfSession:
         """Whether `cell` is measured beside the base (--perf-against): every cell but a data-parallel one,
         whose ranks hold the GPUs the two sides would share."""
         return self.pairing is not None and cell.phase != "ddp"
+
+    def unpaired_elsewhere(self, cell: Cell) -> str:
+        """Why `cell` cannot run here, or "": a cell the pairing leaves out (data-parallel) runs in this session,
+        on this tree and interpreter, which are not side B's where --perf-b-* name another: its record would
+        be B's with A's code in it."""
+        if self.pairing is None or self.measures_paired(cell) or not self.pairing.b_elsewhere:
+            return ""
+        return (
+            f"{cell.id}: a data-parallel cell is not paired, and side B is not this session's tree, interpreter "
+            "or environment (--perf-b-*): measure it with perfgate ab --processes N"
+        )
 
     def isolates(self, cell: Cell) -> bool:
         """Whether `cell` runs in this session's isolated child: never a paired cell, which runs in its two
