@@ -2,13 +2,14 @@
 # Issue 56's 4-GPU measurements in docs/matrix.md's shape, as one chain in a process session of its own (a device
 # call lasts 10 minutes at most; each call waits and collects):
 #   tools/probes/nightly4.sh start     then    tools/probes/nightly4.sh wait    (again, until "chain done")
-# 1. slice: a rotation slice of the nightly (ROT, default 1/15: 24 cells, ~29 min in one process by the priors)
-#    as the nightly runs it on a 4-GPU runner: one xdist worker a GPU (-n 4), its cells dealt by cost, the
-#    data-parallel cells left out; each worker's records stay in slice.gwN.jsonl (the shards' balance).
-# 2. beside: the PR tier's 12 cells under -n 4 (every model, inductor default, bf16), then 3. alone: those of
+# 1. beside: the PR tier's 12 cells under -n 4 (every model, inductor default, bf16), then 2. alone: those of
 #    resnet50, vit_b16 and segformer_b2 on one GPU with the others idle, on the same (warm) cache: the
 #    neighbour effect on each clock.
-# 4. ddp4: the 4-rank ddp_optimizer cells (gpt2, resnet50, bf16) on all four GPUs.
+# 3. slice: a rotation slice of the nightly (ROT, default 1/15: 24 cells, ~29 min in one process by the priors)
+#    as the nightly runs it on a 4-GPU runner: its compiles first (precompile), then one xdist worker a GPU
+#    (-n 4 --dist loadgroup, the dearest cells first), the data-parallel cells left out; each worker's records
+#    stay in slice.gwN.jsonl (the shards' balance).
+# 4. ddp4: the 4-rank cells not yet measured (unsplit and compiled autograd; ddp_optimizer's ran on 2789a879).
 # tools/probes/nightly4_summary.py DIR reads what comes back.
 set -u
 top=$PWD/.perfgate/n4
@@ -31,12 +32,17 @@ if [ "$1" = start ]; then
   export -f run; export top
   ROT=${ROT:-1/15} setsid nohup bash -c '
     all="0-$(( $(nproc) - 1 ))" pr=(--perf-variants inductor_default --perf-precisions amp_bf16)
-    run slice 0,1,2,3 "$all" -m gpu -k "not test_ddp_train_step" -n 4 --dist loadgroup --perf-rotate "$ROT" \
-      --perf-cache-dir "$top/cache"
+    # The cheap, decisive steps first (2026-11-27: a slice run first held the lease for 18 min on two
+    # max-autotune compiles, and the neighbour steps never ran): beside, alone, then the slice as the nightly
+    # runs it, its compiles first into the kept cache (16 processes at once), then timed.
     run beside 0,1,2,3 "$all" -m gpu -k "not test_ddp_train_step" -n 4 --dist loadgroup "${pr[@]}" --perf-cache-dir "$top/cache"
     run alone 0 "$all" -m gpu -k "not test_ddp_train_step" "${pr[@]}" --perf-models resnet50,vit_b16,segformer_b2 \
       --perf-cache-dir "$top/cache"
-    run ddp4 0,1,2,3 "$all" -m gpu -k "ddp4 and amp_bf16 and inductor_ddp_optimizer" --perf-cache-dir "$top/cache"
+    run precompile 0,1,2,3 "$all" -m gpu -k "not test_ddp_train_step" -q --collect-only --perf-rotate "$ROT" \
+      --perf-cache-dir "$top/cache" --perf-precompile 16
+    run slice 0,1,2,3 "$all" -m gpu -k "not test_ddp_train_step" -n 4 --dist loadgroup --perf-rotate "$ROT" \
+      --perf-cache-dir "$top/cache"
+    run ddp4 0,1,2,3 "$all" -m gpu -k "ddp4 and amp_bf16 and not inductor_ddp_optimizer" --perf-cache-dir "$top/cache"
     touch "$top/done"' > /dev/null 2>&1 < /dev/null &
 fi
 [ -d "$top" ] || { echo "no chain on this machine (boot $(cat /proc/sys/kernel/random/boot_id)): it went back"; exit 5; }
