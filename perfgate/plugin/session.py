@@ -116,8 +116,8 @@ class PerfSession:
             record = self.pairing.run(
                 self.job(spec, cell, options, remeasure), self.say, warm=cell.id in self.precompiled
             )
-        elif self.unpaired_elsewhere(cell):
-            pytest.skip(self.unpaired_elsewhere(cell))
+        elif why := self.unpaired_elsewhere(cell):
+            pytest.skip(why)
         elif self.isolates(cell):
             record = self._run_isolated(spec, cell, options, record_compiled, remeasure)
         else:
