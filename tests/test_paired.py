@@ -581,7 +581,7 @@ def test_a_later_look_steps_only_the_wall_side_still_unsure(older_base):
     pair = type("Pair", (), {"sides": ("A", "B"), "worker": lambda self, side: Worker(side)})()
     rounds = {clock: {s: {"eager": [[]], "compiled": [[]]} for s in "ab"} for clock in duet_module.CLOCKS}
     spent = dict.fromkeys(duet_module.CLOCKS, 0.0)
-    duet_module._look_once(pair, rounds, 2, random.Random(0), {}, {"wall": {"compiled"}}, spent)
+    duet_module._look_once(pair, rounds, 2, random.Random(0), {}, {"wall": {"compiled"}}, spent, {})
     expected = ["compiled", "eager"] if older_base else ["compiled"]
     assert {m["op"] for m in asked} == {"wall"} and all(m["sides"] == expected for m in asked)
     assert len(rounds["wall"]["a"]["compiled"][0]) == len(rounds["wall"]["b"]["compiled"][0]) == duet_module.WALL_PAIRS

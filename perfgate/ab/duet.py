@@ -82,8 +82,10 @@ def measure(
     record_a = record_b = steps = None
     confidence = paired.look_confidence(LOOKS * DUETS)
     comparisons: list[paired.Comparison] = []
+    kernels: list[dict] = []  # each process pair's latest {worker: {side: {kernel: ms per step}}}
     for _ in range(DUETS):
         summary["duets"] += 1
+        kernels.append({})
         for clock in CLOCKS:
             for s in "ab":
                 for side in ("eager", "compiled"):
@@ -118,7 +120,7 @@ def measure(
             for look in range(LOOKS):
                 summary["looks"] += 1
                 wanted = _everything() if look == 0 else _unsure(comparisons)
-                _look_once(duet, rounds, steps, rng, ready, wanted, by_clock)
+                _look_once(duet, rounds, steps, rng, ready, wanted, by_clock, kernels[-1])
                 comparisons = _judge(rounds, confidence, job_b.cell.device_kind, eager_wall)
                 if _decided(comparisons):
                     break
@@ -149,6 +151,7 @@ def measure(
         if "error" in summary
         else paired.worst([c.outcome for c in comparisons] + [c["outcome"] for c in counted]),
         counts=counted,
+        kernels=paired.kernels_moved(kernels),
         steps_per_round=steps,
         rules=[c.as_json() for c in comparisons],
         rounds=rounds,
@@ -260,20 +263,28 @@ def _salvage(duet: Duet, side: Side, progress) -> dict | None:
         return None
 
 
-def _ask(worker: Worker, request: dict, key: str) -> dict | None:
+def _ask(worker: Worker, request: dict, key: str) -> dict:
+    """The worker's answer to `request`, which holds `key` (its value None where that clock failed)."""
     worker.send(request)
     message = worker.expect(key, ROUND_LIMIT_S)
     if key not in message:
         raise WorkerGone(f"side {worker.side.name} ended its cell mid-rounds: {message['record'].get('reason')}")
-    return message[key]
+    return message
 
 
 def _look_once(
-    duet: Duet, rounds: dict, steps: int, rng: random.Random, ready: dict, wanted: dict[str, set[str]], spent: dict
+    duet: Duet,
+    rounds: dict,
+    steps: int,
+    rng: random.Random,
+    ready: dict,
+    wanted: dict[str, set[str]],
+    spent: dict,
+    kernels: dict,
 ) -> None:
     """One look: the round pairs of each clock in `wanted` ({clock: the sides whose rounds it wants}), their
-    seconds added to `spent` by clock. A wall round steps only the wanted sides: after the first look, most
-    often the compiled step alone."""
+    seconds added to `spent` by clock, and each worker's latest kernel table (the device clock's) in `kernels`.
+    A wall round steps only the wanted sides: after the first look, most often the compiled step alone."""
     workers = {"a": duet.worker(duet.sides[0]), "b": duet.worker(duet.sides[1])}
     if not all(_steps_sides(w) for w in workers.values()):  # a base on an older engine steps both sides: so does B
         wanted = {**wanted, **({"wall": {"eager", "compiled"}} if "wall" in wanted else {})}
@@ -281,9 +292,12 @@ def _look_once(
     def pair(clock: str, request: dict) -> None:
         t0 = time.monotonic()
         for s in rng.sample("ab", 2):
-            got = _ask(workers[s], request, clock)
+            message = _ask(workers[s], request, clock)
+            got = message[clock]
             if got is None:
                 continue
+            if message.get("kernels"):  # a worker of an older engine sends none
+                kernels[s] = message["kernels"]
             for side in wanted[clock]:  # a worker of an older engine answers both sides: A's and B's must match
                 values = got[side] if isinstance(got[side], list) else [got[side]]
                 rounds[clock][s][side][-1].extend(values)

@@ -270,3 +270,32 @@ def uncounted_alike(record_a: dict, record_b: dict) -> str:
     if a is not None and b is not None and a != b:
         return f"counts not compared: A counted {a} steps a side, B {b}"
     return ""
+
+
+KERNELS_SHOWN = 5  # kernels named a side and process pair: the ones whose GPU ms per step moved most
+
+
+def kernels_moved(tables: Sequence[dict], shown: int = KERNELS_SHOWN) -> list[dict]:
+    """Where each process pair's GPU time moved, B against A, from the workers' kernel tables ({"a"|"b": {side:
+    {kernel: ms per step}}}, perfgate.measure.clocks.kernel_ms): per pair and side, the kept kernels' total on
+    each side and the `shown` kernels whose ms moved most. A change spread over every kernel (a process whose
+    GPU work all ran slower) reads differently from one kernel that grew (a new launch config, a planted spin)."""
+    out = []
+    for pair, table in enumerate(tables, 1):
+        if not (table.get("a") and table.get("b")):
+            continue
+        for side in ("compiled", "eager"):
+            a, b = table["a"].get(side) or {}, table["b"].get(side) or {}
+            if not (a and b):
+                continue
+            names = sorted(set(a) | set(b), key=lambda n: -abs(b.get(n, 0.0) - a.get(n, 0.0)))[:shown]
+            out.append(
+                {
+                    "pair": pair,
+                    "side": side,
+                    "a_ms": round(sum(a.values()), 4),
+                    "b_ms": round(sum(b.values()), 4),
+                    "moved": [{"kernel": n, "a_ms": a.get(n, 0.0), "b_ms": b.get(n, 0.0)} for n in names],
+                }
+            )
+    return out

@@ -78,6 +78,8 @@ class PairedVerdict:
             for c in summary.get("counts", [])
             if c["outcome"] == "regression"
         ]
+        if any(r["clock"] == "device" for r in bad):
+            words += kernel_words(summary.get("kernels") or [], {r["side"] for r in bad if r["clock"] == "device"})
         if self.outcome(cell) == "unsure":
             words.append(
                 f"after {summary.get('duets')} process pair(s) and {summary.get('looks')} look(s): measure "
@@ -113,6 +115,10 @@ class PairedVerdict:
             shown.append(_counts_text(summary.get("counts")))
             rows.append(f"| {md_text(cell)} | {outcome} | {' | '.join(shown)} | {pairs} |")
         notes = sorted({s["note"] for s in self.cells.values() if s.get("note")})
+        for cell in self.regressions() + self.unsure():  # where a device rule's GPU time went
+            summary = self.cells[cell]
+            sides = {r["side"] for r in summary.get("rules", []) if r["clock"] == "device" and r["outcome"] != "ok"}
+            notes += [f"{cell}: {words}" for words in kernel_words(summary.get("kernels") or [], sides)]
         return "\n".join(rows + [""] + [f"- {md_text(n)}" for n in notes]) + "\n"
 
     def as_json(self) -> dict:
@@ -122,6 +128,22 @@ class PairedVerdict:
                 cell: {k: v for k, v in summary.items() if k != "rounds"} for cell, summary in self.cells.items()
             },
         }
+
+
+def kernel_words(kernels: list[dict], sides: set[str], named: int = 3) -> list[str]:
+    """Where a device rule's GPU time moved, per process pair: "compiled GPU time by kernel, pair 1: spin_kernel
+    +0.200 ms (0 -> 0.200), ...; kept kernels 24.10 -> 24.46 ms" (paired.kernels_moved)."""
+    out = []
+    for k in kernels:
+        if k["side"] not in sides:
+            continue
+        moved = ", ".join(
+            f"{m['kernel'][:60]} {m['b_ms'] - m['a_ms']:+.3f} ms ({m['a_ms']:.3f} -> {m['b_ms']:.3f})"
+            for m in k["moved"][:named]
+        )
+        total = f"kept kernels {k['a_ms']:.2f} -> {k['b_ms']:.2f} ms"
+        out.append(f"{k['side']} GPU time by kernel, pair {k['pair']}: {moved}; {total}")
+    return out
 
 
 def _pct(x: float) -> str:

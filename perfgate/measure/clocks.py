@@ -66,6 +66,12 @@ MARK_MAX_NS = 20_000
 # its steps at PROFILED_STEP times their timed length (H100, 2026-11-26, the PR tier's 12 cells: 0.6 s for
 # vit_b16 infer's 0.2 s of steps, 16.2 s for captioner train's 8.9 s).
 PROFILER_S = 0.5
+# A side's kernels kept by name (kernel_ms): the PR tier's compiled steps launch 187-888 kernels a step
+# (docs/measuring.md), many under one name; the dearest 40 names keep a record small and hold what a change
+# that moves the device clock by a percent or more moves. Names are cut (a CUTLASS template's runs to ~300
+# characters).
+KERNELS_KEPT = 40
+KERNEL_NAME_CHARS = 120
 PROFILED_STEP = 1.5
 # The host clock's budget never falls below HOST_MIN_S: where a round is cheap (vit_b16 infer: 0.09 s), 1.5 s
 # buys 16 rounds, not the 6 that its 1.8 s of timed rounds left it (its host line widened from 12 % to 25 %).
@@ -81,13 +87,45 @@ def device_rounds(
 ) -> Rounds:
     """GPU busy ms per step of each side, over `rounds` interleaved profiled rounds in one profiler session
     (one CUPTI start and teardown per cell)."""
+    return device_block(eager, compiled, device, stream, rounds)[0]
+
+
+def device_block(
+    eager: Callable[[int], object],
+    compiled: Callable[[int], object],
+    device: torch.device,
+    stream: int = 1,
+    rounds: int = DEVICE_ROUNDS,
+) -> tuple[Rounds, dict[str, dict[str, float]]]:
+    """device_rounds' Rounds, and where each side's GPU time went: {side: {kernel: ms per step}} (kernel_ms)."""
     work, steps = profiled_rounds(eager, compiled, device, stream, rounds)
     busy = {label: union_ns([(start, end) for start, end, _ in inside]) / 1e6 for label, inside in work.items()}
-    return Rounds(
+    out = Rounds(
         [busy[f"{LABEL}:eager:{i}"] / steps for i in range(rounds)],
         [busy[f"{LABEL}:compiled:{i}"] / steps for i in range(rounds)],
         steps,
     )
+    return out, kernel_ms(work, steps)
+
+
+def kernel_ms(work: dict[str, list[tuple[int, int, str]]], steps: int, keep: int = KERNELS_KEPT) -> dict:
+    """{side: {GPU activity name: ms per step}} of profiled rounds (work_between_markers' labels): each name's
+    summed duration in a round, the median over the side's rounds, its `keep` dearest names. A paired cell's
+    device change is then named by the kernels that moved, where the one figure says only that it moved."""
+    per_round: dict[str, list[dict[str, float]]] = {side: [] for side in SIDES}
+    for label, inside in work.items():
+        totals: dict[str, float] = {}
+        for start, end, name in inside:
+            key = name[:KERNEL_NAME_CHARS]
+            totals[key] = totals.get(key, 0.0) + (end - start) / 1e6 / steps
+        per_round[label.split(":")[1]].append(totals)
+    out = {}
+    for side, tables in per_round.items():
+        names = {name for table in tables for name in table}
+        median = {name: statistics.median(table.get(name, 0.0) for table in tables) for name in names}
+        dearest = sorted(median, key=median.__getitem__, reverse=True)[:keep]
+        out[side] = {name: round(median[name], 5) for name in dearest}
+    return out
 
 
 def device_seconds(eager_ms: float, compiled_ms: float, stream: int = 1, rounds: int = DEVICE_ROUNDS) -> float:

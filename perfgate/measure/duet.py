@@ -9,7 +9,8 @@ so that the two sides' rounds alternate a fraction of a second apart on one GPU:
     {"op": "wall", "steps": n, "first": side,   {"wall": {"eager": ms, "compiled": ms}}     ms per step
      "sides": [side, ...]}                      (only the sides asked for; both where none is named)
     {"op": "host"}                              {"host": {"eager": ms, "compiled": ms}}     fastest single step
-    {"op": "device", "rounds": r}               {"device": {"eager": [ms], "compiled": [ms]}}  GPU-busy
+    {"op": "device", "rounds": r}               {"device": {"eager": [ms], "compiled": [ms]},  GPU-busy ms a
+                                                 "kernels": {side: {kernel: ms}}}              step, by kernel
     {"op": "finish", "solo": bool}              {"record": the cell's record}
 
 The rounds it served become the record's own wall, host and device clocks (solo: the other side failed, so
@@ -85,13 +86,15 @@ def server(channel: Channel):
                 channel.send({"host": {"eager": one.eager_ms[0], "compiled": one.compiled_ms[0]}})
             elif op == "device":
                 try:
-                    block = clocks.device_rounds(run.eager_step, run.compiled_step, device, stream, request["rounds"])
+                    block, kernels = clocks.device_block(
+                        run.eager_step, run.compiled_step, device, stream, request["rounds"]
+                    )
                 except Exception as err:  # noqa: BLE001 - a profiler failure costs the device clock, not the cell
                     channel.send({"device": None, "note": f"device clock failed: {err}"[:300]})
                     continue
                 on_device.eager_ms += block.eager_ms
                 on_device.compiled_ms += block.compiled_ms
-                channel.send({"device": {"eager": block.eager_ms, "compiled": block.compiled_ms}})
+                channel.send({"device": {"eager": block.eager_ms, "compiled": block.compiled_ms}, "kernels": kernels})
             else:
                 raise ValueError(f"unknown request {op!r}; valid: wall, host, device, finish")
 

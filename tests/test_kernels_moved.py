@@ -1,0 +1,88 @@
+"""Where a paired cell's GPU time went: each side's kernels by name from the device clock's profiled rounds, and
+the kernels whose ms moved B against A, named in a device rule's verdict."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from perfgate.ab import duet, paired
+from perfgate.ab.verdict import PairedVerdict
+
+
+def _work(spin_ns: int = 0) -> dict:
+    """Two profiled rounds a side of one step each: (start ns, end ns, name) of their GPU work."""
+
+    def round_(mm_ns: int) -> list:
+        out = [(0, mm_ns, "gemm"), (mm_ns, mm_ns + 200_000, "triton_poi_fused_add_0")]
+        return out + ([(10**7, 10**7 + spin_ns, "spin_kernel")] if spin_ns else [])
+
+    return {
+        "perfgate-clock:eager:0": round_(1_000_000),
+        "perfgate-clock:compiled:0": round_(900_000),
+        "perfgate-clock:eager:1": round_(1_000_000),
+        "perfgate-clock:compiled:1": round_(920_000),
+    }
+
+
+def test_each_sides_kernels_are_summed_by_name_with_the_median_over_rounds():
+    pytest.importorskip("torch")
+    from perfgate.measure.clocks import kernel_ms
+
+    table = kernel_ms(_work(), steps=1)
+    assert table["eager"] == {"gemm": 1.0, "triton_poi_fused_add_0": 0.2}
+    assert table["compiled"]["gemm"] == pytest.approx(0.91)  # the median of 0.90 and 0.92
+    assert list(kernel_ms(_work(), steps=2, keep=1)["eager"]) == ["gemm"]  # the dearest kept, per step
+    assert kernel_ms(_work(), steps=2)["eager"]["gemm"] == 0.5
+
+
+def test_the_kernel_that_grew_is_named_first_and_a_device_regression_names_it():
+    pytest.importorskip("torch")
+    from perfgate.measure.clocks import kernel_ms
+
+    base, planted = kernel_ms(_work(), 1), kernel_ms(_work(spin_ns=150_000), 1)
+    moved = paired.kernels_moved([{"a": base, "b": planted}, {"a": base}])  # the second pair: no B table
+    assert [(m["pair"], m["side"]) for m in moved] == [(1, "compiled"), (1, "eager")]
+    first = moved[0]["moved"][0]
+    assert (first["kernel"], first["a_ms"], first["b_ms"]) == ("spin_kernel", 0.0, 0.15)
+    rule = {"clock": "device", "side": "compiled", "outcome": "regression", "change": 0.14, "lo": 0.13, "hi": 0.15}
+    summary = {"against": "base", "outcome": "regression", "rules": [{**rule, "threshold": 0.01}], "kernels": moved}
+    verdict = PairedVerdict.of([{"cell": "c", "paired": summary}])
+    assert "compiled GPU time by kernel, pair 1: spin_kernel +0.150 ms (0.000 -> 0.150)" in verdict.lines()[1]
+    assert "eager GPU time" not in verdict.lines()[1]  # only the sides of the device rules not ok
+    assert "c: compiled GPU time by kernel, pair 1: spin_kernel" in verdict.markdown()
+
+
+def test_the_coordinator_keeps_each_workers_latest_kernel_table():
+    """A device round pair's answers carry each worker's kernels; a worker of an older engine sends none."""
+    tables = {"A": {"compiled": {"k": 1.0}}, "B": None}
+
+    class Worker:
+        def __init__(self, side):
+            self.side, self.hello = side, {"hello": {"wall_sides": True}}
+
+        def send(self, message):
+            pass
+
+        def expect(self, key, limit_s, progress=None):
+            got = {key: {"eager": [2.0], "compiled": [1.0]}}
+            return {**got, "kernels": tables[self.side]} if tables[self.side] else got
+
+    pair = type("Pair", (), {"sides": ("A", "B"), "worker": lambda self, side: Worker(side)})()
+    rounds = {clock: {s: {"eager": [[]], "compiled": [[]]} for s in "ab"} for clock in duet.CLOCKS}
+    kept: dict = {}
+    ready = {"a": {"device_clock": True}, "b": {"device_clock": True}}
+    duet._look_once(
+        pair,
+        rounds,
+        1,
+        random.Random(0),
+        ready,
+        {"device": {"eager", "compiled"}},
+        dict.fromkeys(duet.CLOCKS, 0.0),
+        kept,
+    )
+    assert kept == {"a": {"compiled": {"k": 1.0}}}
+    assert rounds["device"]["b"]["compiled"] == [[1.0]]
+    assert paired.kernels_moved([kept]) == []

@@ -1,0 +1,47 @@
+"""One line a cell of paired records (the B files a paired run writes, `paired_chain.sh`'s steps): its outcome,
+process pairs and looks, the judged rules' changes with their lines (95 %-ish half-widths of the last look's
+interval), the counts that moved, and where its seconds went; then the run's totals.
+
+    python tools/probes/paired_summary.py chain0/aa_cold.jsonl chain0/aa_warm.jsonl ...
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+
+def rule_text(rule: dict) -> str:
+    half = (rule["hi"] - rule["lo"]) / 2 * 100
+    mark = {"regression": "!", "unsure": "?", "ok": "", "shown": "~"}.get(rule["outcome"], rule["outcome"])
+    return f"{rule['side'][:4]} {rule['clock']} {rule['change'] * 100:+.2f}±{half:.2f}{mark}"
+
+
+def main(paths: list[str]) -> None:
+    for path in paths:
+        records = [json.loads(line) for line in open(path) if line.strip()]
+        paired = [r for r in records if r.get("paired")]
+        tally: dict[str, int] = {}
+        seconds = {"prepare": 0.0, "looks": 0.0, "finish": 0.0, "total": 0.0}
+        print(f"== {path}: {len(paired)} paired of {len(records)} records")
+        for r in paired:
+            p = r["paired"]
+            tally[p["outcome"]] = tally.get(p["outcome"], 0) + 1
+            s = p.get("seconds", {})
+            for k in seconds:
+                seconds[k] += sum(s[k]) if isinstance(s.get(k), list) else s.get(k, 0.0)
+            rules = " | ".join(rule_text(x) for x in p.get("rules", []) if x["clock"] in ("wall", "device"))
+            moved = [
+                f"{c['side'][:4]} {c['count']} {c['a']:g}->{c['b']:g}" for c in p.get("counts", []) if c["a"] != c["b"]
+            ]
+            print(
+                f"  {r['model']:>18} {r['phase']:5} {p['outcome']:10} pairs {p['duets']} looks {p['looks']}"
+                f" {s.get('total', 0):6.1f} s | {rules}" + (f" | counts {', '.join(moved)}" if moved else "")
+            )
+            if p.get("error") or p.get("note"):
+                print(f"  {'':>18} {(p.get('error') or '')} {p.get('note') or ''}"[:300])
+        print(f"  outcomes {tally}; cell seconds " + ", ".join(f"{k} {v:.0f}" for k, v in seconds.items()))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
