@@ -7,7 +7,8 @@ unchanged graphs there: the same compiled code and autotune picks on both sides.
 WALL_PAIRS wall rounds, HOST_PAIRS host rounds and (on a GPU) one profiled block of DEVICE_ROUNDS per side,
 until every rule is decided (perfgate.ab.paired) or LOOKS are spent. A look after a process pair's first
 measures only the clocks with a rule still unsure, and of the wall clock only the unsure side's steps (the
-host clock and eager's wall step, shown and never judged, only in the first).
+host clock and eager's wall step, shown and never judged, only in the first, eager in EAGER_SHOWN_PAIRS of its
+wall round pairs).
 A cell still unsure, or showing a regression, then gets a second process pair (fresh processes, B prepared
 first now that the cache is warm), up to DUETS: a regression must show in both (paired.across_pairs). What is
 still unsure after that stays unsure: it never passes.
@@ -27,6 +28,10 @@ from perfgate.ab.pair_workers import START_LIMIT_S, Duet, Worker, WorkerGone
 from perfgate.ab.sides import Side
 
 WALL_PAIRS = 12  # wall round pairs a look; a round is ~50 ms of each of eager and compiled
+# Of a first look's wall round pairs, those that step eager too where its wall step is shown, not judged (the PR
+# gate): they give the records their own wall speedup and the verdict eager's shown change. Eager's rounds were
+# 52-58 % of the first looks' wall seconds, 59-71 s of a whole-tier A/A's ~500 s of cells (4xH200 2aa41d77).
+EAGER_SHOWN_PAIRS = 4
 # Host round pairs in a process pair's first look (the host clock is shown, never judged: its lines were
 # +-6-23 % under every estimator); a round is 5 single steps of each, its fastest kept. 6 pairs cost 1:22 of
 # a warm 12-cell A/A's 12:08 (2xH200 23ebdea2, 2026-11-27); 3 show the same figure at half that.
@@ -120,7 +125,8 @@ def measure(
             for look in range(LOOKS):
                 summary["looks"] += 1
                 wanted = _everything() if look == 0 else _unsure(comparisons)
-                _look_once(duet, rounds, steps, rng, ready, wanted, by_clock, kernels[-1])
+                eager_pairs = EAGER_SHOWN_PAIRS if look == 0 and not eager_wall else WALL_PAIRS
+                _look_once(duet, rounds, steps, rng, ready, wanted, by_clock, kernels[-1], eager_pairs)
                 comparisons = _judge(rounds, confidence, job_b.cell.device_kind, eager_wall)
                 if _decided(comparisons):
                     break
@@ -281,15 +287,18 @@ def _look_once(
     wanted: dict[str, set[str]],
     spent: dict,
     kernels: dict,
+    eager_pairs: int = WALL_PAIRS,
 ) -> None:
     """One look: the round pairs of each clock in `wanted` ({clock: the sides whose rounds it wants}), their
     seconds added to `spent` by clock, and each worker's latest kernel table (the device clock's) in `kernels`.
-    A wall round steps only the wanted sides: after the first look, most often the compiled step alone."""
+    A wall round steps only the wanted sides (after the first look, most often the compiled step alone), and
+    eager only in the first `eager_pairs` of the look's wall round pairs where compiled is wanted too."""
     workers = {"a": duet.worker(duet.sides[0]), "b": duet.worker(duet.sides[1])}
     if not all(_steps_sides(w) for w in workers.values()):  # a base on an older engine steps both sides: so does B
         wanted = {**wanted, **({"wall": {"eager", "compiled"}} if "wall" in wanted else {})}
+        eager_pairs = WALL_PAIRS
 
-    def pair(clock: str, request: dict) -> None:
+    def pair(clock: str, request: dict, sides) -> None:
         t0 = time.monotonic()
         for s in rng.sample("ab", 2):
             message = _ask(workers[s], request, clock)
@@ -298,18 +307,19 @@ def _look_once(
                 continue
             if message.get("kernels"):  # a worker of an older engine sends none
                 kernels[s] = message["kernels"]
-            for side in wanted[clock]:  # a worker of an older engine answers both sides: A's and B's must match
+            for side in sides:  # a worker of an older engine answers both sides: A's and B's must match
                 values = got[side] if isinstance(got[side], list) else [got[side]]
                 rounds[clock][s][side][-1].extend(values)
         spent[clock] += time.monotonic() - t0
 
     sides = sorted(wanted.get("wall", ()))
-    for _ in range(WALL_PAIRS if sides else 0):
-        pair("wall", {"op": "wall", "steps": steps, "first": rng.choice(("eager", "compiled")), "sides": sides})
+    for i in range(WALL_PAIRS if sides else 0):
+        now = sides if i < eager_pairs or "compiled" not in sides else ["compiled"]
+        pair("wall", {"op": "wall", "steps": steps, "first": rng.choice(("eager", "compiled")), "sides": now}, now)
     for _ in range(HOST_PAIRS if "host" in wanted else 0):
-        pair("host", {"op": "host"})
+        pair("host", {"op": "host"}, wanted["host"])
     if "device" in wanted and ready["a"].get("device_clock") and ready["b"].get("device_clock"):
-        pair("device", {"op": "device", "rounds": DEVICE_ROUNDS})
+        pair("device", {"op": "device", "rounds": DEVICE_ROUNDS}, wanted["device"])
 
 
 def _finish(worker: Worker, progress, solo: bool = False) -> dict:

@@ -1,5 +1,6 @@
-"""Where a paired cell's GPU time went: each side's kernels by name from the device clock's profiled rounds, and
-the kernels whose ms moved B against A, named in a device rule's verdict."""
+"""What a paired look asks of the two workers and keeps: eager's wall step in a few round pairs where it is
+shown, not judged; and where a cell's GPU time went, each side's kernels by name from the device clock's profiled
+rounds, with the kernels whose ms moved B against A named in a device rule's verdict."""
 
 from __future__ import annotations
 
@@ -86,3 +87,36 @@ def test_the_coordinator_keeps_each_workers_latest_kernel_table():
     assert kept == {"a": {"compiled": {"k": 1.0}}}
     assert rounds["device"]["b"]["compiled"] == [[1.0]]
     assert paired.kernels_moved([kept]) == []
+
+
+@pytest.mark.parametrize(
+    "older_base, eager_judged",
+    [(False, False), (True, False), (False, True)],
+    ids=["pr-gate", "base-predates-it", "ab-judges-eager"],
+)
+def test_a_first_look_steps_eager_in_a_few_pairs_where_its_wall_step_is_only_shown(older_base, eager_judged):
+    """The PR gate shows eager's wall step and never judges it: of a first look's wall round pairs, eager runs in
+    EAGER_SHOWN_PAIRS (the records' own speedup and the shown change), compiled in all. A base whose engine
+    steps both sides whatever it is asked, and an A/B that judges eager, step it in every pair."""
+    asked = []
+
+    class Worker:
+        def __init__(self, side):
+            self.hello = {} if older_base and side == "A" else {"hello": {"wall_sides": True}}
+
+        def send(self, message):
+            asked.append(message)
+
+        def expect(self, key, limit_s, progress=None):
+            return {key: {"eager": 20.0, "compiled": 10.0}}
+
+    pair = type("Pair", (), {"sides": ("A", "B"), "worker": lambda self, side: Worker(side)})()
+    rounds = {clock: {s: {"eager": [[]], "compiled": [[]]} for s in "ab"} for clock in duet.CLOCKS}
+    eager_pairs = duet.WALL_PAIRS if eager_judged else duet.EAGER_SHOWN_PAIRS
+    wanted = {"wall": {"eager", "compiled"}}
+    duet._look_once(pair, rounds, 2, random.Random(0), {}, wanted, dict.fromkeys(duet.CLOCKS, 0.0), {}, eager_pairs)
+    stepped_eager = duet.WALL_PAIRS if older_base or eager_judged else duet.EAGER_SHOWN_PAIRS
+    for s in "ab":
+        assert len(rounds["wall"][s]["compiled"][0]) == duet.WALL_PAIRS
+        assert len(rounds["wall"][s]["eager"][0]) == stepped_eager
+    assert sum("eager" in m["sides"] for m in asked) == 2 * stepped_eager
