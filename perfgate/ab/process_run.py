@@ -39,7 +39,8 @@ from typing import Callable, Sequence
 
 from perfgate.ab import process_env, process_report
 from perfgate.ab.process_env import ABEnvironment, ABError
-from perfgate.ab.process_verdict import AB_SIDES, ABReport, Process, judge_ab
+from perfgate.ab.process_rows import AB_SIDES, ABReport, Process
+from perfgate.ab.process_verdict import judge_ab
 from perfgate.core import exits
 from perfgate.core.output import OutputError
 from perfgate.core.records_file import RecordFileError, load_records, precompile_path
@@ -466,7 +467,7 @@ def _precompiled(out: Path, run: dict) -> dict[str, float]:
 
 
 def verdict(manifest: dict, out: Path, rules: Sequence | None = None) -> ABReport:
-    """The run judged by `rules` (default: process_verdict.ab_rules(); perfgate bisect passes its own thresholds)."""
+    """The run judged by `rules` (default: process_rules.ab_rules(); perfgate bisect passes its own thresholds)."""
     descriptions = {label: ABEnvironment.from_json(side).describe() for label, side in manifest["sides"].items()}
     report = judge_ab(complete_processes(manifest, out), rules=rules, descriptions=descriptions)
     for run in manifest["runs"]:
