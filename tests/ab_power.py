@@ -27,7 +27,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np  # noqa: E402
 
-from perfgate.ab.process_verdict import ALPHA, Process, judge_ab  # noqa: E402
+from perfgate.ab.process_rows import Process  # noqa: E402
+from perfgate.ab.process_rules import ALPHA  # noqa: E402
+from perfgate.ab.process_verdict import judge_ab  # noqa: E402
 from perfgate.core.stats import t_quantile  # noqa: E402
 
 import synthetic as syn  # noqa: E402

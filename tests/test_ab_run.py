@@ -16,7 +16,8 @@ import pytest
 from cheap_cell import CHEAP_CELL_ARGS
 
 from perfgate.ab.process_env import ABEnvironment, collect
-from perfgate.ab.process_run import command, complete_processes, process_turns, save_manifest, verdict
+from perfgate.ab.process_manifest import process_turns, save_manifest
+from perfgate.ab.process_run import command, complete_processes, verdict
 from perfgate.cli import main
 from perfgate.core.records_file import append_record
 

@@ -9,7 +9,9 @@ import math
 import pytest
 
 from perfgate.ab import process_report
-from perfgate.ab.process_verdict import ALPHA, Process, StepTimeRule, ab_rules, judge_ab
+from perfgate.ab.process_rows import Process
+from perfgate.ab.process_rules import ALPHA, StepTimeRule, ab_rules
+from perfgate.ab.process_verdict import judge_ab
 from perfgate.core.stats import t_quantile, t_sf, two_sample
 from perfgate.judge.finding import REGRESSION
 from perfgate.judge.rules import SpeedupRule

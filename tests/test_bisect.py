@@ -17,7 +17,8 @@ from perfgate.ab import bisect_report, bisect_run
 from perfgate.ab.bisect_run import Step
 from perfgate.ab.bisect_verdict import BAD, GOOD, UNSURE, BadRule, BisectError, classify, probes_left, search
 from perfgate.ab.process_env import ABError
-from perfgate.ab.process_verdict import Process, judge_ab
+from perfgate.ab.process_rows import Process
+from perfgate.ab.process_verdict import judge_ab
 from perfgate.cli import main
 
 import synthetic as syn

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from perfgate.ab import process_report
-from perfgate.ab.process_verdict import Process, judge_ab
+from perfgate.ab.process_rows import Process
+from perfgate.ab.process_verdict import judge_ab
 from perfgate.core import record
 from perfgate.core.clocks import CLOCKS, COMPUTE, DEVICE
 from perfgate.judge.rules import CLOCK_NAMES, DEFAULT_RULES, SpeedupRule

@@ -285,6 +285,7 @@ def test_data_side_imports_no_torch():
         "perfgate.judge.gate",
         "perfgate.render.html_report",
         "perfgate.ab.process_run",
+        "perfgate.ab.process_manifest",
     }
     assert walked <= set(modules)
     code = (

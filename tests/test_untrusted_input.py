@@ -111,7 +111,7 @@ def test_ab_with_0_processes_is_refused_before_anything_runs(tmp_path, capsys, h
 def _ab_run(tmp_path, run) -> Path:
     """A finished A/B run's directory, 2 processes a side, each results file one synthetic run."""
     from perfgate.ab.process_env import ABEnvironment
-    from perfgate.ab.process_run import process_turns, save_manifest
+    from perfgate.ab.process_manifest import process_turns, save_manifest
 
     out = tmp_path / "ab"
     runs = process_turns(2)

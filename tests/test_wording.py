@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from perfgate.ab import process_verdict
-from perfgate.ab.process_verdict import Process, judge_ab
+from perfgate.ab import process_rules, process_verdict
+from perfgate.ab.process_rows import Process
+from perfgate.ab.process_verdict import judge_ab
 from perfgate.judge import advisories, rules
 from perfgate.judge import finding as judge_finding
 from perfgate.judge.finding import Finding
@@ -43,7 +44,9 @@ def test_the_finding_and_its_advisories_spell_no_sentence(module):
     assert [p for p in PHRASES if p in Path(module.__file__).read_text()] == []
 
 
-@pytest.mark.parametrize("module", [rules, process_verdict], ids=["rules", "process_verdict"])
+@pytest.mark.parametrize(
+    "module", [rules, process_rules, process_verdict], ids=["rules", "process_rules", "process_verdict"]
+)
 def test_the_rule_modules_build_no_finding_sentence(module):
     source = Path(module.__file__).read_text()
     assert [p for p in PHRASES if p in source] == []

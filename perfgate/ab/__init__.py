@@ -14,11 +14,14 @@ bisect`'s probes compare through it by default. Imports no torch: the sides' wor
 `perfgate ab --processes N` and `perfgate bisect --processes N` alternate whole processes, a pytest run per
 process, where two sides cannot share a GPU or one metric's rule is wanted:
 
-- process_env.py      the two environments of a process-alternating run, checked before any GPU time is spent
-- process_run.py      `perfgate ab --processes`: A and B pytest processes alternating on one machine, resumable
-- process_verdict.py  B against A from those processes' records, with the gate's rules
-- process_report.py   that verdict as Markdown, JSON and HTML
-- bisect_run.py       `perfgate bisect`: the range, its manifest and resume, the process engine's probe
-- bisect_verdict.py   a probe's good/bad/unsure and the search over the range
-- bisect_report.py    a bisection's probes and culprit as Markdown and JSON
+- process_env.py       the two environments of a process-alternating run, checked before any GPU time is spent
+- process_run.py       `perfgate ab --processes`: A and B pytest processes alternating on one machine, resumable
+- process_manifest.py  that run's manifest: written atomically, checked, a new one prepared, its processes planned
+- process_verdict.py   B against A from those processes' records, with the gate's rules
+- process_rules.py     those rules: the gate's plus the absolute step times, and the false-alarm rate
+- process_rows.py      the verdict as data (processes, comparisons, a row per cell, the report), its notes
+- process_report.py    that verdict as Markdown, JSON and HTML
+- bisect_run.py        `perfgate bisect`: the range, its manifest and resume, the process engine's probe
+- bisect_verdict.py    a probe's good/bad/unsure and the search over the range
+- bisect_report.py     a bisection's probes and culprit as Markdown and JSON
 """

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
-from perfgate.ab import process_env, process_run
+from perfgate.ab import process_env, process_manifest, process_run
 from perfgate.ab.bisect_verdict import (
     PAIRED,
     PROCESSES,
@@ -192,7 +192,7 @@ def install(step: Step, pip_args: Sequence[str], progress: Callable[[str], None]
 
 
 def save(out: Path, manifest: dict) -> None:
-    process_run.save_manifest(out, manifest, "bisect.json")  # atomic: a kill mid-write keeps the previous one
+    process_manifest.save_manifest(out, manifest, "bisect.json")  # atomic: a kill mid-write keeps the previous one
 
 
 def load(out: Path) -> dict:
@@ -209,7 +209,7 @@ def load(out: Path) -> dict:
     if not isinstance(manifest, dict) or manifest.get("schema") != MANIFEST_SCHEMA:
         found = manifest.get("schema") if isinstance(manifest, dict) else type(manifest).__name__
         raise BisectError(f"{path}: manifest schema {found!r}, expected {MANIFEST_SCHEMA}")
-    problem = manifest_problem(manifest, process_run.MIN_PROCESSES)
+    problem = manifest_problem(manifest, process_manifest.MIN_PROCESSES)
     if problem:
         raise BisectError(f"{path}: not a bisection's manifest: {problem}; it was edited, or written by another tool")
     return manifest
@@ -235,9 +235,9 @@ def new_manifest(
             f"--rule {rule.text()}: a paired probe judges by the PR gate's rules (docs/gate.md); a rule of one "
             "metric needs the process engine: give --processes N"
         )
-    if processes < process_run.MIN_PROCESSES:
+    if processes < process_manifest.MIN_PROCESSES:
         raise BisectError(
-            f"--processes {processes}: a probe needs {process_run.MIN_PROCESSES} processes a side at "
+            f"--processes {processes}: a probe needs {process_manifest.MIN_PROCESSES} processes a side at "
             f"least, 3 for a verdict that matters (docs/ab.md)"
         )
     if max_processes < processes:
@@ -271,7 +271,7 @@ def process_seconds(manifest: dict, out: Path) -> list[float]:
         path = out / probe["dir"] / "manifest.json"
         runs = json.loads(path.read_text(encoding="utf-8"))["runs"] if path.exists() else []
         for run in runs:
-            if run["state"] in process_run.COMPLETE and run["started"] and run["finished"]:
+            if run["state"] in process_manifest.COMPLETE and run["started"] and run["finished"]:
                 start, end = (_dt.datetime.fromisoformat(run[k]) for k in ("started", "finished"))
                 seconds.append((end - start).total_seconds())
     return seconds

@@ -20,7 +20,8 @@ import json
 from dataclasses import dataclass
 from typing import Mapping
 
-from perfgate.ab.process_verdict import ABReport, ab_rules
+from perfgate.ab.process_rows import ABReport
+from perfgate.ab.process_rules import ab_rules
 from perfgate.judge.finding import Finding
 
 GOOD, BAD, UNSURE = "good", "bad", "unsure"

@@ -1,4 +1,4 @@
-"""An A/B verdict (perfgate.ab.process_verdict.ABReport) as Markdown (a job summary or PR comment) and as JSON.
+"""An A/B verdict (perfgate.ab.process_rows.ABReport) as Markdown (a job summary or PR comment) and as JSON.
 Imports no torch.
 
 The Markdown says "B against A" throughout: a verdict line, the two environments, what cannot be compared,
@@ -17,7 +17,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Sequence
 
-from perfgate.ab.process_verdict import AB_SIDES, ABReport, ABRow, Comparison, geomeans
+from perfgate.ab.process_rows import AB_SIDES, ABReport, ABRow, Comparison, geomeans
 from perfgate.core import exits
 from perfgate.core.clocks import BY_RATIO, DEVICE, HOST, WALL, shown_in
 from perfgate.core.output import write_atomic

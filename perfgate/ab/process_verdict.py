@@ -1,7 +1,9 @@
 """The A/B verdict: environment B against environment A, cell by cell, from the records of processes that
-alternated on one machine (perfgate.ab.process_run runs them). Imports no torch.
+alternated on one machine (perfgate.ab.process_run runs them), into an ABReport (perfgate.ab.process_rows).
+Imports no torch.
 
-The gate's own rule objects judge (ab_rules: default_rules plus the absolute step times), with the gate's
+The gate's own rule objects judge (perfgate.ab.process_rules.ab_rules: default_rules plus the absolute step
+times), with the gate's
 exit codes: 0 pass, 1 a regression, 2 cannot compare. What differs is where the noise comes from: a
 gate knows a baseline's run-to-run spread from 5 or more runs; here each side has a few processes (3 by
 default) and nothing else. The timed rules (wall, device and host clocks, eager and compiled ms) therefore
@@ -27,147 +29,22 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import dataclass, field, replace
-from typing import ClassVar, Sequence
+from dataclasses import replace
+from typing import Sequence
 
-from perfgate.core import exits
+from perfgate.ab.process_rows import AB_SIDES, ABReport, ABRow, Comparison, Process, report_notes
+from perfgate.ab.process_rules import ALPHA, CONFIDENCE, ab_rules
 from perfgate.core.record import TIME_ALONE, nothing_measured
 from perfgate.core.stats import geomean, interval_sd, rel_spread, t_quantile, two_sample
 from perfgate.core.validate import checked
 from perfgate.judge.baseline_fold import fold_cell
 from perfgate.judge.finding import AB, IMPROVEMENT, REGRESSION, Finding
-from perfgate.judge.rules import SpeedupRule, default_rules
+from perfgate.judge.rules import SpeedupRule
 
-AB_SIDES = ("A", "B")
-# One-sided false-alarm rate of one timed comparison when nothing changed. An A/B run has no confirm round,
-# and a PR tier makes ~50 timed comparisons (10 cells x 5), so the per-comparison rate must be small for
-# the run's: tests/test_ab_verdict.py simulates both (docs/ab.md has the rates).
-ALPHA = 0.001
-CONFIDENCE = 0.95  # the interval the report prints for each change
 # Rounds behind each absolute step time (its in-run sd: the floor of the sd between processes).
 ROUNDS_OF = {"eager_ms": "eager_round_ms", "compiled_ms": "compiled_round_ms"}
 # sd of a median of n normal values ~ sqrt(pi / 2) sd / sqrt(n)
 MEDIAN_SD = math.sqrt(math.pi / 2)
-
-
-@dataclass(frozen=True)
-class StepTimeRule(SpeedupRule):
-    """An absolute step time, ms per step (`eager_ms` or `compiled_ms`), that must not grow by more than
-    `threshold` (0.05 = +5 %): SpeedupRule's test on log ms, lower is better. The gate leaves absolute
-    times out (a baseline comes from other machines, whose times follow the machine); an A/B run's two
-    environments share one machine, and an upgrade that slows eager and compiled alike (the speedup
-    unchanged) shows only here."""
-
-    form: ClassVar[str] = "step"  # its findings' terms (perfgate.render.wording): growth of ms per step
-
-    metric: str = "compiled_ms"
-    direction: str = "lower"
-    threshold: float = 0.05  # growth of ms per step
-
-    @property
-    def clock(self) -> str:
-        return self.metric.removesuffix("_ms")
-
-    @property
-    def label(self) -> str:
-        return f"{self.clock} ms per step"
-
-    def log_threshold(self, cur: dict) -> float:
-        return math.log(1 + self.threshold)
-
-    def fraction(self, log_line: float, loss: bool = True) -> float:
-        """The line as a fraction of ms per step. Capped where exp would overflow (a line past e**700 comes
-        only from absurd round times, and reads as ~1e304 rather than crashing the verdict)."""
-        log_line = min(log_line, 700.0) if loss else max(log_line, -700.0)
-        return math.expm1(log_line) if loss else -math.expm1(-log_line)
-
-    def change(self, ref: float, now: float) -> float:
-        """Change of ms per step; positive is a loss (+0.05: 5 % slower)."""
-        return now / ref - 1
-
-    def log_drop(self, ref: float, now: float) -> float:
-        return math.log(now / ref)
-
-
-def ab_rules(*, step_time: float = 0.05, **thresholds) -> tuple:
-    """The gate's rules (default_rules, same keywords) and the two absolute step-time rules."""
-    return (
-        *default_rules(**thresholds),
-        StepTimeRule("eager_ms", threshold=step_time),
-        StepTimeRule("compiled_ms", threshold=step_time),
-    )
-
-
-@dataclass(frozen=True)
-class Process:
-    """One pytest process of an A/B run and the records it wrote (one per cell)."""
-
-    side: str  # "A" | "B"
-    rep: int  # 1, 2, ... within its side
-    records: tuple[dict, ...]
-    cold: bool = False  # its side's compile cache was empty when it started
-    # A cold process's precompile (<results>.precompile.json): cell id -> its cold first call, s.
-    precompiled: dict = field(default_factory=dict)
-
-    @property
-    def name(self) -> str:
-        return f"{self.side}-{self.rep}"
-
-
-@dataclass(frozen=True)
-class Comparison:
-    """One timed rule on one cell, B against A. `change`, `lo`, `hi` and `line` are in the rule's terms
-    (a speedup's change, -0.05: 5 % lower; a time's, +0.05: 5 % slower); lo and hi bound the change with
-    CONFIDENCE; `line` is the smallest change that counts (None: not compared)."""
-
-    metric: str
-    label: str
-    a: float | None  # geometric mean over A's processes
-    b: float | None
-    change: float | None
-    lo: float | None
-    hi: float | None
-    line: float | None
-    noise_limited: bool
-    t: float | None
-    df: int | None
-    n_a: int
-    n_b: int
-    kind: str | None  # REGRESSION | IMPROVEMENT | None
-    note: str = ""  # why not compared
-
-
-@dataclass(frozen=True)
-class ABRow:
-    cell: str
-    verdict: str  # regression | improvement | failed | ok
-    comparisons: tuple[Comparison, ...]
-    a: dict  # side_cell of A
-    b: dict
-    tripped: tuple[str, ...] = ()  # metrics of this cell's findings
-
-    def comparison(self, metric: str) -> Comparison | None:
-        return next((c for c in self.comparisons if c.metric == metric), None)
-
-
-@dataclass
-class ABReport:
-    sides: dict[str, dict]  # "A"/"B" -> {processes, versions, description}
-    rows: list[ABRow]
-    regressions: list[Finding]
-    improvements: list[Finding]
-    only_in_a: list[str]
-    only_in_b: list[str]
-    errors: list[str]  # why the run cannot be compared (exit 2)
-    notes: list[str] = field(default_factory=list)
-    alpha: float = ALPHA
-    processes: list[Process] = field(default_factory=list, repr=False)
-
-    @property
-    def exit_code(self) -> int:
-        if self.errors:
-            return exits.UNUSABLE
-        return exits.REGRESSION if self.regressions else exits.PASS
 
 
 # ---------------------------------------------------------------------------------------------- one side
@@ -423,76 +300,15 @@ def judge_ab(
     report = ABReport(
         sides, rows, regressions, improvements, only_a, only_b, errors, alpha=alpha, processes=list(processes)
     )
-    report.notes = _notes(report, rules)
+    report.notes = report_notes(report, rules)
     return report
 
 
-def _notes(report: ABReport, rules: Sequence) -> list[str]:
-    notes = []
-    for rule in (r for r in rules if isinstance(r, SpeedupRule)):
-        limited = [(row.cell, c) for row in report.rows if (c := row.comparison(rule.metric)) and c.noise_limited]
-        if limited:
-            names = ", ".join(f"{cell} ({c.line:.1%})" for cell, c in limited)
-            notes.append(
-                f"{len(limited)} cell(s) noise-limited on {rule.label}: the processes of a side "
-                f"disagree so much that only a change past the line shown counts (more processes "
-                f"a side narrow it: --processes): {names}"
-            )
-    cold = [
-        s
-        for s in AB_SIDES
-        if not any(
-            row.a.get("compile_cache") == "fresh" if s == "A" else row.b.get("compile_cache") == "fresh"
-            for row in report.rows
-        )
-    ]
-    if report.rows and cold:
-        notes.append(
-            f"no cold compile on side {', '.join(cold)} (its first process did not start with an "
-            f"empty cache): compile time not compared"
-        )
-    if report.rows:
-        notes.append(
-            f"where the figures come from: timed figures, every process of a side; compile time, the "
-            f"cold process ({_names(report, lambda p: p.cold)}{_precompiled(report)}); numerics, the processes "
-            f"that judged it ({_names(report, _judged_numerics)}; the later ones ran with --perf-numerics=off)"
-        )
-    return notes
-
-
-def _precompiled(report: ABReport) -> str:
-    names = _names(report, lambda p: p.cold and p.precompiled)
-    return "" if names == "none" else f"; {names}: its precompile's first calls, compiled several at once"
-
-
-def _judged_numerics(process: Process) -> bool:
-    return any(r.get("numerics") in ("pass", "fail") for r in process.records)
-
-
-def _names(report: ABReport, which) -> str:
-    return ", ".join(p.name for p in sorted(report.processes, key=lambda p: (p.side, p.rep)) if which(p)) or "none"
-
-
-def geomeans(report: ABReport, metric: str = "speedup") -> tuple[float | None, float | None, int]:
-    """Geometric means of a metric over the cells compared on it: (A, B, cells)."""
-    pairs = [(c.a, c.b) for row in report.rows if (c := row.comparison(metric)) and c.change is not None]
-    return geomean([a for a, _ in pairs]), geomean([b for _, b in pairs]), len(pairs)
-
-
 __all__ = [
-    "ABReport",
-    "ABRow",
-    "Comparison",
-    "Process",
-    "StepTimeRule",
-    "ab_rules",
     "judge_ab",
     "judge_cell",
     "side_cell",
     "compare_timed",
     "timed_finding",
-    "geomeans",
     "versions",
-    "ALPHA",
-    "AB_SIDES",
 ]

@@ -79,7 +79,7 @@ def run_paired(args, out: Path) -> int:
 
 
 def cmd_ab(args: argparse.Namespace) -> int:
-    from perfgate.ab import process_run
+    from perfgate.ab import process_manifest, process_run
     from perfgate.ab.process_env import ABError, side_from_options
 
     def progress(message: str) -> None:
@@ -111,8 +111,8 @@ def cmd_ab(args: argparse.Namespace) -> int:
                 )
             if not out.is_dir():
                 raise ABError(f"--judge {out}: no such run directory")
-            return process_run.verdict(process_run.load_manifest(out), out)
-        process_run.check_processes(args.processes)
+            return process_run.verdict(process_manifest.load_manifest(out), out)
+        process_manifest.check_processes(args.processes)
         sides = [
             side_from_options(label, *(getattr(args, f"{label.lower()}_{k}") for k in ("python", "rev", "env", "args")))
             for label in ("A", "B")

@@ -15,7 +15,7 @@ from perfgate.core.output import OutputError
 
 
 def cmd_bisect(args: argparse.Namespace) -> int:
-    from perfgate.ab import bisect_paired, bisect_report, bisect_run, process_report, process_run
+    from perfgate.ab import bisect_paired, bisect_report, bisect_run, process_manifest, process_report, process_run
     from perfgate.ab.bisect_verdict import PAIRED, PROCESSES, BadRule, BisectError
     from perfgate.ab.process_env import ABError
 
@@ -72,7 +72,7 @@ def cmd_bisect(args: argparse.Namespace) -> int:
             probe_dir = out / manifest["probes"][str(manifest["outcome"]["first_bad"])]["dir"]
             process_report.html(
                 process_run.verdict(
-                    process_run.load_manifest(probe_dir), probe_dir, BadRule.parse(manifest["rule"]).rules()
+                    process_manifest.load_manifest(probe_dir), probe_dir, BadRule.parse(manifest["rule"]).rules()
                 ),
                 args.html,
             )

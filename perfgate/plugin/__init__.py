@@ -1,6 +1,7 @@
 """The pytest face: the hooks, each handing its work to a module: the options to perfgate.plugin.options, the
 cells and their narrowing and sharding to perfgate.plugin.selection, each cell's run and the session's state to
-perfgate.plugin.session, the session's end to perfgate.plugin.session_end.
+perfgate.plugin.session (its parts perfgate.plugin.session_runner and perfgate.plugin.session_plan), the session's
+end to perfgate.plugin.session_end.
 
 Imports no torch: torch is imported only when a cell runs (or a GPU cell is collected), so the data side's tests
 collect without it, and a project that installs perfgate (its pytest11 entry point loads this module into every

@@ -1,7 +1,7 @@
-"""A pytest session's perf state and each cell's run: the results file and run id, the run options read from
-the --perf-* options (the fp32 policy among them), each device's environment and the records written; a
-cell run in this process or in its own (perfgate.measure.isolate), a cell measured again for the gate
-(perfgate.plugin.session_end), and progress lines.
+"""A pytest session's perf state and each cell's record: the results file and run id, the fp32 policy, each
+device's environment and the records written (a skipped cell's too); a cell measured, or measured again for
+the gate (perfgate.plugin.session_end), and progress lines. PerfSession's other parts: where and how a cell
+runs (perfgate.plugin.session_runner), and the plan and precompile before the first (perfgate.plugin.session_plan).
 torch is imported only when a cell runs.
 """
 
@@ -15,15 +15,17 @@ from pathlib import Path
 
 import pytest
 
-from perfgate.core import matrix
 from perfgate.core.matrix import Cell
 from perfgate.core.record import nothing_measured
 from perfgate.plan.costs import cell_seconds, gpus_held
 from perfgate.plugin.selection import Selection
+from perfgate.plugin.session_plan import SessionPlan
+from perfgate.plugin.session_runner import CellRunner
 
 
-class PerfSession:
-    """Session state: options, the results file, each device's environment, the records written."""
+class PerfSession(CellRunner, SessionPlan):
+    """Session state: options, the results file, each device's environment, the records written. Where a cell
+    runs is CellRunner's part (perfgate.plugin.session_runner), the plan before the first SessionPlan's."""
 
     def __init__(self, config: pytest.Config, selection: Selection):
         self.config, self.selection = config, selection
@@ -183,228 +185,6 @@ class PerfSession:
                     f"{err.strerror or err}; the cells' lines above say what they measured"
                 )
             self.unwritten.append(record["cell"])
-
-    def _run_here(self, spec, cell: Cell, options, record_compiled, remeasure: str = "") -> dict:
-        from perfgate.measure.cell import run_cell
-        from perfgate.measure.devices import start_cell
-
-        def checkpoint(partial: dict) -> None:  # superseded by the final record (a later one wins)
-            self.append({**partial, "run_id": self.run_id, "remeasure": remeasure})
-
-        device = start_cell(options.device, self.tf32)
-        return run_cell(spec, cell, options, self.environment(device), self.say, record_compiled, checkpoint)
-
-    def unfit(self, cell: Cell) -> str:
-        """Why this worker's timings cannot be trusted (xdist workers sharing the machine), or ""."""
-        if self.workers <= 1:
-            return ""
-        if cell.phase == "ddp":
-            return (
-                f"a data-parallel cell's ranks take {cell.world} GPUs, shared with the other "
-                f"{self.workers - 1} xdist worker(s)' cells: run ddp cells without -n"
-            )
-        import torch
-
-        from perfgate.plugin.workers import unfit_reason
-
-        gpus = torch.cuda.device_count() if cell.device_kind == "gpu" else 0
-        return unfit_reason(cell.device_kind, self.workers, gpus)
-
-    def measures_paired(self, cell: Cell) -> bool:
-        """Whether `cell` is measured beside the base (--perf-against): every cell but a data-parallel one,
-        whose ranks hold the GPUs the two sides would share."""
-        return self.pairing is not None and cell.phase != "ddp"
-
-    def unpaired_elsewhere(self, cell: Cell) -> str:
-        """Why `cell` cannot run here, or "": a cell the pairing leaves out (data-parallel) runs in this session,
-        on this tree and interpreter, which are not side B's where --perf-b-* name another: its record would
-        be B's with A's code in it."""
-        if self.pairing is None or self.measures_paired(cell) or not self.pairing.b_elsewhere:
-            return ""
-        return (
-            f"{cell.id}: a data-parallel cell is not paired, and side B is not this session's tree, interpreter "
-            "or environment (--perf-b-*): measure it with perfgate ab --processes N"
-        )
-
-    def isolates(self, cell: Cell) -> bool:
-        """Whether `cell` runs in this session's isolated child: never a paired cell, which runs in its two
-        sides' workers, each a process of its own with its own time limits (perfgate.ab.pair_workers)."""
-        if self.measures_paired(cell):
-            return False
-        choice = self.config.getoption("--perf-isolate")
-        return choice == "all" or (choice == "gpu" and cell.device_kind == "gpu")
-
-    def time_limit_s(self, spec, cell: Cell) -> float:
-        """--perf-cell-timeout, else the model's own limit, else the variant's default."""
-        return (
-            self.config.getoption("--perf-cell-timeout")
-            or spec.time_limit_s
-            or matrix.VARIANTS[cell.variant].time_limit_s
-        )
-
-    def job(self, spec, cell: Cell, options, remeasure: str = ""):
-        """The cell as one serializable job, for a process other than this one."""
-        from perfgate.core.job import Job
-        from perfgate.measure.launch import import_path
-
-        return Job(
-            cell=cell,
-            options=options,
-            tf32=self.tf32,
-            results_path=str(self.results_path),
-            run_id=self.run_id,
-            limit_s=self.time_limit_s(spec, cell),
-            sys_path=tuple(import_path()),
-            remeasure=remeasure,
-        )
-
-    def _run_isolated(self, spec, cell: Cell, options, record_compiled, remeasure: str = "") -> dict:
-        job = self.job(spec, cell, options, remeasure)
-        return self.isolated_process().run(job, self.say, record_compiled)
-
-    def isolated_process(self):
-        """The warm process of this session's isolated cells, made on first use."""
-        if self.cell_process is None:
-            from perfgate.measure.isolate import CellProcess
-
-            self.cell_process = CellProcess()
-        return self.cell_process
-
-    def close(self) -> None:
-        """End the warm cell process, if one runs."""
-        if self.cell_process is not None:
-            self.cell_process.close()
-            self.cell_process = None
-        if self.pairing is not None:
-            self.pairing.close()
-
-    def environment(self, device) -> dict:
-        """The environment of `device` (a torch.device), taken once per device and session."""
-        from perfgate.measure.env import environment
-
-        key = str(device)
-        if key not in self._envs:
-            self._envs[key] = environment(device, self.tf32)
-        return self._envs[key]
-
-    def options(self, cell: Cell, device: str):
-        from perfgate.core.fault import parse as parse_fault
-        from perfgate.core.job import RunOptions
-        from perfgate.core.timing_plan import CPU_PLAN, GPU_PLAN
-        from perfgate.measure import reference
-
-        opt = self.config.getoption
-        overrides = {
-            "min_rounds": opt("--perf-min-rounds"),
-            "max_rounds": opt("--perf-max-rounds"),
-            "target_round_ms": opt("--perf-round-ms"),
-        }
-        plan = (GPU_PLAN if cell.device_kind == "gpu" else CPU_PLAN).replace(
-            **{key: value for key, value in overrides.items() if value is not None}
-        )
-        references = opt("--perf-reference-cache") or reference.DEFAULT_DIR
-        return RunOptions(
-            device=device,
-            plan=plan,
-            warm_compile=opt("--perf-warm-compile"),
-            cache_dir=opt("--perf-cache-dir"),
-            reference_dir=None if references == "off" else references,
-            numerics=opt("--perf-numerics") == "on",
-            fault=parse_fault(opt("--perf-inject")),
-            profile_dir=opt("--perf-profile"),
-            registry=self.registry,
-        )
-
-    def expected_costs(self, cells: list[Cell]) -> dict[str, float]:
-        """Expected wall seconds per cell: the --perf-costs (else --perf-history) database's median where the
-        cell ran, else a prior per variant (perfgate.plan.costs). Every shard of a split run must read the same."""
-        from perfgate.plan import costs
-        from perfgate.store import history
-
-        db = self.config.getoption("--perf-costs") or self.config.getoption("--perf-history")
-        known = costs.known_costs(history.records(db)) if db and Path(db).is_file() else {}
-        self.costs_known = sum(1 for cell in cells if known.get(cell.id))
-        return costs.expected_s(cells, known)
-
-    def plan(self, cells: list[Cell]) -> str:
-        """The cells this process will run, for k/N and the ETA on each finished cell; returns the line that
-        says what they are expected to cost, before the first starts."""
-        from perfgate.plan.costs import PAIRED_OVER_OWN, Progress, hms
-
-        self.expected = self.expected_costs(cells)
-        paired = {cell.id for cell in cells if self.measures_paired(cell)}
-        for cell_id in paired:  # measured beside its base: both sides' seconds, and second process pairs
-            self.expected[cell_id] *= PAIRED_OVER_OWN
-        self.progress = Progress(len(cells), sum(self.expected.values()))
-        if any(self.isolates(cell) for cell in cells) and not self.config.option.collectonly:
-            self.isolated_process().prestart()  # its imports overlap what comes before the first cell
-        gpus = sum(1 for cell in cells if cell.device_kind == "gpu")
-        how = f"{len(paired)} of them beside their base (paired)" if paired else "in one process"
-        return (
-            f"perfgate: {len(cells)} cell(s) planned ({gpus} on a GPU), about "
-            f"{hms(sum(self.expected.values()))} expected {how}: {self.costs_known} from the "
-            f"costs history, {len(cells) - self.costs_known} from priors per variant (perfgate.plan.costs)"
-        )
-
-    def precompile(self, cells: list[Cell]) -> str:
-        """--perf-precompile N: fill --perf-cache-dir with the planned cells' compiles in N processes at once,
-        dealt by expected cost, before the first cell is timed (plan() first); returns the line that says how
-        it went. Each line (a cell's first-call seconds, or why it did not compile) goes to
-        <results>.precompile.json."""
-        import time
-
-        import torch
-
-        from perfgate.core import zoo
-        from perfgate.core.records_file import precompile_path
-        from perfgate.measure import precompile, precompiled, reference
-        from perfgate.plan.costs import hms, precompile_shares
-
-        workers = self.config.getoption("--perf-precompile")
-        devices = precompile.cuda_devices()
-        todo = {cell.id: cell for cell in cells if precompile.wanted(cell, bool(devices))}
-        if not todo:
-            return "perfgate: --perf-precompile: no selected cell compiles with inductor; nothing to do"
-        started = time.monotonic()
-        cache_dir = self.config.getoption("--perf-cache-dir")
-        gpu = torch.cuda.get_device_name(devices[0]) if devices else None
-        keys = {cell_id: precompiled.key(cell, self.tf32, gpu, self.registry) for cell_id, cell in todo.items()}
-        cells_left, held = precompiled.split(todo.values(), cache_dir, keys)
-        already = f"; {len(held)} already in the cache from an earlier precompile" if held else ""
-        self.precompiled = {cell.id for cell in held}
-        if not cells_left:
-            self.precompile_s = time.monotonic() - started
-            return (
-                f"perfgate: --perf-precompile: all {len(held)} cell(s) already in the cache from an earlier precompile"
-            )
-        shares = precompile_shares(cells_left, self.expected, workers)
-        registry = zoo.load(self.registry)
-        limit = max(sum(self.time_limit_s(registry[c.model], c) for c in share) for share in shares if share)
-        references = self.config.getoption("--perf-reference-cache") or reference.DEFAULT_DIR
-        results = precompile.run(
-            shares,
-            cache_dir=cache_dir,
-            registry=self.registry,
-            devices=devices,
-            tf32=self.tf32,
-            limit_s=limit,
-            reference_dir=None if references == "off" else references,
-            out=precompile_path(self.results_path),
-        )
-        precompiled.mark(results, cache_dir, keys)
-        self.precompiled |= {r["cell"] for r in results if r["status"] == "ok"}
-        self.precompile_s = time.monotonic() - started
-        failed = [
-            r["cell"] + (f" (stopped after {hms(r['stopped_after_s'])})" if "stopped_after_s" in r else "")
-            for r in results
-            if r["status"] != "ok"
-        ]
-        return (
-            f"perfgate: precompiled {len(results) - len(failed)} of {len(results)} cell(s) in "
-            f"{hms(time.monotonic() - started)} with {len([s for s in shares if s])} process(es)"
-            + (f"; not compiled: {', '.join(failed)}" if failed else "")
-            + already
-        )
 
     def measure(self, cell: Cell, benchmark=None) -> dict:
         """Run one cell of the perf_registry zoo, stream its record, feed pytest-benchmark, and fail the test

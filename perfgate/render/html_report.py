@@ -8,7 +8,8 @@ as an error bar, cold compile time (warm compile inside), and peak memory compil
 chart per cell over the history, with change points (perfgate.judge.changepoint) and, when a baseline is given,
 the points the gate's own wall rule calls a regression. The verdicts come from gate.gate_run with the rules
 given (the defaults unless a caller passes others), as `perfgate compare` and the plugin judge. The page has
-no scripts and no external URLs: the charts are inline SVG (perfgate.render.charts) and the styles sit in the page.
+no scripts and no external URLs: the charts are inline SVG (perfgate.render.report_charts, drawn by
+perfgate.render.charts) and the styles sit in the page.
 
 jinja2 renders the page because a template with autoescaping keeps every record string (reasons, break
 reasons, labels) escaped without escaping by hand in Python; it is a dependency of torch anyway, and the
@@ -24,27 +25,26 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from perfgate.core.clocks import COUNTS, DEVICE
-from perfgate.core.matrix import PHASES
-from perfgate.core.record_reading import first_call_cache
 from perfgate.core.stats import geomean
 from perfgate.core.text import visible
 from perfgate.judge.baseline import group_by_key
 from perfgate.judge.gate import GateReport, gate_run
 from perfgate.judge.rules import DEFAULT_RULES
-from perfgate.render.charts import Bar, bar_chart
 from perfgate.render.report import fmt, md_code, md_text, shown
-from perfgate.render.trends import Trend, clock_rule, ratio_text, trend
+from perfgate.render.report_charts import (
+    PHASE_ORDER,
+    Chart,
+    cell_order,
+    compile_chart,
+    mem_ratio,
+    memory_chart,
+    ok_with,
+    speedup_charts,
+    speedup_text,
+)
+from perfgate.render.trends import Trend, clock_rule, trend
 from perfgate.render.wording import finding_text
 from perfgate.store import history
-
-PHASE_ORDER = PHASES  # train, infer, ddp: the table's order and one geomean line each
-
-
-@dataclass(frozen=True)
-class Chart:
-    title: str
-    svg: str
-    note: str = ""
 
 
 @dataclass
@@ -73,134 +73,6 @@ class Report:
     gate_lines: list[str]
     notes: list[str]
     gate_failed: bool = False  # a gated environment has a regression (its gate exit code is 1)
-
-
-# ---------------------------------------------------------------------------------------------- formatting
-
-
-def mem_ratio(record: dict) -> float | None:
-    """Peak memory compiled / eager (warm steps, MiB / MiB); None where either is unknown (CPU)."""
-    eager, compiled = record.get("peak_mem_eager_mb"), record.get("peak_mem_compiled_mb")
-    return compiled / eager if eager and compiled is not None else None
-
-
-def speedup_text(record: dict) -> str:
-    return ratio_text(record)
-
-
-def _label(record: dict) -> str:
-    return f"{record.get('model')} · {record.get('variant')} · {record.get('precision')}"
-
-
-def _order(record: dict) -> tuple:
-    phase = record.get("phase")
-    return (
-        PHASE_ORDER.index(phase) if phase in PHASE_ORDER else 9,
-        str(record.get("model")),
-        str(record.get("variant")),
-        str(record.get("precision")),
-        record["cell"],
-    )
-
-
-def _ok(records: Sequence[dict], name: str) -> list[dict]:
-    return [r for r in records if r.get("status") == "ok" and r.get(name) is not None]
-
-
-# ---------------------------------------------------------------------------------------------- charts
-
-
-def speedup_charts(records: Sequence[dict], verdicts: dict[str, str]) -> list[Chart]:
-    charts = []
-    for phase in sorted({r.get("phase") for r in records}, key=lambda p: _order({"phase": p, "cell": ""})):
-        rows = sorted((r for r in _ok(records, "speedup") if r.get("phase") == phase), key=_order)
-        bars = [
-            Bar(
-                _label(r),
-                r["speedup"],
-                speedup_text(r),
-                r["cell"],
-                r.get("speedup_lo"),
-                r.get("speedup_hi"),
-                css=f"verdict-{verdicts[r['cell']]}" if r["cell"] in verdicts else "",
-                group=r.get("model"),
-                tooltip=f"{r['cell']}: {speedup_text(r)}, eager {shown(r, 'eager_ms')} ms, "
-                f"compiled {shown(r, 'compiled_ms')} ms per step",
-            )
-            for r in rows
-        ]
-        if bars:
-            charts.append(
-                Chart(
-                    f"Speedup, {phase} (eager ms / compiled ms per step; bar: median over rounds, "
-                    f"whisker: 95 % interval)",
-                    bar_chart(bars, label=f"speedup {phase}", unit="×", ref=1.0, ref_label="1× = no gain"),
-                )
-            )
-    return charts
-
-
-# The same compile again, beside the cold one: in this process with warm caches, and in a fresh process
-# handed the cell's saved cache artifacts (--perf-warm-compile artifacts).
-_COMPILED_AGAIN = (("compile_warm_s", "warm"), ("compile_artifacts_s", "from artifacts"))
-
-
-def _compile_text(record: dict) -> str:
-    text = f"{record['compile_s']:.1f} s"
-    again = [f"{label} {record[key]:.1f} s" for key, label in _COMPILED_AGAIN if record.get(key) is not None]
-    if again:
-        text += f" ({', '.join(again)})"
-    state = first_call_cache(record)
-    return text + (f" · {state}" if state not in ("cold", "no cache") else "")
-
-
-def compile_chart(records: Sequence[dict]) -> list[Chart]:
-    rows = sorted(_ok(records, "compile_s"), key=_order)
-    bars = [
-        Bar(
-            f"{_label(r)} · {r.get('phase')}",
-            r["compile_s"],
-            _compile_text(r),
-            r["cell"],
-            secondary=r.get("compile_warm_s"),
-            group=r.get("model"),
-            tooltip=f"{r['cell']}: first compiled call {r['compile_s']:.1f} s, {first_call_cache(r)}",
-        )
-        for r in rows
-    ]
-    note = (
-        "Bar: the first compiled call, cold with a fresh inductor cache; inner bar: the same compile again "
-        'with the caches warm. "from artifacts": the same compile in a fresh process with empty caches, '
-        'handed the cell\'s torch.compiler.save_cache_artifacts(). "kept cache": compiled from a cache '
-        "kept between runs (--perf-cache-dir), so that first call may be warm too."
-    )
-    if not bars:
-        return []
-    return [Chart("Compile time (seconds)", bar_chart(bars, label="compile seconds", unit=" s"), note)]
-
-
-def memory_chart(records: Sequence[dict]) -> list[Chart]:
-    rows = sorted((r for r in records if r.get("status") == "ok" and mem_ratio(r) is not None), key=_order)
-    bars = [
-        Bar(
-            f"{_label(r)} · {r.get('phase')}",
-            ratio,
-            f"{ratio:.2f} ({r['peak_mem_compiled_mb']:.0f} / {r['peak_mem_eager_mb']:.0f} MiB)",
-            r["cell"],
-            group=r.get("model"),
-        )
-        for r in rows
-        if (ratio := mem_ratio(r)) is not None  # every row's is (above): the filter names the type
-    ]
-    if not bars:
-        return []
-    return [
-        Chart(
-            "Peak memory, compiled / eager (warm steps, CUDA-graph pools counted)",
-            bar_chart(bars, label="memory ratio", ref=1.0, ref_label="1 = as eager"),
-            "Below 1: the compiled step needs less memory than eager.",
-        )
-    ]
 
 
 # ---------------------------------------------------------------------------------------------- assembly
@@ -268,7 +140,7 @@ def counts_text(record: dict, side: str = "compiled") -> str:
 def _geomeans(records: Sequence[dict]) -> list[str]:
     out = []
     for phase in PHASE_ORDER:
-        values = [r["speedup"] for r in _ok(records, "speedup") if r.get("phase") == phase]
+        values = [r["speedup"] for r in ok_with(records, "speedup") if r.get("phase") == phase]
         if values:
             out.append(f"{phase} {geomean(values):.3f}× over {len(values)} cell(s)")
     return out
@@ -289,7 +161,7 @@ def _section(
     versions = ", ".join(
         f"{k} {env[k]}" for k in ("driver", "cuda", "torch", "triton", "transformers", "timm") if env.get(k)
     )
-    records = sorted(records, key=_order)
+    records = sorted(records, key=cell_order)
     section = Section(
         fingerprint=fingerprint,
         heading=f"{env.get('gpu') or env.get('cpu') or fingerprint} ({fingerprint})",

@@ -1,0 +1,106 @@
+"""Before a session's first cell: the planned cells' expected costs (k/N and the ETA on each finished cell)
+and --perf-precompile's compiles, N processes at once. A part of PerfSession (perfgate.plugin.session), whose
+state it reads. torch is imported only when the precompile runs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from perfgate.core.matrix import Cell
+
+
+class SessionPlan:
+    """PerfSession's plan and precompile; reads and sets the session's expected costs, progress and precompiled
+    cells (PerfSession.__init__), and asks its CellRunner where each cell runs."""
+
+    def expected_costs(self, cells: list[Cell]) -> dict[str, float]:
+        """Expected wall seconds per cell: the --perf-costs (else --perf-history) database's median where the
+        cell ran, else a prior per variant (perfgate.plan.costs). Every shard of a split run must read the same."""
+        from perfgate.plan import costs
+        from perfgate.store import history
+
+        db = self.config.getoption("--perf-costs") or self.config.getoption("--perf-history")
+        known = costs.known_costs(history.records(db)) if db and Path(db).is_file() else {}
+        self.costs_known = sum(1 for cell in cells if known.get(cell.id))
+        return costs.expected_s(cells, known)
+
+    def plan(self, cells: list[Cell]) -> str:
+        """The cells this process will run, for k/N and the ETA on each finished cell; returns the line that
+        says what they are expected to cost, before the first starts."""
+        from perfgate.plan.costs import PAIRED_OVER_OWN, Progress, hms
+
+        self.expected = self.expected_costs(cells)
+        paired = {cell.id for cell in cells if self.measures_paired(cell)}
+        for cell_id in paired:  # measured beside its base: both sides' seconds, and second process pairs
+            self.expected[cell_id] *= PAIRED_OVER_OWN
+        self.progress = Progress(len(cells), sum(self.expected.values()))
+        if any(self.isolates(cell) for cell in cells) and not self.config.option.collectonly:
+            self.isolated_process().prestart()  # its imports overlap what comes before the first cell
+        gpus = sum(1 for cell in cells if cell.device_kind == "gpu")
+        how = f"{len(paired)} of them beside their base (paired)" if paired else "in one process"
+        return (
+            f"perfgate: {len(cells)} cell(s) planned ({gpus} on a GPU), about "
+            f"{hms(sum(self.expected.values()))} expected {how}: {self.costs_known} from the "
+            f"costs history, {len(cells) - self.costs_known} from priors per variant (perfgate.plan.costs)"
+        )
+
+    def precompile(self, cells: list[Cell]) -> str:
+        """--perf-precompile N: fill --perf-cache-dir with the planned cells' compiles in N processes at once,
+        dealt by expected cost, before the first cell is timed (plan() first); returns the line that says how
+        it went. Each line (a cell's first-call seconds, or why it did not compile) goes to
+        <results>.precompile.json."""
+        import time
+
+        import torch
+
+        from perfgate.core import zoo
+        from perfgate.core.records_file import precompile_path
+        from perfgate.measure import precompile, precompiled, reference
+        from perfgate.plan.costs import hms, precompile_shares
+
+        workers = self.config.getoption("--perf-precompile")
+        devices = precompile.cuda_devices()
+        todo = {cell.id: cell for cell in cells if precompile.wanted(cell, bool(devices))}
+        if not todo:
+            return "perfgate: --perf-precompile: no selected cell compiles with inductor; nothing to do"
+        started = time.monotonic()
+        cache_dir = self.config.getoption("--perf-cache-dir")
+        gpu = torch.cuda.get_device_name(devices[0]) if devices else None
+        keys = {cell_id: precompiled.key(cell, self.tf32, gpu, self.registry) for cell_id, cell in todo.items()}
+        cells_left, held = precompiled.split(todo.values(), cache_dir, keys)
+        already = f"; {len(held)} already in the cache from an earlier precompile" if held else ""
+        self.precompiled = {cell.id for cell in held}
+        if not cells_left:
+            self.precompile_s = time.monotonic() - started
+            return (
+                f"perfgate: --perf-precompile: all {len(held)} cell(s) already in the cache from an earlier precompile"
+            )
+        shares = precompile_shares(cells_left, self.expected, workers)
+        registry = zoo.load(self.registry)
+        limit = max(sum(self.time_limit_s(registry[c.model], c) for c in share) for share in shares if share)
+        references = self.config.getoption("--perf-reference-cache") or reference.DEFAULT_DIR
+        results = precompile.run(
+            shares,
+            cache_dir=cache_dir,
+            registry=self.registry,
+            devices=devices,
+            tf32=self.tf32,
+            limit_s=limit,
+            reference_dir=None if references == "off" else references,
+            out=precompile_path(self.results_path),
+        )
+        precompiled.mark(results, cache_dir, keys)
+        self.precompiled |= {r["cell"] for r in results if r["status"] == "ok"}
+        self.precompile_s = time.monotonic() - started
+        failed = [
+            r["cell"] + (f" (stopped after {hms(r['stopped_after_s'])})" if "stopped_after_s" in r else "")
+            for r in results
+            if r["status"] != "ok"
+        ]
+        return (
+            f"perfgate: precompiled {len(results) - len(failed)} of {len(results)} cell(s) in "
+            f"{hms(time.monotonic() - started)} with {len([s for s in shares if s])} process(es)"
+            + (f"; not compiled: {', '.join(failed)}" if failed else "")
+            + already
+        )
