@@ -1,10 +1,12 @@
 """What a paired look asks of the two workers and keeps: eager's wall step in a few round pairs where it is
 shown, not judged; and where a cell's GPU time went, each side's kernels by name from the device clock's profiled
-rounds, with the kernels whose ms moved B against A named in a device rule's verdict."""
+rounds, with the kernels whose ms moved B against A named in a device rule's verdict; and how many process pairs
+a cell's comparisons call for."""
 
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import pytest
 
@@ -120,3 +122,29 @@ def test_a_first_look_steps_eager_in_a_few_pairs_where_its_wall_step_is_only_sho
         assert len(rounds["wall"][s]["compiled"][0]) == duet.WALL_PAIRS
         assert len(rounds["wall"][s]["eager"][0]) == stepped_eager
     assert sum("eager" in m["sides"] for m in asked) == 2 * stepped_eager
+
+
+def _steady(n: int, ms: float, seed: int) -> list[float]:
+    rng = random.Random(seed)
+    return [ms * (1 + 0.001 * rng.random()) for _ in range(n)]
+
+
+@pytest.mark.parametrize("clock, confirm", [("wall", 3), ("device", 2)], ids=["wall-three-pairs", "device-two-pairs"])
+def test_a_regression_stands_only_once_its_clocks_process_pairs_all_show_it(clock, confirm):
+    """A host-bound step's wall clock carries a process effect of up to ~20 % (both of B's processes +21.3 and
+    +20.0 % in an H100 A/A): a wall regression must show in three process pairs, a device one in two. A pair that
+    does not show it leaves the rule unsure, and no more pairs are taken."""
+    from perfgate.core.clocks import DEVICE, WALL
+
+    rule = paired.PairedRule(WALL if clock == "wall" else DEVICE, "compiled", 0.05 if clock == "wall" else 0.01)
+    a, b = [], []
+    for pair in range(1, paired.MAX_PAIRS + 1):
+        a.append(_steady(12, 10.0, pair))
+        b.append(_steady(12, 12.0, 100 + pair))  # B 20 % slower in every pair
+        got = paired.across_pairs(a, b, rule, 0.99)
+        assert got.outcome == "regression"
+        assert paired.final([got], pair) == (pair >= confirm), pair
+    faded = paired.across_pairs(a[:2] + [_steady(12, 10.0, 9)], b[:2] + [_steady(12, 10.0, 10)], rule, 0.99)
+    assert faded.outcome == "unsure" and paired.final([faded], 3)
+    unsure = paired.Comparison(rule, 0.03, -0.01, 0.07, "unsure", 12, 0.99)
+    assert paired.pairs_needed([unsure]) == 2 and paired.pairs_needed([replace(unsure, outcome="ok")]) == 1

@@ -10,8 +10,9 @@ measures only the clocks with a rule still unsure, and of the wall clock only th
 host clock and eager's wall step, shown and never judged, only in the first, eager in EAGER_SHOWN_PAIRS of its
 wall round pairs).
 A cell still unsure, or showing a regression, then gets a second process pair (fresh processes, B prepared
-first now that the cache is warm), up to DUETS: a regression must show in both (paired.across_pairs). What is
-still unsure after that stays unsure: it never passes.
+first now that the cache is warm), and a wall regression shown in both a third, up to DUETS: a regression must
+show in every pair (paired.across_pairs, paired.CONFIRM_PAIRS). What is still unsure after its second pair
+stays unsure: it never passes.
 """
 
 from __future__ import annotations
@@ -38,7 +39,11 @@ EAGER_SHOWN_PAIRS = 4
 HOST_PAIRS = 3
 DEVICE_ROUNDS = 4  # profiled rounds a side a look, in one profiler session (device time repeats to 0.1 %)
 LOOKS = 3  # looks a process pair
-DUETS = 2  # process pairs a cell, at most
+DUETS = paired.MAX_PAIRS  # process pairs a cell, at most: only a wall regression shown in two takes a third
+# Every look's interval is two-sided at 1 - ALPHA / JUDGED_LOOKS, the looks of the first two process pairs. A
+# third pair can only keep a wall regression that both showed or turn it unsure (paired.across_pairs): its looks
+# make no cell ok and no new cell red, so they take no share of ALPHA.
+JUDGED_LOOKS = LOOKS * 2
 ROUND_LIMIT_S = 300.0  # one request's answer
 CLOCKS = ("wall", "host", "device")
 OUT_OF_MEMORY = "out of memory"  # torch.OutOfMemoryError's words: "CUDA out of memory. Tried to allocate ..."
@@ -85,7 +90,7 @@ def measure(
     started = time.monotonic()
     lap = _lap()
     record_a = record_b = steps = None
-    confidence = paired.look_confidence(LOOKS * DUETS)
+    confidence = paired.look_confidence(JUDGED_LOOKS)
     comparisons: list[paired.Comparison] = []
     kernels: list[dict] = []  # each process pair's latest {worker: {side: {kernel: ms per step}}}
     for _ in range(DUETS):
@@ -95,7 +100,7 @@ def measure(
             for s in "ab":
                 for side in ("eager", "compiled"):
                     rounds[clock][s][side].append([])
-        first = duet.first if summary["duets"] == 1 else _other(duet.first)
+        first = duet.first if summary["duets"] % 2 else _other(duet.first)
         # A planted fault (--perf-inject) sizes itself on the cell's own step time after warm-up: that wants the
         # machine to itself, so B's preparation never overlaps A's then.
         together = (warm or summary["duets"] > 1) and job_b.options.fault is None

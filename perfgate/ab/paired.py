@@ -20,7 +20,8 @@ Process pairs: a process has effects of its own that last its life. In A/As on H
 machine and -0.45 % in one of another, every round of a pair on the same side of the gap, where the rounds of one
 pair repeat within 0.1-0.3 %; eager's read +0.4 % and -0.6 %. No interval from one pair's rounds can hold that.
 So a regression must show in every process pair measured, and the first pair's regression is measured again
-in a second (`across_pairs`): a one-pair red is at most unsure.
+in fresh pairs (`across_pairs`, CONFIRM_PAIRS: three for the wall clock, two for the device clock): a one-pair
+red is at most unsure.
 
 Error rates across repeated looks: every look's interval is two-sided at 1 - ALPHA / looks, where `looks` is
 the most the plan allows (Bonferroni), so over all looks a true change at or under t is called a regression,
@@ -222,11 +223,33 @@ def across_pairs(
     return replace(pooled, outcome=outcome, by_pair=tuple(c.change for c in each))
 
 
-def final(comparisons: Sequence[Comparison], pairs: int, confirm: int = 2) -> bool:
-    """Whether a cell's comparisons end its measuring: nothing unsure, and a regression shown in `confirm`
-    process pairs (a red from one pair is measured again in a fresh one)."""
-    outcomes = {c.outcome for c in comparisons}
-    return "unsure" not in outcomes and ("regression" not in outcomes or pairs >= confirm)
+# Process pairs a regression must show in, by clock. A host-bound step's wall clock carries a process's own
+# effect of up to ~20 %: in an A/A on an H100 alone (a1670055, 2026-11-27) both of B's processes issued
+# segformer_b2 infer's compiled step 21.3 and 20.0 % slower than both of A's, and 5 of that run's 22 process
+# pairs read the compiled wall beyond +-5 %; two pairs that agree are not enough there. The device clock's
+# process effects are smaller and rarer (beyond +-1 % in 8 of about 110 A/A pairs): two pairs.
+CONFIRM_PAIRS = {"wall": 3, "device": 2}
+MAX_PAIRS = max(CONFIRM_PAIRS.values())
+
+
+def pairs_needed(comparisons: Sequence[Comparison]) -> int:
+    """The process pairs a cell's comparisons call for: one where every rule is decided and none shows a
+    regression; two where a rule is unsure (a fresh pair; still unsure after it, the rule stays unsure); for a
+    regression, its clock's CONFIRM_PAIRS (across_pairs: it must show in every one)."""
+    need = 1
+    for c in comparisons:
+        if c.outcome == "unsure":
+            need = max(need, 2)
+        elif c.outcome == "regression":
+            need = max(need, CONFIRM_PAIRS.get(c.rule.clock.name, 2))
+    return need
+
+
+def final(comparisons: Sequence[Comparison], pairs: int) -> bool:
+    """Whether a cell's comparisons after `pairs` process pairs end its measuring (pairs_needed), or a rule's
+    regression already stands (shown in its clock's CONFIRM_PAIRS: the cell is red whatever the others read)."""
+    confirmed = any(c.outcome == "regression" and pairs >= CONFIRM_PAIRS.get(c.rule.clock.name, 2) for c in comparisons)
+    return confirmed or pairs >= pairs_needed(comparisons)
 
 
 def counts(record_a: dict, record_b: dict) -> list[dict]:

@@ -29,12 +29,13 @@ def prefix(rounds: dict, clock: str, duets: int, n: int) -> dict:
 
 def rejudge(record: dict) -> tuple[str, int, int]:
     """(outcome, looks, process pairs) under this tree's rules. A record whose engine stopped on an error (a side
-    failed) stays unsure; a look the records hold no new rounds for is not taken (the engine then stopped)."""
+    failed) stays unsure; a look the records hold no new rounds for is not taken (the engine then stopped); an
+    outcome that would want a process pair the records lack says so ("regression, wants pair 3")."""
     p = record["paired"]
     if p.get("error"):
         return "unsure", p.get("looks", 0), p.get("duets", 0)
     rounds, kind = p["rounds"], record.get("device_kind", "gpu")
-    confidence = paired.look_confidence(duet.LOOKS * duet.DUETS)
+    confidence = paired.look_confidence(duet.JUDGED_LOOKS)
     looks = pairs = 0
     comparisons: list = []
     for d in range(1, min(duet.DUETS, len(rounds["wall"]["b"]["compiled"])) + 1):
@@ -54,7 +55,10 @@ def rejudge(record: dict) -> tuple[str, int, int]:
         if paired.final(comparisons, d):
             break
     counted = [c["outcome"] for c in p.get("counts", [])]
-    return paired.worst([c.outcome for c in comparisons] + counted), looks, pairs
+    outcome = paired.worst([c.outcome for c in comparisons] + counted)
+    if not paired.final(comparisons, pairs):  # these rules want a pair the records' engine never measured
+        outcome = f"{outcome}, wants pair {paired.pairs_needed(comparisons)}"
+    return outcome, looks, pairs
 
 
 def main(paths: list[str]) -> None:
