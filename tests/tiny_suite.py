@@ -13,6 +13,11 @@ import pytest
 
 import perfgate
 
+try:  # before any test's pytester snapshot: pytester drops at teardown every module a test imported first, and
+    import torch  # noqa: F401  torch imported again in that process fails ("SystemError: ... bad call flags")
+except ImportError:  # a box without torch runs the torch-free tests
+    pass
+
 # The suites below run in a temporary directory, where `import perfgate` finds whichever copy is installed
 # (an editable install may point at another checkout): put this checkout's first, so it is what they test.
 PERFGATE_ROOT = str(Path(perfgate.__file__).resolve().parents[1])
