@@ -148,3 +148,59 @@ def test_a_regression_stands_only_once_its_clocks_process_pairs_all_show_it(cloc
     assert faded.outcome == "unsure" and paired.final([faded], 3)
     unsure = paired.Comparison(rule, 0.03, -0.01, 0.07, "unsure", 12, 0.99)
     assert paired.pairs_needed([unsure]) == 2 and paired.pairs_needed([replace(unsure, outcome="ok")]) == 1
+
+
+def test_a_regression_that_a_later_pair_could_not_measure_stays_unsure():
+    """A device regression from pair 1 whose pair 2 lost its device rounds (a side's profiler failed) rests on
+    one pair: measuring ends, and the verdict reads it unsure, never red."""
+    from perfgate.core.clocks import DEVICE
+
+    rule = paired.PairedRule(DEVICE, "compiled", 0.01)
+    one = paired.across_pairs([_steady(4, 10.0, 1), []], [_steady(4, 10.3, 2), []], rule, 0.99)
+    assert one.outcome == "regression" and paired.measured_pairs(one) == 1
+    assert paired.final([one], 2) and [c.outcome for c in paired.settled([one])] == ["unsure"]
+
+
+def test_a_worker_lost_in_a_later_process_pair_keeps_the_last_whole_pairs_records(monkeypatch):
+    """Pair 1 reads a wall regression, so pair 2 is taken; B's worker dies in its rounds. This tree's cell keeps
+    pair 1's record (not a failed one: the gate would read a failed cell as a regression), and the cell is
+    unsure, naming why."""
+    from perfgate.ab.sides import Side
+    from perfgate.core.clocks import WALL
+    from perfgate.core.job import Job, RunOptions
+    from perfgate.core.matrix import Cell
+
+    class Worker:
+        def __init__(self, name):
+            self.name, self.jobs, self.finish_asked, self.sent = name, 0, False, []
+            self.popen = type("P", (), {"pid": 1 if name == "a" else 2})()
+            self.hello = {"hello": {"wall_sides": True}}
+            self.side = Side(name.upper(), ".")
+
+        def send(self, message):
+            self.sent.append(message)
+            self.jobs += "job" in message
+            self.finish_asked = message.get("op") == "finish"
+
+        def expect(self, key, limit_s, progress=None):
+            last = self.sent[-1]
+            if "job" in last:
+                return {"ready": {"eager_ms": 20.0, "compiled_ms": 10.0, "device_clock": False}}
+            if last.get("op") == "finish":
+                return {"record": {"status": "ok", "pair": self.jobs}}
+            if self.name == "b" and self.jobs == 2:
+                return {"record": {"status": "failed", "reason": "worker died"}}
+            return {key: {"eager": 20.0, "compiled": 10.0}}
+
+    workers = {"a": Worker("a"), "b": Worker("b")}
+    fake = type("Duet", (), {})()
+    fake.sides, fake.first, fake.notes = (Side("A", "."), Side("B", ".")), "a", {}
+    fake.worker = lambda side: workers[side.name.lower()]
+    fake.start = lambda *sides: [workers[s.name.lower()] for s in sides]
+    fake.renew = fake.spawn_spares = fake.greet_spares = lambda: None
+    red = paired.Comparison(paired.PairedRule(WALL, "compiled", 0.05), 0.2, 0.15, 0.25, "regression", 12, 0.99)
+    monkeypatch.setattr(duet, "_judge", lambda *args, **kwargs: [red])
+    job = Job(Cell("mlp", "train", "aot_eager", "fp32", "gpu"), RunOptions(device="cuda"), tf32=False)
+    record_b, record_a, summary = duet.measure(fake, job, lambda _m: None)
+    assert record_b == {"status": "ok", "pair": 1} and record_a == {"status": "ok", "pair": 1}
+    assert summary["outcome"] == "unsure" and "ended its cell mid-rounds" in summary["error"]

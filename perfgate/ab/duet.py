@@ -30,7 +30,8 @@ from perfgate.ab.sides import Side
 
 WALL_PAIRS = 12  # wall round pairs a look; a round is ~50 ms of each of eager and compiled
 # Of a first look's wall round pairs, those that step eager too where its wall step is shown, not judged (the PR
-# gate): they give the records their own wall speedup and the verdict eager's shown change. Eager's rounds were
+# gate), spread over the look: they give the records their own wall speedup (from 4 round pairs, not 12) and the
+# verdict eager's shown change. Eager's rounds were
 # 52-58 % of the first looks' wall seconds, 59-71 s of a whole-tier A/A's ~500 s of cells (4xH200 2aa41d77).
 EAGER_SHOWN_PAIRS = 4
 # Host round pairs in a process pair's first look (the host clock is shown, never judged: its lines were
@@ -43,7 +44,7 @@ DUETS = paired.MAX_PAIRS  # process pairs a cell, at most: only a wall regressio
 # Every look's interval is two-sided at 1 - ALPHA / JUDGED_LOOKS, the looks of the first two process pairs. A
 # third pair can only keep a wall regression that both showed or turn it unsure (paired.across_pairs): its looks
 # make no cell ok and no new cell red, so they take no share of ALPHA.
-JUDGED_LOOKS = LOOKS * 2
+JUDGED_LOOKS = LOOKS * paired.UNSURE_PAIRS
 ROUND_LIMIT_S = 300.0  # one request's answer
 CLOCKS = ("wall", "host", "device")
 OUT_OF_MEMORY = "out of memory"  # torch.OutOfMemoryError's words: "CUDA out of memory. Tried to allocate ..."
@@ -93,6 +94,7 @@ def measure(
     confidence = paired.look_confidence(JUDGED_LOOKS)
     comparisons: list[paired.Comparison] = []
     kernels: list[dict] = []  # each process pair's latest {worker: {side: {kernel: ms per step}}}
+    kept: tuple[dict | None, dict | None] = (None, None)  # the records of the last pair that finished
     for _ in range(DUETS):
         summary["duets"] += 1
         kernels.append({})
@@ -140,6 +142,7 @@ def measure(
                 for side in (a, b):
                     duet.worker(side).send({"op": "finish", "solo": False})
             record_a, record_b = (_finish(duet.worker(side), progress) for side in (a, b))
+            kept = (record_a, record_b)
             seconds["finish"].append(lap())
         except WorkerGone as err:
             summary["error"] = str(err)
@@ -152,6 +155,9 @@ def measure(
         duet.renew()  # a fresh process pair for the next duet
         why = "a regression is measured again" if _decided(comparisons) else "still unsure"
         progress(f"{job_b.cell.id}: {why}, with a fresh process pair")
+    if record_b is None and kept[1] is not None:  # a later pair's worker died: the last whole pair's records
+        record_a, record_b = kept
+    verdicts = paired.settled(comparisons)
     counted = paired.counts(record_a, record_b) if _both_ok(record_a, record_b) and "error" not in summary else []
     notes = [
         duet.notes.get("A", ""),
@@ -160,11 +166,11 @@ def measure(
     summary.update(
         outcome="unsure"
         if "error" in summary
-        else paired.worst([c.outcome for c in comparisons] + [c["outcome"] for c in counted]),
+        else paired.worst([c.outcome for c in verdicts] + [c["outcome"] for c in counted]),
         counts=counted,
         kernels=paired.kernels_moved(kernels),
         steps_per_round=steps,
-        rules=[c.as_json() for c in comparisons],
+        rules=[c.as_json() for c in verdicts],
         rounds=rounds,
         note="; ".join(filter(None, notes)),
         seconds={
@@ -297,7 +303,7 @@ def _look_once(
     """One look: the round pairs of each clock in `wanted` ({clock: the sides whose rounds it wants}), their
     seconds added to `spent` by clock, and each worker's latest kernel table (the device clock's) in `kernels`.
     A wall round steps only the wanted sides (after the first look, most often the compiled step alone), and
-    eager only in the first `eager_pairs` of the look's wall round pairs where compiled is wanted too."""
+    eager in `eager_pairs` of the look's wall round pairs, spread over it, where compiled is wanted too."""
     workers = {"a": duet.worker(duet.sides[0]), "b": duet.worker(duet.sides[1])}
     if not all(_steps_sides(w) for w in workers.values()):  # a base on an older engine steps both sides: so does B
         wanted = {**wanted, **({"wall": {"eager", "compiled"}} if "wall" in wanted else {})}
@@ -318,8 +324,9 @@ def _look_once(
         spent[clock] += time.monotonic() - t0
 
     sides = sorted(wanted.get("wall", ()))
+    stride = max(1, WALL_PAIRS // max(1, eager_pairs))  # eager's pairs spread over the look: 0, 3, 6, 9 of 12
     for i in range(WALL_PAIRS if sides else 0):
-        now = sides if i < eager_pairs or "compiled" not in sides else ["compiled"]
+        now = sides if i % stride == 0 or "compiled" not in sides else ["compiled"]
         pair("wall", {"op": "wall", "steps": steps, "first": rng.choice(("eager", "compiled")), "sides": now}, now)
     for _ in range(HOST_PAIRS if "host" in wanted else 0):
         pair("host", {"op": "host"}, wanted["host"])

@@ -31,6 +31,7 @@ or one at or over t called ok, with probability at most ALPHA / 2 each.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from types import MappingProxyType
 from typing import Callable, Sequence
 
 import numpy as np
@@ -227,29 +228,44 @@ def across_pairs(
 # effect of up to ~20 %: in an A/A on an H100 alone (a1670055, 2026-11-27) both of B's processes issued
 # segformer_b2 infer's compiled step 21.3 and 20.0 % slower than both of A's, and 5 of that run's 22 process
 # pairs read the compiled wall beyond +-5 %; two pairs that agree are not enough there. The device clock's
-# process effects are smaller and rarer (beyond +-1 % in 8 of about 110 A/A pairs): two pairs.
-CONFIRM_PAIRS = {"wall": 3, "device": 2}
-MAX_PAIRS = max(CONFIRM_PAIRS.values())
+# process effects are smaller and rarer (beyond +-1 % in 8 of 114 A/A pairs): two pairs.
+CONFIRM_PAIRS = MappingProxyType({"wall": 3, "device": 2})
+UNSURE_PAIRS = 2  # process pairs an unsure rule gets: a fresh pair, then it stays unsure
+MAX_PAIRS = max(UNSURE_PAIRS, *CONFIRM_PAIRS.values())
+
+
+def measured_pairs(c: Comparison) -> int:
+    """The process pairs whose rounds a comparison rests on (a pair whose clock failed on a side has none)."""
+    return max(1, len(c.by_pair))
 
 
 def pairs_needed(comparisons: Sequence[Comparison]) -> int:
     """The process pairs a cell's comparisons call for: one where every rule is decided and none shows a
-    regression; two where a rule is unsure (a fresh pair; still unsure after it, the rule stays unsure); for a
-    regression, its clock's CONFIRM_PAIRS (across_pairs: it must show in every one)."""
+    regression; UNSURE_PAIRS where a rule is unsure; for a regression, its clock's CONFIRM_PAIRS
+    (across_pairs: it must show in every one)."""
     need = 1
     for c in comparisons:
         if c.outcome == "unsure":
-            need = max(need, 2)
+            need = max(need, UNSURE_PAIRS)
         elif c.outcome == "regression":
-            need = max(need, CONFIRM_PAIRS.get(c.rule.clock.name, 2))
+            need = max(need, CONFIRM_PAIRS.get(c.rule.clock.name, UNSURE_PAIRS))
     return need
+
+
+def _confirmed(c: Comparison) -> bool:
+    return c.outcome == "regression" and measured_pairs(c) >= CONFIRM_PAIRS.get(c.rule.clock.name, UNSURE_PAIRS)
 
 
 def final(comparisons: Sequence[Comparison], pairs: int) -> bool:
     """Whether a cell's comparisons after `pairs` process pairs end its measuring (pairs_needed), or a rule's
     regression already stands (shown in its clock's CONFIRM_PAIRS: the cell is red whatever the others read)."""
-    confirmed = any(c.outcome == "regression" and pairs >= CONFIRM_PAIRS.get(c.rule.clock.name, 2) for c in comparisons)
-    return confirmed or pairs >= pairs_needed(comparisons)
+    return any(_confirmed(c) for c in comparisons) or pairs >= pairs_needed(comparisons)
+
+
+def settled(comparisons: Sequence[Comparison]) -> list[Comparison]:
+    """The comparisons as the verdict reads them: a regression shown in fewer process pairs than its clock's
+    CONFIRM_PAIRS (measuring ended first: the budget, another rule's red, a pair whose clock failed) is unsure."""
+    return [c if c.outcome != "regression" or _confirmed(c) else replace(c, outcome="unsure") for c in comparisons]
 
 
 def counts(record_a: dict, record_b: dict) -> list[dict]:

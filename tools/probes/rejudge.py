@@ -55,7 +55,7 @@ def rejudge(record: dict) -> tuple[str, int, int]:
         if paired.final(comparisons, d):
             break
     counted = [c["outcome"] for c in p.get("counts", [])]
-    outcome = paired.worst([c.outcome for c in comparisons] + counted)
+    outcome = paired.worst([c.outcome for c in paired.settled(comparisons)] + counted)
     if not paired.final(comparisons, pairs):  # these rules want a pair the records' engine never measured
         outcome = f"{outcome}, wants pair {paired.pairs_needed(comparisons)}"
     return outcome, looks, pairs
