@@ -2,7 +2,6 @@
 trees of the tiny suite measured side by side: an A/A passes, a planted slowdown on this tree's side fails."""
 
 import json
-import random
 import re
 import subprocess
 import sys
@@ -556,36 +555,6 @@ def test_eagers_wall_step_is_shown_never_judged():
     judged = {c.rule.key: c for c in duet_module._judge(_rounds({"eager": 1.2}), 0.99, "gpu", eager_wall=True)}
     assert judged["eager_ms"].outcome == "regression"
     assert {r.threshold for r in paired.rules_for("cpu", eager_wall=True) if r.clock is WALL} == {paired.CPU_WALL_LINE}
-
-
-@pytest.mark.parametrize("older_base", [False, True], ids=["both-engines-step-one-side", "base-predates-it"])
-def test_a_later_look_steps_only_the_wall_side_still_unsure(older_base):
-    """After the first look only the unsure rule's side is stepped. A base on an engine before that (its hello
-    does not say wall_sides) steps both sides whatever it is asked, so B is asked for both too: the two sides'
-    rounds must run alike."""
-    unsure = paired.Comparison(paired.RULES[0], 0.03, -0.01, 0.07, "unsure", 12, 0.99)
-    assert paired.RULES[0].key == "compiled_ms"
-    assert duet_module._unsure([unsure]) == {"wall": {"compiled"}}
-    asked = []
-
-    class Worker:
-        def __init__(self, side):
-            self.hello = {} if older_base and side == "A" else {"hello": {"wall_sides": True}}
-
-        def send(self, message):
-            asked.append(message)
-
-        def expect(self, key, limit_s, progress=None):
-            return {key: {"eager": 20.0, "compiled": 10.0}}
-
-    pair = type("Pair", (), {"sides": ("A", "B"), "worker": lambda self, side: Worker(side)})()
-    rounds = {clock: {s: {"eager": [[]], "compiled": [[]]} for s in "ab"} for clock in duet_module.CLOCKS}
-    spent = dict.fromkeys(duet_module.CLOCKS, 0.0)
-    duet_module._look_once(pair, rounds, 2, random.Random(0), {}, {"wall": {"compiled"}}, spent, {})
-    expected = ["compiled", "eager"] if older_base else ["compiled"]
-    assert {m["op"] for m in asked} == {"wall"} and all(m["sides"] == expected for m in asked)
-    assert len(rounds["wall"]["a"]["compiled"][0]) == len(rounds["wall"]["b"]["compiled"][0]) == duet_module.WALL_PAIRS
-    assert len(rounds["wall"]["a"]["eager"][0]) == (duet_module.WALL_PAIRS if older_base else 0)
 
 
 def _measured_out_of_memory(short: str) -> tuple:

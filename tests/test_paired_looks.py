@@ -91,16 +91,10 @@ def test_the_coordinator_keeps_each_workers_latest_kernel_table():
     assert paired.kernels_moved([kept]) == []
 
 
-@pytest.mark.parametrize(
-    "older_base, eager_judged",
-    [(False, False), (True, False), (False, True)],
-    ids=["pr-gate", "base-predates-it", "ab-judges-eager"],
-)
-def test_a_first_look_steps_eager_in_a_few_pairs_where_its_wall_step_is_only_shown(older_base, eager_judged):
-    """The PR gate shows eager's wall step and never judges it: of a first look's wall round pairs, eager runs in
-    EAGER_SHOWN_PAIRS (the records' own speedup and the shown change), compiled in all. A base whose engine
-    steps both sides whatever it is asked, and an A/B that judges eager, step it in every pair."""
-    asked = []
+def _looked_at(older_base: bool, wanted: dict, eager_pairs: int = duet.WALL_PAIRS) -> tuple[dict, list[dict]]:
+    """(rounds, requests) of one look over two fake workers, side A's engine older than per-side stepping where
+    `older_base`: its hello does not say wall_sides."""
+    asked: list[dict] = []
 
     class Worker:
         def __init__(self, side):
@@ -114,14 +108,41 @@ def test_a_first_look_steps_eager_in_a_few_pairs_where_its_wall_step_is_only_sho
 
     pair = type("Pair", (), {"sides": ("A", "B"), "worker": lambda self, side: Worker(side)})()
     rounds = {clock: {s: {"eager": [[]], "compiled": [[]]} for s in "ab"} for clock in duet.CLOCKS}
-    eager_pairs = duet.WALL_PAIRS if eager_judged else duet.EAGER_SHOWN_PAIRS
-    wanted = {"wall": {"eager", "compiled"}}
     duet._look_once(pair, rounds, 2, random.Random(0), {}, wanted, dict.fromkeys(duet.CLOCKS, 0.0), {}, eager_pairs)
+    return rounds, asked
+
+
+@pytest.mark.parametrize(
+    "older_base, eager_judged",
+    [(False, False), (True, False), (False, True)],
+    ids=["pr-gate", "base-predates-it", "ab-judges-eager"],
+)
+def test_a_first_look_steps_eager_in_a_few_pairs_where_its_wall_step_is_only_shown(older_base, eager_judged):
+    """The PR gate shows eager's wall step and never judges it: of a first look's wall round pairs, eager runs in
+    EAGER_SHOWN_PAIRS (the records' own speedup and the shown change), compiled in all. A base whose engine
+    steps both sides whatever it is asked, and an A/B that judges eager, step it in every pair."""
+    eager_pairs = duet.WALL_PAIRS if eager_judged else duet.EAGER_SHOWN_PAIRS
+    rounds, asked = _looked_at(older_base, {"wall": {"eager", "compiled"}}, eager_pairs)
     stepped_eager = duet.WALL_PAIRS if older_base or eager_judged else duet.EAGER_SHOWN_PAIRS
     for s in "ab":
         assert len(rounds["wall"][s]["compiled"][0]) == duet.WALL_PAIRS
         assert len(rounds["wall"][s]["eager"][0]) == stepped_eager
     assert sum("eager" in m["sides"] for m in asked) == 2 * stepped_eager
+
+
+@pytest.mark.parametrize("older_base", [False, True], ids=["both-engines-step-one-side", "base-predates-it"])
+def test_a_later_look_steps_only_the_wall_side_still_unsure(older_base):
+    """After the first look only the unsure rule's side is stepped. A base on an engine before that (its hello
+    does not say wall_sides) steps both sides whatever it is asked, so B is asked for both too: the two sides'
+    rounds must run alike."""
+    unsure = paired.Comparison(paired.RULES[0], 0.03, -0.01, 0.07, "unsure", 12, 0.99)
+    assert paired.RULES[0].key == "compiled_ms"
+    assert duet._unsure([unsure]) == {"wall": {"compiled"}}
+    rounds, asked = _looked_at(older_base, {"wall": {"compiled"}})
+    expected = ["compiled", "eager"] if older_base else ["compiled"]
+    assert {m["op"] for m in asked} == {"wall"} and all(m["sides"] == expected for m in asked)
+    assert len(rounds["wall"]["a"]["compiled"][0]) == len(rounds["wall"]["b"]["compiled"][0]) == duet.WALL_PAIRS
+    assert len(rounds["wall"]["a"]["eager"][0]) == (duet.WALL_PAIRS if older_base else 0)
 
 
 def _steady(n: int, ms: float, seed: int) -> list[float]:
