@@ -31,8 +31,8 @@ from perfgate.ab.sides import Side
 WALL_PAIRS = 12  # wall round pairs a look; a round is ~50 ms of each of eager and compiled
 # Of a first look's wall round pairs, those that step eager too where its wall step is shown, not judged (the PR
 # gate), spread over the look: they give the records their own wall speedup (from 4 round pairs, not 12) and the
-# verdict eager's shown change. Eager's rounds were
-# 52-58 % of the first looks' wall seconds, 59-71 s of a whole-tier A/A's ~500 s of cells (4xH200 2aa41d77).
+# verdict eager's shown change. Eager's rounds were 52-58 % of the first looks' wall seconds, 59-71 s of a
+# whole-tier A/A's ~500 s of cells (4xH200 2aa41d77).
 EAGER_SHOWN_PAIRS = 4
 # Host round pairs in a process pair's first look (the host clock is shown, never judged: its lines were
 # +-6-23 % under every estimator); a round is 5 single steps of each, its fastest kept. 6 pairs cost 1:22 of
