@@ -182,10 +182,10 @@ def test_a_regression_that_a_later_pair_could_not_measure_stays_unsure():
     assert paired.final([one], 2) and [c.outcome for c in paired.settled([one])] == ["unsure"]
 
 
-def test_a_worker_lost_in_a_later_process_pair_keeps_the_last_whole_pairs_records(monkeypatch):
-    """Pair 1 reads a wall regression, so pair 2 is taken; B's worker dies in its rounds. This tree's cell keeps
-    pair 1's record (not a failed one: the gate would read a failed cell as a regression), and the cell is
-    unsure, naming why."""
+def _measured_red(monkeypatch, died_in_pair2: bool, kernels_b: int = 100) -> tuple:
+    """duet.measure of one cell whose wall rule reads a regression at every look, over two fake workers whose
+    records carry `kernels_b` compiled kernels on B against A's 100; B's worker dies in pair 2's rounds where
+    `died_in_pair2`."""
     from perfgate.ab.sides import Side
     from perfgate.core.clocks import WALL
     from perfgate.core.job import Job, RunOptions
@@ -208,8 +208,9 @@ def test_a_worker_lost_in_a_later_process_pair_keeps_the_last_whole_pairs_record
             if "job" in last:
                 return {"ready": {"eager_ms": 20.0, "compiled_ms": 10.0, "device_clock": False}}
             if last.get("op") == "finish":
-                return {"record": {"status": "ok", "pair": self.jobs}}
-            if self.name == "b" and self.jobs == 2:
+                kernels = kernels_b if self.name == "b" else 100
+                return {"record": {"status": "ok", "cell": "c", "pair": self.jobs, "compiled_kernels": kernels}}
+            if died_in_pair2 and self.name == "b" and self.jobs == 2:
                 return {"record": {"status": "failed", "reason": "worker died"}}
             return {key: {"eager": 20.0, "compiled": 10.0}}
 
@@ -220,8 +221,34 @@ def test_a_worker_lost_in_a_later_process_pair_keeps_the_last_whole_pairs_record
     fake.start = lambda *sides: [workers[s.name.lower()] for s in sides]
     fake.renew = fake.spawn_spares = fake.greet_spares = lambda: None
     red = paired.Comparison(paired.PairedRule(WALL, "compiled", 0.05), 0.2, 0.15, 0.25, "regression", 12, 0.99)
-    monkeypatch.setattr(duet, "_judge", lambda *args, **kwargs: [red])
+    # Red in every pair measured so far: across_pairs keeps each pair's change in by_pair.
+    monkeypatch.setattr(
+        duet,
+        "_judge",
+        lambda rounds, *args, **kwargs: [replace(red, by_pair=(0.2,) * len(rounds["wall"]["b"]["compiled"]))],
+    )
     job = Job(Cell("mlp", "train", "aot_eager", "fp32", "gpu"), RunOptions(device="cuda"), tf32=False)
-    record_b, record_a, summary = duet.measure(fake, job, lambda _m: None)
-    assert record_b == {"status": "ok", "pair": 1} and record_a == {"status": "ok", "pair": 1}
+    return duet.measure(fake, job, lambda _m: None)
+
+
+def test_a_worker_lost_in_a_later_process_pair_keeps_the_last_whole_pairs_records(monkeypatch):
+    """Pair 1 reads a wall regression, so pair 2 is taken; B's worker dies in its rounds. This tree's cell keeps
+    pair 1's record (not a failed one: the gate would read a failed cell as a regression), and the cell is
+    unsure, naming why."""
+    record_b, record_a, summary = _measured_red(monkeypatch, died_in_pair2=True)
+    assert record_b["pair"] == 1 and record_a["pair"] == 1 and record_b["status"] == "ok"
     assert summary["outcome"] == "unsure" and "ended its cell mid-rounds" in summary["error"]
+
+
+@pytest.mark.parametrize(
+    "kernels_b, pairs, outcome",
+    [(100, 3, "regression"), (110, 1, "regression")],
+    ids=["wall-red-in-three-pairs", "a-count-red-ends-it-at-one"],
+)
+def test_a_wall_red_takes_three_pairs_unless_a_count_already_shows_the_regression(
+    monkeypatch, kernels_b, pairs, outcome
+):
+    """A wall red is measured in three process pairs; a cell whose B step already runs more kernels than A's
+    (a count past its band: counts repeat across processes) is red after its first."""
+    _record_b, _record_a, summary = _measured_red(monkeypatch, died_in_pair2=False, kernels_b=kernels_b)
+    assert summary["duets"] == pairs and summary["outcome"] == outcome

@@ -150,7 +150,7 @@ def measure(
                 record_b = _salvage(duet, b, progress) or record_b
             duet.renew()
             break
-        if paired.final(comparisons, summary["duets"]) or summary["duets"] == DUETS:
+        if paired.final(comparisons, summary["duets"]) or summary["duets"] == DUETS or _counted_red(*kept):
             break  # the workers stay for the next cell: renewed after the last pair, they cost ~20 s to start again
         duet.renew()  # a fresh process pair for the next duet
         why = "a regression is measured again" if _decided(comparisons) else "still unsure"
@@ -263,6 +263,12 @@ def _lap() -> Callable[[], float]:
 
 def _both_ok(record_a: dict | None, record_b: dict | None) -> bool:
     return all(r is not None and r.get("status") == "ok" for r in (record_a, record_b))
+
+
+def _counted_red(record_a: dict | None, record_b: dict | None) -> bool:
+    """Whether a count of B's step grew past its band: the cell is red whatever the clocks' further process pairs
+    would read (counts repeat across processes: docs/measuring.md), so they are not taken."""
+    return _both_ok(record_a, record_b) and any(c["outcome"] == "regression" for c in paired.counts(record_a, record_b))
 
 
 def _other(side: str) -> str:
