@@ -72,6 +72,8 @@ while ! all_done && [ "$(date +%s)" -lt "$deadline" ]; do sleep 5; done
 for c in "$top"/pchain*; do
   n=${c##*pchain}; tar czf "$OUT/chain$n.tgz" -C "$c" --exclude=engine-overlay .
   echo "== chain $n"; cat "$c/log.txt"; grep -h "perfgate paired\|: \(unsure\|regression\)\| passed\| failed\|cell(s) in\|precompiled" "$c"/*.log | cut -c1-400 | tail -24
+  runs=(); for f in "$c"/*.jsonl; do case $f in *.against.jsonl|*"*.jsonl") ;; *) runs+=("$f") ;; esac; done
+  [ ${#runs[@]} -gt 0 ] && python3 tools/probes/paired_summary.py "${runs[@]}" | cut -c1-300
 done
 head -3 "$top/machine.txt"
 all_done && echo "chains done" || echo "chains running"

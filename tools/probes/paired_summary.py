@@ -1,6 +1,7 @@
 """One line a cell of paired records (the B files a paired run writes, `paired_chain.sh`'s steps): its outcome,
 process pairs and looks, the judged rules' changes with their lines (95 %-ish half-widths of the last look's
-interval), the counts that moved, and where its seconds went; then the run's totals.
+interval), the counts that moved, where its seconds went, and, where a pair's compiled GPU time moved by over
+0.5 %, the kernels that moved most; then the run's totals.
 
     python tools/probes/paired_summary.py chain0/aa_cold.jsonl chain0/aa_warm.jsonl ...
 """
@@ -38,6 +39,10 @@ def main(paths: list[str]) -> None:
                 f"  {r['model']:>18} {r['phase']:5} {p['outcome']:10} pairs {p['duets']} looks {p['looks']}"
                 f" {s.get('total', 0):6.1f} s | {rules}" + (f" | counts {', '.join(moved)}" if moved else "")
             )
+            for k in p.get("kernels", []):  # where the GPU time of a moved device step went (paired.kernels)
+                if k["side"] == "compiled" and k["a_ms"] and abs(k["b_ms"] / k["a_ms"] - 1) > 0.005:
+                    moved = ", ".join(f"{m['kernel'][:40]} {m['b_ms'] - m['a_ms']:+.3f}" for m in k["moved"][:3])
+                    print(f"  {'':>18} pair {k['pair']} kernels {k['a_ms']:.2f} -> {k['b_ms']:.2f} ms: {moved}")
             if p.get("error") or p.get("note"):
                 print(f"  {'':>18} {(p.get('error') or '')} {p.get('note') or ''}"[:300])
         print(f"  outcomes {tally}; cell seconds " + ", ".join(f"{k} {v:.0f}" for k, v in seconds.items()))
