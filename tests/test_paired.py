@@ -291,8 +291,9 @@ PAIRED = [*tiny_suite.FAST, "--perf-round-ms=20", "-k", "infer", "--perf-against
 
 @pytest.mark.serial
 def test_paired_run_on_two_trees(suite):
-    """A/A: this tree against HEAD's checkout passes; a 40 % host slowdown planted in this tree's compiled step
-    fails on the wall clock, and side A's records stay apart from this tree's."""
+    """A/A: this tree against HEAD's checkout passes; a host slowdown planted in this tree's compiled step (its
+    host time doubled) fails on the wall clock, and side A's records stay apart from this tree's. The CPU's
+    wall line and the plant's size: paired.CPU_WALL_LINE."""
     _git_tree(suite)
     # The A/A through `perfgate ab --paired`, the CLI's way into the same engine: one pytest, its exit the verdict.
     paired_args = [a for a in PAIRED if a not in ("--perf-against", "HEAD")]
@@ -304,7 +305,7 @@ def test_paired_run_on_two_trees(suite):
     )
     assert same.returncode == 0, (same.stdout + same.stderr)[-3000:]
     assert "perfgate paired: PASS" in same.stdout and (suite.path / "ab" / "report.json").exists()
-    slowed = suite.runpytest_subprocess(*PAIRED, "--perf-inject=host_slow:40")
+    slowed = suite.runpytest_subprocess(*PAIRED, "--perf-inject=host_slow:100")
     assert slowed.ret == 1, slowed.stdout.str()[-3000:]
     slowed.stdout.fnmatch_lines(
         ["*cell(s) planned*beside their base (paired)*", "*perfgate paired: FAIL*", "*regression: compiled wall*"]

@@ -107,8 +107,10 @@ RULES: tuple[PairedRule, ...] = (
 
 # The CPU tier's tiny models on a shared 2-core box prove the engine, not speed: its wall rounds of a 0.1 ms
 # step moved 10 % between the two sides of an A/A while other processes ran (2026-11-27), so its wall line is
-# wider. A planted 40 % host slowdown read +45 % there.
-CPU_WALL_LINE = 0.15
+# wider. At 15 % an A/A's compiled wall read +0.2 % [-12.1, +18.1] (unsure) and a planted 40 % host slowdown
+# +59.2 % with a pair's interval reaching under the line (unsure) in CI's serial run, 2026-11-27: 25 %, and the
+# CPU proofs plant their host slowdown at 100 %.
+CPU_WALL_LINE = 0.25
 
 
 def rules_for(device_kind: str, eager_wall: bool = False) -> tuple[PairedRule, ...]:
