@@ -10,6 +10,7 @@
 #    (-n 4 --dist loadgroup, the dearest cells first), the data-parallel cells left out; each worker's records
 #    stay in slice.gwN.jsonl (the shards' balance).
 # 4. ddp4: the 4-rank cells not yet measured (unsplit and compiled autograd; ddp_optimizer's ran on 2789a879).
+# STEPS picks and orders them (default: beside alone precompile slice ddp4; beside2, beside3: beside again).
 # tools/probes/nightly4_summary.py DIR reads what comes back.
 set -u
 top=$PWD/.perfgate/n4
@@ -30,19 +31,26 @@ if [ "$1" = start ]; then
     lscpu | grep -E '^(Model name|CPU\(s\))'; python3 -c 'import torch,triton,transformers,timm;print(torch.__version__,triton.__version__,transformers.__version__,timm.__version__)'
   } > "$top/machine.txt" 2>&1
   export -f run; export top
-  ROT=${ROT:-1/15} setsid nohup bash -c '
+  ROT=${ROT:-1/15} STEPS=${STEPS:-beside alone precompile slice ddp4} setsid nohup bash -c '
     all="0-$(( $(nproc) - 1 ))" pr=(--perf-variants inductor_default --perf-precisions amp_bf16)
     # The cheap, decisive steps first (2026-11-27: a slice run first held the lease for 18 min on two
     # max-autotune compiles, and the neighbour steps never ran): beside, alone, then the slice as the nightly
-    # runs it, its compiles first into the kept cache (16 processes at once), then timed.
-    run beside 0,1,2,3 "$all" -m gpu -k "not test_ddp_train_step" -n 4 --dist loadgroup "${pr[@]}" --perf-cache-dir "$top/cache"
-    run alone 0 "$all" -m gpu -k "not test_ddp_train_step" "${pr[@]}" --perf-models resnet50,vit_b16,segformer_b2 \
-      --perf-cache-dir "$top/cache"
-    run precompile 0,1,2,3 "$all" -m gpu -k "not test_ddp_train_step" -q --collect-only --perf-rotate "$ROT" \
-      --perf-cache-dir "$top/cache" --perf-precompile 16
-    run slice 0,1,2,3 "$all" -m gpu -k "not test_ddp_train_step" -n 4 --dist loadgroup --perf-rotate "$ROT" \
-      --perf-cache-dir "$top/cache"
-    run ddp4 0,1,2,3 "$all" -m gpu -k "ddp4 and amp_bf16 and not inductor_ddp_optimizer" --perf-cache-dir "$top/cache"
+    # runs it, its compiles first into the kept cache (16 processes at once), then timed. beside2 and beside3
+    # repeat beside on the warm cache: the counts of each cell in three processes (issue 53), the neighbour effect twice.
+    for s in $STEPS; do
+      case $s in
+        beside*) run $s 0,1,2,3 "$all" -m gpu -k "not test_ddp_train_step" -n 4 --dist loadgroup "${pr[@]}" \
+          --perf-cache-dir "$top/cache" ;;
+        alone) run alone 0 "$all" -m gpu -k "not test_ddp_train_step" "${pr[@]}" \
+          --perf-models resnet50,vit_b16,segformer_b2 --perf-cache-dir "$top/cache" ;;
+        precompile) run precompile 0,1,2,3 "$all" -m gpu -k "not test_ddp_train_step" -q --collect-only \
+          --perf-rotate "$ROT" --perf-cache-dir "$top/cache" --perf-precompile 16 ;;
+        slice) run slice 0,1,2,3 "$all" -m gpu -k "not test_ddp_train_step" -n 4 --dist loadgroup \
+          --perf-rotate "$ROT" --perf-cache-dir "$top/cache" ;;
+        ddp4) run ddp4 0,1,2,3 "$all" -m gpu -k "ddp4 and amp_bf16 and not inductor_ddp_optimizer" \
+          --perf-cache-dir "$top/cache" ;;
+      esac
+    done
     touch "$top/done"' > /dev/null 2>&1 < /dev/null &
 fi
 [ -d "$top" ] || { echo "no chain on this machine (boot $(cat /proc/sys/kernel/random/boot_id)): it went back"; exit 5; }
