@@ -159,3 +159,24 @@ def test_a_graph_break_is_caught_by_the_compiled_counts(cells):
     assert runs["broken"]["compiled_dynamo_lookups"] > runs["built"]["compiled_dynamo_lookups"]
     assert moved["compiled_dynamo_lookups"] == moved["compiled_py_calls"] == REGRESSION
     assert "eager_py_calls" not in moved  # eager runs no fault: its count held
+
+
+def test_python_calls_on_a_thread_python_started_are_no_step_work_but_a_foreign_threads_are():
+    """sys.monitoring (3.12+) sees every thread: a step's Python on autograd's device thread (started in C++)
+    counts, a Python thread of its own (inductor's compile-pool timer) does not."""
+    import _thread
+    import threading
+
+    from perfgate.measure.counts import step_thread_hook
+
+    calls = [0]
+    hook = step_thread_hook(calls)
+    hook()
+    python_thread = threading.Thread(target=hook)
+    python_thread.start()
+    python_thread.join()
+    assert calls == [1]
+    done = threading.Event()
+    _thread.start_new_thread(lambda: (hook(), done.set()), ())  # a thread `threading` does not know, as autograd's
+    assert done.wait(5)
+    assert calls == [2]
