@@ -102,7 +102,7 @@ def mark_ok(record: dict) -> None:
 
 
 def mark_failed(record: dict, reason: str) -> None:
-    """perfgate.measure.pipeline.guarded, or a paired cell the plugin could not run: failed, and why."""
+    """perfgate.measure.pipeline.guarded: a stage raised, or the cell must not pass; failed, and why."""
     record["status"], record["reason"] = "failed", reason
 
 
