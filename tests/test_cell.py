@@ -19,7 +19,7 @@ from perfgate.core.record_reading import first_call_cache  # noqa: E402
 from perfgate.core.spec import ModelSpec, Size  # noqa: E402
 from perfgate.core.stages import STAGES  # noqa: E402
 from perfgate.core.timing_plan import CPU_PLAN  # noqa: E402
-from perfgate.measure import cache_artifacts, launch, precompile, reference  # noqa: E402
+from perfgate.measure import cache_artifacts, launch, precompile, record_builder, reference  # noqa: E402
 from perfgate.measure.cell import run_cell  # noqa: E402
 
 OPTIONS = RunOptions(
@@ -239,9 +239,10 @@ def test_a_broken_fresh_process_leaves_the_cell_ok_with_a_note():
 def test_a_fresh_process_past_its_time_is_killed_with_a_note():
     record = {}
     options = dataclasses.replace(OPTIONS, registry=f"{__name__}:REGISTRY")
-    cache_artifacts.measure_in_child(
-        b"", Cell("mlp", "infer", "inductor_default", "fp32", "cpu"), options, record, timeout_s=0.2
+    compiled = cache_artifacts.measure_in_child(
+        b"", Cell("mlp", "infer", "inductor_default", "fp32", "cpu"), options, timeout_s=0.2
     )  # the child is still importing torch
+    record_builder.merge_cache_artifacts(record, compiled)
     assert record == {"compile_artifacts_note": "fresh process: timed out after 0.2 s"}
 
 
@@ -465,7 +466,7 @@ def test_a_kept_cache_holds_one_inductor_cache_per_precision(tmp_path):
 
     seen = {}
     for precision in ("amp_bf16", "amp_fp16"):
-        with compile_cache(str(tmp_path), {}, precision):
+        with compile_cache(str(tmp_path), precision):
             seen[precision] = (os.environ["TORCHINDUCTOR_CACHE_DIR"], os.environ["TRITON_CACHE_DIR"])
     assert seen["amp_bf16"][0] == str(tmp_path / "amp_bf16") != seen["amp_fp16"][0]
     assert seen["amp_bf16"][1] == seen["amp_fp16"][1] == str(tmp_path / "triton")

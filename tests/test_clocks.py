@@ -8,7 +8,7 @@ import torch
 from perfgate.core import fault
 from perfgate.core.matrix import Cell
 from perfgate.core.record import bound_of, new_record
-from perfgate.measure import clocks, faults
+from perfgate.measure import clocks, faults, record_builder
 from perfgate.measure.clocks import union_ns
 from perfgate.measure.timing import Rounds
 
@@ -116,8 +116,8 @@ def test_cpu_clocks_fill_host_and_say_why_device_is_absent():
     record = new_record(Cell("m", "train", "inductor_default", "fp32", "cpu"), {})
     slow = lambda _i: sum(range(20_000))  # noqa: E731 - a step with host work
     fast = lambda _i: sum(range(2_000))  # noqa: E731
-    clocks.measure_device(record, slow, fast, torch.device("cpu"))
-    clocks.measure_host(record, slow, fast, torch.device("cpu"), seconds=60.0)
+    record_builder.merge_device_clock(record, clocks.measure_device(slow, fast, torch.device("cpu")))
+    record_builder.merge_clock(record, "host", clocks.measure_host(slow, fast, torch.device("cpu"), seconds=60.0))
     assert record["host_speedup"] > 2
     assert len(record["eager_host_round_ms"]) == clocks.HOST_MIN_ROUNDS  # the CPU keeps the minimum
     assert record["device_speedup"] is None and record["busy_compiled"] is None and record["bound"] is None

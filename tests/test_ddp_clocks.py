@@ -7,11 +7,17 @@ import pytest
 import torch
 from test_clocks import Event
 
-from perfgate.measure import ddp_clocks
+from perfgate.measure import ddp_clocks, record_builder_ddp
 from perfgate.measure.clocks import round_labels, work_between_markers
-from perfgate.measure.ddp_clocks import rank_rounds, split_ms, store
+from perfgate.measure.ddp_clocks import rank_rounds, split_ms
 
 MS = 1_000_000  # ns
+
+
+def store(record: dict, ranks: list[dict]) -> None:
+    """The ranks' breakdown against the record's timed step, merged into it as ddp_rank merges it."""
+    timed = {side: record[f"{side}_ms"] for side in ("eager", "compiled")}
+    record_builder_ddp.merge_step_breakdown(record, ddp_clocks.breakdown(ranks, timed))
 
 
 def test_compute_excludes_nccl_and_exposed_communication_is_what_no_compute_hides():
@@ -78,5 +84,6 @@ def test_idle_never_reads_below_zero_when_the_profiled_step_ran_longer_than_the_
 
 def test_without_cuda_the_breakdown_is_null_and_the_note_says_why():
     record: dict = {}
-    ddp_clocks.measure_into(record, None, None, torch.device("cpu"), world=2)
+    steps = ddp_clocks.measure(None, None, torch.device("cpu"), world=2, timed_ms={})
+    record_builder_ddp.merge_step_breakdown(record, steps)
     assert record == {"clocks_note": ddp_clocks.NO_CUDA}

@@ -136,3 +136,65 @@ def _appends(path: Path) -> bool:
 def test_results_files_have_one_writer():
     appenders = {module_name(p) for p in FILES if _appends(p)}
     assert appenders == set(APPENDERS), f"appends to files: {sorted(appenders)}; known: {sorted(APPENDERS)}"
+
+
+# Who writes a cell's record: perfgate.measure.record_builder (and its data-parallel half) merges what the stages
+# and probes return. A record is the dict new_record made, whatever holds it: `record`, `record_a`/`record_b`
+# (a paired cell's sides), `rec`, `partial` (a checkpoint's copy), or an object's `.record` (a CellRun's).
+RECORD_NAMES = re.compile(r"rec|record|record_[ab]|partial")
+RECORD_WRITERS = {
+    "perfgate.measure.record_builder": "the one module that sets a measured cell's fields",
+    "perfgate.measure.record_builder_ddp": "the record builder's data-parallel fields, split off for length",
+    "perfgate.core.record": "the constructor: new_record gives every field its default and the cell's identity",
+}
+MUTATORS = {"update", "setdefault", "pop", "popitem", "clear", "__setitem__", "__delitem__"}
+
+
+def _is_record(node: ast.AST) -> bool:
+    if isinstance(node, ast.Name):
+        return RECORD_NAMES.fullmatch(node.id) is not None
+    return isinstance(node, ast.Attribute) and node.attr == "record"
+
+
+def _record_writes(path: Path) -> list[int]:
+    """Lines that write to a record: an item assigned, augmented or deleted (`record[k] = v`, in a tuple
+    target too), or a mutating method called on one (`record.update(...)`, `run.record.pop(k)`)."""
+    lines = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        targets: list[ast.AST] = []
+        if isinstance(node, (ast.Assign, ast.Delete)):
+            targets = list(node.targets)
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+            targets = [node.target]
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in MUTATORS:
+            targets = [ast.Subscript(value=node.func.value, slice=ast.Constant(None))]
+        for target in targets:
+            for item in target.elts if isinstance(target, ast.Tuple) else [target]:
+                if isinstance(item, ast.Subscript) and _is_record(item.value):
+                    lines.append(node.lineno)
+    return lines
+
+
+def test_records_have_one_writer():
+    writers = {
+        f"{module_name(p)}:{line}" for p in FILES if module_name(p) not in RECORD_WRITERS for line in _record_writes(p)
+    }
+    assert not writers, f"writes to a record outside perfgate.measure.record_builder: {sorted(writers)}"
+
+
+def test_the_record_writer_check_sees_each_kind_of_write(tmp_path):
+    """A test that cannot fail is a bug: each way of writing a record is caught, and a read or another dict is not."""
+    writes = [
+        "record['a'] = 1",
+        "run.record['a'] += 1",
+        "record['a'], x = 1, 2",
+        "del partial['a']",
+        "record_b.update(a=1)",
+        "rec.setdefault('a', 1)",
+        "run.record.pop('a')",
+    ]
+    for line in writes:
+        (tmp_path / "m.py").write_text(line + "\n")
+        assert _record_writes(tmp_path / "m.py") == [1], line
+    (tmp_path / "m.py").write_text("x = record['a']\nline['a'] = 1\nrecords.update(a=1)\nrecord.get('a')\n")
+    assert _record_writes(tmp_path / "m.py") == []

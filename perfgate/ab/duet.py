@@ -180,10 +180,9 @@ def measure(
         },
     )
     if record_b is None:
-        from perfgate.core.record import new_record
+        from perfgate.core.record import failed_record
 
-        record_b = new_record(job_b.cell, {}, job_b.run_id, process="worker")
-        record_b.update(status="failed", reason=summary.get("error", "side B never reported"))
+        record_b = failed_record(job_b.cell, summary.get("error", "side B never reported"), job_b.run_id)
     return record_b, record_a, summary
 
 

@@ -358,3 +358,9 @@ def new_record(cell, env: dict, run_id: str | None = None, process: str | None =
         env=env,
     )
     return record
+
+
+def failed_record(cell, reason: str, run_id: str | None = None, process: str | None = "worker") -> dict:
+    """A failed record for `cell` that no process measured (a paired side that never reported, a paired cell
+    the engine could not run), and why; every other field at its default."""
+    return {**new_record(cell, {}, run_id, process=process), "status": "failed", "reason": reason}

@@ -27,6 +27,7 @@ from perfgate.core.job import Job
 from perfgate.core.record import error_line
 from perfgate.measure import introspect
 from perfgate.measure.launch import import_path, kill_groups, spawn, stderr_tail, supervise
+from perfgate.measure.record_builder import ArtifactsCompile, SavedArtifacts
 from perfgate.measure.steps import cell_batches, compiled_side, initial_state, sync
 
 # A cold GPU training compile took 25-70 s on an H100; loading artifacts should cost less. Past this many
@@ -54,50 +55,44 @@ def fresh_recording():
         yield
 
 
-def save(record: dict) -> bytes | None:
-    """This cell's cache artifacts as bytes (their size goes into the record), or None with a note why."""
+def save() -> SavedArtifacts:
+    """This cell's cache artifacts as bytes (the record keeps their size), or none and a note why."""
     save_artifacts = getattr(torch.compiler, "save_cache_artifacts", None)
     if save_artifacts is None:
-        record["compile_artifacts_note"] = f"torch {torch.__version__} has no torch.compiler.save_cache_artifacts"
-        return None
+        return SavedArtifacts(None, f"torch {torch.__version__} has no torch.compiler.save_cache_artifacts")
     try:
         saved = save_artifacts()
     except Exception as err:  # noqa: BLE001 - a failed save must not fail a cell that measured fine
-        record["compile_artifacts_note"] = f"save_cache_artifacts: {error_line(err)}"
-        return None
+        return SavedArtifacts(None, f"save_cache_artifacts: {error_line(err)}")
     if saved is None:
-        record["compile_artifacts_note"] = (
+        return SavedArtifacts(
+            None,
             "save_cache_artifacts() returned None: the compile left no cache "
-            "artifacts (a backend without inductor caches, or caches off)"
+            "artifacts (a backend without inductor caches, or caches off)",
         )
-        return None
-    data = saved[0]
-    record["compile_artifacts_bytes"] = len(data)
-    return data
+    return SavedArtifacts(saved[0])
 
 
 def measure_in_child(
-    data: bytes, cell, options, record: dict, timeout_s: float = CHILD_TIMEOUT_S, tf32: bool | None = None
-) -> None:
-    """Time load + first compiled call in a fresh process handed `data`; fills the compile_artifacts_*
-    fields of `record`. Never raises: whatever goes wrong becomes compile_artifacts_note."""
+    data: bytes, cell, options, timeout_s: float = CHILD_TIMEOUT_S, tf32: bool | None = None
+) -> ArtifactsCompile:
+    """Time load + first compiled call in a fresh process handed `data` (the record's compile_artifacts_*
+    fields). Never raises: whatever goes wrong becomes the note."""
     if options.registry is None:
-        record["compile_artifacts_note"] = "no model registry to rebuild the model from (RunOptions.registry)"
-        return
+        return ArtifactsCompile(note="no model registry to rebuild the model from (RunOptions.registry)")
     try:
         with tempfile.TemporaryDirectory(prefix="perfgate-artifacts-") as tmp:
             result = _run_child(Path(tmp), data, cell, options, timeout_s, tf32)
     except Exception as err:  # noqa: BLE001 - the cell measured fine; this number is extra
         result = {"error": f"could not run the child: {error_line(err)}"}
     if "error" in result:
-        record["compile_artifacts_note"] = f"fresh process: {result['error']}"
-        return
-    record["compile_artifacts_s"], record["compile_artifacts_hits"] = result["seconds"], result["hits"]
-    if result["hits"] == 0:
-        record["compile_artifacts_note"] = (
-            f"no cache hit in the fresh process ({result['misses']} misses): "
-            "it compiled cold, the artifacts went unused"
-        )
+        return ArtifactsCompile(note=f"fresh process: {result['error']}")
+    cold = (
+        f"no cache hit in the fresh process ({result['misses']} misses): it compiled cold, the artifacts went unused"
+        if result["hits"] == 0
+        else None
+    )
+    return ArtifactsCompile(result["seconds"], result["hits"], cold)
 
 
 def _run_child(directory: Path, data: bytes, cell, options, timeout_s: float, tf32: bool | None) -> dict:

@@ -17,9 +17,9 @@ import torch
 
 from perfgate.core.job import RunOptions
 from perfgate.core.matrix import VARIANTS, Cell
-from perfgate.measure import cache_artifacts, clocks, introspect, neighbours, reference, why
+from perfgate.measure import cache_artifacts, clocks, introspect, neighbours, record_builder, reference, why
 from perfgate.measure import counts as step_counts
-from perfgate.measure.compile_cache import compile_cache
+from perfgate.measure.compile_cache import cache_kind, compile_cache
 from perfgate.measure.datasheet import datasheet_tflops
 from perfgate.measure.host_speed import HostSpeed
 from perfgate.measure.pipeline import (
@@ -72,8 +72,9 @@ def run_cell(
 
     def stages() -> None:
         why_dir = Path(options.profile_dir) / cell.id if options.profile_dir else None
+        record_builder.merge_compile_cache(record, cache_kind(options.cache_dir))
         with (
-            compile_cache(options.cache_dir, record, cell.precision),
+            compile_cache(options.cache_dir, cell.precision),
             why.compile_logs(why_dir and why_dir / "compile.log"),
             cache_artifacts.fresh_recording(),
         ):
@@ -84,13 +85,9 @@ def run_cell(
         clock.enter(
             "artifacts", f"{cell.id}: compiling from {len(saved[0])} bytes of cache artifacts in a fresh process"
         )
-        cache_artifacts.measure_in_child(
-            saved[0],
-            cell,
-            options,
-            record,  # never raises: a note says what failed
-            tf32=bool(env.get("tf32")),
-        )
+        # never raises: a note says what failed
+        compiled = cache_artifacts.measure_in_child(saved[0], cell, options, tf32=bool(env.get("tf32")))
+        record_builder.merge_cache_artifacts(record, compiled)
         clock.stop()
     return record
 
@@ -106,7 +103,7 @@ def _measure(run: CellRun, record_compiled, why_dir: Path | None, serve: Callabl
     )
     capture_eager(run)
     warm_eager(run)
-    record["peak_mem_eager_mb"] = run.memory.peak_mb()
+    record_builder.merge_peak(record, "eager", run.memory.peak_mb())
     first_compiled_call(
         run,
         lambda r: compiled_side(spec, cell, r.size, r.state, device, options.fault),
@@ -130,26 +127,30 @@ def _measure(run: CellRun, record_compiled, why_dir: Path | None, serve: Callabl
     else:
         _store_served(run, *served)
     host.sample()
-    host.store(record)
-    step_counts.measure(run)  # stage "counts": a few steps a side counted, after the clocks (perfgate.measure.counts)
+    record_builder.merge_host_speed(record, host.result())
+    # Stage "counts": a few steps a side counted, after the clocks (perfgate.measure.counts).
+    record_builder.merge_counts(record, step_counts.measure(run))
 
     run.clock.enter("extras", f"{cell.id}: {clocks.summary(record)}, compile {record['compile_s']:.1f} s")
     if watch:
         watch.sample()
-        record["gpu_neighbours"], record["unfit"] = watch.found, neighbours.unfit_reason(watch.found)
+        record_builder.merge_neighbours(record, watch.found, neighbours.unfit_reason(watch.found))
     counts = introspect.compile_counts()
-    record["recompiles"] = counts["frames"] - run.first_counts["frames"]
-    record["recompile_reasons"] = counts["recompile_reasons"]
+    record_builder.merge_recompiles(record, counts["frames"] - run.first_counts["frames"], counts["recompile_reasons"])
     store_throughput(spec, run.size, cell, record, lambda: run.eager_step(0), device)
     if why_dir is not None:
-        record["why"] = {
-            "dir": str(why_dir),
-            "compile_log": str(why_dir / "compile.log"),
-            "trace_eager": str(why.trace(run.eager_step, why_dir / "trace-eager.json", device)),
-            "trace_compiled": str(why.trace(run.compiled_step, why_dir / "trace-compiled.json", device)),
-        }
-    # Saved before the in-process warm compile below: the artifacts are what the cold compile left.
-    saved = cache_artifacts.save(record) if options.warm_compile == "artifacts" else None
+        record_builder.merge_why(
+            record,
+            str(why_dir),
+            str(why_dir / "compile.log"),
+            str(why.trace(run.eager_step, why_dir / "trace-eager.json", device)),
+            str(why.trace(run.compiled_step, why_dir / "trace-compiled.json", device)),
+        )
+    saved = None
+    if options.warm_compile == "artifacts":  # before the warm compile below: what the cold compile left
+        artifacts = cache_artifacts.save()
+        record_builder.merge_saved_artifacts(record, artifacts)
+        saved = artifacts.data
     if options.warm_compile != "off":
         _warm_compile(run)
     raise_if_wrong(record, numerics_judged=options.numerics)
@@ -166,40 +167,30 @@ def _clocks(run: CellRun, timing_s: float) -> None:
     stream = len(run.timed)
     run.clock.enter("host_clock", f"{run.id}: host clock")
     device_s = clocks.device_seconds(run.record["eager_ms"], run.record["compiled_ms"], stream)
-    clocks.measure_host(run.record, run.eager_step, run.compiled_step, run.device, stream, seconds=timing_s - device_s)
+    host = clocks.measure_host(run.eager_step, run.compiled_step, run.device, stream, seconds=timing_s - device_s)
+    record_builder.merge_clock(run.record, "host", host)
     run.clock.enter("device_clock", f"{run.id}: device clock")
-    clocks.measure_device(run.record, run.eager_step, run.compiled_step, run.device, stream)
+    on_device = clocks.measure_device(run.eager_step, run.compiled_step, run.device, stream)
+    record_builder.merge_device_clock(run.record, on_device)
 
 
 def _store_served(run: CellRun, wall, host, on_device) -> None:
     """A paired side's clocks from the rounds it served: the same fields its own rounds would have filled."""
-    from perfgate.core.record import bound_of
-    from perfgate.measure.pipeline import store_timing
-
-    store_timing(run.record, wall)
-    clocks.store_clock(run.record, "host", host)
+    record_builder.merge_timing(run.record, wall)
+    record_builder.merge_clock(run.record, "host", host)
     if on_device is None:
-        run.record["clocks_note"] = clocks.NO_DEVICE_CLOCK if run.device.type != "cuda" else "device clock failed"
-        return
-    clocks.store_clock(run.record, "device", on_device)
-    for side in ("eager", "compiled"):
-        run.record[f"busy_{side}"] = round(run.record[f"{side}_device_ms"] / run.record[f"{side}_ms"], 4)
-    run.record["bound_eager"] = bound_of(run.record["busy_eager"])
-    run.record["bound"] = bound_of(run.record["busy_compiled"])
+        note = clocks.NO_DEVICE_CLOCK if run.device.type != "cuda" else "device clock failed"
+        record_builder.merge_device_clock(run.record, record_builder.DeviceClock(None, note))
+    else:
+        record_builder.merge_device_clock(run.record, record_builder.DeviceClock(on_device))
 
 
 def store_throughput(spec, size, cell, record: dict, eager_step, device) -> None:
-    units = size.batch * size.units_per_sample
-    record["throughput_unit"] = spec.unit
-    record["throughput_eager"] = round(units / (record["eager_ms"] / 1e3), 1)
-    record["throughput_compiled"] = round(units / (record["compiled_ms"] / 1e3), 1)
+    """Stage "extras": each side's throughput, then an eager step's FLOPs and each side's MFU."""
+    record_builder.merge_throughput(record, spec.unit, size.batch * size.units_per_sample)
     flops = introspect.flops_per_step(eager_step)
-    record["flops_per_step"] = flops
     rate = datasheet_tflops(record["env"].get("gpu"), cell.precision, record["env"].get("tf32"))
-    for side in ("eager", "compiled"):
-        tflops = flops / (record[f"{side}_ms"] / 1e3) / 1e12
-        record[f"tflops_{side}"] = round(tflops, 2)
-        record[f"mfu_{side}"] = round(tflops / rate, 4) if rate else None
+    record_builder.merge_flops(record, flops, rate)
 
 
 def _warm_compile(run: CellRun) -> None:
@@ -209,7 +200,7 @@ def _warm_compile(run: CellRun) -> None:
     the figure, and the cell saves the seconds (3-10 s a cell on an H100)."""
     record = run.record
     if record["compile_cache_hits"] and not record["compile_cache_misses"]:
-        record["compile_warm_s"] = record["compile_s"]
+        record_builder.merge_warm_compile(record, record["compile_s"])
         return
     from torch._inductor.utils import clear_caches
 
@@ -220,4 +211,4 @@ def _warm_compile(run: CellRun) -> None:
     t0 = time.perf_counter()
     run.compiled.step(run.batches[0])
     sync(run.device)
-    record["compile_warm_s"] = round(time.perf_counter() - t0, 3)
+    record_builder.merge_warm_compile(record, time.perf_counter() - t0)

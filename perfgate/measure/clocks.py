@@ -29,7 +29,8 @@ from typing import Callable
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from perfgate.core.record import bound_of, error_line
+from perfgate.core.record import error_line
+from perfgate.measure.record_builder import DeviceClock
 from perfgate.measure.timing import Rounds
 
 # Rounds of each clock. Device time repeated to 0.1 % between rounds on an H100 (resnet50 train compiled:
@@ -274,66 +275,38 @@ NO_DEVICE_CLOCK = (
 
 
 def measure_device(
-    record: dict,
     eager: Callable[[int], object],
     compiled: Callable[[int], object],
     device: torch.device,
     stream: int = 1,
-) -> None:
-    """Fill the record's device clock, busy fractions and bound. A device clock that cannot be read (no CUDA,
-    a profiler error) leaves its fields null and says why in clocks_note."""
+) -> DeviceClock:
+    """The device clock's rounds (the record's device clock, busy fractions and bound: merge_device_clock). A
+    device clock that cannot be read (no CUDA, a profiler error) has none and a note that says why."""
     if device.type != "cuda":
-        record["clocks_note"] = NO_DEVICE_CLOCK
-        return
+        return DeviceClock(None, NO_DEVICE_CLOCK)
     try:
-        rounds = device_rounds(eager, compiled, device, stream)
+        return DeviceClock(device_rounds(eager, compiled, device, stream))
     except Exception as err:  # noqa: BLE001 - a profiler failure costs the device clock, not the cell
-        record["clocks_note"] = f"device clock failed: {error_line(err)}"
-        return
-    store_clock(record, "device", rounds)
-    for side in ("eager", "compiled"):
-        record[f"busy_{side}"] = round(record[f"{side}_device_ms"] / record[f"{side}_ms"], 4)
-    record["bound_eager"], record["bound"] = bound_of(record["busy_eager"]), bound_of(record["busy_compiled"])
+        return DeviceClock(None, f"device clock failed: {error_line(err)}")
 
 
 def measure_host(
-    record: dict,
     eager: Callable[[int], object],
     compiled: Callable[[int], object],
     device: torch.device,
     stream: int = 1,
     seconds: float = 0.0,
-) -> None:
-    """Fill the record's host clock: rounds within `seconds` (a GPU cell's budget: see HOST_ROUNDS), at least
-    HOST_MIN_S of them and never fewer than HOST_MIN_ROUNDS; the CPU tier takes the minimum."""
+) -> Rounds:
+    """The host clock's rounds: within `seconds` (a GPU cell's budget: see HOST_ROUNDS), at least HOST_MIN_S
+    of them and never fewer than HOST_MIN_ROUNDS; the CPU tier takes the minimum."""
     on_gpu = device.type == "cuda"
-    store_clock(
-        record,
-        "host",
-        host_rounds(
-            eager,
-            compiled,
-            device,
-            stream,
-            rounds=HOST_ROUNDS if on_gpu else HOST_MIN_ROUNDS,
-            seconds=max(seconds, HOST_MIN_S),
-        ),
-    )
-
-
-def store_clock(record: dict, clock: str, rounds: Rounds) -> None:
-    """A clock's round ms, medians and speedup interval as the record's {side}_{clock}_... fields."""
-    interval = rounds.speedup()
-    record.update(
-        {
-            f"eager_{clock}_round_ms": [round(x, 4) for x in rounds.eager_ms],
-            f"compiled_{clock}_round_ms": [round(x, 4) for x in rounds.compiled_ms],
-            f"eager_{clock}_ms": round(statistics.median(rounds.eager_ms), 4),
-            f"compiled_{clock}_ms": round(statistics.median(rounds.compiled_ms), 4),
-            f"{clock}_speedup": round(interval.median, 4),
-            f"{clock}_speedup_lo": round(interval.lo, 4),
-            f"{clock}_speedup_hi": round(interval.hi, 4),
-        }
+    return host_rounds(
+        eager,
+        compiled,
+        device,
+        stream,
+        rounds=HOST_ROUNDS if on_gpu else HOST_MIN_ROUNDS,
+        seconds=max(seconds, HOST_MIN_S),
     )
 
 

@@ -15,15 +15,15 @@ from perfgate.measure import introspect
 
 
 @contextlib.contextmanager
-def compile_cache(cache_dir: str | None, record: dict, precision: str):
+def compile_cache(cache_dir: str | None, precision: str):
     """Cold compiles by default: a fresh inductor cache directory (and in-memory caches cleared) per cell.
-    A kept directory (`--perf-cache-dir`) lets CI reuse compiles between runs; the record says which.
+    A kept directory (`--perf-cache-dir`) lets CI reuse compiles between runs; the record says which
+    (cache_kind).
     A kept directory holds one inductor cache per precision (its Triton kernels are shared: keyed by their
     source): torch 2.11's AOTAutograd cache keys whether autocast is on, not its dtype, so an amp_bf16 cell
     was served amp_fp16's compiled graph (H100, 2026-11-24: its numerics failed, 214 of 298 tensors off)."""
     from torch._inductor.utils import clear_caches
 
-    record["compile_cache"] = "fresh" if cache_dir is None else "persistent"
     directory = tempfile.mkdtemp(prefix="perfgate-inductor-") if cache_dir is None else cache_dir
     saved = {key: os.environ.get(key) for key in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")}
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(directory, precision)
@@ -40,6 +40,11 @@ def compile_cache(cache_dir: str | None, record: dict, precision: str):
                 os.environ[key] = value
         if cache_dir is None:
             shutil.rmtree(directory, ignore_errors=True)
+
+
+def cache_kind(cache_dir: str | None) -> str:
+    """The record's compile_cache: "fresh" (a directory per cell) or "persistent" (`--perf-cache-dir`)."""
+    return "fresh" if cache_dir is None else "persistent"
 
 
 def clean_up() -> None:

@@ -43,6 +43,7 @@ import torch
 
 from perfgate.core.clocks import ATEN_OPS, CUDA_GRAPHS, INSTRUCTIONS, KERNELS, LOOKUPS, PY_CALLS, Count
 from perfgate.core.record import error_line
+from perfgate.measure.record_builder import StepCounts
 from perfgate.measure.steps import sync
 
 # Steps per side and pass: every warm step does the same work, so 3 say what one does (a whole-number mean)
@@ -58,16 +59,17 @@ GRAPH_LAUNCHES = ("cudaGraphLaunch", "cuGraphLaunch")  # runtime and driver API 
 SIDES = ("eager", "compiled")
 
 
-def measure(run) -> None:
-    """Stage "counts": each side's counts per step into run.record (a perfgate.measure.pipeline.CellRun whose
-    sides are warm). Never raises for a counter: its count stays null and counts_note says why."""
+def measure(run) -> StepCounts:
+    """Stage "counts": each side's counts over STEPS steps, by record field (run: a
+    perfgate.measure.pipeline.CellRun whose sides are warm). Never raises for a counter: its total is None and
+    the note says why."""
     run.clock.enter("counts", f"{run.id}: counting a step's work")
-    steps = STEPS
     notes: list[str] = []
+    totals: dict[str, float | None] = {}
     for side, step in zip(SIDES, (run.eager_step, run.compiled_step)):
-        for count, total in count_side(step, steps, run.device, notes).items():
-            run.record[count.field(side)] = None if total is None else round(total / steps, 2)
-    run.record.update(counts_steps=steps, counts_note="; ".join(dict.fromkeys(notes)))
+        for count, total in count_side(step, STEPS, run.device, notes).items():
+            totals[count.field(side)] = total
+    return StepCounts(STEPS, totals, "; ".join(dict.fromkeys(notes)))
 
 
 def count_side(step: Callable[[int], object], steps: int, device: torch.device, notes: list[str]) -> dict:

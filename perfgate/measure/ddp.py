@@ -21,6 +21,7 @@ from typing import Callable
 from perfgate.core.job import Job
 from perfgate.core.matrix import VARIANTS
 from perfgate.core.record import new_record
+from perfgate.measure import record_builder, record_builder_ddp
 from perfgate.measure.launch import import_path, kill_groups, spawn, supervise
 
 EXIT_GRACE_S = 30.0  # how long the other ranks may take to exit once rank 0 has reported its record
@@ -76,20 +77,14 @@ def run(
         if failure is None and events.record is not None:
             return with_process_start(events.record, (events.started_at or submitted) - submitted)
         record = dict(events.checkpoint) if events.checkpoint else new_record(cell, env, process="ranks")
-        record.update(
-            status="failed",
-            reason=failure or "rank 0 ended without a record",
-            world_size=world,
-            wall_s=round(time.monotonic() - started, 2),
-        )
+        reason = failure or "rank 0 ended without a record"
+        record_builder_ddp.mark_ranks_lost(record, reason, world, time.monotonic() - started)
         return record
 
 
 def with_process_start(record: dict, start_s: float) -> dict:
     """Rank 0's record with the ranks' start (interpreters, imports, the process group) as its first stage."""
-    start_s = max(0.0, start_s)
-    record["stages"] = {"process_start": round(start_s, 3), **(record.get("stages") or {})}
-    record["wall_s"] = round(record["wall_s"] + start_s, 2)
+    record_builder.merge_process_start(record, max(0.0, start_s))
     return record
 
 

@@ -25,13 +25,8 @@ import torch
 import torch.distributed as dist
 
 from perfgate.core.record import error_line
-from perfgate.measure.clocks import (
-    DEVICE_ROUNDS,
-    LABEL,
-    profiled_rounds,
-    store_clock,
-    union_ns,
-)
+from perfgate.measure.clocks import DEVICE_ROUNDS, LABEL, profiled_rounds, union_ns
+from perfgate.measure.record_builder_ddp import StepBreakdown
 from perfgate.measure.timing import Rounds
 
 COMM_KERNEL = "nccl"  # NCCL's kernels: ncclDevKernel_AllReduce_Sum_bf16_RING_LL (2.2x), ncclKernel_... before
@@ -64,30 +59,26 @@ def rank_rounds(work: dict, rounds: int, steps: int) -> dict:
     return out
 
 
-def store(record: dict, ranks: list[dict]) -> None:
-    """The record's compute clock (per round, the ranks' mean) and each rank's breakdown (medians over
-    rounds), from every rank's rank_rounds in rank order; GPU idle against the timed eager_ms / compiled_ms."""
+def breakdown(ranks: list[dict], timed_ms: dict[str, float]) -> StepBreakdown:
+    """The compute clock (per round, the ranks' mean) and each rank's breakdown (medians over rounds, ms, 4
+    decimals), from every rank's rank_rounds in rank order; GPU idle against the timed step ({side: ms})."""
     rounds = len(ranks[0]["eager"])
     compute = {side: [statistics.fmean(rank[side][i][0] for rank in ranks) for i in range(rounds)] for side in SIDES}
-    store_clock(record, "compute", Rounds(compute["eager"], compute["compiled"], ranks[0]["steps"]))
-    breakdown: dict = {}
+    parts_of: dict = {}
     for side in SIDES:
-        breakdown[side] = []
+        parts_of[side] = []
         for rank in ranks:
             parts = dict(zip(PARTS, (statistics.median(r[k] for r in rank[side]) for k in range(len(PARTS)))))
-            parts["gpu_idle_ms"] = max(0.0, record[f"{side}_ms"] - parts["compute_ms"] - parts["comm_exposed_ms"])
-            breakdown[side].append({key: round(ms, 4) for key, ms in parts.items()})
-        for key in ("comm_ms", "comm_exposed_ms", "gpu_idle_ms"):
-            record[f"{side}_{key}"] = round(statistics.fmean(parts[key] for parts in breakdown[side]), 4)
-    record["ddp_step_ranks"] = breakdown
+            parts["gpu_idle_ms"] = max(0.0, timed_ms[side] - parts["compute_ms"] - parts["comm_exposed_ms"])
+            parts_of[side].append({key: round(ms, 4) for key, ms in parts.items()})
+    return StepBreakdown(BREAKDOWN, Rounds(compute["eager"], compute["compiled"], ranks[0]["steps"]), parts_of)
 
 
-def measure_into(record: dict, eager, compiled, device: torch.device, world: int) -> None:
-    """Profile this rank's steps, then (a collective: every rank calls it) gather every rank's breakdown into
-    the record. A profiler failure on any rank leaves the fields null and says why in clocks_note."""
+def measure(eager, compiled, device: torch.device, world: int, timed_ms: dict[str, float]) -> StepBreakdown:
+    """Profile this rank's steps, then (a collective: every rank calls it) gather every rank's breakdown. A
+    profiler failure on any rank leaves no breakdown, and the note says why."""
     if device.type != "cuda":
-        record["clocks_note"] = NO_CUDA
-        return
+        return StepBreakdown(NO_CUDA)
     mine, failure = None, None
     try:
         work, steps = profiled_rounds(eager, compiled, device, rounds=DEVICE_ROUNDS)
@@ -98,7 +89,5 @@ def measure_into(record: dict, eager, compiled, device: torch.device, world: int
     dist.all_gather_object(gathered, (mine, failure))
     failed = [f"rank {rank}: {why}" for rank, (_, why) in enumerate(gathered) if why]
     if failed:
-        record["clocks_note"] = f"the step breakdown failed on {failed[0]}"
-        return
-    store(record, [ranks for ranks, _ in gathered])
-    record["clocks_note"] = BREAKDOWN
+        return StepBreakdown(f"the step breakdown failed on {failed[0]}")
+    return breakdown([ranks for ranks, _ in gathered], timed_ms)

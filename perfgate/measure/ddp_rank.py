@@ -29,9 +29,9 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from perfgate.core.matrix import VARIANTS
 from perfgate.core.record import error_line
-from perfgate.measure import ddp_clocks, introspect, neighbours, reference
+from perfgate.measure import ddp_clocks, introspect, neighbours, record_builder, record_builder_ddp, reference
 from perfgate.measure.cell import store_throughput
-from perfgate.measure.compile_cache import clean_up, compile_cache
+from perfgate.measure.compile_cache import cache_kind, clean_up, compile_cache
 from perfgate.measure.ddp import rank_device
 from perfgate.measure.host_speed import HostSpeed
 from perfgate.measure.pipeline import (
@@ -194,7 +194,7 @@ def measure(run: CellRun, rank: int, world: int) -> None:
             adapt=_unwrapped,
             at_compile=rank == world - 1,
         )  # a hung rank: the last
-        record["compile_s"] = round(_max_over_ranks(record["compile_s"], device), 3)
+        record_builder_ddp.merge_slowest_compile(record, _max_over_ranks(record["compile_s"], device))
         first = run.first_counts
         if variant.compiled_autograd and first["autograd_captures"] == 0:
             raise CellFailure(
@@ -202,7 +202,7 @@ def measure(run: CellRun, rank: int, world: int) -> None:
                 f"captured nothing; DDP's Python reducer would all-reduce per parameter)"
             )
         judge_numerics(run, adapt=_unwrapped, judged_here=rank == 0)
-        record["ranks_param_diff"] = _param_spread(run.compiled, device, world)
+        record_builder_ddp.merge_param_spread(record, _param_spread(run.compiled, device, world))
         eager_ms, compiled_ms = warm_compiled(run)
         compiled_peak = record["peak_mem_compiled_mb"]
         # Each rank watches its own GPU; the launcher's process tree (the other ranks) is this cell's own.
@@ -213,43 +213,36 @@ def measure(run: CellRun, rank: int, world: int) -> None:
         host.sample()
         timed_rounds(run, min(eager_ms, compiled_ms), what=f"timing DDP, the slowest of {world} ranks")
         run.clock.enter("device_clock", f"{cell.id}: profiling where a DDP step's time goes, on every rank")
-        ddp_clocks.measure_into(record, run.eager_step, run.compiled_step, device, world)
+        timed_ms = {side: record[f"{side}_ms"] for side in ("eager", "compiled")}
+        breakdown = ddp_clocks.measure(run.eager_step, run.compiled_step, device, world, timed_ms)
+        record_builder_ddp.merge_step_breakdown(record, breakdown)
         run.clock.enter("extras")
         host.sample()
-        host.store(record)
+        record_builder.merge_host_speed(record, host.result())
         if watch:
             watch.sample()
         counts = introspect.compile_counts()
     _recompiles(record, first, counts)
-    record.update(
-        graph_count=first["graph_count"],
-        ddp_buckets=sum(buckets) if buckets else None,
-        ddp_splits=sum(buckets) - len(buckets) if buckets else 0,
-    )
+    record_builder_ddp.merge_ddp_graphs(record, first["graph_count"], buckets)
     peaks = [None] * world
     dist.all_gather_object(peaks, (eager_peak, compiled_peak))
     run.eager = run.compiled = run.eager_step = run.compiled_step = None
     clean_up()
 
-    _one_device(run)
+    one_device_ops = _one_device(run)
     if watch:
         watch.sample()
         _store_neighbours(record, watch.found, world)
-    record["ddp_wrapper_breaks"] = max(0, first["graph_breaks"] - record["graph_breaks"])
+    record_builder_ddp.merge_wrapper_breaks(record, max(0, first["graph_breaks"] - record["graph_breaks"]))
     # DDP's forward is not traced (dynamo skips its wrapper): the model inside is compiled only where dynamo
     # can start a frame there. A model whose forward it skips as well (a bare nn.Sequential) would run eager
     # under DDP while the loss around it compiles: caught by the traced op counts.
-    one_device_ops = record.pop("one_device_ops")
     if first["ops"] < one_device_ops:
         raise CellFailure(
             f"ran eager in part: compiled DDP traced {first['ops']} ops into graphs, the same "
             f"step on one device {one_device_ops}"
         )
-    record["peak_mem_eager_mb_ranks"] = [p[0] for p in peaks]
-    record["peak_mem_compiled_mb_ranks"] = [p[1] for p in peaks]
-    known = [p for p in peaks if p[0] is not None]
-    record["peak_mem_eager_mb"] = max(p[0] for p in known) if known else None
-    record["peak_mem_compiled_mb"] = max(p[1] for p in known) if known else None
+    record_builder_ddp.merge_rank_peaks(record, peaks)
 
 
 def _recompiles(record: dict, first: dict, counts: dict) -> None:
@@ -257,11 +250,11 @@ def _recompiles(record: dict, first: dict, counts: dict) -> None:
     after its breaks runs other branches once warm), each for the first time, which are no recompile.
     Compiled autograd traces a backward again where its cache missed: a recompile of the backward."""
     backward_again = counts["autograd_captures"] - first["autograd_captures"]
-    record["recompiles"] = counts["guard_failures"] - first["guard_failures"] + backward_again
-    record["recompile_reasons"] = counts["recompile_reasons"] + (
-        [f"compiled autograd traced the backward again ({backward_again}x after the first step)"]
-        if backward_again
-        else []
+    again = [f"compiled autograd traced the backward again ({backward_again}x after the first step)"]
+    record_builder.merge_recompiles(
+        record,
+        counts["guard_failures"] - first["guard_failures"] + backward_again,
+        counts["recompile_reasons"] + (again if backward_again else []),
     )
 
 
@@ -270,13 +263,14 @@ def _store_neighbours(record: dict, found: list[dict] | None, world: int) -> Non
     rank's GPU had one."""
     founds: list = [None] * world
     dist.all_gather_object(founds, found)
-    record["gpu_neighbours"] = neighbours.merged(founds)
-    record["unfit"] = neighbours.unfit_reason(record["gpu_neighbours"])
+    merged = neighbours.merged(founds)
+    record_builder.merge_neighbours(record, merged, neighbours.unfit_reason(merged))
 
 
-def _one_device(run: CellRun) -> None:
+def _one_device(run: CellRun) -> int:
     """Stage "scaling": the same train step on one device without DDP (every rank at once, each on its own
-    device): the model's own graph breaks, FLOPs and the single-device step times the scaling figures divide by."""
+    device): the model's own graph breaks, FLOPs and the single-device step times the scaling figures divide by;
+    returns the ops that step traced into graphs."""
     spec, cell, record, device, options = run.spec, run.cell, run.record, run.device, run.options
     variant, world = VARIANTS[cell.variant], record["world_size"]
     run.clock.enter("scaling", f"{cell.id}: the same step on one device, for the scaling figure")
@@ -287,9 +281,7 @@ def _one_device(run: CellRun) -> None:
         compiled.compile(variant)
         compiled.step(run.batches[0])
         counts = introspect.compile_counts()
-        record.update(
-            graph_breaks=counts["graph_breaks"], break_reasons=counts["break_reasons"], one_device_ops=counts["ops"]
-        )
+        record_builder_ddp.merge_one_device_graphs(record, counts["graph_breaks"], counts["break_reasons"])
         eager_step, compiled_step = cycling(eager, run.batches[:1]), cycling(compiled, run.batches[:1])
         short = dataclasses.replace(
             options.plan, min_rounds=min(5, options.plan.min_rounds), max_rounds=min(9, options.plan.max_rounds)
@@ -299,19 +291,14 @@ def _one_device(run: CellRun) -> None:
         rounds = interleaved_rounds(
             eager_step, compiled_step, steps_per_round(min(e_ms, c_ms), short), device, short, clock=slowest
         )
-    record["single_eager_ms"] = round(sorted(rounds.eager_ms)[len(rounds.eager_ms) // 2], 4)
-    record["single_compiled_ms"] = round(sorted(rounds.compiled_ms)[len(rounds.compiled_ms) // 2], 4)
-    record["single_eager_round_ms"] = [round(x, 4) for x in rounds.eager_ms]
-    record["single_compiled_round_ms"] = [round(x, 4) for x in rounds.compiled_ms]
-    for side in ("eager", "compiled"):
-        record[f"scaling_{side}"] = round(world * record[f"single_{side}_ms"] / record[f"{side}_ms"], 4)
+    record_builder_ddp.merge_scaling(record, rounds, world)
     run.clock.enter("extras")
     # Throughput of all ranks together; FLOPs and MFU per rank (one GPU's share of the step).
     store_throughput(spec, run.size, cell, record, lambda: eager_step(0), device)
-    for side in ("eager", "compiled"):
-        record[f"throughput_{side}"] = round(world * record[f"throughput_{side}"], 1)
+    record_builder_ddp.merge_ranks_throughput(record, world)
     del eager, compiled
     clean_up()
+    return counts["ops"]
 
 
 def run_rank(job, rank: int, emit, directory) -> None:
@@ -335,7 +322,7 @@ def run_rank(job, rank: int, emit, directory) -> None:
         **({"device_id": device} if device.type == "cuda" else {}),
     )
     record = start_record(spec, cell, job.env or {}, "ranks")
-    record["world_size"] = world
+    record_builder_ddp.merge_world(record, world)
     clock = StageClock(record)
     clock.announce = announcer(
         lambda m: emit({"progress": m}), lambda p: emit({"checkpoint": p}), record, lambda: clock, what="the ranks"
@@ -343,7 +330,8 @@ def run_rank(job, rank: int, emit, directory) -> None:
     run = CellRun(spec, cell, options, record, clock, device, step_clock=slowest)
 
     def stages() -> None:
-        with compile_cache(options.cache_dir, record, cell.precision):
+        record_builder.merge_compile_cache(record, cache_kind(options.cache_dir))
+        with compile_cache(options.cache_dir, cell.precision):
             measure(run, rank, world)
         if rank == 0:  # the judged rank: the others' records are not the cell's
             raise_if_wrong(record, numerics_judged=options.numerics)

@@ -24,6 +24,8 @@ from __future__ import annotations
 import statistics
 import time
 
+from perfgate.measure.record_builder import HostProbe
+
 # Reps of the work per probe; the first WARM_REPS are dropped: CPython 3.11's adaptive interpreter and a core
 # waking from idle made the first reps 1.5-1.8x the later ones (this container, 2026-11-26: 1.49, 1.45 then
 # 0.83-0.86 ms).
@@ -56,8 +58,8 @@ def probe() -> tuple[float, float]:
 
 
 class HostSpeed:
-    """Probes taken at points of a cell (before its timed rounds, after its clocks), folded into the
-    record as the median of their wall and CPU figures."""
+    """Probes taken at points of a cell (before its timed rounds, after its clocks), their wall and CPU
+    figures folded into the medians the record keeps."""
 
     def __init__(self) -> None:
         self.wall: list[float] = []
@@ -68,7 +70,9 @@ class HostSpeed:
         self.wall.append(wall)
         self.cpu.append(cpu)
 
-    def store(self, record: dict) -> None:
-        if self.wall:
-            record["host_probe_ms"] = round(statistics.median(self.wall), 4)
-            record["host_probe_cpu_ms"] = round(statistics.median(self.cpu), 4)
+    def result(self) -> HostProbe | None:
+        """The medians of the probes' wall and CPU ms (perfgate.measure.record_builder.merge_host_speed), or
+        None where no probe was taken."""
+        if not self.wall:
+            return None
+        return HostProbe(statistics.median(self.wall), statistics.median(self.cpu))

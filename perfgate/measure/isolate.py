@@ -22,6 +22,7 @@ from typing import Callable
 
 from perfgate.core.job import Job
 from perfgate.core.record import new_record
+from perfgate.measure import record_builder
 from perfgate.measure.launch import Proc, kill_groups, spawn, stage_of, supervise
 
 LABEL = "the cell's process"
@@ -72,17 +73,11 @@ class CellProcess:
             record = (
                 dict(events.checkpoint) if events.checkpoint else new_record(job.cell, {}, job.run_id, process="worker")
             )
-            record.update(
-                status="failed",
-                run_id=job.run_id,
-                reason=failure or f"{LABEL} ended while {stage_of(events.last_stage, job.cell.id)}",
-            )
-            record["wall_s"] = round(time.monotonic() - clock, 2)
+            reason = failure or f"{LABEL} ended while {stage_of(events.last_stage, job.cell.id)}"
+            record_builder.mark_worker_lost(record, reason, job.run_id, time.monotonic() - clock)
             return record
         record = events.record
-        start_s = max(0.0, (events.started_at or submitted) - submitted)
-        record["stages"] = {"process_start": round(start_s, 3), **(record.get("stages") or {})}
-        record["wall_s"] = round(record["wall_s"] + start_s, 2)
+        record_builder.merge_process_start(record, max(0.0, (events.started_at or submitted) - submitted))
         return record
 
     def close(self) -> None:

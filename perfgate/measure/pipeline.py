@@ -17,8 +17,8 @@ from typing import Callable
 import torch
 
 from perfgate.core.matrix import Cell
-from perfgate.core.record import UNFINISHED, error_line, new_record
-from perfgate.measure import faults, introspect, reference
+from perfgate.core.record import error_line, new_record
+from perfgate.measure import faults, introspect, record_builder, reference
 from perfgate.measure.compile_cache import clean_up
 from perfgate.measure.memory import Memory
 from perfgate.measure.numerics import compare_steps
@@ -70,17 +70,14 @@ class StageClock:
         """Close the account into the record: its stages and wall_s (their sum)."""
         self._charge(time.perf_counter())
         self.current = None
-        self.record["stages"] = {stage: round(s, 3) for stage, s in self.seconds.items()}
-        self.record["wall_s"] = round(self.elapsed(), 2)
+        record_builder.merge_stages(self.record, self.seconds, self.elapsed())
 
 
 def start_record(spec, cell: Cell, env: dict, process: str = "pytest") -> dict:
     """A new record for every kind of cell, run in `process` (perfgate.core.record.PROCESSES): the model's
     gate settings reach each of its cells from here, a data-parallel one's included."""
     record = new_record(cell, env, process=process)
-    record["started_at"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    if spec.speedup_threshold is not None:
-        record["gate"] = {"speedup_threshold": spec.speedup_threshold}
+    record_builder.merge_start(record, datetime.now(timezone.utc), spec.speedup_threshold)
     return record
 
 
@@ -99,10 +96,8 @@ def announcer(
         if checkpoint is None:
             return
         clock = clock_of()
-        partial = dict(record, wall_s=round(clock.elapsed(), 2), stages=clock.snapshot())
-        if record["reason"] == UNFINISHED:  # still measuring; a finished record (artifacts stage) stays as is
-            partial["reason"] = f"{UNFINISHED}: {what} ended during '{message}'"
-        checkpoint(partial)
+        unfinished = f"{what} ended during '{message}'"
+        checkpoint(record_builder.checkpoint_of(record, clock.elapsed(), clock.snapshot(), unfinished))
 
     return announce
 
@@ -112,13 +107,13 @@ def guarded(record: dict, clock: StageClock, body: Callable[[], None]) -> None:
     the stage account. Never raises for what the cell does."""
     try:
         body()
-        record["status"], record["reason"] = "ok", ""
+        record_builder.mark_ok(record)
     except CellFailure as failure:
-        record["status"], record["reason"] = "failed", str(failure)
+        record_builder.mark_failed(record, str(failure))
     except torch.OutOfMemoryError as err:
-        record["status"], record["reason"] = "failed", f"out of memory: {error_message(err)}"
+        record_builder.mark_failed(record, f"out of memory: {error_message(err)}")
     except Exception as err:  # noqa: BLE001 - a failing cell must never take the session down
-        record["status"], record["reason"] = "failed", error_line(err)
+        record_builder.mark_failed(record, error_line(err))
     finally:
         clock.enter("other")
         clean_up()
@@ -170,13 +165,12 @@ def prepare(run: CellRun, batch_seed: int | None = None) -> None:
     """Stage "build": the seeded weights both sides start from and the batches (`batch_seed`: a rank's own)."""
     run.clock.enter("build", f"{run.id}: building")
     run.size = run.spec.size(run.cell)
-    run.record["batch"] = run.size.batch
+    record_builder.merge_batch(run.record, run.size.batch)
     introspect.reset_compiler()
     run.state = initial_state(run.spec, run.size, run.options.seed, run.device)
     seed = run.options.seed if batch_seed is None else batch_seed
-    run.host_batches, run.batches, run.record["recompiles_allowed"] = cell_batches(
-        run.spec, run.cell, run.size, seed, run.device
-    )
+    run.host_batches, run.batches, allowed = cell_batches(run.spec, run.cell, run.size, seed, run.device)
+    record_builder.merge_recompiles_allowed(run.record, allowed)
     # The timed stream: one batch, or for a variable-length model its whole mix of lengths.
     run.timed = run.batches if run.spec.stream > 1 else run.batches[:1]
 
@@ -193,11 +187,10 @@ def load_reference(run: CellRun, compute: Callable[[], tuple], key: str | None) 
     """Stage "reference": from the reference cache, else computed (and stored)."""
     run.clock.enter("reference", f"{run.id}: numerics reference")
     if not run.options.numerics:
-        run.record["reference_cache"] = "skipped: numerics off"
+        record_builder.merge_reference_cache(run.record, "skipped: numerics off")
         return
-    run.reference, run.reference_kind, run.record["reference_cache"] = reference.cached(
-        run.options.reference_dir, key, compute
-    )
+    run.reference, run.reference_kind, cache = reference.cached(run.options.reference_dir, key, compute)
+    record_builder.merge_reference_cache(run.record, cache)
 
 
 def capture_eager(run: CellRun, adapt: Callable[[dict], dict] = lambda c: c, judged_here: bool = True) -> None:
@@ -251,14 +244,12 @@ def first_compiled_call(
     t0 = time.perf_counter()
     run.compiled_captured = [adapt(run.compiled.captured_step(run.batches[0], tensors=False))]
     sync(run.device)
-    run.record["compile_s"] = round(time.perf_counter() - t0, 3)
-    run.record["peak_mem_compile_mb"] = run.memory.peak_mb()
+    record_builder.merge_compile(run.record, time.perf_counter() - t0, run.memory.peak_mb())
     run.first_counts = first = introspect.compile_counts()
-    run.record.update(
-        graph_count=first["graph_count"], graph_breaks=first["graph_breaks"], break_reasons=first["break_reasons"]
-    )
     cache = introspect.cache_counts()  # a kept cache may be warm: say what the first call found there
-    run.record.update(compile_cache_hits=cache["hits"], compile_cache_misses=cache["misses"])
+    record_builder.merge_first_call(
+        run.record, first["graph_count"], first["graph_breaks"], first["break_reasons"], cache["hits"], cache["misses"]
+    )
     if run.first_counts["graph_count"] == 0:
         raise CellFailure(f"ran eager: {run.cell.variant} compiled no graph at all")
     run.memory.reset()
@@ -272,10 +263,8 @@ def judge_numerics(run: CellRun, adapt: Callable[[dict], dict] = lambda c: c, ju
         tensors = run.options.numerics and judged_here
         run.compiled_captured.append(adapt(run.compiled.captured_step(run.batches[1], tensors=tensors)))
     if not run.options.numerics:
-        run.record["numerics"] = "skipped"
-        run.record["numerics_detail"] = {
-            "reference": "not judged in this process (numerics off: an A/B side's first process judged it)"
-        }
+        skipped = "not judged in this process (numerics off: an A/B side's first process judged it)"
+        record_builder.merge_numerics(run.record, "skipped", {"reference": skipped})
     elif judged_here:
         tolerance = run.spec.tolerances[run.cell.precision]
         with run.memory.set_aside():
@@ -288,7 +277,7 @@ def judge_numerics(run: CellRun, adapt: Callable[[dict], dict] = lambda c: c, ju
                 initial=run.state,
                 device=run.device,
             )
-        run.record["numerics"], run.record["numerics_detail"] = verdict.pop("verdict"), verdict
+        record_builder.merge_numerics(run.record, verdict.pop("verdict"), verdict)
     run.compiled_captured, run.eager_captured, run.reference = [], [], None
 
 
@@ -302,10 +291,10 @@ def warm_compiled(run: CellRun) -> tuple[float, float]:
         cycling(run.compiled, run.timed), run.device, plan, stream, clock=run.step_clock
     )
     run.compiled_step = faulted(cycling(run.compiled, run.timed), run.options.fault, run.device, stream)
-    run.record["peak_mem_compiled_mb"] = run.memory.peak_mb()
+    record_builder.merge_peak(run.record, "compiled", run.memory.peak_mb())
     rewarm = plan.replace(warmup_min_steps=min(plan.warmup_min_steps, EAGER_REWARM_STEPS))
     eager_ms, eager_warm = warm_up(run.eager_step, run.device, rewarm, stream, clock=run.step_clock)
-    run.record["warmup_steps"] = max(eager_warm, compiled_warm)
+    record_builder.merge_warmup(run.record, max(eager_warm, compiled_warm))
     return eager_ms, compiled_ms
 
 
@@ -316,7 +305,7 @@ def timed_rounds(run: CellRun, step_ms: float, record_compiled=None, what: str =
     rounds = interleaved_rounds(
         run.eager_step, run.compiled_step, steps, run.device, run.options.plan, record_compiled, clock=run.step_clock
     )
-    store_timing(run.record, rounds)
+    record_builder.merge_timing(run.record, rounds)
     return rounds
 
 
@@ -336,23 +325,6 @@ def faulted(step, fault, device: torch.device, stream: int):
         return measure(step, device, stream)
 
     return faults.slowed(step, fault, device, calibrate)
-
-
-def store_timing(record: dict, rounds: Rounds) -> None:
-    import statistics
-
-    interval = rounds.speedup()
-    record.update(
-        steps_per_round=rounds.steps,
-        rounds=len(rounds.ratios),
-        eager_round_ms=[round(x, 4) for x in rounds.eager_ms],
-        compiled_round_ms=[round(x, 4) for x in rounds.compiled_ms],
-        eager_ms=round(statistics.median(rounds.eager_ms), 4),
-        compiled_ms=round(statistics.median(rounds.compiled_ms), 4),
-        speedup=round(interval.median, 4),
-        speedup_lo=round(interval.lo, 4),
-        speedup_hi=round(interval.hi, 4),
-    )
 
 
 def raise_if_wrong(record: dict, numerics_judged: bool = True) -> None:

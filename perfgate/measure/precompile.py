@@ -174,7 +174,7 @@ def compile_cell(job: Job) -> dict:
         spec = zoo.load(options.registry)[cell.model]
         device = start_cell(options.device, job.tf32)
         size = spec.size(cell)
-        with compile_cache(options.cache_dir, {}, cell.precision):
+        with compile_cache(options.cache_dir, cell.precision):
             introspect.reset_compiler()
             state = initial_state(spec, size, options.seed, device)
             host_batches, batches, _ = cell_batches(spec, cell, size, options.seed, device)

@@ -96,20 +96,19 @@ class Pairing:
         cell was precompiled into the shared cache, so the two sides prepare at once."""
         from perfgate.ab import duet
         from perfgate.core.records_file import append_record
+        from perfgate.measure import record_builder
 
         job = replace(job, options=replace(job.options, cache_dir=self.cache_dir))
         try:
             record_b, record_a, summary = duet.measure(self.duet, job, progress, warm=warm, eager_wall=self.eager_wall)
         except Exception as err:  # noqa: BLE001 - a paired cell that cannot run fails alone, never the session
-            from perfgate.core.record import error_line, new_record
+            from perfgate.core.record import error_line, failed_record
 
             self.duet.renew()
-            record = new_record(job.cell, {}, job.run_id, process="worker")
-            record.update(status="failed", reason=f"the paired engine could not run the cell: {error_line(err)}")
-            return record
+            return failed_record(job.cell, f"the paired engine could not run the cell: {error_line(err)}", job.run_id)
         if record_a is not None:
             append_record(self.against_path, {**record_a, "run_id": job.run_id})
-        record_b["paired"] = summary
+        record_builder.merge_paired(record_b, summary)
         return record_b
 
     def close(self) -> None:
