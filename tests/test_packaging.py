@@ -10,6 +10,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+# numpy before pytester's in-process runs: imported inside one, then dropped from sys.modules with the run's
+# modules, it cannot be imported again ("cannot load module more than once per process")
+import numpy  # noqa: F401
+
 import perfgate
 from perfgate.core import record_schema
 from perfgate.core.record import FIELDS, RECORD_SCHEMA

@@ -288,6 +288,12 @@ FIELDS: tuple[Field, ...] = (
         default={},
         doc="{reference, worst, checks: [{name, rmse_compiled, rmse_eager, limit, group_scale, ok}]}",
     ),
+    Field(
+        "reference_cache",
+        str,
+        doc='what the numerics reference cache did (--perf-reference-cache): "hit", "stored", "off", '
+        '"not stored: why", or "skipped: numerics off"',
+    ),
     Field("gate", dict, check="object", default={}, doc="{speedup_threshold: fraction}: the model's overrides"),
     Field("why", dict, doc="{dir, compile_log, trace_eager, trace_compiled} paths when profiled"),
     Field(
