@@ -41,7 +41,7 @@ class Reporter:
 def run_job(job, reporter: Reporter, rank: int | None, envs: dict, directory: Path) -> bool:
     """Run one job; whether this process may take another."""
     from perfgate.core.records_file import append_record
-    from perfgate.measure import cache_artifacts, precompile
+    from perfgate.measure import cache_artifacts, precompile, record_builder
     from perfgate.measure.cell import run_cell
 
     sys.path[:] = list(job.sys_path) or sys.path
@@ -62,7 +62,7 @@ def run_job(job, reporter: Reporter, rank: int | None, envs: dict, directory: Pa
 
     def checkpoint(partial: dict) -> None:
         if job.results_path:
-            append_record(job.results_path, {**partial, "run_id": job.run_id, "remeasure": job.remeasure})
+            append_record(job.results_path, record_builder.in_run(partial, job.run_id, job.remeasure))
         reporter.emit({"checkpoint": partial})
 
     record = run_cell(

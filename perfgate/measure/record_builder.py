@@ -120,6 +120,20 @@ def merge_process_start(record: dict, start_s: float) -> None:
     record["wall_s"] = round(record["wall_s"] + start_s, 2)
 
 
+def in_run(record: dict, run_id: str | None, remeasure: str = "") -> dict:
+    """A copy of a (partial or final) record as this run's results file keeps it: the run that measured it and,
+    for a cell measured again, which round (perfgate.core.records_file.CONFIRM). The session, an isolated
+    child's checkpoints and the paired base side's file stamp their lines here."""
+    return {**record, "run_id": run_id, "remeasure": remeasure}
+
+
+def in_session(record: dict, run_id: str | None, unfit: str, remeasure: str, known_issue: str) -> dict:
+    """A copy of a cell's final record as the pytest session files it (perfgate.plugin.session): its run and
+    round, why this session's timings may not be trusted (`unfit`: the xdist workers' sharing, and the cell's
+    own GPU neighbours), and the zoo's known issue that covers the cell, if any."""
+    return {**in_run(record, run_id, remeasure), "unfit": unfit, "known_issue": known_issue}
+
+
 def merge_paired(record: dict, summary: dict) -> None:
     """perfgate.plugin.against: side B's record carries the paired comparison's summary."""
     record["paired"] = summary

@@ -107,7 +107,7 @@ class Pairing:
             self.duet.renew()
             return failed_record(job.cell, f"the paired engine could not run the cell: {error_line(err)}", job.run_id)
         if record_a is not None:
-            append_record(self.against_path, {**record_a, "run_id": job.run_id})
+            append_record(self.against_path, record_builder.in_run(record_a, job.run_id, record_a.get("remeasure", "")))
         record_builder.merge_paired(record_b, summary)
         return record_b
 

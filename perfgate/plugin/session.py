@@ -17,6 +17,7 @@ import pytest
 
 from perfgate.core.matrix import Cell
 from perfgate.core.record import nothing_measured
+from perfgate.measure import record_builder
 from perfgate.plan.costs import cell_seconds, gpus_held
 from perfgate.plugin.selection import Selection
 from perfgate.plugin.session_plan import SessionPlan
@@ -130,13 +131,7 @@ class PerfSession(CellRunner, SessionPlan):
         unfit = "; ".join(filter(None, (self.unfit(cell), record.get("unfit"))))  # the cell's own: neighbours
         issue = spec.known_issue(cell)
         record = checked(
-            {
-                **record,
-                "run_id": self.run_id,
-                "unfit": unfit,
-                "remeasure": remeasure,
-                "known_issue": issue.reason if issue else "",
-            }
+            record_builder.in_session(record, self.run_id, unfit, remeasure, issue.reason if issue else "")
         )
         self.finished[cell.id] = {
             "line": finished_line(record),

@@ -15,11 +15,12 @@ class CellRunner:
     warm cell process (PerfSession.__init__)."""
 
     def _run_here(self, spec, cell: Cell, options, record_compiled, remeasure: str = "") -> dict:
+        from perfgate.measure import record_builder
         from perfgate.measure.cell import run_cell
         from perfgate.measure.devices import start_cell
 
         def checkpoint(partial: dict) -> None:  # superseded by the final record (a later one wins)
-            self.append({**partial, "run_id": self.run_id, "remeasure": remeasure})
+            self.append(record_builder.in_run(partial, self.run_id, remeasure))
 
         device = start_cell(options.device, self.tf32)
         return run_cell(spec, cell, options, self.environment(device), self.say, record_compiled, checkpoint)
