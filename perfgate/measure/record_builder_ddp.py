@@ -74,9 +74,12 @@ def merge_rank_peaks(record: dict, peaks: list[tuple[float | None, float | None]
     """Every rank's (eager, compiled) peak memory, MB, rank order: the lists, and the highest as the cell's."""
     record["peak_mem_eager_mb_ranks"] = [p[0] for p in peaks]
     record["peak_mem_compiled_mb_ranks"] = [p[1] for p in peaks]
-    known = [p for p in peaks if p[0] is not None]
-    record["peak_mem_eager_mb"] = max(p[0] for p in known) if known else None
-    record["peak_mem_compiled_mb"] = max(p[1] for p in known) if known else None
+    # Each side's highest over the ranks that measured it: a rank lost before its compiled side has an eager
+    # peak and no compiled one (a max over both at once would meet None).
+    eager = [p[0] for p in peaks if p[0] is not None]
+    compiled = [p[1] for p in peaks if p[1] is not None]
+    record["peak_mem_eager_mb"] = max(eager) if eager else None
+    record["peak_mem_compiled_mb"] = max(compiled) if compiled else None
 
 
 def merge_scaling(record: dict, rounds: Rounds, world: int) -> None:
