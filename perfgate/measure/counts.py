@@ -7,8 +7,10 @@ STEPS batches, the same ones every time) under each counter in turn, because eve
 what runs:
 
 - Python calls: every Python function entered, generator and coroutine resumptions included (sys.monitoring's
-  PY_START and PY_RESUME on 3.12+, in every thread; sys.setprofile's "call" events on 3.10/3.11, in this thread
-  alone, so a CUDA backward's Python on autograd's device thread is not counted there). C functions are not.
+  PY_START and PY_RESUME on 3.12+, in every thread but those Python's threading module started (step_thread_hook),
+  so step work moved onto such a thread is not counted; sys.setprofile's "call" events on 3.10/3.11, in this
+  thread alone, so a CUDA backward's Python on autograd's device thread is not counted there). C functions are
+  not.
 - ATen ops, dynamo cache lookups, GPU kernels and CUDA graph replays: one torch.profiler session (the CPU's
   operators; on CUDA the GPU's activity too). The ATen count is every operator the dispatcher records, nested
   ones included (aten::linear and the aten::addmm it calls), so it follows what actually runs: the compiled
