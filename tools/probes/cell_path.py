@@ -1,5 +1,5 @@
 """Which perfgate modules one cell's record passes through, from pytest to its line in the results file (issue 55:
-at most 12, no callback from measure/ or judge/ up into the plugin).
+at most 12). In pytest's process only: an isolated child's or a paired worker's side of the pipe is not seen.
 
 usage: python tools/probes/cell_path.py [PYTEST ARGS...]
        (default: the CPU tier's vit_b16 infer cell, aot_eager, in this process)
@@ -63,6 +63,8 @@ def main(args: list[str]) -> int:
             if name and (not chain or chain[-1] != name):
                 chain.append(name)
             f = f.f_back
+        if not chain:  # perfgate imported from outside this checkout: nothing to name
+            return
         chain.reverse()
         chain[-1] += f".{frame.f_code.co_name}"  # the function called: a merge, a checkpoint, an append
         shapes[tuple(chain)] = shapes.get(tuple(chain), 0) + 1

@@ -49,6 +49,7 @@ if [ "$1" = start ]; then
           --perf-rotate "$ROT" --perf-cache-dir "$top/cache" ;;
         ddp4) run ddp4 0,1,2,3 "$all" -m gpu -k "ddp4 and amp_bf16 and not inductor_ddp_optimizer" \
           --perf-cache-dir "$top/cache" ;;
+        *) echo "$(date -u +%T) unknown step $s (valid: beside*, alone, precompile, slice, ddp4)" >> "$top/log.txt" ;;
       esac
     done
     touch "$top/done"' > /dev/null 2>&1 < /dev/null &

@@ -32,7 +32,7 @@ def main(directory: Path) -> None:
         cells = sum(map(len, workers))
         print(f"workers' cell seconds: {shown}; slowest / mean {max(seconds) / mean:.3f} ({cells} cells)")
     alone = records(directory / "alone.jsonl")
-    besides = {p.stem: records(p) for p in sorted(directory.glob("beside*.jsonl"))}
+    besides = {p.stem: records(p) for p in sorted(directory.glob("beside*.jsonl")) if ".gw" not in p.name}
     print("cell | bound | wall eager, compiled | device eager, compiled (alone against beside 3 others, %)")
     for name, beside in besides.items():
         for cell, far in alone.items():

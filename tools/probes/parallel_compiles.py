@@ -9,7 +9,7 @@ import json, os, socket, sys, time, traceback
 import torch
 from perfgate.core import zoo
 from perfgate.core.matrix import Cell
-from perfgate.measure.cell import compile_cache, clean_up
+from perfgate.measure.compile_cache import clean_up, compile_cache
 from perfgate.measure.devices import start_cell
 from perfgate.measure.steps import cell_batches, compiled_side, initial_state, sync
 from perfgate.measure import introspect
@@ -29,7 +29,7 @@ for cid in ids:
         device = start_cell(dk, True)
         spec = specs[model]
         size = spec.sizes[cell.device_kind]
-        with compile_cache(cache, rec):
+        with compile_cache(cache, cell.precision):
             introspect.reset_compiler()
             state = initial_state(spec, size, 0)
             _, batches, _ = cell_batches(spec, cell, size, 0, device)
