@@ -188,6 +188,39 @@ def test_cli_history_show(tmp_path, capsys, metric):
     assert capsys.readouterr().out.splitlines()[1].split()[-1] == "40"
 
 
+def test_a_count_that_grew_by_one_kernel_is_a_change_point_and_a_one_off_blip_is_not():
+    """A count repeats to its last digit: its series is cut on its band's scale, not a timing's 1 % floor and 2 %
+    step. One more kernel a step on 187 (+0.53 %, past the 0.5 % band) from the sixth night on is a change point;
+    41 more Python calls in one night (+0.42 %, inside its 1.5 % band) are not; nor is the same step in a
+    speedup, where 0.5 % is noise."""
+    from perfgate.judge.changepoint import series_changes
+
+    def points(metric, values):
+        return [{"status": "ok", metric: v} for v in values]
+
+    kernels = [187.0] * 5 + [188.0] * 4
+    ok, seg = series_changes(points("compiled_kernels", kernels), "compiled_kernels")
+    assert [ok[cp.index] for cp in seg.change_points] == [5] and seg.change_points[0].shift > 0.005
+    assert series_changes(points("compiled_kernels", kernels[:6]), "compiled_kernels")[1].change_points == ()
+    calls = [9802.0] * 4 + [9843.0] + [9802.0] * 4
+    assert series_changes(points("eager_py_calls", calls), "eager_py_calls")[1].change_points == ()
+    assert series_changes(points("speedup", [2.0 * k / 187 for k in kernels]), "speedup")[1].change_points == ()
+
+
+def test_cli_history_show_marks_a_count_that_grew_and_hints_a_bisection_under_the_gate(tmp_path, capsys):
+    db = tmp_path / "h.sqlite"
+    for day in range(1, 9):
+        records = [{**r, "compiled_kernels": 187.0 if day < 5 else 188.0} for r in nightly(day, day)]
+        path = syn.write_run(tmp_path / f"day{day}.jsonl", records)
+        assert main(["history", "add", path, "--db", str(db), "--commit", f"c{day:02d}"]) == 0
+    capsys.readouterr()
+    assert main(["history", "show", GPT2, "--db", str(db), "--metric", "compiled_kernels"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    marked = [line for line in lines[:9] if "change point" in line]
+    assert len(marked) == 1 and marked[0].split()[1] == "c05" and "change point +0.5%" in marked[0]
+    assert len(lines[9:]) == 1 and "--rule gate --processes 3" in lines[9]
+
+
 def test_cli_history_errors(tmp_path, capsys):
     assert main(["history", "show", GPT2, "--db", str(tmp_path / "none.sqlite")]) == 2
     assert "no history database" in capsys.readouterr().err

@@ -45,7 +45,7 @@ def _metric_text(point: dict, metric: str) -> str:
 
 
 def _change_marks(points: Sequence[dict], metric: str = "speedup") -> dict[int, str]:
-    """{index into points: "<- change +x %"} for the change points of the ok values of a clock's ratio."""
+    """{index into points: "<- change +x %"} for the change points of the ok values of a clock's ratio or a count."""
     from perfgate.judge.changepoint import series_changes
 
     ok, seg = series_changes(points, metric)
@@ -65,10 +65,12 @@ def cmd_history_show(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return exits.UNUSABLE
-    # Change points on the clocks' ratios alone (wall and device speedup), as in the report's trends: the method's
-    # noise floor (1 %) and smallest step (2 %) are sized for timings and would hide a count's 0.5-1.5 % band.
-    is_ratio = args.metric in BY_RATIO
-    marks = _change_marks(points, args.metric) if is_ratio else {}
+    # Change points on the clocks' ratios (wall and device speedup, as in the report's trends) and on the counts,
+    # each count on its band's scale (perfgate.judge.changepoint.COUNT_BANDS); not on the other columns.
+    from perfgate.judge.changepoint import COUNT_BANDS
+
+    is_ratio, is_count = args.metric in BY_RATIO, args.metric in COUNT_BANDS
+    marks = _change_marks(points, args.metric) if is_ratio or is_count else {}
     rows = [("date", "commit", "run", "fingerprint", "status", args.metric, "")]
     rows += [
         (
@@ -83,13 +85,17 @@ def cmd_history_show(args: argparse.Namespace) -> int:
         for i, p in enumerate(points)
     ]
     print(text_table(rows))
-    if is_ratio:
+    if is_ratio or is_count:
         from perfgate.judge.changepoint import series_changes
         from perfgate.judge.triage import bisect_hint
 
+        # What to bisect: a lower speedup, or a count that grew (more work a step). A count's bisection judges
+        # it under the gate's rules, whose paired probes compare every count B against A (perfgate.ab.paired).
         ok, seg = series_changes(points, args.metric)
-        for cp in (cp for cp in seg.change_points if cp.shift < 0):  # a lower level: what to bisect
-            print(f"change point {cp.shift:+.1%}: {bisect_hint(points, ok, cp.index, rule=args.metric)}")
+        worse = (cp for cp in seg.change_points if (cp.shift > 0 if is_count else cp.shift < 0))
+        rule = "gate" if is_count else args.metric
+        for cp in worse:
+            print(f"change point {cp.shift:+.1%}: {bisect_hint(points, ok, cp.index, rule=rule)}")
     return exits.PASS
 
 

@@ -24,6 +24,14 @@ a sustained 5 % step at 1 % noise in 88 % of 8-point and 99 % of 15-point series
 1.7 sd) in 53 % of 30-point series (tests/test_history.py checks rates like these). A single low point between
 normal ones is an outlier, not a change point: the report marks such points with the gate's own speedup rule
 against the baseline instead.
+
+A count of a step's work (perfgate.core.clocks.COUNTS: Python calls, kernels, ...) repeats to its last digit
+across processes and machines, where a timing moves by a percent; its series is segmented with its own floor
+and smallest step, from its band (the count rule's line): a step of one band is the smallest worth a look, and
+the noise floor a third of it, so that a sustained step of one band splits the series once it has two points
+(one more kernel on 187, +0.53 %: a gain of about 10 per unit of weight, against a penalty of 10.6-14.2 for
+8-30 points), while a one-off blip (Python calls' +0.42 %
+in one process of four) is despiked. The same method, so a count's change points read as a clock's do.
 """
 
 from __future__ import annotations
@@ -34,6 +42,7 @@ from typing import Sequence
 
 import numpy as np
 
+from perfgate.core.clocks import COUNTS
 from perfgate.core.stats import interval_sd
 
 SIGMA_FLOOR = 0.01  # 1 %: the steadiest H100 cell (vit_b16) still moved 0.8 % between runs; a series that
@@ -49,13 +58,17 @@ def penalty(n: int) -> float:
     return 4 * math.log(n) + 18 / n
 
 
-def noise_sd(logs: Sequence[float]) -> float:
+# A count's band by its record field ("compiled_kernels" -> 0.005): its series' smallest step worth a look.
+COUNT_BANDS = {field: count.threshold for count in COUNTS for field in count.fields}
+
+
+def noise_sd(logs: Sequence[float], floor: float = SIGMA_FLOOR) -> float:
     """Run-to-run sd of the log values from their successive differences (robust to a few steps)."""
     if len(logs) < MIN_POINTS:
-        return SIGMA_FLOOR
+        return floor
     diffs = np.abs(np.diff(np.asarray(logs, dtype=float)))
     # |x_i+1 - x_i| of N(0, sigma^2) noise is half-normal with sd sqrt(2) sigma; 1.4826 * median = one sd.
-    return max(SIGMA_FLOOR, float(1.4826 * np.median(diffs) / math.sqrt(2)))
+    return max(floor, float(1.4826 * np.median(diffs) / math.sqrt(2)))
 
 
 @dataclass(frozen=True)
@@ -93,17 +106,19 @@ def _split(x: np.ndarray, w: np.ndarray, at_end: bool) -> tuple[float, int, floa
     return float(gains[k]), k + 1, float(left[k]), float(right[k])
 
 
-def _splits(x: np.ndarray, w: np.ndarray, start: int, stop: int, found: list[tuple[int, float]]) -> None:
+def _splits(
+    x: np.ndarray, w: np.ndarray, start: int, stop: int, found: list[tuple[int, float]], min_shift: float
+) -> None:
     """Recursive binary segmentation of x[start:stop]; appends (index, gain) of the kept splits. The penalty
     is the whole series' (a split deep in the recursion must be as clear as the first)."""
     if stop - start < 2:
         return
     gain, k, left, right = _split(x[start:stop], w[start:stop], at_end=stop == x.size)
-    if gain <= penalty(int(x.size)) or abs(left - right) <= MIN_SHIFT:
+    if gain <= penalty(int(x.size)) or abs(left - right) <= min_shift:
         return
     found.append((start + k, gain))
-    _splits(x, w, start, start + k, found)
-    _splits(x, w, start + k, stop, found)
+    _splits(x, w, start, start + k, found, min_shift)
+    _splits(x, w, start + k, stop, found, min_shift)
 
 
 def despike(x: np.ndarray) -> np.ndarray:
@@ -120,18 +135,24 @@ def _level(x: np.ndarray, w: np.ndarray, start: int, stop: int) -> float:
     return float(math.exp(np.average(x[start:stop], weights=w[start:stop])))
 
 
-def segment(values: Sequence[float], sds: Sequence[float] | None = None) -> Segmentation:
-    """Change points of a series of positive values (speedups), oldest first. `sds`: each point's own sd of
-    log value (0 or None where unknown). Fewer than MIN_POINTS values: one level, no change point."""
+def segment(
+    values: Sequence[float],
+    sds: Sequence[float] | None = None,
+    floor: float = SIGMA_FLOOR,
+    min_shift: float = MIN_SHIFT,
+) -> Segmentation:
+    """Change points of a series of positive values (speedups, or counts with their own `floor` and
+    `min_shift`), oldest first. `sds`: each point's own sd of log value (0 or None where unknown). Fewer than
+    MIN_POINTS values: one level, no change point."""
     x = np.log(np.asarray(values, dtype=float))
     if x.size == 0:
-        return Segmentation((), (), SIGMA_FLOOR)
-    sigma = noise_sd(x)
+        return Segmentation((), (), floor)
+    sigma = noise_sd(x, floor)
     own = np.asarray([s or 0.0 for s in sds] if sds is not None else np.zeros(x.size), dtype=float)
     w = 1.0 / np.maximum(sigma, own) ** 2
     found: list[tuple[int, float]] = []
     if x.size >= MIN_POINTS:
-        _splits(despike(x), w, 0, int(x.size), found)
+        _splits(despike(x), w, 0, int(x.size), found, min_shift)
     found.sort()
     bounds = [0, *(index for index, _ in found), int(x.size)]
     y = despike(x)  # a level is where the runs sit, so an outlier does not drag it
@@ -142,10 +163,12 @@ def segment(values: Sequence[float], sds: Sequence[float] | None = None) -> Segm
 
 def series_changes(points: Sequence[dict], metric: str = "speedup") -> tuple[list[int], Segmentation]:
     """Change points of a history series (records oldest first, as history.series returns them): the indices
-    of its ok points with a value, and their segmentation, each point weighted by its own interval. The one
-    path from a history to change points: `perfgate history show` and the HTML report both call it."""
+    of its ok points with a value, and their segmentation, each point weighted by its own interval (a clock's
+    ratio) or on its band's scale (a count: COUNT_BANDS). The one path from a history to change points:
+    `perfgate history show` and the HTML report both call it."""
     ok = [i for i, p in enumerate(points) if p.get("status") == "ok" and p.get(metric)]
-    return ok, segment(
-        [points[i][metric] for i in ok],
-        [interval_sd(points[i].get(f"{metric}_lo"), points[i].get(f"{metric}_hi")) for i in ok],
-    )
+    values = [points[i][metric] for i in ok]
+    band = COUNT_BANDS.get(metric)
+    if band is not None:
+        return ok, segment(values, floor=band / 3, min_shift=band)
+    return ok, segment(values, [interval_sd(points[i].get(f"{metric}_lo"), points[i].get(f"{metric}_hi")) for i in ok])
