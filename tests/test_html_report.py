@@ -187,6 +187,28 @@ def test_the_device_speedup_has_its_own_trends_and_change_points_beside_the_wall
     assert "change point device speedup -" in digest
 
 
+def test_a_count_that_grew_is_a_change_point_in_the_report_with_its_bisection(tmp_path):
+    """One more GPU kernel a compiled step on gpt2 train from night 6 (+0.5 %, past the 0.5 % band; speedups
+    unmoved): the page and the digest list it as more work, with the bisect command under the gate's rules,
+    and no other count or cell moved."""
+    db = tmp_path / "counts.sqlite"
+    for day in range(1, 11):
+        records = syn.run(day, cell_list=syn.cells(models=["gpt2"]), noise=0.005, run_noise=0.003)
+        for r in records:
+            r.update(run_id=f"night{day}", started_at=f"2026-11-{day:02d}T02:00:00+00:00", compiled_kernels=187.0)
+            if r["cell"].startswith("gpt2-train") and day >= 6:
+                r["compiled_kernels"] = 188.0
+        history.append(db, records, commit=f"{day:02d}abcdef")
+    report = html_report.build(records, db_path=db)
+    (section,) = report.sections
+    (text,) = section.count_changes
+    assert text.startswith("gpt2-train") and "compiled GPU kernels +0.5% at 11-06 (06abcde): 187 → 188" in text
+    assert text.endswith("more work") and "--rule gate" in section.count_bisects[0]
+    page, digest = html_report.render_html(report), html_report.render_markdown(report)
+    assert 'ul class="counts"' in page and "compiled GPU kernels +0.5%" in page
+    assert "count change point gpt2-train" in digest
+
+
 RESNET = "resnet50-train-inductor_default-amp_bf16"
 
 

@@ -42,7 +42,7 @@ from perfgate.render.report_charts import (
     speedup_charts,
     speedup_text,
 )
-from perfgate.render.trends import Trend, clock_rule, trend
+from perfgate.render.trends import Trend, clock_rule, count_changes, trend
 from perfgate.render.wording import finding_text
 from perfgate.store import history
 
@@ -61,6 +61,8 @@ class Section:
     trends: list[Trend] = field(default_factory=list)
     no_trend: list[str] = field(default_factory=list)
     device_trends: list[Trend] = field(default_factory=list)  # the device speedup's, beside the wall's
+    count_changes: list[str] = field(default_factory=list)  # each count's change points (trends.count_changes)
+    count_bisects: list[str] = field(default_factory=list)  # the bisect command for each count that grew
 
 
 @dataclass
@@ -180,6 +182,9 @@ def _section(
             section.trends.append(trend(record["cell"], points, base, clock_rule(rules)))
             if sum(bool(p.get(DEVICE.ratio)) for p in points) >= 2:  # a CPU cell has no device clock
                 section.device_trends.append(trend(record["cell"], points, base, clock_rule(rules, DEVICE.ratio)))
+            texts, bisects = count_changes(record["cell"], points)
+            section.count_changes += texts
+            section.count_bisects += bisects
     return section
 
 
@@ -285,6 +290,8 @@ def render_markdown(report: Report) -> str:
         lines += [f"- {md_code(t.cell)} change point {md_text(text)}" for t in device for text in t.changes]
         lines += [f"- {md_text(text)}" for t in device for text in t.marked]
         lines += [f"- bisect {md_text(text)}" for t in device for text in t.bisects]
+        lines += [f"- count change point {md_text(text)}" for text in section.count_changes]
+        lines += [f"- bisect {md_text(text)}" for text in section.count_bisects]
     lines += [f"- note: {md_text(note)}" for note in report.notes]
     return "\n".join(lines).rstrip() + "\n"
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from perfgate.core.clocks import BY_RATIO, WALL
+from perfgate.core.clocks import BY_RATIO, COUNTS, WALL
 from perfgate.judge.changepoint import series_changes
 from perfgate.judge.finding import REGRESSION
 from perfgate.judge.rules import DEFAULT_RULES, SpeedupRule
@@ -132,6 +132,30 @@ def trend(
     svg = trend_chart(drawn, levels, changes, label=f"{word} history {cell}", baseline=baseline)
     spark = sparkline(p.get(metric) for p in points)
     return Trend(cell, svg, len(points), tuple(texts), marked, spark, baseline, tuple(bisects), metric, clock.label)
+
+
+def count_changes(cell: str, points: Sequence[dict]) -> tuple[list[str], list[str]]:
+    """(each change point of the cell's count series, each with its level before and after; the bisect command
+    for each count that grew) from its history, oldest first: the counts' change points on their band's scale
+    (perfgate.judge.changepoint.COUNT_BANDS), the same method as a clock's. A count that grew is more work a
+    step (a regression, bisected under the gate's rules); one that shrank, a gain that wants a baseline update."""
+    labels = _axis_labels(points)
+    texts, bisects = [], []
+    for count in COUNTS:
+        for side, metric in zip(("eager", "compiled"), count.fields):
+            ok, seg = series_changes(points, metric)
+            for cp in seg.change_points:
+                index = ok[cp.index]
+                grew = cp.shift > 0
+                texts.append(
+                    f"{cell} {side} {count.label} {cp.shift:+.1%} at {labels[index][0]} ({labels[index][1]}): "
+                    f"{cp.before:,.0f} → {cp.after:,.0f} a step, {'more work' if grew else 'less work'}"
+                )
+                if grew:
+                    bisects.append(
+                        f"{cell} {side} {count.label} {cp.shift:+.1%}: {bisect_hint(points, ok, cp.index, rule='gate')}"
+                    )
+    return texts, bisects
 
 
 def sparkline(values) -> str:
