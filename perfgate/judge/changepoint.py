@@ -30,8 +30,8 @@ across processes and machines, where a timing moves by a percent; its series is 
 and smallest step, from its band (the count rule's line): a step of one band is the smallest worth a look, and
 the noise floor a third of it, so that a sustained step of one band splits the series once it has two points
 (one more kernel on 187, +0.53 %: a gain of about 10 per unit of weight, against a penalty of 10.6-14.2 for
-8-30 points), while a one-off blip (Python calls' +0.42 %
-in one process of four) is despiked. The same method, so a count's change points read as a clock's do.
+8-30 points), while a one-off blip (Python calls' +0.42 % in one process of four) is despiked. The same
+method, so a count's change points read as a clock's do.
 """
 
 from __future__ import annotations
