@@ -127,12 +127,13 @@ def step_thread_hook(calls: list[int]) -> Callable[..., None]:
     """sys.monitoring's callback (code, offset): one more call in `calls`, unless a thread that Python's threading
     module started, other than this one, made it. sys.monitoring sees every thread, which a step needs (a CUDA
     backward runs its Python hooks on autograd's device thread, started in C++, unknown to `threading` or known as
-    a dummy), but a Python thread of its own is no step's work. One wakes in every compiled process: inductor's
-    compile-pool timer ("subproc_worker_timer") quiesces the pool 60 s after the last compile
-    (config.quiesce_async_compile_time), running Python on its thread. That is the likely source of the one
-    count that did not repeat on GPUs: 13-41 more calls in one counted step of one process (Python calls
-    +0.12-0.42 % on a few train cells, 2xH200 57657f7c and H100s a1670055 and 06ce1001, 2026-11-27/28); not
-    yet run on a GPU with this filter."""
+    a dummy), but a Python thread of its own is no step's work. One runs in every compiled process: tqdm's
+    monitor ("tqdm_monitor"), started by the compile's progress bar, wakes every 10 s and made 43 Python calls
+    each time, every time (tools/probes/thread_calls.py, CPU box, torch 2.14.1, 2026-11-28); inductor's
+    compile-pool timer ("subproc_worker_timer") may wake once too, 60 s after the last compile. Such a wake is
+    the likely source of the one count that did not repeat on GPUs: 13-41 more calls in one counted step of one
+    process (Python calls +0.12-0.42 % on a few train cells, 2xH200 57657f7c and H100s a1670055 and 06ce1001,
+    2026-11-27/28); not yet run on a GPU with this filter."""
     get_ident = threading.get_ident
     own = get_ident()
     started = getattr(threading, "_active", {})  # ident -> Thread, for threads `threading` knows (a private name)
