@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from perfgate.core import fault
+from perfgate.core.clocks import HOST
 from perfgate.core.matrix import Cell
 from perfgate.core.record import bound_of, new_record
 from perfgate.measure import clocks, faults, record_builder
@@ -117,7 +118,7 @@ def test_cpu_clocks_fill_host_and_say_why_device_is_absent():
     slow = lambda _i: sum(range(20_000))  # noqa: E731 - a step with host work
     fast = lambda _i: sum(range(2_000))  # noqa: E731
     record_builder.merge_device_clock(record, clocks.measure_device(slow, fast, torch.device("cpu")))
-    record_builder.merge_clock(record, "host", clocks.measure_host(slow, fast, torch.device("cpu"), seconds=60.0))
+    record_builder.merge_clock(record, HOST, clocks.measure_host(slow, fast, torch.device("cpu"), seconds=60.0))
     assert record["host_speedup"] > 2
     assert len(record["eager_host_round_ms"]) == clocks.HOST_MIN_ROUNDS  # the CPU keeps the minimum
     assert record["device_speedup"] is None and record["busy_compiled"] is None and record["bound"] is None

@@ -15,6 +15,7 @@ from typing import Callable
 
 import torch
 
+from perfgate.core.clocks import HOST
 from perfgate.core.job import RunOptions
 from perfgate.core.matrix import VARIANTS, Cell
 from perfgate.measure import cache_artifacts, clocks, introspect, neighbours, record_builder, reference, why
@@ -168,7 +169,7 @@ def _clocks(run: CellRun, timing_s: float) -> None:
     run.clock.enter("host_clock", f"{run.id}: host clock")
     device_s = clocks.device_seconds(run.record["eager_ms"], run.record["compiled_ms"], stream)
     host = clocks.measure_host(run.eager_step, run.compiled_step, run.device, stream, seconds=timing_s - device_s)
-    record_builder.merge_clock(run.record, "host", host)
+    record_builder.merge_clock(run.record, HOST, host)
     run.clock.enter("device_clock", f"{run.id}: device clock")
     on_device = clocks.measure_device(run.eager_step, run.compiled_step, run.device, stream)
     record_builder.merge_device_clock(run.record, on_device)
@@ -177,7 +178,7 @@ def _clocks(run: CellRun, timing_s: float) -> None:
 def _store_served(run: CellRun, wall, host, on_device) -> None:
     """A paired side's clocks from the rounds it served: the same fields its own rounds would have filled."""
     record_builder.merge_timing(run.record, wall)
-    record_builder.merge_clock(run.record, "host", host)
+    record_builder.merge_clock(run.record, HOST, host)
     if on_device is None:
         note = clocks.NO_DEVICE_CLOCK if run.device.type != "cuda" else "device clock failed"
         record_builder.merge_device_clock(run.record, record_builder.DeviceClock(None, note))

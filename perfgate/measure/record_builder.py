@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+from perfgate.core.clocks import DEVICE, WALL, Clock
 from perfgate.core.record import UNFINISHED, bound_of
 
 if TYPE_CHECKING:
@@ -192,33 +193,24 @@ def merge_warmup(record: dict, steps: int) -> None:
 
 
 def merge_timing(record: dict, rounds: Rounds) -> None:
-    """Stage "timing": the interleaved rounds as the wall clock's fields (ms, 4 decimals)."""
-    interval = rounds.speedup()
-    record.update(
-        steps_per_round=rounds.steps,
-        rounds=len(rounds.ratios),
-        eager_round_ms=[round(x, 4) for x in rounds.eager_ms],
-        compiled_round_ms=[round(x, 4) for x in rounds.compiled_ms],
-        eager_ms=round(statistics.median(rounds.eager_ms), 4),
-        compiled_ms=round(statistics.median(rounds.compiled_ms), 4),
-        speedup=round(interval.median, 4),
-        speedup_lo=round(interval.lo, 4),
-        speedup_hi=round(interval.hi, 4),
-    )
+    """Stage "timing": the interleaved rounds as the wall clock's fields, and how they were taken."""
+    record.update(steps_per_round=rounds.steps, rounds=len(rounds.ratios))
+    merge_clock(record, WALL, rounds)
 
 
-def merge_clock(record: dict, clock: str, rounds: Rounds) -> None:
-    """A clock's rounds (host, device, a rank's compute) as its {side}_{clock}_... fields (ms, 4 decimals)."""
+def merge_clock(record: dict, clock: Clock, rounds: Rounds) -> None:
+    """A clock's rounds (wall, host, device, a rank's compute) as its fields (perfgate.core.clocks.Clock): each
+    side's round ms and their median, and the eager / compiled ratio with its 95 % interval (4 decimals)."""
     interval = rounds.speedup()
     record.update(
         {
-            f"eager_{clock}_round_ms": [round(x, 4) for x in rounds.eager_ms],
-            f"compiled_{clock}_round_ms": [round(x, 4) for x in rounds.compiled_ms],
-            f"eager_{clock}_ms": round(statistics.median(rounds.eager_ms), 4),
-            f"compiled_{clock}_ms": round(statistics.median(rounds.compiled_ms), 4),
-            f"{clock}_speedup": round(interval.median, 4),
-            f"{clock}_speedup_lo": round(interval.lo, 4),
-            f"{clock}_speedup_hi": round(interval.hi, 4),
+            clock.eager_rounds: [round(x, 4) for x in rounds.eager_ms],
+            clock.compiled_rounds: [round(x, 4) for x in rounds.compiled_ms],
+            clock.eager_ms: round(statistics.median(rounds.eager_ms), 4),
+            clock.compiled_ms: round(statistics.median(rounds.compiled_ms), 4),
+            clock.ratio: round(interval.median, 4),
+            f"{clock.ratio}_lo": round(interval.lo, 4),
+            f"{clock.ratio}_hi": round(interval.hi, 4),
         }
     )
 
@@ -228,7 +220,7 @@ def merge_device_clock(record: dict, result: DeviceClock) -> None:
     if result.rounds is None:
         record["clocks_note"] = result.note
         return
-    merge_clock(record, "device", result.rounds)
+    merge_clock(record, DEVICE, result.rounds)
     for side in SIDES:
         record[f"busy_{side}"] = round(record[f"{side}_device_ms"] / record[f"{side}_ms"], 4)
     record["bound_eager"], record["bound"] = bound_of(record["busy_eager"]), bound_of(record["busy_compiled"])

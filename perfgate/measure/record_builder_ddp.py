@@ -9,6 +9,7 @@ import statistics
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from perfgate.core.clocks import COMPUTE
 from perfgate.measure.record_builder import SIDES, merge_clock
 
 if TYPE_CHECKING:
@@ -103,7 +104,7 @@ def merge_step_breakdown(record: dict, breakdown: StepBreakdown) -> None:
     """Stage "device_clock": the compute clock, each side's parts as the ranks' mean (ms, 4 decimals), every
     rank's breakdown, and the clocks note."""
     if breakdown.compute is not None and breakdown.ranks is not None:
-        merge_clock(record, "compute", breakdown.compute)
+        merge_clock(record, COMPUTE, breakdown.compute)
         for side in SIDES:
             for key in MEAN_PARTS:
                 record[f"{side}_{key}"] = round(statistics.fmean(parts[key] for parts in breakdown.ranks[side]), 4)
