@@ -48,14 +48,16 @@ from perfgate.core.record import error_line
 from perfgate.measure.record_builder import StepCounts
 from perfgate.measure.steps import sync
 
-# Steps per side and pass: every warm step does the same work, so 3 say what one does (a whole-number mean)
-# and cost 6 steps a side where there is no hardware counter (9 where there is). On the CPU tier (2 cores,
-# 2026-11-27) the stage took 0.13 s of gpt2 train's 31 s cell, and 1.5 s of the tier's 108 s of cells.
-# A stream model counts its first 3 batches, not a whole pass over its stream: the captioner's 8 caption
-# lengths made the stage 5.5-7.9 % of its cell's time (4xH200 2aa41d77, 2026-11-27), over the 5 % it may
-# cost. Which lengths are counted stays fixed, so the counts compare; a length that recompiles or breaks the
-# graph is the recompile and graph-break rules' to catch.
-STEPS = 3
+# Steps per side and pass: every warm step does the same work, so 2 say what one does, and a count that is
+# not a whole number a step shows a stray (a thread's wake in one step: 13-41 calls before step_thread_hook).
+# The stage's time is about twice the plain steps it runs (a Python callback per call, a profiler event per op),
+# so it scales with STEPS: with 3, 0.8-5.6 % of a warm cell's time and 2.7 % of a warm PR tier's
+# (4xH200 349f3a2e, 2026-11-28), up to 8.1 % of a side (resnet50 train, H100 06ce1001), over the 5 % it may
+# cost. A stream model counts its first STEPS batches, not a whole pass over its stream (the captioner's 8
+# caption lengths made the stage 5.5-7.9 % of its cell, 2aa41d77). Which batches are counted stays fixed, so
+# the counts compare; a length that recompiles or breaks the graph is the recompile and graph-break rules' to
+# catch. Records counted over other steps are not compared (perfgate.ab.paired.uncounted_alike).
+STEPS = 2
 LOOKUP = "TorchDynamo Cache Lookup"  # dynamo's record_function range around a frame's cache lookup
 GRAPH_LAUNCHES = ("cudaGraphLaunch", "cuGraphLaunch")  # runtime and driver API names of a graph replay
 SIDES = ("eager", "compiled")
@@ -130,10 +132,9 @@ def step_thread_hook(calls: list[int]) -> Callable[..., None]:
     a dummy), but a Python thread of its own is no step's work. One runs in every compiled process: tqdm's
     monitor ("tqdm_monitor"), started by the compile's progress bar, wakes every 10 s and made 43 Python calls
     each time, every time (tools/probes/thread_calls.py, CPU box, torch 2.14.1, 2026-11-28); inductor's
-    compile-pool timer ("subproc_worker_timer") may wake once too, 60 s after the last compile. Such a wake is
-    the likely source of the one count that did not repeat on GPUs: 13-41 more calls in one counted step of one
-    process (Python calls +0.12-0.42 % on a few train cells, 2xH200 57657f7c and H100s a1670055 and 06ce1001,
-    2026-11-27/28); not yet run on a GPU with this filter."""
+    compile-pool timer ("subproc_worker_timer") may wake once too, 60 s after the last compile. Before this
+    filter, one process in 4 to 12 read 13-41 more calls in one counted step (2xH200 57657f7c, H100s a1670055
+    and 06ce1001); with it, 14 cells in 3 processes each read none (4xH200 349f3a2e, 2026-11-28)."""
     get_ident = threading.get_ident
     own = get_ident()
     started = getattr(threading, "_active", {})  # ident -> Thread, for threads `threading` knows (a private name)
