@@ -71,14 +71,47 @@ def test_runs_that_disagree_on_a_count_are_named_before_a_baseline_is_made():
 
 
 def test_every_count_has_a_band_rule_on_each_side():
-    bands = {r.metric: r.threshold for r in gate.DEFAULT_RULES if isinstance(r, CountBandRule)}
-    assert bands == {c.field(side): c.threshold for c in COUNTS for side in ("eager", "compiled")}
+    bands = {r.metric: (r.threshold, r.apart) for r in gate.DEFAULT_RULES if isinstance(r, CountBandRule)}
+    assert bands == {c.field(side): (c.threshold, c.apart) for c in COUNTS for side in ("eager", "compiled")}
     assert (
         CountBandRule(PY_CALLS.field("eager"))
         .check({"status": "ok", "eager_py_calls": 0.0}, {"status": "ok", "cell": "c", "eager_py_calls": 3.0})
         .kind
         == REGRESSION
     )  # from none to some
+
+
+@pytest.mark.parametrize(
+    ("base_way", "now_way", "change", "judged"),
+    [
+        ("warm", "warm", 0.012, REGRESSION),  # one more call a layer on gpt2's 12 (+1.15 %): caught alike
+        ("cold", "cold", -0.012, IMPROVEMENT),
+        ("cold", "warm", 0.012, None),  # compiled here against loaded: within the +-1.5 % apart
+        ("warm", "partly warm", 0.012, None),
+        ("warm", None, 0.012, None),  # a record that cannot say how its graphs came
+        ("cold", "warm", 0.016, REGRESSION),
+    ],
+    ids=lambda v: str(v),
+)
+def test_python_calls_are_judged_tighter_where_both_graphs_came_alike(base_way, now_way, change, judged):
+    ways = {"cold": (0, 4), "warm": (4, 0), "partly warm": (2, 2), None: (None, None)}
+
+    def record(way, calls):
+        hits, misses = ways[way]
+        return {
+            "status": "ok",
+            "cell": "c",
+            "compile_cache_hits": hits,
+            "compile_cache_misses": misses,
+            "compiled_py_calls": calls,
+        }
+
+    (rule,) = [r for r in gate.DEFAULT_RULES if getattr(r, "metric", "") == PY_CALLS.field("compiled")]
+    finding = rule.check(record(base_way, 1000.0), record(now_way, 1000.0 * (1 + change)))
+    assert (finding and finding.kind) == judged
+    assert rule.band(record(base_way, 1.0), record(now_way, 1.0)) == (
+        PY_CALLS.threshold if base_way == now_way and base_way in ("cold", "warm") else PY_CALLS.apart
+    )
 
 
 # ---------------------------------------------------------------------------------------------- a real cell

@@ -274,8 +274,8 @@ def counts(record_a: dict, record_b: dict) -> list[dict]:
     """B's counts of a step's work against A's (two ok records), side by side (perfgate.core.clocks.COUNTS),
     each within its band by the gate's own count rule (perfgate.judge.rules.CountBandRule, A in the baseline's
     place). A count needs
-    no interval: it does not follow the host (the same in every process of a cell but Python calls, which moved
-    up to 0.31 % in one process of three: docs/measuring.md). Grown past the band is a regression; shrunk past
+    no interval: it does not follow the host (the same in every process of a cell, but Python calls where the
+    two sides got their graphs by different ways: docs/measuring.md). Grown past the band is a regression; shrunk past
     it is shown as the PR's own gain ("fewer"), never a failure. Judged B against A rather than against the
     committed baseline, so a count that moved on main since the baseline was taken is not laid on the PR."""
     if uncounted_alike(record_a, record_b):
@@ -286,7 +286,8 @@ def counts(record_a: dict, record_b: dict) -> list[dict]:
             a, b = record_a.get(count.field(side)), record_b.get(count.field(side))
             if a is None or b is None:
                 continue
-            found = CountBandRule(count.field(side), count.threshold).check(record_a, record_b)
+            rule = CountBandRule(count.field(side), count.threshold, apart=count.apart)
+            found = rule.check(record_a, record_b)
             outcome = "ok" if found is None else "regression" if found.kind == REGRESSION else "fewer"
             out.append(
                 {
@@ -297,7 +298,7 @@ def counts(record_a: dict, record_b: dict) -> list[dict]:
                     "a": a,
                     "b": b,
                     "change": b / a - 1 if a else None,  # None: from none to some (a new CUDA graph replay, say)
-                    "threshold": count.threshold,
+                    "threshold": rule.band(record_a, record_b),
                     "outcome": outcome,
                 }
             )

@@ -44,6 +44,15 @@ def first_call_cache(record: dict) -> str:
     return "warm" if misses == 0 else "partly warm"
 
 
+def graphs_came_alike(a: dict, b: dict) -> bool:
+    """Whether two records' processes got their compiled graphs the same way: both compiled them ("cold") or
+    both loaded every one from the cache ("warm", first_call_cache). A graph loaded from the cache runs
+    another runtime wrapper than one compiled in the process, and makes 1-17 Python calls a step more or fewer
+    (docs/measuring.md); unknown, partly warm or no cache is not alike."""
+    way = first_call_cache(a)
+    return way in ("cold", "warm") and first_call_cache(b) == way
+
+
 def compiled_peak_is_right(record: dict) -> bool:
     """Whether the record's peak_mem_compiled_mb means what it means today (COMPILED_PEAK_MISREAD)."""
     return (record.get("schema") or 1) not in COMPILED_PEAK_MISREAD

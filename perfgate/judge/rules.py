@@ -4,8 +4,8 @@ cur_record)` that returns a Finding or None. Imports no torch.
 One ratio rule per clock (perfgate.core.clocks defines each default line), on log ratios against the
 baseline's run-to-run noise: wall `speedup` 5 %, device `device_speedup` 2.5 % (a data-parallel cell's
 `compute_speedup` too), host time (HostTimeRule) +15 %. One band rule per count of a step's work and side
-(CountBandRule, perfgate.core.clocks.COUNTS: +-0.5 %, Python calls and instructions +-1.5 %). Count,
-relative, numerics and status rules cover the rest. How the ratio rules decide, and why: docs/gate-power.md
+(CountBandRule, perfgate.core.clocks.COUNTS: +-0.5 %, Python calls +-1 % or +-1.5 %, instructions +-1.5 %).
+Count, relative, numerics and status rules cover the rest. How the ratio rules decide, and why: docs/gate-power.md
 ("How the rules decide"). A finding is data, the figures a rule judged by (perfgate.judge.finding); its words live
 in perfgate.render.wording; when the gate counts one as an advisory: perfgate.judge.advisories.
 """
@@ -19,7 +19,7 @@ from typing import Callable, ClassVar
 from perfgate.core import clocks
 from perfgate.core.clocks import COMPUTE, COUNT_OF, COUNTS, DEVICE, HOST, WALL, Count
 from perfgate.core.record import RECORD_SCHEMA
-from perfgate.core.record_reading import compiled_peak_is_right
+from perfgate.core.record_reading import compiled_peak_is_right, graphs_came_alike
 from perfgate.core.stats import interval_sd
 from perfgate.judge.finding import IMPROVEMENT, REGRESSION, Finding, rule_finding
 
@@ -237,12 +237,21 @@ class CountBandRule:
     """A count of a step's work (perfgate.core.clocks.Count) on one side against the baseline's, within a band
     (`threshold`, a fraction either way): grown past it a regression, shrunk past it an improvement the
     baseline should learn. Counts repeat where the code did not change (they do not follow the host), so the
-    band is tight and nothing is re-measured. A baseline without the count (made before record schema 13)
-    does not judge it, and the cell passes: the gate says so in a note (`unjudged`)."""
+    band is tight and nothing is re-measured. A count that follows how the graphs came (Python calls) is
+    judged by the wider `apart` where the two processes got them by different ways (graphs_came_alike). A
+    baseline without the count (made before record schema 13) does not judge it, and the cell passes: the
+    gate says so in a note (`unjudged`)."""
 
     metric: str  # a count field, `<side>_<count>`: "compiled_kernels" (perfgate.core.clocks.COUNT_OF)
     threshold: float = 0.015
     direction: str = "lower"
+    apart: float | None = None  # the band where the graphs came by different ways (perfgate.core.clocks.Count)
+
+    def band(self, base: dict, cur: dict) -> float:
+        """The band these two records are judged by."""
+        if self.apart is None or graphs_came_alike(base, cur):
+            return self.threshold
+        return max(self.threshold, self.apart)
 
     @property
     def count(self) -> Count:
@@ -257,10 +266,11 @@ class CountBandRule:
         if not both_ok(base, cur) or ref is None or now is None or now == ref:
             return None
         change = now / ref - 1 if ref else math.inf  # from none to some: past any band
-        if abs(change) <= self.threshold:
+        band = self.band(base, cur)
+        if abs(change) <= band:
             return None
         kind = REGRESSION if now > ref else IMPROVEMENT
-        return rule_finding(self, base, cur, kind, self.threshold, "band", label=self.count.label, change=change)
+        return rule_finding(self, base, cur, kind, band, "band", label=self.count.label, change=change)
 
 
 @dataclass(frozen=True)
@@ -364,7 +374,7 @@ def default_rules(
         # The counts of a step's work, each side: a step that does more Python, dispatches more ops or launches
         # more kernels than the baseline's regressed, whatever the host it ran on (docs/gate.md).
         *(
-            CountBandRule(field, count.threshold if counts is None else counts)
+            CountBandRule(field, count.threshold, apart=count.apart) if counts is None else CountBandRule(field, counts)
             for count in COUNTS
             for field in count.fields
         ),
