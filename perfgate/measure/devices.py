@@ -17,6 +17,13 @@ def for_cell(device_kind: str, worker: str | None) -> str:
     return str(torch.device("cuda", int((worker or "gw0").lstrip("gw") or 0) % torch.cuda.device_count()))
 
 
+def worker_gpu(worker: str | None) -> tuple[str, int]:
+    """(the CUDA device of this xdist worker, the GPUs this process sees), or ("", 0) without CUDA."""
+    if not torch.cuda.is_available():
+        return "", 0
+    return for_cell("gpu", worker), torch.cuda.device_count()
+
+
 def start_cell(device: str, tf32: bool) -> torch.device:
     """Make `device` current and set its fp32 policy (TF32 tensor cores or full fp32) for the cell about to
     run. CPU cells change neither: TF32 is a CUDA policy, and their records say tf32 None."""

@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
 from perfgate.core.job import Job
 from perfgate.core.record import new_record
 from perfgate.measure import record_builder
-from perfgate.measure.launch import Proc, kill_groups, spawn, stage_of, supervise
+from perfgate.measure.launch import Proc, first_gpu, kill_groups, spawn, stage_of, supervise
 
 LABEL = "the cell's process"
 
@@ -32,17 +33,25 @@ class CellProcess:
     """The warm child of an isolated session: started on demand (or early, by `prestart`), replaced after a
     cell that failed, hung or crashed, ended by `close`."""
 
-    def __init__(self, registry: str | None = None):
+    def __init__(self, registry: str | None = None, device: str = "", gpus: int = 0):
         self.registry = registry
         self.scratch = tempfile.TemporaryDirectory(prefix="perfgate-cells-")
         self.proc: Proc | None = None
         self.started = 0  # processes started so far (each gets a directory of its own)
+        self.gpus = gpus  # GPUs this process sees: the child sees the one it runs on first (launch.first_gpu)
+        self.environ = first_gpu(device, gpus)[1]  # the child's, for the session's own GPU (an xdist worker's)
 
-    def prestart(self) -> None:
-        """Start the process now, so that its imports overlap whatever the session does before its first cell."""
+    def prestart(self, environ: dict[str, str] | None = None) -> None:
+        """Start the process now, so that its imports overlap whatever the session does before its first cell;
+        one started with another environment (another GPU first) is ended first."""
+        environ = self.environ if environ is None else environ
+        if self.proc is not None and self.proc.poll() is None and environ != self.environ:
+            kill_groups(self.proc)
+            self.proc = None
+        self.environ = environ
         if self.proc is None or self.proc.poll() is not None:
             self.started += 1
-            self.proc = spawn(Path(self.scratch.name) / str(self.started), LABEL)
+            self.proc = spawn(Path(self.scratch.name) / str(self.started), LABEL, **environ)
 
     def run(
         self,
@@ -54,7 +63,9 @@ class CellProcess:
         does. The record's stages gain `process_start`: from handing the job over to the child taking it (a
         fresh process's interpreter start and imports; ~0 s for a warm one), and its wall_s with it."""
         submitted, clock = time.time(), time.monotonic()
-        self.prestart()
+        device, environ = first_gpu(job.options.device, self.gpus)
+        job = replace(job, options=replace(job.options, device=device))
+        self.prestart(environ)
         events = self.proc.send(job.to_json())
         failure = supervise(
             [self.proc],

@@ -30,7 +30,7 @@ from pathlib import Path
 from perfgate.core.job import Job, RunOptions
 from perfgate.core.matrix import VARIANTS, Cell
 from perfgate.core.record import error_line
-from perfgate.measure.launch import import_path, kill_groups, spawn, stderr_tail, supervise
+from perfgate.measure.launch import first_gpu, import_path, kill_groups, spawn, stderr_tail, supervise
 
 
 def wanted(cell: Cell, has_cuda: bool) -> bool:
@@ -69,8 +69,10 @@ def run(
     with tempfile.TemporaryDirectory(prefix="perfgate-precompile-") as scratch:
         for index, share in enumerate(s for s in shares if s):
             lines = Path(scratch) / f"{index}.jsonl"
-            proc = spawn(Path(scratch) / str(index), f"precompile process {index + 1}")
-            device = devices[index % len(devices)] if devices else "cpu"
+            # The process sees its GPU as cuda:0, as every cell's process does (launch.first_gpu): one cache
+            # entry a graph, whichever GPU compiles it and whichever runs it.
+            device, environ = first_gpu(devices[index % len(devices)], len(devices)) if devices else ("cpu", {})
+            proc = spawn(Path(scratch) / str(index), f"precompile process {index + 1}", **environ)
             for n, cell in enumerate(share):
                 options = RunOptions(
                     device="cpu" if cell.device_kind == "cpu" else device,

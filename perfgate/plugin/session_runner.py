@@ -96,9 +96,10 @@ class CellRunner:
     def isolated_process(self):
         """The warm process of this session's isolated cells, made on first use."""
         if self.cell_process is None:
+            from perfgate.measure.devices import worker_gpu
             from perfgate.measure.isolate import CellProcess
 
-            self.cell_process = CellProcess()
+            self.cell_process = CellProcess(None, *worker_gpu(self.worker))
         return self.cell_process
 
     def close(self) -> None:
