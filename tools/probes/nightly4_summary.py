@@ -3,16 +3,22 @@
 usage: python tools/probes/nightly4_summary.py DIR      (DIR: the unpacked n4.tgz)
 
 Balance: each xdist worker's cells' seconds (the final record of each cell in slice.gwN.jsonl, its wall_s),
-the slowest against the mean (the issue's bar: at most 1.15). Neighbour effect: each cell of alone.jsonl
+the slowest against the mean (the issue's bar: at most 1.15). Neighbour effect: each cell of every alone*.jsonl
 against the same cell in each beside*.jsonl, per clock, alone's change against beside's (negative: the three
-neighbours slowed the cell). Counts (issue 53): each PR cell's counts over the beside runs (one process each),
-the fields that differ named with their values.
+neighbours slowed the cell); and how far each clock moved for one cell across the beside runs (max over min),
+the host's own drift that the neighbour effect must stand out from (on 4xH200 349f3a2e, 2026-11-28, it did not:
+alternate alone and beside runs, STEPS="beside alone beside2 alone2", to tell them apart). Cache: how many
+cells of each run compiled in the timed run rather than loading the kept cache. Counts (issue 53): each PR
+cell's counts over the beside runs (one process each), the fields that differ named with their values and how
+each process got its graphs (cold: compiled there; warm: all loaded), which moves the compiled Python calls.
 """
 
 import json
 import statistics
 import sys
 from pathlib import Path
+
+from perfgate.core.record_reading import first_call_cache
 
 
 def records(path: Path) -> dict[str, dict]:
@@ -23,6 +29,25 @@ def records(path: Path) -> dict[str, dict]:
     return {r["cell"]: r for r in rows if r.get("status") == "ok"}
 
 
+def drift(besides: dict[str, dict]) -> None:
+    """How far each clock moved for one cell across the beside runs: max over min, %, median and widest."""
+    if len(besides) < 2:
+        return
+    cells = set.intersection(*(set(b) for b in besides.values()))
+    for key in ("speedup", "device_speedup", "compiled_ms", "compiled_device_ms"):
+        moved = {}
+        for cell in cells:
+            values = [b[cell].get(key) for b in besides.values()]
+            if all(values):
+                moved[cell] = 100 * (max(values) / min(values) - 1)
+        if moved:
+            widest = max(moved, key=moved.get)
+            print(
+                f"{key} across {len(besides)} beside runs: median {statistics.median(moved.values()):.2f} %, "
+                f"widest {moved[widest]:.1f} % ({widest})"
+            )
+
+
 def main(directory: Path) -> None:
     workers = [records(p) for p in sorted(directory.glob("slice.gw*.jsonl"))]
     seconds = [sum(r["wall_s"] for r in cells.values()) for cells in workers]
@@ -31,19 +56,26 @@ def main(directory: Path) -> None:
         shown = ", ".join(f"{s:.0f}" for s in seconds)
         cells = sum(map(len, workers))
         print(f"workers' cell seconds: {shown}; slowest / mean {max(seconds) / mean:.3f} ({cells} cells)")
-    alone = records(directory / "alone.jsonl")
+    alones = {p.stem: records(p) for p in sorted(directory.glob("alone*.jsonl")) if ".gw" not in p.name}
     besides = {p.stem: records(p) for p in sorted(directory.glob("beside*.jsonl")) if ".gw" not in p.name}
+    for name, run in {**besides, **alones}.items():
+        cold = [c for c, r in run.items() if r.get("compile_cache_misses")]
+        print(f"{name}: {len(cold)} of {len(run)} cells compiled in the timed run")
     print("cell | bound | wall eager, compiled | device eager, compiled (alone against beside 3 others, %)")
-    for name, beside in besides.items():
-        for cell, far in alone.items():
-            near = beside.get(cell)
-            if near is None:
-                continue
-            changes = []
-            for key in ("eager_ms", "compiled_ms", "eager_device_ms", "compiled_device_ms"):
-                a, b = near.get(key), far.get(key)
-                changes.append(f"{100 * (b / a - 1):+.1f}" if a and b else "-")
-            print(f"{name}: {cell} | {near.get('bound')} | {changes[0]}, {changes[1]} | {changes[2]}, {changes[3]}")
+    for alone_name, alone in alones.items():
+        for name, beside in besides.items():
+            for cell, far in alone.items():
+                near = beside.get(cell)
+                if near is None:
+                    continue
+                changes = []
+                for key in ("eager_ms", "compiled_ms", "eager_device_ms", "compiled_device_ms"):
+                    a, b = near.get(key), far.get(key)
+                    changes.append(f"{100 * (b / a - 1):+.1f}" if a and b else "-")
+                print(
+                    f"{alone_name}/{name}: {cell} | {near.get('bound')} | {changes[0]}, {changes[1]} | {changes[2]}, {changes[3]}"
+                )
+    drift(besides)
     count_fields = ("py_calls", "aten_ops", "kernels", "cuda_graphs", "dynamo_lookups", "instructions")
     cells = sorted(set().union(*besides.values())) if besides else []
     same = 0
@@ -57,7 +89,8 @@ def main(directory: Path) -> None:
         }
         same += not moved
         if moved:
-            print(f"counts moved, {cell} ({len(runs)} processes): {moved}")
+            ways = [first_call_cache(r) for r in runs]
+            print(f"counts moved, {cell} ({len(runs)} processes, graphs {ways}): {moved}")
     if cells:
         print(f"counts: {same} of {len(cells)} cells the same in every beside run ({len(besides)} runs)")
 
