@@ -76,6 +76,9 @@ def test_the_cell_process_hands_its_child_the_job_on_cuda_0_with_its_gpu_first(m
     assert sent[-1]["options"]["device"] == "cuda:0"
     cells.run(Job(job.cell, RunOptions(device="cuda:1"), tf32=False))
     assert started[1:] == [{"CUDA_VISIBLE_DEVICES": "1,0,2,3"}] and sent[-1]["options"]["device"] == "cuda:0"
+    cpu = Cell("mlp", "infer", "inductor_default", "fp32", "cpu")
+    cells.run(Job(cpu, RunOptions(device="cpu"), tf32=False))  # --perf-isolate all: a CPU cell needs no order
+    assert started[2:] == [{"CUDA_VISIBLE_DEVICES": "1,0,2,3"}] and sent[-1]["options"]["device"] == "cpu"
     cells.close()
 
 

@@ -65,7 +65,7 @@ class CellProcess:
         submitted, clock = time.time(), time.monotonic()
         device, environ = first_gpu(job.options.device, self.gpus)
         job = replace(job, options=replace(job.options, device=device))
-        self.prestart(environ)
+        self.prestart(environ or None)  # a job that needs no GPU order (a CPU cell) takes the child there is
         events = self.proc.send(job.to_json())
         failure = supervise(
             [self.proc],
