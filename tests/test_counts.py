@@ -114,6 +114,39 @@ def test_python_calls_are_judged_tighter_where_both_graphs_came_alike(base_way, 
     )
 
 
+def test_a_baseline_of_runs_that_loaded_every_graph_judges_python_calls_at_the_alike_band():
+    """The baseline keeps the runs' most cache hits and misses, so a cell whose every run loaded its graphs
+    reads warm, and a warm run is held to +-1 %; a run that compiled its graphs gets +-1.5 %."""
+    calls, warm, cold = (
+        PY_CALLS.field("compiled"),
+        {"compile_cache_hits": 3, "compile_cache_misses": 0},
+        {
+            "compile_cache_hits": 0,
+            "compile_cache_misses": 3,
+        },
+    )
+    runs = syn.runs(3, first_seed=11, **QUIET)
+    counted = build_baseline([[{**r, **warm, calls: 1000.0, "counts_steps": 2} for r in run] for run in runs])[KEY]
+    for way, judged in ((warm, REGRESSION), (cold, None)):
+        report = gate.compare(_run(**way, **{calls: 1012.0, "counts_steps": 2}), counted)
+        assert [f.kind for f in report.regressions if f.metric == calls] == ([judged] if judged else [])
+    mixed = [[{**r, **(warm if i else cold), calls: 1000.0} for r in run] for i, run in enumerate(runs)]
+    assert build_baseline(mixed)[KEY]["cells"][GPT2]["compile_cache_misses"] == 3  # one cold run: not warm
+
+
+def test_counts_over_other_steps_than_the_baselines_are_not_compared_and_the_gate_says_so():
+    runs = syn.runs(3, first_seed=11, **QUIET)
+    steps = [
+        [{**r, KERNELS_FIELD: 380.0 + 20 * (i == 2), "counts_steps": 3 - (i == 2)} for r in run]
+        for i, run in enumerate(runs)
+    ]
+    counted = build_baseline(steps)[KEY]
+    assert counted["cells"][GPT2]["counts_steps"] == 2 and counted["cells"][GPT2][KERNELS_FIELD] == 400.0
+    report = gate.compare(_run(**{KERNELS_FIELD: 380.0, "counts_steps": 3}), counted)
+    assert not [f for f in report.improvements if f.metric == KERNELS_FIELD]
+    assert any("counted over other steps than the baseline's" in n for n in report.notes)
+
+
 # ---------------------------------------------------------------------------------------------- a real cell
 
 

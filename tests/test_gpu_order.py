@@ -92,3 +92,59 @@ def test_a_live_child_of_another_gpu_order_is_ended_before_the_next_starts(monke
     cells.prestart({"CUDA_VISIBLE_DEVICES": "1,0,2,3"})
     assert killed == [started[0]] and started[1:] == [{"CUDA_VISIBLE_DEVICES": "1,0,2,3"}]
     cells.close()
+
+
+def test_each_precompile_process_compiles_on_cuda_0_of_its_own_gpu_order(tmp_path, monkeypatch):
+    """Two shares on a 2-GPU runner: share 1 on GPU 0, share 2 on GPU 1, each seen as cuda:0 in its process."""
+    from perfgate.measure import precompile
+
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    started, sent = [], []
+
+    def spawn(directory, _label, **environ):
+        started.append(environ)
+        proc = _Proc(environ, sent)
+        proc.stderr = directory / "stderr"
+        return proc
+
+    monkeypatch.setattr(precompile, "spawn", spawn)
+    monkeypatch.setattr(precompile, "supervise", lambda *_a, **_k: None)
+    monkeypatch.setattr(precompile, "kill_groups", lambda *_procs: None)
+    cells = [Cell(model, "infer", "inductor_default", "fp32", "gpu") for model in ("gpt2", "vit_b16")]
+    precompile.run(
+        [[cells[0]], [cells[1]]],
+        cache_dir=str(tmp_path),
+        registry="fixtures.zoo:REGISTRY",
+        devices=["cuda:0", "cuda:1"],
+        tf32=False,
+        out=tmp_path / "pre.json",
+        limit_s=1.0,
+    )
+    assert started == [{"CUDA_VISIBLE_DEVICES": "0,1"}, {"CUDA_VISIBLE_DEVICES": "1,0"}]
+    assert [job["options"]["device"] for job in sent] == ["cuda:0", "cuda:0"]
+
+
+def test_a_cpu_cell_runs_in_the_live_child_that_lists_its_gpu_first(monkeypatch):
+    class Done(_Events):
+        def __init__(self):
+            self.record = {"status": "ok", "stages": {}, "wall_s": 1.0}
+
+    started, sent = [], []
+
+    def spawn(_dir, _label, **environ):
+        started.append(environ)
+        proc = _Proc(environ, sent)
+        proc.send = lambda text, last=False: sent.append(json.loads(text)) or Done()
+        return proc
+
+    monkeypatch.setattr(isolate, "spawn", spawn)
+    monkeypatch.setattr(isolate, "supervise", lambda *_a, **_k: None)
+    monkeypatch.setattr(isolate, "kill_groups", lambda *_procs: None)
+    cells = isolate.CellProcess(None, "cuda:1", 2)
+    cpu = Cell("mlp", "infer", "inductor_default", "fp32", "cpu")
+    gpu = Cell("mlp", "infer", "inductor_default", "fp32", "gpu")
+    assert cells.run(Job(cpu, RunOptions(device="cpu"), tf32=False))["status"] == "ok"
+    assert cells.run(Job(gpu, RunOptions(device="cuda:1"), tf32=False))["status"] == "ok"
+    assert started == [{"CUDA_VISIBLE_DEVICES": "1,0"}]  # one child took both
+    assert [job["options"]["device"] for job in sent] == ["cpu", "cuda:0"]
+    cells.close()

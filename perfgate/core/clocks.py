@@ -85,6 +85,11 @@ class Count:
     # that; None where the count does not.
     apart: float | None = None
 
+    @property
+    def widest(self) -> float:
+        """The band where nothing is known of how the graphs came (a baseline's run-to-run check, a history)."""
+        return max(self.threshold, self.apart or 0.0)
+
     def field(self, side: str) -> str:
         return f"{side}_{self.name}"
 
@@ -98,12 +103,11 @@ class Count:
 # ATen ops, kernels, CUDA graph replays and dynamo lookups were the same in every process of every cell: the 12
 # PR cells in 3-4 processes each on 2xH200 23ebdea2, 4xH200 2aa41d77 and 349f3a2e and the H100 06ce1001
 # (2026-11-27/28), and every cell of the CPU tier run to run. So +-0.5 %: one more kernel on resnet50 infer's
-# 187 fails. Python calls follow how a process got its graphs: compiled there or loaded from the cache, 1-17
-# calls a step apart (up to 0.79 %, segformer_b2 infer, 349f3a2e). Got alike, the compiled step's count was the
-# same on 6 machines in 15-20 records a cell (but the captioner's train step, which follows the machine); what
-# moved was a thread's wake in one counted step (0.39-0.42 % over 3 steps, before step_thread_hook). So +-1 %
-# alike, which one more call a layer on gpt2's or vit_b16's 12 layers passes (+1.15-1.25 %), and +-1.5 %
-# apart. Instructions were never countable there: +-1.5 %.
+# 187 fails. Python calls follow how a process got its graphs, compiled there or loaded from the cache (under
+# 1 % apart); got alike, they repeated on six machines but for a thread's wake in one counted step, which
+# step_thread_hook now leaves out (docs/measuring.md has the figures). So +-1 % alike, which one more call a
+# layer on gpt2's or vit_b16's 12 layers passes (+1.15-1.25 %), and +-1.5 % apart. Instructions were never
+# countable there: +-1.5 %.
 EXACT = 0.005
 PY_CALLS = Count("py_calls", "Python calls", "makes", 0.01, apart=0.015)
 ATEN_OPS = Count("aten_ops", "ATen ops", "dispatches", EXACT)

@@ -183,7 +183,15 @@ FIELDS: tuple[Field, ...] = (
     Field("host_probe_cpu_ms", float, "ms", "> 0", fold="median", doc="the thread's CPU ms for the same work"),
     # The counts of a step's work (perfgate.core.clocks.COUNTS), taken after the clocks in a pass of their own.
     *(field for count in COUNTS for field in count_fields(count)),
-    Field("counts_steps", int, "steps", "> 0", doc="steps counted per side and pass (a stream model's first batches)"),
+    Field(
+        "counts_steps",
+        int,
+        "steps",
+        "> 0",
+        fold="custom",
+        doc="steps counted per side and pass (a stream model's first batches); a baseline's counts are those of "
+        "its runs that counted as many steps as its last",
+    ),
     Field("counts_note", str, default="", doc="why a count is null (no CUDA device, no hardware counter: ENOENT)"),
     Field(
         "compile_s",
@@ -233,10 +241,12 @@ FIELDS: tuple[Field, ...] = (
         int,
         "count",
         ">= 0",
+        fold="max",
         doc="FX graph + AOTAutograd cache hits during the "
-        "first compiled call (schema 6 on): with misses, whether a kept cache made it warm",
+        "first compiled call (schema 6 on): with misses, whether a kept cache made it warm; a baseline keeps the "
+        "runs' maxima, so it reads warm only where no run compiled (record_reading.first_call_cache)",
     ),
-    Field("compile_cache_misses", int, "count", ">= 0"),
+    Field("compile_cache_misses", int, "count", ">= 0", fold="max"),
     Field("graph_count", int, "count", ">= 0"),
     Field("graph_breaks", int, "count", "count", required=True, fold="max", column=True),
     Field("recompiles", int, "count", "count", required=True, fold="max", column=True),

@@ -47,7 +47,7 @@ def first_call_cache(record: dict) -> str:
 def graphs_came_alike(a: dict, b: dict) -> bool:
     """Whether two records' processes got their compiled graphs the same way: both compiled them ("cold") or
     both loaded every one from the cache ("warm", first_call_cache). A graph loaded from the cache runs
-    another runtime wrapper than one compiled in the process, and makes 1-17 Python calls a step more or fewer
+    another runtime wrapper than one compiled in the process, and the step's Python calls differ
     (docs/measuring.md); unknown, partly warm or no cache is not alike."""
     way = first_call_cache(a)
     return way in ("cold", "warm") and first_call_cache(b) == way

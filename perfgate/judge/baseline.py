@@ -202,7 +202,7 @@ AGREE_FIELDS = {
     "recompiles": (0.0, 0.0),
     # The counts of a step's work repeat where the code did not change: runs apart by more than the count's
     # band would trip the gate against their own median (perfgate.core.clocks.COUNTS).
-    **{name: (count.threshold, 0.0) for count in COUNTS for name in count.fields},
+    **{name: (count.widest, 0.0) for count in COUNTS for name in count.fields},
 }
 
 

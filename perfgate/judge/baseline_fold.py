@@ -9,6 +9,7 @@ from __future__ import annotations
 import statistics
 from typing import Sequence
 
+from perfgate.core.clocks import COUNT_OF
 from perfgate.core.record import CLOCKS, HOST_AFTER_PROFILER, HOST_ROUNDS_SCHEMA, bound_of, names
 from perfgate.core.record_reading import compiled_peak_is_right
 from perfgate.core.stats import interval_sd, rel_spread
@@ -98,8 +99,12 @@ def fold_cell(records: Sequence[dict]) -> dict:
     for clock in CLOCKS:
         cell.update(_fold_clock(measured_right(ok, clock), clock))
     cell.update(compile_cache=_single(ok, "compile_cache"), numerics=_numerics(ok))
+    # Counts are per step over `counts_steps` steps, and a stream model's depend on which: the last run's count.
+    steps = ok[-1].get("counts_steps")
+    counted = [r for r in ok if r.get("counts_steps") == steps]
+    cell["counts_steps"] = steps
     for name in MEDIAN_FIELDS:
-        values = values_of(ok, name)
+        values = values_of(counted if name in COUNT_OF else ok, name)
         cell[name] = statistics.median(values) if values else None
     cell["bound"] = bound_of(cell["busy_compiled"])
     for name in MAX_FIELDS:

@@ -61,7 +61,7 @@ def penalty(n: int) -> float:
 # A count's band by its record field ("compiled_kernels" -> 0.005): its series' smallest step worth a look. A
 # history mixes nights whose processes compiled their graphs with nights that loaded them, so a count that
 # follows that (Python calls) takes its wider band, `apart`.
-COUNT_BANDS = {field: max(count.threshold, count.apart or 0.0) for count in COUNTS for field in count.fields}
+COUNT_BANDS = {field: count.widest for count in COUNTS for field in count.fields}
 
 
 def noise_sd(logs: Sequence[float], floor: float = SIGMA_FLOOR) -> float:

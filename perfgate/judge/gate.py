@@ -163,6 +163,12 @@ def _predates(baseline: dict, current: dict[str, dict], rules: Sequence) -> list
             f"no baseline count for {len(unjudged)} cell(s): the baseline predates the counts of a step's work "
             f"(record schema 13), so they were not compared and pass; remake the baseline to gate them"
         )
+    steps = [cid for cid, cur in current.items() if cid in cells and CountBandRule.other_steps(cells[cid], cur)]
+    if bands and steps:
+        notes.append(
+            f"{len(steps)} cell(s) counted over other steps than the baseline's (counts_steps), so their counts were "
+            f"not compared and pass; remake the baseline to gate them"
+        )
     return notes
 
 

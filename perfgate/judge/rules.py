@@ -261,9 +261,15 @@ class CountBandRule:
         """Counted now, and the baseline has no count to judge it by."""
         return both_ok(base, cur) and cur.get(self.metric) is not None and base.get(self.metric) is None
 
+    @staticmethod
+    def other_steps(base: dict, cur: dict) -> bool:
+        """Both counted, over different numbers of steps (a stream model's counts depend on which batches)."""
+        steps = base.get("counts_steps"), cur.get("counts_steps")
+        return None not in steps and steps[0] != steps[1]
+
     def check(self, base: dict, cur: dict) -> Finding | None:
         ref, now = base.get(self.metric), cur.get(self.metric)
-        if not both_ok(base, cur) or ref is None or now is None or now == ref:
+        if not both_ok(base, cur) or ref is None or now is None or now == ref or self.other_steps(base, cur):
             return None
         change = now / ref - 1 if ref else math.inf  # from none to some: past any band
         band = self.band(base, cur)

@@ -48,15 +48,14 @@ from perfgate.core.record import error_line
 from perfgate.measure.record_builder import StepCounts
 from perfgate.measure.steps import sync
 
-# Steps per side and pass: every warm step does the same work, so 2 say what one does, and a count that is
-# not a whole number a step shows a stray (a thread's wake in one step: 13-41 calls before step_thread_hook).
-# The stage's time is about twice the plain steps it runs (a Python callback per call, a profiler event per op),
-# so it scales with STEPS: with 3, 0.8-5.6 % of a warm cell's time and 2.7 % of a warm PR tier's
-# (4xH200 349f3a2e, 2026-11-28), up to 8.1 % of a side (resnet50 train, H100 06ce1001), over the 5 % it may
-# cost. A stream model counts its first STEPS batches, not a whole pass over its stream (the captioner's 8
-# caption lengths made the stage 5.5-7.9 % of its cell, 2aa41d77). Which batches are counted stays fixed, so
-# the counts compare; a length that recompiles or breaks the graph is the recompile and graph-break rules' to
-# catch. Records counted over other steps are not compared (perfgate.ab.paired.uncounted_alike).
+# Steps per side and pass: every warm step does the same work, so 2 say what one does, and a count that is not
+# a whole number a step shows an odd-sized stray. The stage's time is about twice the plain steps it runs (a
+# Python callback per call, a profiler event per op), so it scales with STEPS: with 3 it went over the 5 % of a
+# cell it may cost on three warm train cells (docs/measuring.md, "What counting costs"). A stream model counts
+# its first STEPS batches, not a whole pass over its stream (the captioner's 8 caption lengths made the stage
+# 5.5-7.9 % of its cell, 2aa41d77). Which batches are counted stays fixed, so the counts compare; a length that
+# recompiles or breaks the graph is the recompile and graph-break rules' to catch. Records counted over other
+# steps are not compared (CountBandRule.other_steps, perfgate.ab.paired.uncounted_alike).
 STEPS = 2
 LOOKUP = "TorchDynamo Cache Lookup"  # dynamo's record_function range around a frame's cache lookup
 GRAPH_LAUNCHES = ("cudaGraphLaunch", "cuGraphLaunch")  # runtime and driver API names of a graph replay

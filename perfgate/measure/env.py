@@ -66,9 +66,9 @@ def environment(device: torch.device, tf32: bool) -> dict:
     env = {
         "gpu": gpu,
         "gpu_count": torch.cuda.device_count() if on_cuda else 0,
-        # Inductor sizes split reductions by the SM count, and cuBLAS picks kernels by it: the captioner's train
-        # step launched 2532, 2580 and 2628 kernels on three machines that all say "H100 80GB HBM3" or "H200"
-        # (docs/measuring.md), and this is the first thing to compare when a kernel count follows the machine.
+        # Inductor sizes split reductions by the SM count, and cuBLAS picks kernels by it: one thing to compare
+        # when a kernel count follows the machine (the captioner's train step does, across leases of one GPU
+        # name: docs/measuring.md); it does not explain that case if both read 132.
         "gpu_sms": torch.cuda.get_device_properties(device).multi_processor_count if on_cuda else None,
         "driver": _driver() if on_cuda else None,
         "cuda": torch.version.cuda if on_cuda else None,

@@ -49,15 +49,14 @@ def first_gpu(device: str, gpus: int) -> tuple[str, dict[str, str]]:
     ("cuda:0", {"CUDA_VISIBLE_DEVICES": "2,0,1,3"}); any other device, or one GPU, unchanged and no environment.
 
     Inductor's cache keys a compiled graph by its device index: a graph compiled on cuda:2 is not found by a
-    process that runs the cell on cuda:0. On 4 x H200 (349f3a2e, 2026-11-28) every cache hit and miss of 42
-    cell processes followed the GPU index, so the nightly's precompile, which compiles share k on GPU k, served
-    only the cells its xdist worker happened to run on the same GPU. A child that sees its own GPU as cuda:0,
-    whichever GPU that is, finds what every other compiled."""
+    process that runs the cell on cuda:0, so on several GPUs the precompile served only the cells run on the
+    GPU they were compiled on (docs/ci.md). A child that sees its own GPU as cuda:0, whichever GPU that is,
+    finds what every other compiled. An empty CUDA_VISIBLE_DEVICES is no GPU (`gpus` 0): left as it is."""
     kind, _, index = device.partition(":")
     if kind != "cuda" or not index.isdigit() or gpus < 2:
         return device, {}
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    ids = [v.strip() for v in visible.split(",") if v.strip()] if visible else [str(i) for i in range(gpus)]
+    ids = [v.strip() for v in visible.split(",") if v.strip()] if visible is not None else [str(i) for i in range(gpus)]
     k = int(index)
     if k >= len(ids):
         return device, {}

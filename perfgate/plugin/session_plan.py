@@ -35,8 +35,9 @@ class SessionPlan:
         for cell_id in paired:  # measured beside its base: both sides' seconds, and second process pairs
             self.expected[cell_id] *= PAIRED_OVER_OWN
         self.progress = Progress(len(cells), sum(self.expected.values()))
-        if any(self.isolates(cell) for cell in cells) and not self.config.option.collectonly:
-            self.isolated_process().prestart()  # its imports overlap what comes before the first cell
+        isolated = [cell for cell in cells if self.isolates(cell)]
+        if isolated and not self.config.option.collectonly:  # its imports overlap what comes before the first cell
+            self.isolated_process(gpu=any(cell.device_kind == "gpu" for cell in isolated)).prestart()
         gpus = sum(1 for cell in cells if cell.device_kind == "gpu")
         how = f"{len(paired)} of them beside their base (paired)" if paired else "in one process"
         return (

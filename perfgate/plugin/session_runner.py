@@ -1,7 +1,7 @@
 """Where and how a session's cell runs: beside its base (--perf-against, paired), in the session's warm
 isolated child (perfgate.measure.isolate), or in this process (run_cell); its run options, its job for another
 process, its time limit and its device's environment. A part of PerfSession (perfgate.plugin.session), whose
-state it reads. torch is imported only when a cell runs.
+state it reads. torch is imported only when a cell runs, or a GPU cell's child starts early (its GPU's order).
 """
 
 from __future__ import annotations
@@ -93,13 +93,19 @@ class CellRunner:
         job = self.job(spec, cell, options, remeasure)
         return self.isolated_process().run(job, self.say, record_compiled)
 
-    def isolated_process(self):
-        """The warm process of this session's isolated cells, made on first use."""
+    def isolated_process(self, gpu: bool = True):
+        """The warm process of this session's isolated cells, made on first use. `gpu`: a GPU cell may run
+        there, so its child lists this worker's GPU first (perfgate.measure.launch.first_gpu), which asks torch
+        for the GPUs; a session of CPU cells alone does not import it."""
         if self.cell_process is None:
-            from perfgate.measure.devices import worker_gpu
             from perfgate.measure.isolate import CellProcess
 
-            self.cell_process = CellProcess(None, *worker_gpu(self.worker))
+            device, gpus = "", 0
+            if gpu:
+                from perfgate.measure.devices import worker_gpu
+
+                device, gpus = worker_gpu(self.worker)
+            self.cell_process = CellProcess(None, device, gpus)
         return self.cell_process
 
     def close(self) -> None:
