@@ -308,9 +308,8 @@ def counts(record_a: dict, record_b: dict) -> list[dict]:
 def uncounted_alike(record_a: dict, record_b: dict) -> str:
     """Why two records' counts cannot be compared, or "": counted over other steps (a base from before the
     captioner counted its first 3 batches rather than its 8-length stream reads other caption lengths)."""
-    a, b = record_a.get("counts_steps"), record_b.get("counts_steps")
-    if a is not None and b is not None and a != b:
-        return f"counts not compared: A counted {a} steps a side, B {b}"
+    if CountBandRule.other_steps(record_a, record_b):
+        return f"counts not compared: A counted {record_a['counts_steps']} steps a side, B {record_b['counts_steps']}"
     return ""
 
 
