@@ -76,6 +76,13 @@ def run_job(job, reporter: Reporter, rank: int | None, envs: dict, directory: Pa
         process="worker",
     )
     reporter.emit({"record": record})
+    return takes_another(record)
+
+
+def takes_another(record: dict) -> bool:
+    """Whether the process that measured `record` takes the next cell: not after a failed one (the docstring
+    above says why). perfgate.measure.isolate reads the same rule, so as not to hand a job to a process that
+    is exiting."""
     return record["status"] == "ok"
 
 
