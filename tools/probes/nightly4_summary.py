@@ -48,14 +48,42 @@ def drift(besides: dict[str, dict]) -> None:
             )
 
 
+def finals(path: Path) -> dict[str, dict]:
+    """The final record of each cell in a worker's file, ok or not: a failed cell held its GPU too."""
+    rows = (json.loads(line) for line in path.read_text().splitlines() if line.strip())
+    return {r["cell"]: r for r in rows}
+
+
+def balance(directory: Path) -> None:
+    """Each worker's cell seconds, the slowest against the mean, and the least any deal of these cells could
+    reach: the longest cell, or the mean share where that is longer. And the slice's cell seconds against the
+    priors (perfgate.plan.costs.prior_s), the ratio a projection of the whole matrix scales its priors by."""
+    from perfgate.core.matrix import Cell
+    from perfgate.plan.costs import prior_s
+
+    workers = [finals(p) for p in sorted(directory.glob("slice.gw*.jsonl"))]
+    seconds = [sum(r["wall_s"] or 0 for r in cells.values()) for cells in workers]
+    if not seconds or not all(seconds):
+        return
+    mean = statistics.mean(seconds)
+    every = [r for cells in workers for r in cells.values()]
+    longest = max(every, key=lambda r: r["wall_s"] or 0)
+    print(
+        f"workers' cell seconds: {', '.join(f'{s:.0f}' for s in seconds)} ({len(every)} cells); slowest / mean "
+        f"{max(seconds) / mean:.3f}; any deal >= {max(longest['wall_s'], mean) / mean:.3f} "
+        f"(longest cell: {longest['cell']}, {longest['wall_s']:.0f} s)"
+    )
+    ok = [r for r in every if r["status"] == "ok"]
+    priors = sum(prior_s(Cell(r["model"], r["phase"], r["variant"], r["precision"], r["device_kind"])) for r in ok)
+    measured = sum(r["wall_s"] for r in ok)
+    print(f"{len(ok)} ok cells: {measured:.0f} s measured against {priors:.0f} s of priors ({measured / priors:.2f})")
+    for r in every:
+        if r["status"] != "ok":
+            print(f"  {r['status']}: {r['cell']} ({r['wall_s']:.0f} s): {(r.get('reason') or '')[:120]}")
+
+
 def main(directory: Path) -> None:
-    workers = [records(p) for p in sorted(directory.glob("slice.gw*.jsonl"))]
-    seconds = [sum(r["wall_s"] for r in cells.values()) for cells in workers]
-    if seconds and all(seconds):
-        mean = statistics.mean(seconds)
-        shown = ", ".join(f"{s:.0f}" for s in seconds)
-        cells = sum(map(len, workers))
-        print(f"workers' cell seconds: {shown}; slowest / mean {max(seconds) / mean:.3f} ({cells} cells)")
+    balance(directory)
     alones = {p.stem: records(p) for p in sorted(directory.glob("alone*.jsonl")) if ".gw" not in p.name}
     besides = {p.stem: records(p) for p in sorted(directory.glob("beside*.jsonl")) if ".gw" not in p.name}
     for name, run in {**besides, **alones}.items():
