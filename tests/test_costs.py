@@ -93,6 +93,19 @@ def test_progress_counts_and_scales_the_eta_by_how_fast_cells_really_ran():
     assert costs.eta_s(200.0, 100.0, 50.0, workers=2) == 50.0
 
 
+def test_the_xdist_controllers_lines_count_elapsed_from_the_sessions_start():
+    from types import SimpleNamespace
+
+    from perfgate.plugin.workers import ProgressRelay
+
+    now, lines = [100.0], []
+    relay = ProgressRelay(lines.append, workers=4, clock=lambda: now[0])
+    now[0] = 163.0  # the first cell's line arrives when that cell is done
+    done = {"planned": 2, "planned_s": 120.0, "cell": "a", "wall_s": 63.0, "expected_s": 60.0, "line": "a: ok"}
+    relay.pytest_runtest_logreport(SimpleNamespace(user_properties=[(ProgressRelay.KEY, done)]))
+    assert lines == ["[1/2] elapsed 1:03, about 0:16 left: a: ok"]
+
+
 def test_the_history_feeds_the_costs(tmp_path):
     from perfgate.store import history
 

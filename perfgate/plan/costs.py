@@ -118,9 +118,9 @@ class Progress:
     scales the expected seconds left by how the finished cells ran against theirs (this machine may be
     faster or slower than the history), over the parallel workers."""
 
-    def __init__(self, planned: int, planned_s: float, workers: int = 1, clock=time.monotonic):
+    def __init__(self, planned: int, planned_s: float, workers: int = 1, clock=time.monotonic, started=None):
         self.planned, self.planned_s, self.workers, self.clock = planned, planned_s, max(workers, 1), clock
-        self.started = clock()
+        self.started = clock() if started is None else started  # the clock's reading when the work began
         self.done: dict[str, tuple[float, float]] = {}  # cell id -> (wall s, expected s)
         self.gpu_s = 0.0  # GPU-seconds: each cell's wall time times the GPUs it held
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from pathlib import Path
 
 from perfgate.core.records_file import append_record, load_records
@@ -45,8 +46,11 @@ class ProgressRelay:
 
     KEY = "perfgate"  # the user_properties key a worker's line travels under
 
-    def __init__(self, write_line, workers: int = 1):
-        self.write_line, self.workers, self.progress = write_line, workers, None
+    def __init__(self, write_line, workers: int = 1, clock=time.monotonic):
+        self.write_line, self.workers, self.progress, self.clock = write_line, workers, None, clock
+        # Elapsed counts from the session's start, not from the first line: that came a whole cell later
+        # ("[1/24] elapsed 0:00" after a 63 s cell, 4 x H200 1c60ab9c, 2026-11-28).
+        self.started = clock()
 
     def pytest_runtest_logreport(self, report) -> None:
         from perfgate.plan.costs import Progress
@@ -57,7 +61,7 @@ class ProgressRelay:
             if key != self.KEY:
                 continue
             if self.progress is None:  # every worker collects the whole plan; its first line carries it
-                self.progress = Progress(done["planned"], done["planned_s"], self.workers)
+                self.progress = Progress(done["planned"], done["planned_s"], self.workers, self.clock, self.started)
             count = self.progress.finish(done["cell"], done["wall_s"], done["expected_s"], done.get("gpus", 0))
             self.write_line(f"{count}: {worker + ' ' if worker else ''}{done['line']}")
 
