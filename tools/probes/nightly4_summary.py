@@ -73,10 +73,14 @@ def balance(directory: Path) -> None:
         f"{max(seconds) / mean:.3f}; any deal >= {max(longest['wall_s'], mean) / mean:.3f} "
         f"(longest cell: {longest['cell']}, {longest['wall_s']:.0f} s)"
     )
-    ok = [r for r in every if r["status"] == "ok"]
-    priors = sum(prior_s(Cell(r["model"], r["phase"], r["variant"], r["precision"], r["device_kind"])) for r in ok)
-    measured = sum(r["wall_s"] for r in ok)
-    print(f"{len(ok)} ok cells: {measured:.0f} s measured against {priors:.0f} s of priors ({measured / priors:.2f})")
+    def against_priors(records: list[dict], what: str) -> None:
+        priors = sum(prior_s(Cell(r["model"], r["phase"], r["variant"], r["precision"], r["device_kind"])) for r in records)
+        measured = sum(r["wall_s"] for r in records)
+        print(f"{len(records)} {what}: {measured:.0f} s against {priors:.0f} s of priors ({measured / priors:.2f})")
+
+    against_priors([r for r in every if r["status"] == "ok"], "ok cells")
+    # A cell lost before it began (no stage ran: its process was gone) says nothing of what a cell costs.
+    against_priors([r for r in every if r.get("stages")], "cells that ran to their end, ok or not")
     for r in every:
         if r["status"] != "ok":
             print(f"  {r['status']}: {r['cell']} ({r['wall_s']:.0f} s): {(r.get('reason') or '')[:120]}")
