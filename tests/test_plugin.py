@@ -253,3 +253,11 @@ def test_loadgroup_hands_out_the_dearest_cells_first():
     costs = {cells["a"].id: 50.0, cells["b"].id: 10.0, cells["c"].id: 60.0, cells["d"].id: 50.0}
     items = [Item(None), *(Item(cell) for cell in cells.values())]
     assert [item.name for item in longest_first(items, costs)] == ["c", "a", "d", "b", "other"]
+    # Two workers: each starts on one of the 2 dearest with one of the 2 cheapest queued behind it (xdist keeps
+    # one queued behind the one running), the cheapest behind the dearest; then the rest, dearest first.
+    more = {name: Cell(name, "train", "inductor_default", "amp_bf16", "gpu") for name in "efg"}
+    costs |= {more["e"].id: 5.0, more["f"].id: 40.0, more["g"].id: 20.0}
+    items += [Item(cell) for cell in more.values()]
+    ordered = [item.name for item in longest_first(items, costs, workers=2)]
+    assert ordered == ["c", "a", "e", "b", "d", "f", "g", "other"]
+    assert [item.name for item in longest_first(items[:5], costs, workers=2)] == ["c", "a", "d", "b", "other"]

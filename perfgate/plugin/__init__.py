@@ -102,7 +102,8 @@ class _ShardHook:
             costs = perf.expected_costs(selection.cells_of(items))
             _deselect(config, items, *selection.shard(items, costs, *perf.selection.shard))
         if getattr(config, "workerinput", None) and config.getvalue("loadgroup"):  # an xdist worker, --dist loadgroup
-            items[:] = selection.longest_first(items, perf.expected_costs(selection.cells_of(items)))
+            workers = int(config.workerinput.get("workercount", 1))
+            items[:] = selection.longest_first(items, perf.expected_costs(selection.cells_of(items)), workers)
 
 
 def _deselect(config: pytest.Config, items: list, keep: list, drop: list) -> None:

@@ -118,22 +118,30 @@ def shard(items: list, costs: dict[str, float], index: int, count: int) -> tuple
     return keep, drop
 
 
-def longest_first(items: list, costs: dict[str, float]) -> list:
-    """The cells by expected cost, dearest first (ties in their collected order), then what is no cell. Under
-    pytest-xdist's `--dist loadgroup` a test with no group is a unit of its own, handed out in collected order:
-    each worker starts with one of the N dearest and one of the next N queued behind it, then takes the rest
-    as it frees up, close to LPT list scheduling. xdist's default `load` hands each worker runs of consecutive
-    items, and consecutive items are one model's variants: its max-autotune and max-autotune-no-cudagraphs
-    cells, the matrix's longest compiles (on 4 H100s, 2026-11-27, one such training compile held its GPU for
-    most of an 18-minute slice), may land on one GPU."""
+def longest_first(items: list, costs: dict[str, float], workers: int = 1) -> list:
+    """The cells by expected cost, dearest first (ties in their collected order), then what is no cell; with
+    several workers, the `workers` cheapest cells right after the `workers` dearest. Under pytest-xdist's
+    `--dist loadgroup` a test with no group is a unit of its own, handed out in this order: each worker starts
+    with one of the dearest and the next unit queued behind it (xdist keeps one queued behind the one running),
+    then takes the rest as it frees up, close to LPT list scheduling. What waits behind the dearest is the
+    cheapest: behind a 456 s cell of a 4/15 slice on 4 x H200 (1c60ab9c, 2026-11-28) the next-dearest waited
+    while the other three GPUs idled. Replayed on that slice's cell times (tools/probes/deal_replay.py), this
+    order takes the slowest worker from 1.41 to 1.27 of the mean ranked by the cells' own times, from 1.34
+    to 1.27 by the priors; no deal could do better than 1.23. xdist's default `load` hands each worker runs of
+    consecutive items, one model's variants: its two max-autotune cells, the matrix's longest compiles, may
+    land on one GPU (on 4 H100s, 2026-11-27, one such compile held its GPU for most of an 18-minute slice)."""
     order = {id(item): n for n, item in enumerate(items)}
 
-    def key(item) -> tuple:
+    def cost(item) -> float | None:
         cell = item.stash.get(CELL_KEY, None)
-        cost = costs.get(cell.id) if cell is not None else None
-        return (cost is None, -(cost or 0.0), order[id(item)])
+        return costs.get(cell.id) if cell is not None else None
 
-    return sorted(items, key=key)
+    ranked = sorted(items, key=lambda item: (cost(item) is None, -(cost(item) or 0.0), order[id(item)]))
+    cells = [item for item in ranked if cost(item) is not None]
+    if workers < 2 or len(cells) <= 2 * workers:
+        return ranked
+    cheapest = cells[::-1][:workers]  # queued behind the dearest: the cheapest behind the dearest of all
+    return cells[:workers] + cheapest + [item for item in ranked[workers:] if item not in cheapest]
 
 
 def rotate(items: list, index: int, count: int) -> tuple[list, list]:

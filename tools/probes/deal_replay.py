@@ -1,0 +1,78 @@
+"""Replay a 4-GPU slice's cell times through xdist's `--dist loadgroup` hand-out, in the order perfgate gives
+its units (perfgate.plugin.selection.longest_first), to compare orders on the same cells.
+
+usage: python tools/probes/deal_replay.py DIR [SECONDS_OF_LOST_CELL ...]
+
+DIR holds slice.gwN.jsonl (tools/probes/nightly4.sh). Each cell costs its final record's wall_s; a cell lost
+before it began (no stage ran) costs what the command line gives, in its order, else its prior. The hand-out
+is xdist 3.8's LoadScopeScheduling: one unit to each worker, then one more queued behind it, then one unit to
+a worker each time one of its units ends. Orders are ranked twice: by the priors (a first night) and by the
+cells' own times (a night with the history's costs).
+"""
+
+import heapq
+import json
+import sys
+from pathlib import Path
+
+from perfgate.core.matrix import Cell
+from perfgate.plan.costs import prior_s
+from perfgate.plugin.selection import CELL_KEY, longest_first
+
+
+class Unit:
+    def __init__(self, cell: Cell):
+        self.cell, self.stash = cell, {CELL_KEY: cell}
+
+
+def hand_out(order: list, seconds: dict[str, float], workers: int) -> list[float]:
+    """Each worker's busy seconds when xdist hands `order` out as LoadScopeScheduling does."""
+    waiting, queues = list(order), [[] for _ in range(workers)]
+    for _ in range(2):  # the first unit, and the one queued behind it
+        for queue in queues:
+            if waiting:
+                queue.append(waiting.pop(0))
+    ends = [(seconds[q[0].cell.id], w) for w, q in enumerate(queues) if q]
+    heapq.heapify(ends)
+    done, clock = [0] * workers, [0.0] * workers
+    while ends:
+        now, w = heapq.heappop(ends)
+        done[w], clock[w] = done[w] + 1, now
+        if waiting:
+            queues[w].append(waiting.pop(0))
+        if done[w] < len(queues[w]):
+            heapq.heappush(ends, (now + seconds[queues[w][done[w]].cell.id], w))
+    return clock
+
+
+def main(directory: Path, lost_s: list[float]) -> None:
+    finals = {}
+    for path in sorted(directory.glob("slice.gw*.jsonl")):
+        for line in path.read_text().splitlines():
+            if line.strip():
+                record = json.loads(line)
+                finals[record["cell"]] = record
+    workers = len(list(directory.glob("slice.gw*.jsonl")))
+    units, seconds, priors = [], {}, {}
+    for record in finals.values():
+        cell = Cell(record["model"], record["phase"], record["variant"], record["precision"], record["device_kind"])
+        units.append(Unit(cell))
+        priors[cell.id] = prior_s(cell)
+        lost = not record.get("stages")
+        seconds[cell.id] = (lost_s.pop(0) if lost_s else priors[cell.id]) if lost else record["wall_s"]
+    mean = sum(seconds.values()) / workers
+    print(
+        f"{len(units)} cells on {workers} workers; mean share {mean:.0f} s; "
+        f"no deal better than {max(max(seconds.values()), mean) / mean:.3f}"
+    )
+    for ranked_by, costs in (("priors", priors), ("own times", seconds)):
+        for name, many in (("dearest first", 1), ("cheapest behind the dearest", workers)):
+            busy = hand_out(longest_first(units, costs, many), seconds, workers)
+            print(
+                f"ranked by {ranked_by}, {name}: {', '.join(f'{b:.0f}' for b in busy)}; "
+                f"slowest / mean {max(busy) / mean:.3f}"
+            )
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]), [float(s) for s in sys.argv[2:]])
