@@ -4,11 +4,12 @@ on with the next.
 
 The child is warm: one process (perfgate.measure.child) imports torch, the compiler stack and the zoo once and
 takes the session's cells one after another while they succeed. A cell that fails ends it (the child exits
-after its record; this side ends it at once rather than wait for its exit, and starts the next one), a cell
-that hangs or crashes ends it (its group is killed), and the next cell gets a fresh one. A new interpreter
-importing torch, transformers and timm cost 6-20 s a cell on an H100 lease (2026-11-25); the session starts
-its process once, early (`prestart`), so that even the first cell's start overlaps what comes before it
-(collection, a precompile). Imports no torch, nor does its Job (perfgate.core.job).
+after its record; this side ends it at once rather than wait for its exit), a cell that hangs or crashes
+ends it (its group is killed), and the next cell gets a fresh one, started when that cell comes: started at
+once, its imports could overlap a CPU cell timed in pytest's own process. A new interpreter importing torch,
+transformers and timm cost 6-20 s a cell on an H100 lease (2026-11-25); the session starts its process once,
+early (`prestart`), so that even the first cell's start overlaps what comes before it (collection, a
+precompile). Imports no torch, nor does its Job (perfgate.core.job).
 
 On the time limit the child's whole group is killed (inductor's compile workers too), and the last checkpoint
 the cell streamed becomes a failed record: "timed out after 900 s while compiling (inductor_default)".
@@ -96,7 +97,6 @@ class CellProcess:
             # each of two failures was lost so, "ended while starting the process, with nothing to report".
             kill_groups(self.proc)
             self.proc = None
-            self.prestart()  # the next cell's process, its imports (6-20 s) overlapping what comes before it
         record_builder.merge_process_start(record, max(0.0, (events.started_at or submitted) - submitted))
         return record
 

@@ -124,12 +124,13 @@ def longest_first(items: list, costs: dict[str, float], workers: int = 1) -> lis
     `--dist loadgroup` a test with no group is a unit of its own, handed out in this order: each worker starts
     with one of the dearest and the next unit queued behind it (xdist keeps one queued behind the one running),
     then takes the rest as it frees up, close to LPT list scheduling. What waits behind the dearest is the
-    cheapest: behind a 456 s cell of a 4/15 slice on 4 x H200 (1c60ab9c, 2026-11-28) the next-dearest waited
-    while the other three GPUs idled. Replayed on that slice's cell times (tools/probes/deal_replay.py), this
-    order takes the slowest worker from 1.41 to 1.27 of the mean ranked by the cells' own times, from 1.34
-    to 1.27 by the priors; no deal could do better than 1.23. xdist's default `load` hands each worker runs of
-    consecutive items, one model's variants: its two max-autotune cells, the matrix's longest compiles, may
-    land on one GPU (on 4 H100s, 2026-11-27, one such compile held its GPU for most of an 18-minute slice)."""
+    cheapest: behind a 456 s cell of a 4/15 slice on 4 x H200 (1c60ab9c, 2026-11-28) one of the next four
+    dearest waited while the other three GPUs idled. Replayed on that slice's cell times
+    (tools/probes/deal_replay.py), this order takes the slowest worker from 1.41 to 1.26 of the mean ranked by
+    the cells' own times, from 1.34 to 1.30 by the priors; no deal could do better than 1.23. xdist's default
+    `load` hands each worker runs of consecutive items, one model's variants: its two max-autotune cells, the
+    matrix's longest compiles, may land on one GPU (on 4 H100s, 2026-11-27, one such compile held its GPU for
+    most of an 18-minute slice)."""
     order = {id(item): n for n, item in enumerate(items)}
 
     def cost(item) -> float | None:
@@ -138,9 +139,9 @@ def longest_first(items: list, costs: dict[str, float], workers: int = 1) -> lis
 
     ranked = sorted(items, key=lambda item: (cost(item) is None, -(cost(item) or 0.0), order[id(item)]))
     cells = [item for item in ranked if cost(item) is not None]
-    if workers < 2 or len(cells) <= 2 * workers:
+    if workers < 2:
         return ranked
-    cheapest = cells[::-1][:workers]  # queued behind the dearest: the cheapest behind the dearest of all
+    cheapest = cells[workers:][::-1][:workers]  # queued behind the dearest: the cheapest behind the dearest of all
     return cells[:workers] + cheapest + [item for item in ranked[workers:] if item not in cheapest]
 
 

@@ -7,17 +7,22 @@ DIR holds slice.gwN.jsonl (tools/probes/nightly4.sh). Each cell costs its final 
 before it began (no stage ran) costs what the command line gives, in its order, else its prior. The hand-out
 is xdist 3.8's LoadScopeScheduling: one unit to each worker, then one more queued behind it, then one unit to
 a worker each time one of its units ends. Orders are ranked twice: by the priors (a first night) and by the
-cells' own times (a night with the history's costs).
+cells' own times (a night with the history's costs). Ties between equal costs go by collected order, as in
+the run.
 """
 
 import heapq
 import json
+import os
 import sys
 from pathlib import Path
 
+sys.path.insert(0, os.getcwd())  # the zoo (fixtures), from the repository's root
+
 from perfgate.core.matrix import Cell
 from perfgate.plan.costs import prior_s
-from perfgate.plugin.selection import CELL_KEY, longest_first
+from perfgate.core import zoo
+from perfgate.plugin.selection import CELL_KEY, cells, longest_first
 
 
 class Unit:
@@ -53,8 +58,10 @@ def main(directory: Path, lost_s: list[float]) -> None:
                 record = json.loads(line)
                 finals[record["cell"]] = record
     workers = len(list(directory.glob("slice.gw*.jsonl")))
+    # Collected order (perftests: train cells, then inference), which breaks the ties between equal costs
+    collected = [p.values[0].id for phase in ("train", "infer") for p in cells(zoo.load(zoo.DEFAULT), phase)]
     units, seconds, priors = [], {}, {}
-    for record in finals.values():
+    for record in sorted(finals.values(), key=lambda r: collected.index(r["cell"])):
         cell = Cell(record["model"], record["phase"], record["variant"], record["precision"], record["device_kind"])
         units.append(Unit(cell))
         priors[cell.id] = prior_s(cell)
