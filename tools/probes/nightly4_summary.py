@@ -73,8 +73,11 @@ def balance(directory: Path) -> None:
         f"{max(seconds) / mean:.3f}; any deal >= {max(longest['wall_s'], mean) / mean:.3f} "
         f"(longest cell: {longest['cell']}, {longest['wall_s']:.0f} s)"
     )
+
     def against_priors(records: list[dict], what: str) -> None:
-        priors = sum(prior_s(Cell(r["model"], r["phase"], r["variant"], r["precision"], r["device_kind"])) for r in records)
+        priors = sum(
+            prior_s(Cell(r["model"], r["phase"], r["variant"], r["precision"], r["device_kind"])) for r in records
+        )
         measured = sum(r["wall_s"] for r in records)
         print(f"{len(records)} {what}: {measured:.0f} s against {priors:.0f} s of priors ({measured / priors:.2f})")
 
