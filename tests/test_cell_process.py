@@ -53,7 +53,7 @@ def test_a_failed_cell_ends_its_child_and_the_next_cell_gets_a_fresh_one(statuse
     monkeypatch.setattr(isolate, "kill_groups", lambda *procs: killed.extend(procs))
     cells = isolate.CellProcess(None, "cpu", 0)
     job = Job(Cell("mlp", "infer", "inductor_default", "fp32", "cpu"), RunOptions(device="cpu"), tf32=False)
-    expected = list(statuses)
+    expected = list(statuses)  # a copy: the children pop the list as they take its jobs
     assert [cells.run(job)["status"] for _ in range(3)] == expected
     assert len(started) == children  # a fresh child for the cell after a failure, the same one after a success
     assert len(killed) == ended  # each child that failed a cell, ended at once
