@@ -20,6 +20,7 @@ from pathlib import Path
 sys.path.insert(0, os.getcwd())  # the zoo (fixtures), from the repository's root
 
 from perfgate.core.matrix import Cell
+from perfgate.core.records_file import load_records
 from perfgate.plan.costs import prior_s
 from perfgate.core import zoo
 from perfgate.plugin.selection import CELL_KEY, cells, longest_first
@@ -51,12 +52,7 @@ def hand_out(order: list, seconds: dict[str, float], workers: int) -> list[float
 
 
 def main(directory: Path, lost_s: list[float]) -> None:
-    finals = {}
-    for path in sorted(directory.glob("slice.gw*.jsonl")):
-        for line in path.read_text().splitlines():
-            if line.strip():
-                record = json.loads(line)
-                finals[record["cell"]] = record
+    finals = {r["cell"]: r for r in load_records(sorted(directory.glob("slice.gw*.jsonl")))}
     workers = len(list(directory.glob("slice.gw*.jsonl")))
     # Collected order (perftests: train cells, then inference), which breaks the ties between equal costs
     collected = [p.values[0].id for phase in ("train", "infer") for p in cells(zoo.load(zoo.DEFAULT), phase)]

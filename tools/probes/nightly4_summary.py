@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 from perfgate.core.record_reading import first_call_cache
+from perfgate.core.records_file import load_records
 
 
 def records(path: Path) -> dict[str, dict]:
@@ -50,8 +51,7 @@ def drift(besides: dict[str, dict]) -> None:
 
 def finals(path: Path) -> dict[str, dict]:
     """The final record of each cell in a worker's file, ok or not: a failed cell held its GPU too."""
-    rows = (json.loads(line) for line in path.read_text().splitlines() if line.strip())
-    return {r["cell"]: r for r in rows}
+    return {r["cell"]: r for r in load_records([path])}
 
 
 def balance(directory: Path) -> None:
