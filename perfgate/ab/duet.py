@@ -38,7 +38,11 @@ EAGER_SHOWN_PAIRS = 4
 # +-6-23 % under every estimator); a round is 5 single steps of each, its fastest kept. 6 pairs cost 1:22 of
 # a warm 12-cell A/A's 12:08 (2xH200 23ebdea2, 2026-11-27); 3 show the same figure at half that.
 HOST_PAIRS = 3
-DEVICE_ROUNDS = 4  # profiled rounds a side a look, in one profiler session (device time repeats to 0.1 %)
+# Profiled rounds a side a look, in one profiler session. Device time repeats within 0.1-0.3 % between paired
+# rounds, against a 1 % line: 3 rounds judged every committed paired record (24 runs, 2026-11-27/28) as 4 did,
+# cell for cell (tools/probes/rejudge.py), and the device blocks were 1:08 of a warm A/A's 7:13 of cells (H100
+# 06ce1001), ~80 % of them the profiled steps (the rest, ~0.5 s a block, the profiler itself).
+DEVICE_ROUNDS = 3
 LOOKS = 3  # looks a process pair
 DUETS = paired.MAX_PAIRS  # process pairs a cell, at most: only a wall regression shown in two takes a third
 # Every look's interval is two-sided at 1 - ALPHA / JUDGED_LOOKS, the looks of the first two process pairs. A
