@@ -134,3 +134,58 @@ def test_precompile_keeps_a_models_variants_in_one_share_dearest_first():
         assert len({(c.model, c.phase) for c in share}) == 1
         assert [c.variant for c in share] == ["inductor_max_autotune", "inductor_max_autotune_no_cudagraphs"]
     assert costs.precompile_shares(cells, expected, 4) == dealt  # deterministic
+
+
+def test_a_cell_whose_compiles_the_cache_holds_costs_its_warm_prior_and_dynamic_shapes_still_recompile():
+    default, autotune, dynamic = (
+        costs.warm_prior_s(_cell(variant=v)) for v in ("inductor_default", "inductor_max_autotune", "inductor_dynamic")
+    )
+    assert autotune == default == costs.prior_s(_cell()) < costs.prior_s(_cell(variant="inductor_max_autotune"))
+    assert dynamic == 3 * default
+    cells = [_cell(variant="inductor_max_autotune"), _cell(model="vit_b16", variant="inductor_max_autotune")]
+    expected = costs.expected_s(cells, {cells[1].id: 7.0}, warm={c.id for c in cells})
+    assert expected == {cells[0].id: default, cells[1].id: 7.0}  # the history still wins
+
+
+def test_the_warm_priors_rank_a_precompiled_slices_cells_as_they_took_the_cold_ones_do_not():
+    """Rotation slice 4/15 on 4 x H200 1c60ab9c (2026-11-28), timed after its precompile: how far each cell's
+    seconds sit from its prior, once one scale is fitted (the ETA fits it as cells finish)."""
+    import math
+    import statistics
+
+    from perfgate.core.records_file import load_records
+
+    runs = Path(__file__).resolve().parents[1] / "baselines" / "runs" / "nightly4"
+    finals = load_records(sorted(runs.glob("h200x4-20261128-1c60ab9c-slice.gw*.jsonl")))
+    ran = [r for r in finals if r.get("stages") and r["wall_s"] > 20]  # not the two cells lost at once
+    spread = {}
+    for name, prior in (("cold", costs.prior_s), ("warm", costs.warm_prior_s)):
+        errors = [
+            math.log(r["wall_s"] / prior(Cell(r["model"], r["phase"], r["variant"], r["precision"]))) for r in ran
+        ]
+        spread[name] = statistics.pstdev(errors)
+    assert len(ran) == 20 and spread["warm"] < 0.5 < 0.8 < spread["cold"]  # 0.44 against 0.84
+
+
+def test_a_session_prices_warm_the_cells_its_kept_cache_will_hold_and_deals_shards_cold(tmp_path):
+    from types import SimpleNamespace
+
+    from perfgate.measure import precompiled
+    from perfgate.plugin.session_plan import SessionPlan
+
+    autotune, aot = _cell(variant="inductor_max_autotune"), _cell(variant="aot_eager")  # aot_eager is not cached
+
+    def plan(**options) -> SessionPlan:
+        session = SessionPlan()
+        session.config = SimpleNamespace(getoption=lambda name: options.get(name.removeprefix("--perf-")))
+        return session
+
+    precompiling = plan(**{"cache-dir": str(tmp_path), "precompile": 4})
+    assert precompiling.compiles_held([autotune, aot]) == {autotune.id}
+    assert precompiling.timed_costs([autotune])[autotune.id] == costs.warm_prior_s(autotune)
+    assert precompiling.expected_costs([autotune])[autotune.id] == costs.prior_s(autotune)  # shards, precompile
+    after_its_step = plan(**{"cache-dir": str(tmp_path)})  # the nightly's -n 4 run after its precompile step
+    assert after_its_step.compiles_held([autotune]) == set()
+    precompiled.mark([{"cell": autotune.id, "status": "ok"}], str(tmp_path), {autotune.id: "0" * 64})
+    assert after_its_step.compiles_held([autotune, aot]) == {autotune.id}
+    assert plan().compiles_held([autotune]) == set()  # no kept cache: every compile is cold

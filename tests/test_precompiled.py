@@ -93,3 +93,10 @@ def test_the_launch_configs_a_precompile_timed_are_forgotten_and_older_ones_kept
     os.utime(old, (1_000.0, 1_000.0))
     assert forget_timed_picks(str(tmp_path), since=2_000.0) == 1
     assert old.exists() and kernel.exists() and not new.exists()
+
+
+def test_the_cells_a_cache_holds_are_read_from_its_markers_under_any_key(tmp_path):
+    assert precompiled.marked(str(tmp_path)) == set()
+    precompiled.mark([{"cell": CELLS[0].id, "status": "ok"}], str(tmp_path), _keys())
+    precompiled.mark([{"cell": CELLS[0].id, "status": "ok"}], str(tmp_path), _keys(gpu="another"))
+    assert precompiled.marked(str(tmp_path)) == {CELLS[0].id}

@@ -67,6 +67,12 @@ def marker(cache_dir: str, cell_id: str, key: str) -> Path:
     return Path(cache_dir) / MARKERS / f"{cell_id}.{key[:16]}.json"
 
 
+def marked(cache_dir: str) -> set[str]:
+    """The ids of the cells a precompile marked in the cache, under any key (no torch: an ETA's and an order's
+    guess, never a figure)."""
+    return {path.name.rsplit(".", 2)[0] for path in (Path(cache_dir) / MARKERS).glob("*.json")}
+
+
 def mark(results: list[dict], cache_dir: str, keys: dict[str, str]) -> None:
     """A marker for each cell whose precompile went ok."""
     (Path(cache_dir) / MARKERS).mkdir(parents=True, exist_ok=True)

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Collection, Iterable, Mapping, Sequence
 
 from perfgate.core.record_reading import unfinished
 
@@ -71,6 +71,24 @@ def prior_s(cell) -> float:
     return rotation_weight(cell) * (GPU_NOW if cell.device_kind == "gpu" else 1.0)
 
 
+# A variant's cost relative to inductor_default once a kept cache holds its compiles (a run after a precompile,
+# as the nightly's): the compile, which VARIANT_FACTOR weighs, is gone, and every variant's warm-up, numerics and
+# rounds are left. Measured on 4 x H200 1c60ab9c (2026-11-28, rotation slice 4/15 precompiled, its 20 ok cells,
+# each one's seconds over its inductor_default prior): inductor_default itself 0.6-1.7, max-autotune 1.3-2.4,
+# regional 1.0-1.6, aot_eager 1.3-1.9, cudagraphs 0.6-1.2, reduce-overhead 0.8-1.5, fullgraph 0.6-2.2 (the
+# captioner's stream of 8 lengths, 2.2 in every variant). The models differ more than the variants, so 1 for each
+# but dynamic=True, which recompiles inside the timed cell (the captioner's train step: 456 s, 3.9 times its
+# inductor_default cell on the same host). With the cold factors, that
+# slice's ETA read ~4x low: its max-autotune cells, dealt first, cost 0.22-0.42 of their priors.
+WARM_VARIANT_FACTOR = {"inductor_dynamic": 3.0}
+
+
+def warm_prior_s(cell) -> float:
+    """A cell's expected seconds when it has never run and a kept cache holds its compiles."""
+    scale = GPU_NOW if cell.device_kind == "gpu" else 1.0
+    return COLD_PRIOR_S[(cell.device_kind, cell.phase)] * WARM_VARIANT_FACTOR.get(cell.variant, 1.0) * scale
+
+
 # A paired cell's seconds (both sides, every process pair: cell_seconds) over its own side's (the record's
 # wall_s, what the priors and the costs history hold): 1.50 and 1.50 in the whole PR tier's cold and warm A/As
 # on 2xH200 23ebdea2, 1.32 and 1.14 on 4xH200 2aa41d77 (2026-11-27). The opening line and the ETA of a paired
@@ -87,9 +105,10 @@ def known_costs(records: Iterable[dict]) -> dict[str, float]:
     return {cell: statistics.median(values) for cell, values in seen.items()}
 
 
-def expected_s(cells: Iterable, known: Mapping[str, float]) -> dict[str, float]:
-    """{cell id: expected seconds}: the history's median where there is one, else the prior."""
-    return {cell.id: known.get(cell.id) or prior_s(cell) for cell in cells}
+def expected_s(cells: Iterable, known: Mapping[str, float], warm: Collection[str] = ()) -> dict[str, float]:
+    """{cell id: expected seconds}: the history's median where there is one, else the prior (the warm prior for
+    the cells in `warm`, whose compiles a kept cache will hold when they run)."""
+    return {cell.id: known.get(cell.id) or (warm_prior_s if cell.id in warm else prior_s)(cell) for cell in cells}
 
 
 def deal(costs: Mapping[str, float], shards: int) -> list[list[str]]:

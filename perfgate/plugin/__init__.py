@@ -103,7 +103,7 @@ class _ShardHook:
             _deselect(config, items, *selection.shard(items, costs, *perf.selection.shard))
         if getattr(config, "workerinput", None) and config.getvalue("loadgroup"):  # an xdist worker, --dist loadgroup
             workers = int(config.workerinput.get("workercount", 1))
-            items[:] = selection.longest_first(items, perf.expected_costs(selection.cells_of(items)), workers)
+            items[:] = selection.longest_first(items, perf.timed_costs(selection.cells_of(items)), workers)
 
 
 def _deselect(config: pytest.Config, items: list, keep: list, drop: list) -> None:

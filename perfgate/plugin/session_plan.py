@@ -6,6 +6,7 @@ state it reads. torch is imported only when the precompile runs.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Collection
 
 from perfgate.core.matrix import Cell
 
@@ -14,23 +15,42 @@ class SessionPlan:
     """PerfSession's plan and precompile; reads and sets the session's expected costs, progress and precompiled
     cells (PerfSession.__init__), and asks its CellRunner where each cell runs."""
 
-    def expected_costs(self, cells: list[Cell]) -> dict[str, float]:
+    def expected_costs(self, cells: list[Cell], warm: Collection[str] = ()) -> dict[str, float]:
         """Expected wall seconds per cell: the --perf-costs (else --perf-history) database's median where the
-        cell ran, else a prior per variant (perfgate.plan.costs). Every shard of a split run must read the same."""
+        cell ran, else a prior per variant (perfgate.plan.costs; the warm prior for the ids in `warm`). Every
+        shard of a split run must read the same, so shards are dealt by these with nothing `warm`."""
         from perfgate.plan import costs
         from perfgate.store import history
 
         db = self.config.getoption("--perf-costs") or self.config.getoption("--perf-history")
         known = costs.known_costs(history.records(db)) if db and Path(db).is_file() else {}
         self.costs_known = sum(1 for cell in cells if known.get(cell.id))
-        return costs.expected_s(cells, known)
+        return costs.expected_s(cells, known, warm)
+
+    def timed_costs(self, cells: list[Cell]) -> dict[str, float]:
+        """expected_costs, where a cell whose compiles the kept cache will hold costs its warm prior: what the
+        ETA and one host's order of cells go by. Never a shard's deal: two runners' caches may differ."""
+        return self.expected_costs(cells, self.compiles_held(cells))
+
+    def compiles_held(self, cells: list[Cell]) -> set[str]:
+        """The cells whose compiles --perf-cache-dir will hold when they are timed: those this session
+        precompiles, and those an earlier precompile marked there (a nightly's xdist run after its precompile
+        step)."""
+        from perfgate.measure import precompile, precompiled
+
+        cache_dir = self.config.getoption("--perf-cache-dir")
+        if not cache_dir:
+            return set()
+        if self.config.getoption("--perf-precompile"):
+            return {cell.id for cell in cells if precompile.wanted(cell, has_cuda=True)}
+        return precompiled.marked(cache_dir) & {cell.id for cell in cells}
 
     def plan(self, cells: list[Cell]) -> str:
         """The cells this process will run, for k/N and the ETA on each finished cell; returns the line that
         says what they are expected to cost, before the first starts."""
         from perfgate.plan.costs import PAIRED_OVER_OWN, Progress, hms
 
-        self.expected = self.expected_costs(cells)
+        self.expected = self.timed_costs(cells)
         paired = {cell.id for cell in cells if self.measures_paired(cell)}
         for cell_id in paired:  # measured beside its base: both sides' seconds, and second process pairs
             self.expected[cell_id] *= PAIRED_OVER_OWN
@@ -77,7 +97,7 @@ class SessionPlan:
             return (
                 f"perfgate: --perf-precompile: all {len(held)} cell(s) already in the cache from an earlier precompile"
             )
-        shares = precompile_shares(cells_left, self.expected, workers)
+        shares = precompile_shares(cells_left, self.expected_costs(cells_left), workers)  # cold: the compiles
         registry = zoo.load(self.registry)
         limit = max(sum(self.time_limit_s(registry[c.model], c) for c in share) for share in shares if share)
         references = self.config.getoption("--perf-reference-cache") or reference.DEFAULT_DIR

@@ -6,8 +6,9 @@ usage: python tools/probes/deal_replay.py DIR [SECONDS_OF_LOST_CELL ...]
 DIR holds slice.gwN.jsonl (tools/probes/nightly4.sh). Each cell costs its final record's wall_s; a cell lost
 before it began (no stage ran) costs what the command line gives, in its order, else its prior. The hand-out
 is xdist 3.8's LoadScopeScheduling: one unit to each worker, then one more queued behind it, then one unit to
-a worker each time one of its units ends. Orders are ranked twice: by the priors (a first night) and by the
-cells' own times (a night with the history's costs). Ties between equal costs go by collected order, as in
+a worker each time one of its units ends. Orders are ranked by the priors (a first night) and by the
+cells' own times (a night with the history's costs); the priors both cold (the compile's weight, as before a
+precompile) and warm (a kept cache holds the compiles, as after one). Ties between equal costs go by collected order, as in
 the run.
 """
 
@@ -21,7 +22,7 @@ sys.path.insert(0, os.getcwd())  # the zoo (fixtures), from the repository's roo
 
 from perfgate.core.matrix import Cell
 from perfgate.core.records_file import load_records
-from perfgate.plan.costs import prior_s
+from perfgate.plan.costs import prior_s, warm_prior_s
 from perfgate.core import zoo
 from perfgate.plugin.selection import CELL_KEY, cells, longest_first
 
@@ -56,11 +57,11 @@ def main(directory: Path, lost_s: list[float]) -> None:
     workers = len(list(directory.glob("slice.gw*.jsonl")))
     # Collected order (perftests: train cells, then inference), which breaks the ties between equal costs
     collected = [p.values[0].id for phase in ("train", "infer") for p in cells(zoo.load(zoo.DEFAULT), phase)]
-    units, seconds, priors = [], {}, {}
+    units, seconds, priors, warm = [], {}, {}, {}
     for record in sorted(finals.values(), key=lambda r: collected.index(r["cell"])):
         cell = Cell(record["model"], record["phase"], record["variant"], record["precision"], record["device_kind"])
         units.append(Unit(cell))
-        priors[cell.id] = prior_s(cell)
+        priors[cell.id], warm[cell.id] = prior_s(cell), warm_prior_s(cell)
         lost = not record.get("stages")
         seconds[cell.id] = (lost_s.pop(0) if lost_s else priors[cell.id]) if lost else record["wall_s"]
     mean = sum(seconds.values()) / workers
@@ -68,7 +69,7 @@ def main(directory: Path, lost_s: list[float]) -> None:
         f"{len(units)} cells on {workers} workers; mean share {mean:.0f} s; "
         f"no deal better than {max(max(seconds.values()), mean) / mean:.3f}"
     )
-    for ranked_by, costs in (("priors", priors), ("own times", seconds)):
+    for ranked_by, costs in (("cold priors", priors), ("warm priors", warm), ("own times", seconds)):
         for name, many in (("dearest first", 1), ("cheapest behind the dearest", workers)):
             busy = hand_out(longest_first(units, costs, many), seconds, workers)
             print(
