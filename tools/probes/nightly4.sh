@@ -12,7 +12,11 @@
 # 4. ddp4: the 4-rank cells not yet measured (unsplit and compiled autograd; ddp_optimizer's ran on 2789a879).
 # STEPS picks and orders them (default: beside alone precompile slice ddp4; beside2, alone2, ...: again;
 # precompile_both: the slice's and beside's compiles at once). BESIDE_MODELS narrows beside (the 12 PR cells:
-# every model but gpt2_xl). On
+# every model but gpt2_xl). SLICE_ARGS adds pytest options to the slice and its precompile: a selection of a
+# night's size whose compiles fit one session's device time, e.g. ROT=1/1 SLICE_ARGS="--perf-variants
+# inductor_default,inductor_reduce_overhead,inductor_fullgraph --perf-precisions amp_bf16" (42 cells, ~2000 s
+# warm by the 1c60ab9c slice's cost against its priors: a mean share of ~500 s a GPU, none of max-autotune's
+# 6-minute compiles). On
 # 4xH200 349f3a2e (2026-11-28) the host's drift over minutes outweighed any neighbour effect: alternate them,
 # "beside alone beside2 alone2", to tell the two apart.
 # tools/probes/nightly4_summary.py DIR reads what comes back.
@@ -48,16 +52,16 @@ if [ "$1" = start ]; then
         alone*) run $s 0 "$all" -m gpu -k "not test_ddp_train_step" "${pr[@]}" \
           --perf-models resnet50,vit_b16,segformer_b2 --perf-cache-dir "$top/cache" ;;
         precompile) run precompile 0,1,2,3 "$all" -m gpu -k "not test_ddp_train_step" -q --collect-only \
-          --perf-rotate "$ROT" --perf-cache-dir "$top/cache" --perf-precompile 16 ;;
+          --perf-rotate "$ROT" ${SLICE_ARGS:-} --perf-cache-dir "$top/cache" --perf-precompile 16 ;;
         # precompile_both: the slice and the beside cells compiled at once, so that every beside run loads all
         # of its graphs (one kind of process: the counts of issue 53 compare alike).
         precompile_both) run precompile_pr 0,1,2,3 "$all" -m gpu -k "not test_ddp_train_step" -q --collect-only \
             "${pr[@]}" ${BESIDE_MODELS:+--perf-models "$BESIDE_MODELS"} --perf-cache-dir "$top/cache" \
             --perf-precompile 8 &
           run precompile 0,1,2,3 "$all" -m gpu -k "not test_ddp_train_step" -q --collect-only \
-            --perf-rotate "$ROT" --perf-cache-dir "$top/cache" --perf-precompile 16; wait ;;
+            --perf-rotate "$ROT" ${SLICE_ARGS:-} --perf-cache-dir "$top/cache" --perf-precompile 16; wait ;;
         slice) run slice 0,1,2,3 "$all" -m gpu -k "not test_ddp_train_step" -n 4 --dist loadgroup \
-          --perf-rotate "$ROT" --perf-cache-dir "$top/cache" ;;
+          --perf-rotate "$ROT" ${SLICE_ARGS:-} --perf-cache-dir "$top/cache" ;;
         ddp4) run ddp4 0,1,2,3 "$all" -m gpu -k "ddp4 and amp_bf16 and not inductor_ddp_optimizer" \
           --perf-cache-dir "$top/cache" ;;
         *) echo "$(date -u +%T) unknown step $s (valid: beside*, alone*, precompile, precompile_both, slice, ddp4)" >> "$top/log.txt" ;;
