@@ -81,11 +81,9 @@ class PairedVerdict:
         if any(r["clock"] == "device" for r in bad):
             words += kernel_words(summary.get("kernels") or [], {r["side"] for r in bad if r["clock"] == "device"})
         if self.outcome(cell) == "unsure":
-            words.append(
-                f"after {summary.get('duets')} process pair(s) and {summary.get('looks')} look(s): measure "
-                "again on a quieter runner, or raise the budget (perfgate.ab.duet)"
-            )
-        return "; ".join(words)
+            words.append(f"after {summary.get('duets')} process pair(s) and {summary.get('looks')} look(s)")
+            words.append(what_decides(bad, cell, summary.get("against", "")))
+        return "; ".join(filter(None, words))
 
     def markdown(self) -> str:
         if not self.cells:
@@ -128,6 +126,26 @@ class PairedVerdict:
                 cell: {k: v for k, v in summary.items() if k != "rounds"} for cell, summary in self.cells.items()
             },
         }
+
+
+def what_decides(unsure: list[dict], cell: str, against: str = "") -> str:
+    """What would decide an unsure cell, by why it is unsure. Process pairs that read on both sides of a rule's line
+    are a process's own speed on this runner (docs/gate.md, Process pairs): more rounds of the same processes do
+    not change that, a host that holds its speed or many processes a side do. Pairs on one side of the line
+    with an interval across it want more rounds: the same cell measured again."""
+    split = [r for r in unsure if r.get("by_pair") and min(r["by_pair"]) < r["threshold"] < max(r["by_pair"])]
+    if split:
+        rule = split[0]
+        base = against.split(",")[0].strip()
+        side_a = f" --a-rev {base}" if base and base != "this tree" else ""
+        return (
+            f"its process pairs read on both sides of the {_pct(rule['threshold'])} line, a process's own speed on "
+            "this runner rather than this change: a runner whose host holds its speed would decide it, or many "
+            f'processes a side (perfgate ab --processes 5{side_a} -- perftests -k "{cell}")'
+        )
+    if unsure:
+        return f'its interval spans the line: more rounds would decide it (this cell again: -k "{cell}")'
+    return ""
 
 
 def kernel_words(kernels: list[dict], sides: set[str], named: int = 3) -> list[str]:
