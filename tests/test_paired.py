@@ -678,35 +678,3 @@ def test_judging_eager_wall_without_a_pairing_is_said_to_do_nothing():
     assert any("--perf-judge-eager-wall has no effect" in line for line in lines)
     given["--perf-against"] = "HEAD"
     assert not any("eager-wall" in line for line in options.ineffective(lambda name: given.get(name)))
-
-
-@pytest.mark.parametrize(
-    "by_pair, says",
-    [
-        (
-            [0.266, 0.001],
-            "a process's own speed on this runner rather than this change: a runner whose host holds its "
-            "speed would decide it, or many processes a side "
-            '(perfgate ab --processes 5 --a-rev 0123456789ab -- perftests -k "c0")',
-        ),
-        ([0.043, 0.047], 'its interval spans the line: more rounds would decide it (this cell again: -k "c0")'),
-    ],
-    ids=["pairs-across-the-line", "pairs-agree-interval-spans"],
-)
-def test_an_unsure_cell_says_what_would_decide_it(by_pair, says):
-    """Process pairs on both sides of the line (cf962799's vit_b16 infer A/A: +26.6 then +0.1 %) are a process
-    effect that more rounds cannot remove; an interval across the line with agreeing pairs wants more rounds."""
-    rule = {
-        "rule": "compiled_ms",
-        "clock": "wall",
-        "side": "compiled",
-        "threshold": 0.05,
-        "change": 0.004,
-        "lo": -0.01,
-        "hi": 0.07,
-        "outcome": "unsure",
-        "by_pair": by_pair,
-    }
-    summary = {**_summary("unsure"), "against": "0123456789ab", "rules": [rule]}
-    line = PairedVerdict.of([{"cell": "c0", "paired": summary}]).lines()[1]
-    assert "after 2 process pair(s) and 6 look(s)" in line and line.endswith(says)

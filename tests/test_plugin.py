@@ -168,6 +168,27 @@ def test_shards_split_the_matrix_without_overlap(suite):
     )
 
 
+def test_a_kept_caches_markers_change_no_shard(suite, tmp_path):
+    """Two runners' caches may hold different compiles; their shards must not differ for it. The markers of an
+    earlier precompile price a cell warm for the ETA and one host's order (max-autotune's train cells here: 77 s
+    where their cold prior is 288 s), never for the deal."""
+    import re
+
+    from perfgate.measure import precompiled
+
+    cache = tmp_path / "cache"
+    before = [_collected(suite, f"--perf-shard={i}/2", f"--perf-cache-dir={cache}") for i in (1, 2)]
+    held = []
+    for line in before[0] | before[1]:
+        phase, model, variant, precision = re.search(r"test_(\w+)_step\[(\w+)-(\w+)-(\w+)\]", line).groups()
+        if phase == "train" and variant.startswith("inductor_max_autotune"):
+            held.append({"cell": f"{model}-{phase}-{variant}-{precision}", "status": "ok"})
+    precompiled.mark(held, str(cache), {line["cell"]: "0" * 64 for line in held})
+    assert held and precompiled.marked(str(cache)) == {line["cell"] for line in held}
+    after = [_collected(suite, f"--perf-shard={i}/2", f"--perf-cache-dir={cache}") for i in (1, 2)]
+    assert after == before
+
+
 def test_rotation_slices_cover_the_matrix_once_and_shards_split_a_slice(suite):
     """The nightly's two levels: --perf-rotate K/3 over three nights, --perf-shard I/2 over two runners."""
     slices = [_collected(suite, f"--perf-rotate={k}/3") for k in (1, 2, 3)]

@@ -82,8 +82,11 @@ class PairedVerdict:
             words += kernel_words(summary.get("kernels") or [], {r["side"] for r in bad if r["clock"] == "device"})
         if self.outcome(cell) == "unsure":
             words.append(f"after {summary.get('duets')} process pair(s) and {summary.get('looks')} look(s)")
-            words.append(what_decides(bad, cell, summary.get("against", "")))
+            words.append(what_decides(bad, cell))
         return "; ".join(filter(None, words))
+
+    def _unsure_rules(self, cell: str) -> list[dict]:
+        return [r for r in self.cells[cell].get("rules", []) if r["outcome"] == "unsure"]
 
     def markdown(self) -> str:
         if not self.cells:
@@ -113,6 +116,11 @@ class PairedVerdict:
             shown.append(_counts_text(summary.get("counts")))
             rows.append(f"| {md_text(cell)} | {outcome} | {' | '.join(shown)} | {pairs} |")
         notes = sorted({s["note"] for s in self.cells.values() if s.get("note")})
+        notes += [
+            f"{cell}: unsure: {what_decides(self._unsure_rules(cell), cell)}"
+            for cell in self.unsure()
+            if self._unsure_rules(cell)
+        ]
         for cell in self.regressions() + self.unsure():  # where a device rule's GPU time went
             summary = self.cells[cell]
             sides = {r["side"] for r in summary.get("rules", []) if r["clock"] == "device" and r["outcome"] != "ok"}
@@ -128,24 +136,30 @@ class PairedVerdict:
         }
 
 
-def what_decides(unsure: list[dict], cell: str, against: str = "") -> str:
-    """What would decide an unsure cell, by why it is unsure. Process pairs that read on both sides of a rule's line
-    are a process's own speed on this runner (docs/gate.md, Process pairs): more rounds of the same processes do
-    not change that, a host that holds its speed or many processes a side do. Pairs on one side of the line
-    with an interval across it want more rounds: the same cell measured again."""
-    split = [r for r in unsure if r.get("by_pair") and min(r["by_pair"]) < r["threshold"] < max(r["by_pair"])]
-    if split:
-        rule = split[0]
-        base = against.split(",")[0].strip()
-        side_a = f" --a-rev {base}" if base and base != "this tree" else ""
+def what_decides(unsure: list[dict], cell: str) -> str:
+    """What would decide an unsure cell, by why its first unsure rule is unsure (docs/gate.md, items 5 and 6).
+    A process has a speed of its own for its life, which more rounds of the same processes cannot take out: on a
+    host-bound step's wall clock it follows the CPU the process got (a host probe 3x apart between processes on
+    the H100 cf962799), on the device clock one kernel's GPU time. Fresh processes, or a host that holds its
+    speed, decide such a cell; an interval across the line with pairs that agree wants more rounds."""
+    if not unsure:
+        return ""
+    rule, again = unsure[0], f'the cell measured again (-k "{cell}")'
+    by_pair, line, wall = rule.get("by_pair") or [], rule["threshold"], rule["clock"] == "wall"
+    cause = "a host-bound step's speed in each process" if wall else "each process's kernels"
+    fresh = f"{again}, in fresh processes" + (" on a host that holds its speed" if wall else "")
+    if by_pair and rule["lo"] > line:
         return (
-            f"its process pairs read on both sides of the {_pct(rule['threshold'])} line, a process's own speed on "
-            "this runner rather than this change: a runner whose host holds its speed would decide it, or many "
-            f'processes a side (perfgate ab --processes 5{side_a} -- perftests -k "{cell}")'
+            f"its interval lies past the {_pct(line)} line, but a regression stands only where every process pair "
+            f"shows it ({paired.CONFIRM_PAIRS.get(rule['clock'], paired.UNSURE_PAIRS)} for the {rule['clock']} "
+            f"clock) and not all did ({cause} may differ): {fresh}"
         )
-    if unsure:
-        return f'its interval spans the line: more rounds would decide it (this cell again: -k "{cell}")'
-    return ""
+    if by_pair and min(by_pair) < line < max(by_pair):
+        return (
+            f"its process pairs read on both sides of the {_pct(line)} line ({cause}, which more rounds of the same "
+            f"processes cannot change): {fresh}"
+        )
+    return f"its interval spans the {_pct(line)} line: more rounds would decide it: {again}"
 
 
 def kernel_words(kernels: list[dict], sides: set[str], named: int = 3) -> list[str]:

@@ -72,15 +72,19 @@ def prior_s(cell) -> float:
 
 
 # A variant's cost relative to inductor_default once a kept cache holds its compiles (a run after a precompile,
-# as the nightly's): the compile, which VARIANT_FACTOR weighs, is gone, and every variant's warm-up, numerics and
-# rounds are left. Measured on 4 x H200 1c60ab9c (2026-11-28, rotation slice 4/15 precompiled, its 20 ok cells,
-# each one's seconds over its inductor_default prior): inductor_default itself 0.6-1.7, max-autotune 1.3-2.4,
-# regional 1.0-1.6, aot_eager 1.3-1.9, cudagraphs 0.6-1.2, reduce-overhead 0.8-1.5, fullgraph 0.6-2.2 (the
-# captioner's stream of 8 lengths, 2.2 in every variant). The models differ more than the variants, so 1 for each
-# but dynamic=True, which recompiles inside the timed cell (the captioner's train step: 456 s, 3.9 times its
-# inductor_default cell on the same host). With the cold factors, that
-# slice's ETA read ~4x low: its max-autotune cells, dealt first, cost 0.22-0.42 of their priors.
-WARM_VARIANT_FACTOR = {"inductor_dynamic": 3.0}
+# as the nightly's): the compile, which VARIANT_FACTOR weighs, is gone; warm-up, numerics and rounds are left.
+# Measured on 4 x H200 1c60ab9c (2026-11-28, rotation slice 4/15 precompiled, -n 4), each ok cell's seconds over
+# its inductor_default prior: inductor_default itself 0.6-1.7, max-autotune 1.3-2.4 and its no-cudagraphs twin 2.1,
+# regional 1.0-1.6, reduce-overhead 0.8-1.5, fullgraph 0.6-2.2 (2.2 is the captioner's stream of 8 lengths, in every
+# variant). So max-autotune 1.6, dynamic=True 4 (it recompiles inside the timed cell: the captioner's train step
+# took 456 s, 3.9 times its inductor_default cell on that host), the rest 1. aot_eager and cudagraphs keep their
+# cold factors: no cache holds their compiles (seconds each). With the cold factors that run's ETA read 0.18-0.39
+# of the time it had left, with these 0.47-0.68 (docs/options.md).
+WARM_VARIANT_FACTOR = {
+    "inductor_max_autotune": 1.6,
+    "inductor_max_autotune_no_cudagraphs": 1.6,
+    "inductor_dynamic": 4.0,
+}
 
 
 def warm_prior_s(cell) -> float:

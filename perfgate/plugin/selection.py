@@ -127,7 +127,9 @@ def longest_first(items: list, costs: dict[str, float], workers: int = 1) -> lis
     cheapest: behind a 456 s cell of a 4/15 slice on 4 x H200 (1c60ab9c, 2026-11-28) one of the next four
     dearest waited while the other three GPUs idled. Replayed on that slice's cell times
     (tools/probes/deal_replay.py), this order takes the slowest worker from 1.41 to 1.26 of the mean ranked by
-    the cells' own times, from 1.34 to 1.30 by the priors; no deal could do better than 1.23. xdist's default
+    the cells' own times, from 1.34 to 1.30 by the cold priors (1.32 by the warm ones a precompiled run goes by
+    now, perfgate.plan.costs.warm_prior_s; its one 456 s cell sets that slice); no deal could do better than
+    1.23. xdist's default
     `load` hands each worker runs of consecutive items, one model's variants: its two max-autotune cells, the
     matrix's longest compiles, may land on one GPU (on 4 H100s, 2026-11-27, one such compile held its GPU for
     most of an 18-minute slice)."""

@@ -15,17 +15,22 @@ class SessionPlan:
     """PerfSession's plan and precompile; reads and sets the session's expected costs, progress and precompiled
     cells (PerfSession.__init__), and asks its CellRunner where each cell runs."""
 
-    def expected_costs(self, cells: list[Cell], warm: Collection[str] = ()) -> dict[str, float]:
-        """Expected wall seconds per cell: the --perf-costs (else --perf-history) database's median where the
-        cell ran, else a prior per variant (perfgate.plan.costs; the warm prior for the ids in `warm`). Every
-        shard of a split run must read the same, so shards are dealt by these with nothing `warm`."""
+    def history_costs(self) -> dict[str, float]:
+        """{cell id: median wall seconds} in the --perf-costs (else --perf-history) database, for the cells that
+        ran there."""
         from perfgate.plan import costs
         from perfgate.store import history
 
         db = self.config.getoption("--perf-costs") or self.config.getoption("--perf-history")
-        known = costs.known_costs(history.records(db)) if db and Path(db).is_file() else {}
-        self.costs_known = sum(1 for cell in cells if known.get(cell.id))
-        return costs.expected_s(cells, known, warm)
+        return costs.known_costs(history.records(db)) if db and Path(db).is_file() else {}
+
+    def expected_costs(self, cells: list[Cell], warm: Collection[str] = ()) -> dict[str, float]:
+        """Expected wall seconds per cell: the costs history's median where the cell ran, else a prior per
+        variant (perfgate.plan.costs; the warm prior for the ids in `warm`). Every shard of a split run must read
+        the same, so shards are dealt by these with nothing `warm`."""
+        from perfgate.plan import costs
+
+        return costs.expected_s(cells, self.history_costs(), warm)
 
     def timed_costs(self, cells: list[Cell]) -> dict[str, float]:
         """expected_costs, where a cell whose compiles the kept cache will hold costs its warm prior: what the
@@ -51,6 +56,8 @@ class SessionPlan:
         from perfgate.plan.costs import PAIRED_OVER_OWN, Progress, hms
 
         self.expected = self.timed_costs(cells)
+        known = self.history_costs()
+        self.costs_known = sum(1 for cell in cells if known.get(cell.id))
         paired = {cell.id for cell in cells if self.measures_paired(cell)}
         for cell_id in paired:  # measured beside its base: both sides' seconds, and second process pairs
             self.expected[cell_id] *= PAIRED_OVER_OWN
@@ -68,7 +75,7 @@ class SessionPlan:
 
     def precompile(self, cells: list[Cell]) -> str:
         """--perf-precompile N: fill --perf-cache-dir with the planned cells' compiles in N processes at once,
-        dealt by expected cost, before the first cell is timed (plan() first); returns the line that says how
+        dealt by expected cost, before the first cell is timed; returns the line that says how
         it went. Each line (a cell's first-call seconds, or why it did not compile) goes to
         <results>.precompile.json."""
         import time
@@ -97,7 +104,8 @@ class SessionPlan:
             return (
                 f"perfgate: --perf-precompile: all {len(held)} cell(s) already in the cache from an earlier precompile"
             )
-        shares = precompile_shares(cells_left, self.expected_costs(cells_left), workers)  # cold: the compiles
+        # Dealt by what the compiles cost: the priors' cold weights (the history's seconds where a cell ran)
+        shares = precompile_shares(cells_left, self.expected_costs(cells_left), workers)
         registry = zoo.load(self.registry)
         limit = max(sum(self.time_limit_s(registry[c.model], c) for c in share) for share in shares if share)
         references = self.config.getoption("--perf-reference-cache") or reference.DEFAULT_DIR
