@@ -53,10 +53,10 @@ class SessionPlan:
     def plan(self, cells: list[Cell]) -> str:
         """The cells this process will run, for k/N and the ETA on each finished cell; returns the line that
         says what they are expected to cost, before the first starts."""
-        from perfgate.plan.costs import PAIRED_OVER_OWN, Progress, hms
+        from perfgate.plan.costs import PAIRED_OVER_OWN, Progress, expected_s, hms
 
-        self.expected = self.timed_costs(cells)
-        known = self.history_costs()
+        known = self.history_costs()  # timed_costs's prices, the history read once for them and the count
+        self.expected = expected_s(cells, known, self.compiles_held(cells))
         self.costs_known = sum(1 for cell in cells if known.get(cell.id))
         paired = {cell.id for cell in cells if self.measures_paired(cell)}
         for cell_id in paired:  # measured beside its base: both sides' seconds, and second process pairs
