@@ -283,3 +283,5 @@ def test_loadgroup_hands_out_the_dearest_cells_first():
     assert ordered == ["c", "a", "e", "b", "d", "f", "g", "other"]
     # Fewer than 2 a worker: what is left after the dearest queues cheapest first all the same
     assert [item.name for item in longest_first(items[:5], costs, workers=2)] == ["c", "a", "b", "d", "other"]
+    # Fewer cells than workers: every item is kept, the cells first (the tail once lost what the head had not)
+    assert [item.name for item in longest_first(items[:3], costs, workers=4)] == ["a", "b", "other"]

@@ -134,17 +134,20 @@ def longest_first(items: list, costs: dict[str, float], workers: int = 1) -> lis
     matrix's longest compiles, may land on one GPU (on 4 H100s, 2026-11-27, one such compile held its GPU for
     most of an 18-minute slice)."""
     order = {id(item): n for n, item in enumerate(items)}
-
-    def cost(item) -> float | None:
-        cell = item.stash.get(CELL_KEY, None)
-        return costs.get(cell.id) if cell is not None else None
-
-    ranked = sorted(items, key=lambda item: (cost(item) is None, -(cost(item) or 0.0), order[id(item)]))
-    cells = [item for item in ranked if cost(item) is not None]
+    priced = {id(item): _cost(item, costs) for item in items}
+    ranked = sorted(items, key=lambda item: (priced[id(item)] is None, -(priced[id(item)] or 0.0), order[id(item)]))
     if workers < 2:
         return ranked
-    cheapest = cells[workers:][::-1][:workers]  # queued behind the dearest: the cheapest behind the dearest of all
-    return cells[:workers] + cheapest + [item for item in ranked[workers:] if item not in cheapest]
+    cells = [item for item in ranked if priced[id(item)] is not None]
+    # the dearest, then queued behind them the cheapest (behind the dearest of all), then every other item
+    first = cells[:workers] + cells[workers:][::-1][:workers]
+    placed = {id(item) for item in first}
+    return first + [item for item in ranked if id(item) not in placed]
+
+
+def _cost(item, costs: dict[str, float]) -> float | None:
+    cell = item.stash.get(CELL_KEY, None)
+    return costs.get(cell.id) if cell is not None else None
 
 
 def rotate(items: list, index: int, count: int) -> tuple[list, list]:
