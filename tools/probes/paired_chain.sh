@@ -10,6 +10,11 @@
 # (--perf-precompile 4, numerics on), so its time from pytest to exit is the gate's. Where several chains share a
 # host, each is pinned to its own equal share of the CPUs (taskset), as if on a machine of its own. Each wait
 # packs the records, reports and logs written so far into $OUT/chainN.tgz.
+# device_plant_shard: the device plant on this chain's shard of the 12 cells (--perf-shard K+1/CHAINS), so that
+# N chains on N GPUs of one host judge all 12 in about an Nth of the time (a detection claim needs
+# each cell's own verdict, not the whole tier's time). PCACHE: one inductor cache for every chain (a cache
+# an earlier step on this machine filled, e.g. nightly4.sh's .perfgate/n4/cache, whose precompile markers
+# then spare the chains their own compiles).
 set -u
 top=$PWD/.perfgate
 if [ "$1" = step ] || [ "$1" = ddp ]; then  # step|ddp K GPUS NAME ARGS...: one pytest run under chain K
@@ -23,7 +28,7 @@ if [ "$1" = step ] || [ "$1" = ddp ]; then  # step|ddp K GPUS NAME ARGS...: one 
     set -- -m gpu "$@"
   fi
   CUDA_VISIBLE_DEVICES=$gpu timeout 1500 ${CPUS:+taskset -c $CPUS} python3 -m pytest perftests -p no:randomly \
-    --perf-isolate off --perf-cache-dir "$top/pcache$k" --perf-results "$chain/$name.jsonl" "$@" \
+    --perf-isolate off --perf-cache-dir "${PCACHE:-$top/pcache$k}" --perf-results "$chain/$name.jsonl" "$@" \
     > "$chain/$name.log" 2>&1
   rc=$?  # before the line below: its $(date) would set $? first
   echo "$(date -u +%T) end $name rc=$rc in $((SECONDS - t0)) s" >> "$chain/log.txt"
@@ -42,13 +47,15 @@ if [ "$1" = start ]; then
     n=$(echo "$gpu" | tr , '\n' | wc -l) first=$(echo "$gpu" | cut -d, -f1)
     cpus=""; [ "$chains" -gt 1 ] && cpus="$(( first * share ))-$(( (first + n) * share - 1 ))"
     chain=$top/pchain$k; mkdir -p "$chain"; rm -f "$chain/done"; cp "$top/machine.txt" "$chain/machine.txt"
-    K=$k GPU=$gpu STEPS=$steps CHAIN=$chain CPUS=$cpus HOST_K=${HOST_K:-(resnet50 and train) or (segformer_b2 and infer)} \
+    K=$k CHAINS=$chains GPU=$gpu STEPS=$steps CHAIN=$chain CPUS=$cpus HOST_K=${HOST_K:-(resnet50 and train) or (segformer_b2 and infer)} \
     setsid nohup bash -c '
       me=tools/probes/paired_chain.sh
       for s in $STEPS; do
         case $s in
           aa_cold|aa_warm) $me step $K $GPU $s --perf-precompile 4 --perf-baseline baselines --perf-report "$CHAIN/$s" ;;
           device_plant) $me step $K $GPU $s --perf-precompile 4 --perf-inject device_slow:1.5 ;;
+          device_plant_shard) $me step $K $GPU $s --perf-precompile 4 --perf-inject device_slow:1.5 \
+            --perf-shard $(( K + 1 ))/$CHAINS ;;
           host_plant) $me step $K $GPU $s -k "$HOST_K" --perf-precompile 4 --perf-inject host_slow:15 ;;
           graph_plant) $me step $K $GPU $s -k "$HOST_K" --perf-precompile 4 --perf-inject graph_break ;;
           ddp2) $me ddp $K $GPU $s -k "ddp and not ddp4 and amp_bf16 and inductor" ;;
