@@ -10,7 +10,7 @@
 # (--perf-precompile 4, numerics on), so its time from pytest to exit is the gate's. Where several chains share a
 # host, each is pinned to its own equal share of the CPUs (taskset), as if on a machine of its own. Each wait
 # packs the records, reports and logs written so far into $OUT/chainN.tgz.
-# device_plant_shard: the device plant on this chain's shard of the 12 cells (--perf-shard K+1/CHAINS), so that
+# device_plant_shard (aa_shard: an A/A): the device plant on this chain's shard of the 12 cells (--perf-shard K+1/CHAINS), so that
 # N chains on N GPUs of one host judge all 12 in about an Nth of the time (a detection claim needs
 # each cell's own verdict, not the whole tier's time). PCACHE: one inductor cache for every chain (a cache
 # an earlier step on this machine filled, e.g. nightly4.sh's .perfgate/n4/cache, whose precompile markers
@@ -56,6 +56,7 @@ if [ "$1" = start ]; then
           device_plant) $me step $K $GPU $s --perf-precompile 4 --perf-inject device_slow:1.5 ;;
           device_plant_shard) $me step $K $GPU $s --perf-precompile 4 --perf-inject device_slow:1.5 \
             --perf-shard $(( K + 1 ))/$CHAINS ;;
+          aa_shard*) $me step $K $GPU $s --perf-precompile 4 --perf-shard $(( K + 1 ))/$CHAINS ;;
           host_plant) $me step $K $GPU $s -k "$HOST_K" --perf-precompile 4 --perf-inject host_slow:15 ;;
           graph_plant) $me step $K $GPU $s -k "$HOST_K" --perf-precompile 4 --perf-inject graph_break ;;
           ddp2) $me ddp $K $GPU $s -k "ddp and not ddp4 and amp_bf16 and inductor" ;;
