@@ -252,3 +252,6 @@ def test_a_wall_red_takes_three_pairs_unless_a_count_already_shows_the_regressio
     (a count past its band: counts repeat across processes) is red after its first."""
     _record_b, _record_a, summary = _measured_red(monkeypatch, died_in_pair2=False, kernels_b=kernels_b)
     assert summary["duets"] == pairs and summary["outcome"] == outcome
+    # Each pair keeps which side prepared first (alternating, A first) and whether the two prepared at once
+    # (not in a first pair without a precompiled cache; always in a later one).
+    assert summary["prepared"] == [{"first": "ab"[i % 2], "together": i > 0} for i in range(pairs)]

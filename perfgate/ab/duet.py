@@ -88,6 +88,10 @@ def measure(
     rng = random.Random(f"{seed}:{job_b.cell.id}")
     rounds = {clock: {s: {"eager": [], "compiled": []} for s in "ab"} for clock in CLOCKS}
     summary = {"against": a.describe(), "estimator": paired.DEFAULT_ESTIMATOR, "duets": 0, "looks": 0}
+    # Each process pair's side prepared first ("a" | "b"), and whether the two prepared at once: under a device
+    # plant upernet_convnext_t train read 1.7-3.7 points higher in the pair whose B prepared second (docs/gate.md
+    # "Process pairs"), so the order is kept with the rounds it may have moved.
+    prepared: list[dict] = []
     # Where a paired cell's seconds go, per process pair: both sides to their warm state, their looks, their
     # records. The gate's time target is a sum of these (docs/gate.md "What it costs").
     seconds: dict[str, list[float]] = {"prepare": [], "looks": [], "finish": []}
@@ -110,6 +114,7 @@ def measure(
         # A planted fault (--perf-inject) sizes itself on the cell's own step time after warm-up: that wants the
         # machine to itself, so B's preparation never overlaps A's then.
         together = (warm or summary["duets"] > 1) and job_b.options.fault is None
+        prepared.append({"first": first, "together": together})
         lap()
         try:
             record_a, record_b, ready = _prepare(duet, job_a, job_b, progress, first, together)
@@ -174,6 +179,7 @@ def measure(
         counts=counted,
         kernels=paired.kernels_moved(kernels),
         steps_per_round=steps,
+        prepared=prepared,
         rules=[c.as_json() for c in verdicts],
         rounds=rounds,
         note="; ".join(filter(None, notes)),
