@@ -88,9 +88,9 @@ def measure(
     rng = random.Random(f"{seed}:{job_b.cell.id}")
     rounds = {clock: {s: {"eager": [], "compiled": []} for s in "ab"} for clock in CLOCKS}
     summary = {"against": a.describe(), "estimator": paired.DEFAULT_ESTIMATOR, "duets": 0, "looks": 0}
-    # Each process pair's side prepared first ("a" | "b"), and whether the two prepared at once: under a device
-    # plant upernet_convnext_t train read 1.7-3.7 points higher in the pair whose B prepared second (docs/gate.md
-    # "Process pairs"), so the order is kept with the rounds it may have moved.
+    # Each process pair's side prepared first ("a" | "b"), and whether the two prepared at once: whether that order
+    # sets a process's device speed is open (upernet_convnext_t train's pairs read up to 3.7 points apart;
+    # docs/gate.md "Process pairs"), so the order is kept with the rounds it may have moved.
     prepared: list[dict] = []
     # Where a paired cell's seconds go, per process pair: both sides to their warm state, their looks, their
     # records. The gate's time target is a sum of these (docs/gate.md "What it costs").

@@ -230,7 +230,7 @@ def across_pairs(
 # effect of up to ~20 %: in an A/A on an H100 alone (a1670055, 2026-11-27) both of B's processes issued
 # segformer_b2 infer's compiled step 21.3 and 20.0 % slower than both of A's, and 5 of that run's 22 process
 # pairs read the compiled wall beyond +-5 %; two pairs that agree are not enough there. The device clock's
-# process effects are smaller and rarer (beyond +-1 % in 8 of 114 A/A pairs): two pairs.
+# process effects are smaller and rarer (beyond +-1 % in 13 of 171 A/A pairs, 2026-11-28): two pairs.
 CONFIRM_PAIRS = MappingProxyType({"wall": 3, "device": 2})
 UNSURE_PAIRS = 2  # process pairs an unsure rule gets: a fresh pair, then it stays unsure
 MAX_PAIRS = max(UNSURE_PAIRS, *CONFIRM_PAIRS.values())

@@ -10,9 +10,9 @@
 # (--perf-precompile 4, numerics on), so its time from pytest to exit is the gate's. Where several chains share a
 # host, each is pinned to its own equal share of the CPUs (taskset), as if on a machine of its own. Each wait
 # packs the records, reports and logs written so far into $OUT/chainN.tgz.
-# device_plant_shard (aa_shard: an A/A): the device plant on this chain's shard of the 12 cells (--perf-shard K+1/CHAINS), so that
-# N chains on N GPUs of one host judge all 12 in about an Nth of the time (a detection claim needs
-# each cell's own verdict, not the whole tier's time). PCACHE: one inductor cache for every chain (a cache
+# device_plant_shard (aa_shard*: an A/A): the device plant on this chain's shard of the 12 cells (--perf-shard
+# K+1/CHAINS), so that N chains on N GPUs of one host judge all 12 in about an Nth of the time (a detection claim
+# needs each cell's own verdict, not the whole tier's time). PCACHE: one inductor cache for every chain (a cache
 # an earlier step on this machine filled, e.g. nightly4.sh's .perfgate/n4/cache, whose precompile markers
 # then spare the chains their own compiles).
 set -u
