@@ -1,9 +1,7 @@
-"""The paired engine (perfgate.ab): its three-way verdict on synthetic rounds, and, end to end on the CPU, two
-trees of the tiny suite measured side by side: an A/A passes, a planted slowdown on this tree's side fails."""
+"""The paired engine (perfgate.ab): its three-way verdict on synthetic rounds, and the coordinator against fake
+workers (process pairs, a side that fails or runs out of memory, what each worker steps). The runs of two trees
+of the tiny suite, and the paired options and commands: test_paired_runs.py."""
 
-import json
-import re
-import subprocess
 import sys
 
 import numpy as np
@@ -16,9 +14,6 @@ from perfgate.ab.verdict import PairedVerdict, combined_exit
 from perfgate.core import exits
 from perfgate.core.clocks import DEVICE, WALL
 
-import tiny_suite
-
-suite = tiny_suite.fixture()
 RULE = paired.PairedRule(WALL, "compiled", 0.05)
 
 
@@ -281,258 +276,6 @@ def test_a_malformed_env_is_refused_by_name():
         parse_env("--perf-against-env", ["=x"])
 
 
-def _git_tree(pytester) -> None:
-    for args in (["init", "-q"], ["add", "-A"], ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "base"]):
-        subprocess.run(["git", *args], cwd=pytester.path, check=True)
-
-
-PAIRED = [*tiny_suite.FAST, "--perf-round-ms=20", "-k", "infer", "--perf-against", "HEAD", "--perf-results", "r.jsonl"]
-
-
-@pytest.mark.serial
-def test_paired_run_on_two_trees(suite):
-    """A/A: this tree against HEAD's checkout passes; a host slowdown planted in this tree's compiled step (its
-    host time doubled) fails on the wall clock, and side A's records stay apart from this tree's. The CPU's
-    wall line and the plant's size: paired.CPU_WALL_LINE."""
-    _git_tree(suite)
-    # The A/A through `perfgate ab --paired`, the CLI's way into the same engine: one pytest, its exit the verdict.
-    paired_args = [a for a in PAIRED if a not in ("--perf-against", "HEAD")]
-    same = subprocess.run(
-        [sys.executable, "-m", "perfgate", "ab", "--paired", "--a-rev", "HEAD", "--out", "ab", "--", *paired_args],
-        cwd=suite.path,
-        capture_output=True,
-        text=True,
-    )
-    assert same.returncode == 0, (same.stdout + same.stderr)[-3000:]
-    assert "perfgate paired: PASS" in same.stdout and (suite.path / "ab" / "report.json").exists()
-    slowed = suite.runpytest_subprocess(*PAIRED, "--perf-inject=host_slow:100")
-    assert slowed.ret == 1, slowed.stdout.str()[-3000:]
-    slowed.stdout.fnmatch_lines(
-        ["*cell(s) planned*beside their base (paired)*", "*perfgate paired: FAIL*", "*regression: compiled wall*"]
-    )
-    records = [json.loads(line) for line in (suite.path / "r.jsonl").read_text().splitlines()]
-    final = [r for r in records if r.get("paired")]
-    assert final and all(r["paired"]["rules"] for r in final)
-    spent = [r["paired"]["seconds"] for r in final]  # where each cell's seconds went, for the time account
-    assert all(s["total"] >= sum(s["prepare"] + s["looks"] + s["finish"]) > 0 and s["wall_rounds"] > 0 for s in spent)
-    assert (suite.path / "r.against.jsonl").exists()
-
-
-@pytest.mark.serial
-def test_a_paired_run_that_compares_no_cell_never_passes(suite):
-    """Every cell skipped (GPU cells where this interpreter's torch sees no CUDA): the paired verdict holds
-    nothing, so the run exits 2, where it passed (a bisection's probe then read good)."""
-    torch = pytest.importorskip("torch")
-    if torch.cuda.is_available():
-        pytest.skip("needs a box whose torch sees no CUDA")
-    _git_tree(suite)
-    out = suite.runpytest_subprocess(
-        *tiny_suite.FAST, "-m", "gpu", "--perf-against", "HEAD", "--perf-results", "r.jsonl"
-    )
-    assert out.ret == 2, out.stdout.str()[-2000:]
-    out.stdout.fnmatch_lines(["*no cell was compared beside the base*"])
-
-
-@pytest.mark.parametrize(
-    "argv, option",
-    [
-        (["ab", "--a-rev", "", "--", "perftests"], "--a-rev"),
-        (["ab", "--a-python", " ", "--", "perftests"], "--a-python"),
-        (["bisect", "--step-pip", "", "--step-pip", "", "--", "perftests"], "--step-pip"),
-    ],
-    ids=["ab-empty-rev", "ab-blank-python", "bisect-empty-steps"],
-)
-def test_an_empty_revision_or_step_is_exit_2_naming_the_option(argv, option, capsys, tmp_path, monkeypatch):
-    from perfgate.cli import main
-
-    monkeypatch.chdir(tmp_path)
-    assert main(argv) == exits.UNUSABLE
-    assert option in capsys.readouterr().err
-
-
-def _ab_args(**given):
-    from perfgate.cli import build_parser
-
-    args = build_parser().parse_args(["ab", "--paired", "--", "perftests", "-m", "gpu and pr"])
-    for name, value in given.items():
-        setattr(args, name, value)
-    return args
-
-
-def test_paired_ab_is_one_pytest_run_against_side_a(tmp_path):
-    from perfgate.faces.ab import paired_argv
-
-    command, env = paired_argv(_ab_args(a_rev="origin/main", a_env=["X=1"], b_env=["Y=2"], b_rev="HEAD~1"), tmp_path)
-    assert command[:3] == [sys.executable, "-m", "pytest"] and command[3:6] == ["perftests", "-m", "gpu and pr"]
-    assert command[command.index("--perf-against") + 1] == "origin/main"
-    assert command[command.index("--perf-against-env") + 1] == "X=1"
-    # B's variables are B's worker's, not the session's, whose path both sides' workers would inherit
-    assert command[command.index("--perf-b-env") + 1] == "Y=2" and "Y" not in env
-    assert command[command.index("--perf-b-rev") + 1] == "HEAD~1"
-    assert "--perf-judge-eager-wall" in command  # an A/B of environments judges eager's wall step
-
-
-def test_a_sides_own_pythonpath_follows_its_root_and_is_not_dropped():
-    """An upgrade's A/B puts the old release on A's PYTHONPATH: the worker's path, computed whole, kept the
-    root and the session's extra entries and dropped it, so both sides ran the new release."""
-    import os
-
-    from perfgate.ab.pair_workers import worker_path
-    from perfgate.ab.sides import Side
-
-    old = Side("A", "/repo/a", env={"PYTHONPATH": os.pathsep.join(["/tmp/oldtf", "/tmp/more"])})
-    assert worker_path(old, ["/repo/a", "/tests/registry"]) == ["/repo/a", "/tmp/oldtf", "/tmp/more", "/tests/registry"]
-    assert worker_path(old, ["/overlay", "/repo/a"]) == ["/overlay", "/repo/a", "/tmp/oldtf", "/tmp/more"]
-    assert worker_path(Side("B", "/repo/b"), ["/repo/b", "/x"]) == ["/repo/b", "/x"]
-
-
-@pytest.mark.parametrize(
-    "given, words",
-    [
-        ({"a_rev": "x", "processes": 3}, "--processes"),
-        ({"a_rev": " "}, "--a-rev is empty"),
-        ({"b_rev": ""}, "--b-rev is empty"),
-        ({"b_env": ["1X=2"]}, "--b-env '1X=2'"),
-    ],
-    ids=["process-only-option", "blank-rev", "blank-b-rev", "bad-b-env"],
-)
-def test_paired_ab_refuses_what_it_cannot_mean(given, words, tmp_path):
-    from perfgate.faces.ab import paired_argv
-
-    with pytest.raises(SideError, match=words):
-        paired_argv(_ab_args(**given), tmp_path)
-
-
-@pytest.mark.serial
-def test_a_base_side_that_fails_leaves_this_trees_record_and_an_unsure_verdict(suite):
-    """The base compiles nothing (dynamo disabled in its process only): this tree's cell is still measured
-    alone and ok, and the paired verdict is unsure (exit 2), never a pass."""
-    run = suite.runpytest_subprocess(
-        *tiny_suite.FAST, "-k", "infer", "--perf-against-env", "TORCHDYNAMO_DISABLE=1", "--perf-results", "r.jsonl"
-    )
-    assert run.ret == 2, run.stdout.str()[-3000:]
-    run.stdout.fnmatch_lines(["*perfgate paired: UNSURE*", "*side A failed: ran eager*"])
-    (record,) = [json.loads(line) for line in (suite.path / "r.jsonl").read_text().splitlines()][-1:]
-    assert record["status"] == "ok" and record["paired"]["outcome"] == "unsure"
-
-
-def _run_dir_with(tmp_path, **sides_changed):
-    """A well-formed process-A/B run directory whose manifest's sides are changed as given."""
-    side = {"label": "A", "python": sys.executable, "rev": None, "env": {}, "args": [], "root": str(tmp_path)}
-    side |= {"import_root": str(tmp_path), "versions": {}, "sha": None, "tests": []}
-    sides = {"A": {**side, **sides_changed}, "B": {**side, "label": "B"}}
-    manifest = {"schema": 1, "sides": sides, "runs": [], "processes": 2, "common_args": ["perftests"]}
-    out = tmp_path / "ab"
-    out.mkdir()
-    (out / "manifest.json").write_text(json.dumps(manifest))
-    return out
-
-
-@pytest.mark.parametrize(
-    "argv_of, words",
-    [
-        (lambda t: ["ab", "--out", str(t / "f")], "--out .*/f is a file"),
-        (lambda t: ["ab", "--judge", str(t / "missing")], "--judge .*missing: no such run directory"),
-        (
-            lambda t: ["ab", "--resume", str(_run_dir_with(t, root=str(t / "gone")))],
-            "'root' .*gone.* is no directory here",
-        ),
-        (lambda t: ["ab", "--resume", str(_run_dir_with(t, env="notalist"))], "'env' \\(an object\\)"),
-    ],
-    ids=["out-is-a-file", "judge-missing-dir", "resume-gone-root", "resume-env-not-object"],
-)
-def test_process_ab_refuses_unusable_run_directories_by_name(argv_of, words, tmp_path, capsys):
-    from perfgate.cli import main
-
-    (tmp_path / "f").write_text("x")
-    assert main(argv_of(tmp_path)) == exits.UNUSABLE
-    assert re.search(words, capsys.readouterr().err), words
-
-
-def test_process_ab_refuses_a_side_without_cuda_whose_cells_are_all_gpu_cells():
-    from perfgate.ab.process_env import ABEnvironment, ABError, check_runnable
-
-    side = ABEnvironment("A", sys.executable, None, (), ())
-    gpu = [
-        f"perftests/test_compile_speedup.py::test_train_step[{m}-inductor_default-amp_bf16]"
-        for m in ("gpt2", "vit_b16")
-    ]
-    gpu.append("perftests/test_compile_speedup.py::test_ddp_step[gpt2-inductor_ddp_optimizer-amp_bf16]")
-    with pytest.raises(ABError, match="no CUDA device, and all 3 selected cells are GPU cells"):
-        check_runnable(side, False, gpu)
-    check_runnable(side, False, [*gpu, "perftests/x.py::test_train_step[cpu-mlp-aot_eager-fp32]"])  # CPU cells run
-    check_runnable(side, True, gpu)
-    check_runnable(side, False, ["test_zoo.py::test_cell[3]"])  # not a perf cell: nothing to say of it
-
-
-@pytest.mark.parametrize("isolate", ["gpu", "all", "off"])
-def test_a_paired_cell_never_runs_in_the_sessions_isolated_child(isolate):
-    """Its two sides' workers are processes of their own: an isolated child started for it would idle beside
-    them (and import torch during the precompile). A data-parallel cell, never paired, keeps the option's say."""
-    from types import SimpleNamespace
-
-    from perfgate.core.matrix import Cell
-    from perfgate.plugin.session import PerfSession
-
-    config = SimpleNamespace(getoption=lambda name: isolate)
-    paired_session = SimpleNamespace(pairing=object(), config=config)
-    plain = SimpleNamespace(pairing=None, config=config)
-    for session in (paired_session, plain):
-        session.measures_paired = lambda cell, session=session: PerfSession.measures_paired(session, cell)
-    cell = Cell("gpt2", "train", "inductor_default", "amp_bf16")
-    ddp = Cell("gpt2", "ddp", "inductor_ddp_optimizer", "amp_bf16")
-    assert not PerfSession.isolates(paired_session, cell)
-    assert PerfSession.isolates(paired_session, ddp) == PerfSession.isolates(plain, ddp) == (isolate != "off")
-    assert PerfSession.isolates(plain, cell) == (isolate != "off")
-
-
-def test_a_cell_the_pairing_leaves_out_is_skipped_where_side_b_is_not_this_session():
-    """A data-parallel cell runs in the session, on its tree and interpreter: where side B is another
-    (--perf-b-*), its record would carry A's code under B's name, so it is skipped with the reason."""
-    from types import SimpleNamespace
-
-    from perfgate.core.matrix import Cell
-    from perfgate.plugin.session import PerfSession
-
-    ddp, cell = Cell("gpt2", "ddp", "inductor_ddp_optimizer", "amp_bf16"), Cell("gpt2", "train", "x", "amp_bf16")
-    for elsewhere, expected in ((True, "perfgate ab --processes N"), (False, "")):
-        session = SimpleNamespace(pairing=SimpleNamespace(b_elsewhere=elsewhere))
-        session.measures_paired = lambda c, s=session: PerfSession.measures_paired(s, c)
-        assert (
-            expected in PerfSession.unpaired_elsewhere(session, ddp)
-            and bool(PerfSession.unpaired_elsewhere(session, ddp)) == elsewhere
-        )
-        assert PerfSession.unpaired_elsewhere(session, cell) == ""
-
-
-def test_perfgate_ab_is_paired_unless_it_is_given_processes(tmp_path, monkeypatch, capsys):
-    """The PR gate's engine is `perfgate ab`'s too: one pytest run against side A, unless --processes N (or
-    --resume, --judge) asks for whole processes; what only that mode means is refused by name otherwise."""
-    from perfgate.cli import main
-    from perfgate.faces import ab
-
-    ran: list[list[str]] = []
-    monkeypatch.setattr(
-        ab.subprocess, "run", lambda command, env: ran.append(command) or type("D", (), {"returncode": 0})
-    )
-    out = str(tmp_path / "ab")
-    assert main(["ab", "--a-rev", "origin/main", "--out", out, "--", "perftests", "-m", "gpu and pr"]) == exits.PASS
-    (command,) = ran
-    assert command[command.index("--perf-against") + 1] == "origin/main" and command[3:4] == ["perftests"]
-    for argv, words in (
-        (["--a-rev", "x", "--html", "r.html"], "--html: only with --processes N"),
-        (["--a-rev", "x", "--b-python", str(tmp_path / "nope")], "--b-python"),
-        (["--paired", "--processes", "3", "--a-rev", "x"], "--paired with --processes"),
-    ):
-        assert main(["ab", "--out", out, *argv, "--", "perftests"]) == exits.UNUSABLE
-        assert words in capsys.readouterr().err
-    assert len(ran) == 1
-    # No side A option: A is this checkout under perfgate's own interpreter, B differs by its own (an A/A
-    # where it has none), as with whole processes.
-    assert main(["ab", "--b-env", "TORCHINDUCTOR_FREEZING=1", "--out", out, "--", "perftests"]) == exits.PASS
-    assert ran[-1][ran[-1].index("--perf-against-python") + 1] == sys.executable
-
-
 def _rounds(wall_b_over_a: dict, pairs: int = 12) -> dict:
     """Rounds of one process pair: A's wall steps at 10 ms (compiled) and 20 ms (eager) with B's scaled by
     `wall_b_over_a`; device rounds alike on both sides."""
@@ -595,31 +338,6 @@ def test_a_tree_that_runs_out_of_memory_beside_the_base_is_measured_alone_and_le
     assert "perfgate ab --processes" in summary["error"]
 
 
-def test_side_b_may_be_a_revision_beside_side_a(tmp_path):
-    """--perf-b-rev makes side B a revision's checkout (a bisection's step) while this session coordinates;
-    without it, B is this checkout. Blank values are refused by name, as side A's are."""
-    from perfgate.plugin import against
-
-    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
-    (tmp_path / "f").write_text("x")
-    for args in (["add", "-A"], ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "one"]):
-        subprocess.run(["git", *args], cwd=tmp_path, check=True)
-    sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=tmp_path, capture_output=True, text=True).stdout.strip()
-
-    def config(**given):
-        values = {name: given.get(name.lstrip("-").replace("-", "_")) for name in against.OPTIONS + against.B_OPTIONS}
-        option = type("O", (), {"numprocesses": None})()
-        return type("C", (), {"getoption": lambda self, n: values[n], "rootpath": tmp_path, "option": option})()
-
-    b = against.tree_side(config(perf_against="HEAD", perf_b_rev="HEAD", perf_b_env=["X=1"]))
-    assert (b.name, b.revision, b.env) == ("B", sha, {"X": "1"}) and b.root != str(tmp_path)
-    assert against.base_side(config(perf_b_rev="HEAD")).root == str(tmp_path)  # A: this checkout
-    assert against.tree_side(config(perf_against="HEAD")).root == str(tmp_path)
-    assert against.base_side(config()) is None
-    with pytest.raises(SideError, match="--perf-b-rev is empty"):
-        against.tree_side(config(perf_against="HEAD", perf_b_rev=" "))
-
-
 def test_a_worker_steps_only_the_sides_asked_and_keeps_whole_rounds_for_its_record():
     """The worker's side of "sides": a round names the sides it steps (none named: both); the record's own wall
     clock keeps only the rounds of both sides, since its speedup pairs eager and compiled round by round."""
@@ -668,13 +386,3 @@ def test_a_base_that_runs_out_of_memory_says_the_sides_may_not_fit():
     record_b, _record_a, summary = _measured_out_of_memory("a")
     assert record_b["status"] == "ok" and summary["outcome"] == "unsure"
     assert summary["error"].startswith("side A failed") and duet.TOGETHER in summary["error"]
-
-
-def test_judging_eager_wall_without_a_pairing_is_said_to_do_nothing():
-    from perfgate.plugin import options
-
-    given = {"--perf-judge-eager-wall": True}
-    lines = options.ineffective(lambda name: given.get(name))
-    assert any("--perf-judge-eager-wall has no effect" in line for line in lines)
-    given["--perf-against"] = "HEAD"
-    assert not any("eager-wall" in line for line in options.ineffective(lambda name: given.get(name)))
