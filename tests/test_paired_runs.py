@@ -300,3 +300,35 @@ def test_judging_eager_wall_without_a_pairing_is_said_to_do_nothing():
     assert any("--perf-judge-eager-wall has no effect" in line for line in lines)
     given["--perf-against"] = "HEAD"
     assert not any("eager-wall" in line for line in options.ineffective(lambda name: given.get(name)))
+
+
+def test_sessions_started_at_once_against_one_base_share_its_worktree(tmp_path):
+    """One pytest a GPU, each `--perf-against REV`: a session that finds another adding the base's worktree
+    waits for it and reuses it, rather than adding it again ("already exists": 3 of 6 sessions started together
+    failed so). Here the test holds the lock as the other session, adds the worktree, then lets go."""
+    import fcntl
+    import threading
+
+    from perfgate.ab import sides
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "f").write_text("x\n")
+    for args in (["init", "-q"], ["add", "-A"], ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "a"]):
+        subprocess.run(["git", *args], cwd=repo, check=True)
+    into = repo / ".perfgate"
+    sha = sides.commit_of("--perf-against", "HEAD", str(repo))
+    tree = into / f"against-{sha[:12]}"
+    into.mkdir()
+    got: list = []
+    with open(sides.checkout_lock(tree), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        waiter = threading.Thread(
+            target=lambda: got.append(sides.checkout("--perf-against", "HEAD", str(repo), into)), daemon=True
+        )
+        waiter.start()
+        waiter.join(0.5)
+        assert waiter.is_alive() and not got  # waits while the other session holds the lock
+        sides.git(str(repo), "worktree", "add", "--detach", "--force", str(tree), sha)
+    waiter.join(30)
+    assert got == [(str(tree), sha)] and (tree / "f").read_text() == "x\n"

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-from perfgate.ab import process_env
+from perfgate.ab import process_env, sides
 from perfgate.ab.bisect_run import BisectError, Step, install, save, settled
 from perfgate.ab.bisect_verdict import BAD, GOOD, UNSURE, probes_left
 from perfgate.ab.process_env import ABError
@@ -156,4 +156,6 @@ def probe(manifest: dict, out: Path, index: int, progress: Callable[[str], None]
     save(out, manifest)
     if step.rev and step.rev != steps[0].rev:  # a settled step's checkout (the plugin's, under .perfgate/) goes;
         repo = process_env.repo_root(Path(manifest["cwd"]))  # the good end's serves every probe and stays
-        process_env.remove_worktree(repo, Path(repo or ".") / ".perfgate" / f"against-{step.rev[:12]}")
+        tree = Path(repo or ".") / ".perfgate" / f"against-{step.rev[:12]}"
+        process_env.remove_worktree(repo, tree)
+        sides.checkout_lock(tree).unlink(missing_ok=True)

@@ -6,6 +6,7 @@ be compared with itself and pass). Imports no torch.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
 import subprocess
@@ -92,13 +93,23 @@ def commit_of(option: str, revision: str | None, repo: str) -> str:
 
 
 def checkout(option: str, revision: str, repo: str, into: Path) -> tuple[str, str]:
-    """(root, sha): `revision` checked out as a detached worktree under `into`, reused while it holds that sha."""
+    """(root, sha): `revision` checked out as a detached worktree under `into`, reused while it holds that sha.
+    Sessions started at once against one base (one pytest a GPU of a runner) share it: the first adds it while
+    the others wait on its lock. Without the lock, `git worktree add` failed in 3 of 6 sessions started together
+    ("already exists"), and a session could find the worktree's .git before its files were checked out."""
     sha = commit_of(option, revision, repo)
     tree = into / f"against-{sha[:12]}"
-    if not (tree / ".git").exists():
-        into.mkdir(parents=True, exist_ok=True)
-        git(repo, "worktree", "add", "--detach", "--force", str(tree), sha)
+    into.mkdir(parents=True, exist_ok=True)
+    with open(checkout_lock(tree), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released as the file closes
+        if not (tree / ".git").exists():
+            git(repo, "worktree", "add", "--detach", "--force", str(tree), sha)
     return str(tree), sha
+
+
+def checkout_lock(tree: Path) -> Path:
+    """The lock file beside a base worktree that its sessions take while one of them adds it."""
+    return tree.with_name(f"{tree.name}.lock")
 
 
 def toplevel(start: str) -> str | None:
