@@ -302,7 +302,7 @@ def test_judging_eager_wall_without_a_pairing_is_said_to_do_nothing():
     assert not any("eager-wall" in line for line in options.ineffective(lambda name: given.get(name)))
 
 
-def test_sessions_started_at_once_against_one_base_share_its_worktree(tmp_path):
+def test_sessions_started_at_once_against_one_base_share_its_worktree(tmp_path, monkeypatch):
     """One pytest a GPU, each `--perf-against REV`: a session that finds another adding the base's worktree
     waits for it and reuses it, rather than adding it again ("already exists": 3 of 6 sessions started together
     failed so). Here the test holds the lock as the other session, adds the worktree, then lets go."""
@@ -321,12 +321,16 @@ def test_sessions_started_at_once_against_one_base_share_its_worktree(tmp_path):
     tree = into / f"against-{sha[:12]}"
     into.mkdir()
     got: list = []
+    resolved = threading.Event()  # the waiter is past its git calls and at the lock (or, without one, adding)
+    commit_of = sides.commit_of
+    monkeypatch.setattr(sides, "commit_of", lambda *args: (commit_of(*args), resolved.set())[0])
     with open(sides.checkout_lock(tree), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         waiter = threading.Thread(
             target=lambda: got.append(sides.checkout("--perf-against", "HEAD", str(repo), into)), daemon=True
         )
         waiter.start()
+        assert resolved.wait(30)
         waiter.join(0.5)
         assert waiter.is_alive() and not got  # waits while the other session holds the lock
         sides.git(str(repo), "worktree", "add", "--detach", "--force", str(tree), sha)

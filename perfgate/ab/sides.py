@@ -96,7 +96,8 @@ def checkout(option: str, revision: str, repo: str, into: Path) -> tuple[str, st
     """(root, sha): `revision` checked out as a detached worktree under `into`, reused while it holds that sha.
     Sessions started at once against one base (one pytest a GPU of a runner) share it: the first adds it while
     the others wait on its lock. Without the lock, `git worktree add` failed in 3 of 6 sessions started together
-    ("already exists"), and a session could find the worktree's .git before its files were checked out."""
+    ("already exists"), and a session could find the worktree's .git before its files were checked out. A
+    worktree a killed session left half made is not detected: its side A then fails, and its cells are unsure."""
     sha = commit_of(option, revision, repo)
     tree = into / f"against-{sha[:12]}"
     into.mkdir(parents=True, exist_ok=True)
