@@ -108,9 +108,10 @@ RULES: tuple[PairedRule, ...] = (
 # The CPU tier's tiny models on a shared 2-core box prove the engine, not speed: its wall rounds of a 0.1 ms
 # step moved 10 % between the two sides of an A/A while other processes ran (2026-11-27), so its wall line is
 # wider. At 15 % an A/A's compiled wall read +0.2 % [-12.1, +18.1] (unsure) and a planted 40 % host slowdown
-# +59.2 % with a pair's interval reaching under the line (unsure) in CI's serial run, 2026-11-27: 25 %, and the
-# CPU proofs plant their host slowdown at 100 %.
-CPU_WALL_LINE = 0.25
+# +59.2 % with a pair's interval reaching under the line (unsure) in CI's serial run, 2026-11-27. At 25 % an A/A
+# read +3.6 and +19.9 % by process pair, [-8.8, +27.0] (unsure), on this box with nothing else running
+# (2026-11-28): 40 %, and the CPU proofs plant their host slowdown at 300 % (tests/test_paired_runs.py says why).
+CPU_WALL_LINE = 0.40
 
 
 def rules_for(device_kind: str, eager_wall: bool = False) -> tuple[PairedRule, ...]:
