@@ -193,3 +193,22 @@ def test_a_session_prices_warm_the_cells_its_kept_cache_will_hold_and_deals_shar
     precompiled.mark([{"cell": autotune.id, "status": "ok"}], str(tmp_path), {autotune.id: "0" * 64})
     assert after_its_step.compiles_held([autotune, aot]) == {autotune.id}
     assert plan().compiles_held([autotune]) == set()  # no kept cache: every compile is cold
+
+
+def test_a_session_reads_the_costs_history_once(tmp_path, monkeypatch):
+    """The shard hook, the xdist order, the plan and the precompile all price by the history: one read a session."""
+    from types import SimpleNamespace
+
+    from perfgate.plugin.session_plan import SessionPlan
+    from perfgate.store import history
+
+    db = tmp_path / "h.sqlite"
+    db.write_bytes(b"")
+    reads = []
+    monkeypatch.setattr(history, "records", lambda path: reads.append(path) or [])
+    session = SessionPlan()
+    session.config = SimpleNamespace(getoption=lambda name: str(db) if name == "--perf-costs" else None)
+    cell = _cell()
+    session.expected_costs([cell])
+    session.timed_costs([cell])
+    assert session.expected_costs([cell])[cell.id] == costs.prior_s(cell) and reads == [str(db)]

@@ -15,14 +15,19 @@ class SessionPlan:
     """PerfSession's plan and precompile; reads and sets the session's expected costs, progress and precompiled
     cells (PerfSession.__init__), and asks its CellRunner where each cell runs."""
 
+    _history: dict[str, float] | None = None  # history_costs, once read
+
     def history_costs(self) -> dict[str, float]:
         """{cell id: median wall seconds} in the --perf-costs (else --perf-history) database, for the cells that
-        ran there."""
-        from perfgate.plan import costs
-        from perfgate.store import history
+        ran there. Read once a session: the shard hook, the xdist order, the plan and the precompile all price by
+        it, and the controller appends to the history only at the session's end."""
+        if self._history is None:
+            from perfgate.plan import costs
+            from perfgate.store import history
 
-        db = self.config.getoption("--perf-costs") or self.config.getoption("--perf-history")
-        return costs.known_costs(history.records(db)) if db and Path(db).is_file() else {}
+            db = self.config.getoption("--perf-costs") or self.config.getoption("--perf-history")
+            self._history = costs.known_costs(history.records(db)) if db and Path(db).is_file() else {}
+        return self._history
 
     def expected_costs(self, cells: list[Cell], warm: Collection[str] = ()) -> dict[str, float]:
         """Expected wall seconds per cell: the costs history's median where the cell ran, else a prior per
@@ -53,11 +58,10 @@ class SessionPlan:
     def plan(self, cells: list[Cell]) -> str:
         """The cells this process will run, for k/N and the ETA on each finished cell; returns the line that
         says what they are expected to cost, before the first starts."""
-        from perfgate.plan.costs import PAIRED_OVER_OWN, Progress, expected_s, hms
+        from perfgate.plan.costs import PAIRED_OVER_OWN, Progress, hms
 
-        known = self.history_costs()  # timed_costs's prices, the history read once for them and the count
-        self.expected = expected_s(cells, known, self.compiles_held(cells))
-        self.costs_known = sum(1 for cell in cells if known.get(cell.id))
+        self.expected = self.timed_costs(cells)
+        self.costs_known = sum(1 for cell in cells if self.history_costs().get(cell.id))
         paired = {cell.id for cell in cells if self.measures_paired(cell)}
         for cell_id in paired:  # measured beside its base: both sides' seconds, and second process pairs
             self.expected[cell_id] *= PAIRED_OVER_OWN
