@@ -67,7 +67,7 @@ class PairedVerdict:
         summary = self.cells[cell]
         if summary.get("error"):
             return summary["error"]
-        bad = [r for r in summary.get("rules", []) if r["outcome"] == self.outcome(cell)]
+        bad = self._rules(cell, self.outcome(cell))
         words = [
             f"{r['side']} {r['clock']} {_pct(r['change'])} [{_pct(r['lo'])}, {_pct(r['hi'])}] vs {_pct(r['threshold'])}"
             + (f" (by process pair: {', '.join(_pct(x) for x in r['by_pair'])})" if r.get("by_pair") else "")
@@ -85,8 +85,8 @@ class PairedVerdict:
             words.append(what_decides(bad, cell))
         return "; ".join(filter(None, words))
 
-    def _unsure_rules(self, cell: str) -> list[dict]:
-        return [r for r in self.cells[cell].get("rules", []) if r["outcome"] == "unsure"]
+    def _rules(self, cell: str, outcome: str) -> list[dict]:
+        return [r for r in self.cells[cell].get("rules", []) if r["outcome"] == outcome]
 
     def markdown(self) -> str:
         if not self.cells:
@@ -117,9 +117,9 @@ class PairedVerdict:
             rows.append(f"| {md_text(cell)} | {outcome} | {' | '.join(shown)} | {pairs} |")
         notes = sorted({s["note"] for s in self.cells.values() if s.get("note")})
         notes += [
-            f"{cell}: unsure: {what_decides(self._unsure_rules(cell), cell)}"
+            f"{cell}: unsure: {what_decides(self._rules(cell, 'unsure'), cell)}"
             for cell in self.unsure()
-            if self._unsure_rules(cell)
+            if self._rules(cell, "unsure")
         ]
         for cell in self.regressions() + self.unsure():  # where a device rule's GPU time went
             summary = self.cells[cell]
