@@ -13,10 +13,10 @@
 # STEPS picks and orders them (default: beside alone precompile slice ddp4; beside2, alone2, ...: again;
 # precompile_both: the slice's and beside's compiles at once). BESIDE_MODELS narrows beside (the 12 PR cells:
 # every model but gpt2_xl). SLICE_ARGS adds pytest options to the slice and its precompile (split on spaces: no
-# quoted arguments): a selection of a night's size whose compiles fit one session's device time, e.g. ROT=1/1
+# quoted arguments): a selection larger than a slice whose compiles fit one session's device time, e.g. ROT=1/1
 # SLICE_ARGS="--perf-variants inductor_default,inductor_reduce_overhead,inductor_fullgraph --perf-precisions
-# amp_bf16" (42 cells, ~2400 s by the 1c60ab9c slice's cost against its priors: a mean share of ~600 s a GPU,
-# none of max-autotune's 6-minute compiles). On
+# amp_bf16" (42 cells, none of max-autotune's 6-minute compiles: on 4xH200 80f45bd0 its precompile took 5:48 and
+# the slice 7:14, ~390 s of cells a GPU, about half a night). On
 # 4xH200 349f3a2e (2026-11-28) the host's drift over minutes outweighed any neighbour effect: alternate them,
 # "beside alone beside2 alone2", to tell the two apart.
 # tools/probes/nightly4_summary.py DIR reads what comes back.
