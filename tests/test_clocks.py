@@ -100,6 +100,27 @@ def test_missing_markers_or_an_empty_round_raise_rather_than_read_as_zero():
         clocks.work_between_markers([marker(0), Event("k", 5, 6, "kernel"), marker(10), marker(20)], labels)
 
 
+def test_a_gap_between_rounds_may_run_no_gpu_work():
+    """A paired side's new memory layout runs between its device rounds, in a span of its own (clocks.GAP): it
+    launches no kernel, and its span is no round's."""
+    marker = lambda t: Event("spin_kernel", t, t + 1, "kernel")  # noqa: E731
+    spans = [f"{clocks.GAP}:perfgate-clock:eager:0", "perfgate-clock:eager:0"]
+    work = clocks.work_between_markers([marker(0), marker(10), Event("k", 15, 16, "kernel"), marker(20)], spans)
+    assert work[spans[0]] == [] and [name for _, _, name in work[spans[1]]] == ["k"]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="a memory layout is the GPU's: no CUDA device here")
+def test_a_relayout_moves_the_next_steps_tensors():
+    from perfgate.measure.layout import Relayout
+
+    device = torch.device("cuda")
+    relayout, seen = Relayout(device), set()
+    for _ in range(4):
+        relayout()
+        seen.add(torch.empty(64 << 20, dtype=torch.uint8, device=device).data_ptr())
+    assert len(seen) > 1
+
+
 def test_clock_speedup_pairs_rounds():
     rounds = Rounds([10.0, 10.2, 9.9, 10.1, 10.0], [5.0, 5.0, 5.0, 5.1, 5.0], 3)
     interval = rounds.speedup()

@@ -91,6 +91,31 @@ def test_the_coordinator_keeps_each_workers_latest_kernel_table():
     assert paired.kernels_moved([kept]) == []
 
 
+@pytest.mark.parametrize("base_relayouts", [True, False], ids=["both-engines", "base-predates-it"])
+def test_device_rounds_take_fresh_memory_layouts_on_both_sides_or_neither(base_relayouts):
+    """Each device round in a fresh layout of GPU memory (perfgate.measure.layout) where both engines can: a base
+    whose engine predates it keeps one layout a process, and so must B, or the two sides' rounds would differ
+    in kind (upernet_convnext_t train's eager step: 0.7 % slower in fresh layouts than in its first)."""
+    asked: list[dict] = []
+
+    class Worker:
+        def __init__(self, side):
+            self.hello = {"hello": {"wall_sides": True, "relayout": base_relayouts or side == "B"}}
+
+        def send(self, message):
+            asked.append(message)
+
+        def expect(self, key, limit_s, progress=None):
+            return {key: {"eager": [2.0], "compiled": [1.0]}}
+
+    pair = type("Pair", (), {"sides": ("A", "B"), "worker": lambda self, side: Worker(side)})()
+    rounds = {clock: {s: {"eager": [[]], "compiled": [[]]} for s in "ab"} for clock in duet.CLOCKS}
+    ready = {"a": {"device_clock": True}, "b": {"device_clock": True}}
+    wanted = {"device": {"eager", "compiled"}}
+    duet._look_once(pair, rounds, 1, random.Random(0), ready, wanted, dict.fromkeys(duet.CLOCKS, 0.0), {})
+    assert [m["relayout"] for m in asked] == [base_relayouts] * 2
+
+
 def _looked_at(older_base: bool, wanted: dict, eager_pairs: int = duet.WALL_PAIRS) -> tuple[dict, list[dict]]:
     """(rounds, requests) of one look over two fake workers, side A's engine older than per-side stepping where
     `older_base`: its hello does not say wall_sides."""

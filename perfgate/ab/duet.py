@@ -87,7 +87,7 @@ def measure(
     job_b = replace(job_b, sys_path=())
     rng = random.Random(f"{seed}:{job_b.cell.id}")
     rounds = {clock: {s: {"eager": [], "compiled": []} for s in "ab"} for clock in CLOCKS}
-    summary = {"against": a.describe(), "estimator": paired.DEFAULT_ESTIMATOR, "duets": 0, "looks": 0}
+    summary = {"against": a.describe(), "estimator": paired.estimators(), "duets": 0, "looks": 0}
     # Each process pair's side prepared first ("a" | "b"), and whether the two prepared at once: whether that order
     # sets a process's device speed is open (upernet_convnext_t train's pairs read up to 3.7 points apart;
     # docs/gate.md "Process pairs"), so the order is kept with the rounds it may have moved.
@@ -346,7 +346,8 @@ def _look_once(
     for _ in range(HOST_PAIRS if "host" in wanted else 0):
         pair("host", {"op": "host"}, wanted["host"])
     if "device" in wanted and ready["a"].get("device_clock") and ready["b"].get("device_clock"):
-        pair("device", {"op": "device", "rounds": DEVICE_ROUNDS}, wanted["device"])
+        relayout = all(_hello(w).get("relayout") for w in workers.values())  # both sides alike, or neither
+        pair("device", {"op": "device", "rounds": DEVICE_ROUNDS, "relayout": relayout}, wanted["device"])
 
 
 def _finish(worker: Worker, progress, solo: bool = False) -> dict:
@@ -361,8 +362,12 @@ def _finish(worker: Worker, progress, solo: bool = False) -> dict:
 
 def _steps_sides(worker: Worker) -> bool:
     """Whether the worker's engine steps only the wall sides a request names (its hello says so)."""
-    hello = getattr(worker, "hello", None) or {}
-    return bool(hello.get("hello", {}).get("wall_sides"))
+    return bool(_hello(worker).get("wall_sides"))
+
+
+def _hello(worker: Worker) -> dict:
+    """What the worker's engine said it can do when it started ({} from a test's stand-in)."""
+    return (getattr(worker, "hello", None) or {}).get("hello", {})
 
 
 def _everything() -> dict[str, set[str]]:

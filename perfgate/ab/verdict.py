@@ -96,7 +96,7 @@ class PairedVerdict:
             f"## Paired timing: {head}",
             "",
             f"Base: {md_text(self._against())}; this tree measured beside it on this runner, rounds alternated. "
-            f"Each figure: this tree's step time against the base's ({paired.DEFAULT_ESTIMATOR} of rounds), "
+            f"Each figure: this tree's step time against the base's ({paired.estimators()} of rounds), "
             "with its interval; a rule fails when the interval lies beyond its line, and passes when it lies "
             "inside.",
             "",
@@ -148,6 +148,11 @@ def what_decides(unsure: list[dict], cell: str) -> str:
     by_pair, line, wall = rule.get("by_pair") or [], rule["threshold"], rule["clock"] == "wall"
     cause = "a host-bound step's speed in each process" if wall else "each process's kernels"
     fresh = f"{again}, in fresh processes" + (" on a host that holds its speed" if wall else "")
+    if by_pair and rule["lo"] > line and rule["clock"] in paired.POOLED:
+        return (
+            f"its interval lies past the {_pct(line)} line, but a process pair read ok on its own ({cause} may "
+            f"differ): {fresh}"
+        )
     if by_pair and rule["lo"] > line:
         return (
             f"its interval lies past the {_pct(line)} line, but a regression stands only where every process pair "

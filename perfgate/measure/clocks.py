@@ -54,6 +54,7 @@ HOST_ROUNDS = 41
 HOST_STEPS = 5  # single steps per host round; the round's figure is the fastest
 GPU_ACTIVITIES = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
 LABEL = "perfgate-clock"
+GAP = "perfgate-gap"  # profiled_rounds' spans between rounds (their work is no round's)
 SIDES = ("eager", "compiled")
 # A round's bounds on the GPU's timeline: torch.cuda._sleep's kernel, which no model launches, spinning
 # MARK_CYCLES clock cycles (0.5 us at an H100's 1980 MHz, 3 us at its 345 MHz idle clock). The planted
@@ -97,9 +98,11 @@ def device_block(
     device: torch.device,
     stream: int = 1,
     rounds: int = DEVICE_ROUNDS,
+    between: Callable[[], object] | None = None,
 ) -> tuple[Rounds, dict[str, dict[str, float]]]:
-    """device_rounds' Rounds, and where each side's GPU time went: {side: {kernel: ms per step}} (kernel_ms)."""
-    work, steps = profiled_rounds(eager, compiled, device, stream, rounds)
+    """device_rounds' Rounds, and where each side's GPU time went: {side: {kernel: ms per step}} (kernel_ms).
+    `between`: run before each round, its GPU work outside every round (profiled_rounds)."""
+    work, steps = profiled_rounds(eager, compiled, device, stream, rounds, between)
     busy = {label: union_ns([(start, end) for start, end, _ in inside]) / 1e6 for label, inside in work.items()}
     out = Rounds(
         [busy[f"{LABEL}:eager:{i}"] / steps for i in range(rounds)],
@@ -153,26 +156,33 @@ def profiled_rounds(
     device: torch.device,
     stream: int = 1,
     rounds: int = DEVICE_ROUNDS,
+    between: Callable[[], object] | None = None,
 ) -> tuple[dict[str, list[tuple[int, int, str]]], int]:
     """({round label: its GPU work, [(start ns, end ns, name)]}, steps per round) of `rounds` interleaved
     rounds of each side under one profiler that records the GPU alone. A marker kernel on the GPU's own
     timeline opens each round and closes the last (MARKER): a round ends in a synchronize, so its kernels
     all run between its marker and the next. Recording the host's operators too (the labelled ranges this
     clock used before) cost the profiler's teardown and event processing several seconds a cell
-    (captioner train, H100, 2026-11-26: 21.5 s of device clock for ~8.5 s of steps)."""
+    (captioner train, H100, 2026-11-26: 21.5 s of device clock for ~8.5 s of steps). `between`, where given,
+    runs before each round in a gap of its own (a GAP label between markers, whose work is dropped)."""
     steps = whole_passes(DEVICE_STEPS, stream)
     sides, labels = {"eager": eager, "compiled": compiled}, round_labels(rounds)
+    spans = [x for label in labels for x in ((f"{GAP}:{label}", label) if between else (label,))]
     torch.cuda.synchronize(device)
     with torch.cuda.device(device), profile(activities=[ProfilerActivity.CUDA]) as prof:  # markers go to `device`
-        for label in labels:
-            fn = sides[label.split(":")[1]]
+        for span in spans:
             torch.cuda._sleep(MARK_CYCLES)
-            for i in range(steps):
-                fn(i)
+            if span.startswith(GAP):
+                between()  # type: ignore[misc]
+            else:
+                fn = sides[span.split(":")[1]]
+                for i in range(steps):
+                    fn(i)
             torch.cuda.synchronize(device)
         torch.cuda._sleep(MARK_CYCLES)
         torch.cuda.synchronize(device)
-    return work_between_markers(prof.profiler.kineto_results.events(), labels), steps
+    work = work_between_markers(prof.profiler.kineto_results.events(), spans)
+    return {label: work[label] for label in labels}, steps
 
 
 def work_between_markers(events, labels: list[str]) -> dict[str, list[tuple[int, int, str]]]:
@@ -189,7 +199,7 @@ def work_between_markers(events, labels: list[str]) -> dict[str, list[tuple[int,
     out = {}
     for label, lo, hi in zip(labels, markers, markers[1:]):
         out[label] = work[lo + 1 : hi]
-        if not out[label]:
+        if not out[label] and not label.startswith(GAP):  # a gap may run no GPU work
             raise RuntimeError(f"the profiler recorded no GPU activity in {label}")
     return out
 

@@ -9,8 +9,9 @@ so that the two sides' rounds alternate a fraction of a second apart on one GPU:
     {"op": "wall", "steps": n, "first": side,   {"wall": {"eager": ms, "compiled": ms}}     ms per step
      "sides": [side, ...]}                      (only the sides asked for; both where none is named)
     {"op": "host"}                              {"host": {"eager": ms, "compiled": ms}}     fastest single step
-    {"op": "device", "rounds": r}               {"device": {"eager": [ms], "compiled": [ms]},  GPU-busy ms a
-                                                 "kernels": {side: {kernel: ms}}}              step, by kernel
+    {"op": "device", "rounds": r,               {"device": {"eager": [ms], "compiled": [ms]},  GPU-busy ms a
+     "relayout": bool}                           "kernels": {side: {kernel: ms}}}              step, by kernel;
+                                                               relayout: each round in a fresh memory layout
     {"op": "finish", "solo": bool}              {"record": the cell's record}
 
 The rounds it served become the record's own wall, host and device clocks (solo: the other side failed, so
@@ -49,6 +50,7 @@ class Channel:
 def server(channel: Channel):
     """The `serve` callback of perfgate.measure.cell.run_cell: rounds on request until "finish"."""
     from perfgate.measure import clocks
+    from perfgate.measure.layout import Relayout
     from perfgate.measure.timing import Rounds
 
     def serve(run, eager_ms: float, compiled_ms: float):
@@ -64,6 +66,9 @@ def server(channel: Channel):
         host = Rounds([], [], clocks.whole_passes(clocks.HOST_STEPS, stream))
         on_device = Rounds([], [], clocks.whole_passes(clocks.DEVICE_STEPS, stream))
         sides = {"eager": run.eager_step, "compiled": run.compiled_step}
+        # A fresh GPU memory layout before each device round, where the coordinator asks: it does where both sides'
+        # engines can (their hello's "relayout"), so that the two sides' rounds sample layouts alike.
+        relayout = Relayout(device) if device.type == "cuda" else None
         while True:
             request = channel.receive()
             if request is None or request["op"] == "finish":
@@ -87,7 +92,12 @@ def server(channel: Channel):
             elif op == "device":
                 try:
                     block, kernels = clocks.device_block(
-                        run.eager_step, run.compiled_step, device, stream, request["rounds"]
+                        run.eager_step,
+                        run.compiled_step,
+                        device,
+                        stream,
+                        request["rounds"],
+                        relayout if request.get("relayout") else None,
                     )
                 except Exception as err:  # noqa: BLE001 - a profiler failure costs the device clock, not the cell
                     channel.send({"device": None, "note": f"device clock failed: {err}"[:300]})
@@ -143,8 +153,10 @@ def main() -> int:
     # Imported before the first job, as a long session has them by its second cell: a first compile must not
     # count importing the compiler stack (seconds) as compile time.
     importlib.import_module("torch._inductor.compile_fx")
-    # wall_sides: a wall round steps only the sides a request names (an engine before it stepped both).
-    channel.send({"hello": {"protocol": PROTOCOL, "perfgate": os.path.dirname(perfgate.__file__), "wall_sides": True}})
+    # wall_sides: a wall round steps only the sides a request names (an engine before it stepped both). relayout:
+    # a device request may ask for a fresh memory layout each round (perfgate.measure.layout).
+    hello = {"protocol": PROTOCOL, "perfgate": os.path.dirname(perfgate.__file__), "wall_sides": True, "relayout": True}
+    channel.send({"hello": hello})
     envs: dict = {}
     while (message := channel.receive()) is not None:
         os.environ[PEERS_ENV] = ",".join(str(pid) for pid in message.get("peers", []))

@@ -1,0 +1,77 @@
+"""Is a cell's per-process device-time effect its GPU memory layout? A pytest plugin (`-p tools.probes.layout_probe`,
+with `--perf-isolate off`): once a cell is warm, before it times itself as usual, its compiled and eager steps
+are profiled in LAYOUTS layouts of GPU memory, one after another in this process. Layout 0 is the one the cell
+warmed up in; before each later one the allocator's cache is emptied and a pad of random size held, so that
+the step's activations land on other addresses, then 2 passes re-warm it. One JSON line a cell and layout
+into LAYOUT_OUT: GPU-busy ms per step of each side (3 profiled rounds) and the compiled side's dearest kernels.
+
+If the layouts of one process spread as far as processes do (upernet_convnext_t train's compiled step: 13 of
+171 A/A process pairs beyond +-1 %, one kernel 0.6 ms apart), the layout is the process effect, and rounds
+taken over several layouts average it out where one process's rounds cannot.
+
+    LAYOUTS=6 LAYOUT_OUT=layouts.jsonl pytest perftests -m "gpu and pr" -k "upernet_convnext_t and train" \
+        -p tools.probes.layout_probe --perf-isolate off --perf-numerics off --perf-warm-compile off
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import time
+
+from perfgate.measure import cell as cell_module
+
+_run_cell = cell_module.run_cell
+MIB = 1 << 20
+
+
+def _layouts(run, eager_ms: float, compiled_ms: float):
+    import torch
+
+    from perfgate.measure import clocks
+
+    rng = random.Random(f"{os.getpid()}:{time.time_ns()}")
+    stream = len(run.timed)
+    pad = None
+    with open(os.environ.get("LAYOUT_OUT", "layouts.jsonl"), "a", encoding="utf-8") as out:
+        for layout in range(int(os.environ.get("LAYOUTS", "6"))):
+            pad_mib = 0.0
+            if layout:
+                del pad
+                pad = None
+                torch.cuda.synchronize(run.device)
+                torch.cuda.empty_cache()
+                # A pad of 0-512 MiB and an odd number of 512 B pieces: the next step's blocks on other addresses.
+                pad_bytes = rng.randrange(0, 512) * MIB + rng.randrange(1, 4096) * 512
+                pad = torch.empty(pad_bytes, dtype=torch.uint8, device=run.device)
+                pad_mib = pad_bytes / MIB
+                for i in range(2 * stream):
+                    run.compiled_step(i)
+                    run.eager_step(i)
+                torch.cuda.synchronize(run.device)
+            block, kernels = clocks.device_block(run.eager_step, run.compiled_step, run.device, stream, 3)
+            line = {
+                "cell": run.cell.id,
+                "pid": os.getpid(),
+                "alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""),
+                "layout": layout,
+                "pad_mib": round(pad_mib, 3),
+                "compiled_ms": [round(x, 4) for x in block.compiled_ms],
+                "eager_ms": [round(x, 4) for x in block.eager_ms],
+                "kernels": dict(list(kernels.get("compiled", {}).items())[:6]),
+                "reserved_mib": round(torch.cuda.memory_reserved(run.device) / MIB),
+            }
+            out.write(json.dumps(line) + "\n")
+            out.flush()
+    del pad
+    return None  # the cell then times itself as usual
+
+
+def _probed(spec, cell, options, env, *args, **kwargs):
+    if cell.phase != "ddp" and options.device.startswith("cuda"):
+        kwargs["serve"] = _layouts
+    return _run_cell(spec, cell, options, env, *args, **kwargs)
+
+
+cell_module.run_cell = _probed
