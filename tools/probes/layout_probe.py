@@ -7,7 +7,11 @@ into LAYOUT_OUT: GPU-busy ms per step of each side (3 profiled rounds) and the c
 
 If the layouts of one process spread as far as processes do (upernet_convnext_t train's compiled step: 13 of
 171 A/A process pairs beyond +-1 %, one kernel 0.6 ms apart), the layout is the process effect, and rounds
-taken over several layouts average it out where one process's rounds cannot.
+taken over several layouts average it out where one process's rounds cannot. They did (2 x H200 1c426606,
+2026-11-28: baselines/runs/paired/README.md), and the paired engine now takes a fresh layout each device round
+(perfgate.measure.layout). That moves the step's activations, not the tensors that live across steps: with
+LAYOUT_PERSISTENT=1 each later layout also copies every weight, buffer and optimizer state tensor of both sides
+to new addresses (after the pad, so they land elsewhere too), to tell whether those make the rest of the effect.
 
     LAYOUTS=6 LAYOUT_OUT=layouts.jsonl pytest perftests -m "gpu and pr" -k "upernet_convnext_t and train" \
         -p tools.probes.layout_probe --perf-isolate off --perf-numerics off --perf-warm-compile off
@@ -32,6 +36,7 @@ def _layouts(run, eager_ms: float, compiled_ms: float):
     from perfgate.measure import clocks
 
     rng = random.Random(f"{os.getpid()}:{time.time_ns()}")
+    persistent = os.environ.get("LAYOUT_PERSISTENT") == "1"
     stream = len(run.timed)
     pad = None
     with open(os.environ.get("LAYOUT_OUT", "layouts.jsonl"), "a", encoding="utf-8") as out:
@@ -46,6 +51,11 @@ def _layouts(run, eager_ms: float, compiled_ms: float):
                 pad_bytes = rng.randrange(0, 512) * MIB + rng.randrange(1, 4096) * 512
                 pad = torch.empty(pad_bytes, dtype=torch.uint8, device=run.device)
                 pad_mib = pad_bytes / MIB
+                if persistent:
+                    for side in (run.eager, run.compiled):
+                        _move_persistent(side)
+                    torch.cuda.synchronize(run.device)
+                    torch.cuda.empty_cache()  # the old copies' blocks
                 for i in range(2 * stream):
                     run.compiled_step(i)
                     run.eager_step(i)
@@ -55,6 +65,7 @@ def _layouts(run, eager_ms: float, compiled_ms: float):
                 "cell": run.cell.id,
                 "pid": os.getpid(),
                 "alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""),
+                "persistent_moved": persistent and layout > 0,
                 "layout": layout,
                 "pad_mib": round(pad_mib, 3),
                 "compiled_ms": [round(x, 4) for x in block.compiled_ms],
@@ -66,6 +77,20 @@ def _layouts(run, eager_ms: float, compiled_ms: float):
             out.flush()
     del pad
     return None  # the cell then times itself as usual
+
+
+def _move_persistent(side) -> None:
+    """Every weight, buffer and optimizer state tensor of a side copied to a new allocation, in place of the
+    old (the same Parameter objects: the compiled graphs take them as inputs and guard on no address)."""
+    import torch
+
+    with torch.no_grad():
+        for tensor in [*side.model.parameters(), *side.model.buffers()]:
+            tensor.data = tensor.data.clone()
+        for state in side.optimizer.state.values() if side.optimizer is not None else ():
+            for key, value in state.items():
+                if torch.is_tensor(value) and value.device.type == "cuda":
+                    state[key] = value.clone()
 
 
 def _probed(spec, cell, options, env, *args, **kwargs):

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # tools/probes/layout_probe.py's runs: on each GPU, fresh pytest processes one after another (until LIMIT s have
-# passed), each profiling K's cells in LAYOUTS layouts of GPU memory; GPU 1 (where there is one) under
-# PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True. One kept inductor cache a GPU (the first process compiles).
+# passed), each profiling K's cells in LAYOUTS layouts of GPU memory; GPU 1 (where there is one) with GPU1_ENV
+# (default PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True; LAYOUT_PERSISTENT=1 moves the weights and optimizer
+# state too). One kept inductor cache a GPU (the first process compiles).
 # Everything in $OUT/layouts.tgz after each process.
 set -u
 r=$PWD/.perfgate/layouts; mkdir -p "$r"
@@ -10,7 +11,7 @@ r=$PWD/.perfgate/layouts; mkdir -p "$r"
 } > "$r/machine.txt" 2>&1; cat "$r/machine.txt"
 gpus=$(nvidia-smi -L | wc -l); share=$(( $(nproc) / gpus )); end=$(( SECONDS + ${LIMIT:-540} ))
 for g in $(seq 0 $(( gpus - 1 ))); do
-  ( alloc=(); [ "$g" = 1 ] && alloc=(env PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True)
+  ( alloc=(); [ "$g" = 1 ] && alloc=(env ${GPU1_ENV:-PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True})
     n=0
     while [ $(( end - SECONDS )) -gt "${MIN_LEFT:-75}" ]; do
       n=$((n + 1)); t0=$SECONDS
