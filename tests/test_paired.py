@@ -48,58 +48,9 @@ def test_pairs_are_resampled_within_their_duet():
     assert got.pairs == 24 and abs(got.change) < 0.05
 
 
-DEVICE_RULE = paired.PairedRule(DEVICE, "compiled", 0.01)
-
-
 def steady(n: int, ms: float, seed: int) -> np.ndarray:
     """Device rounds of one process: within 0.1 % of the process's own level."""
     return ms * (1 + np.random.default_rng(seed).normal(0, 0.0005, n))
-
-
-@pytest.mark.parametrize(
-    "levels, expected",
-    [
-        ((1.012, 0.995), "unsure"),  # an A/A whose first process pair sat 1.2 % apart (upernet train, H200)
-        ((1.02, 1.019), "regression"),  # a real 2 % loss shows in both pairs
-        ((1.002, 0.999), "ok"),
-    ],
-    ids=["one-pair-gap-unsure", "both-pairs-regression", "aa-ok"],
-)
-def test_a_pair_that_reads_the_opposite_leaves_the_device_clock_unsure(levels, expected):
-    a = [steady(8, 47.3, 1), steady(8, 47.3, 2)]
-    b = [steady(8, 47.3 * levels[0], 3), steady(8, 47.3 * levels[1], 4)]
-    got = paired.across_pairs(a, b, DEVICE_RULE, paired.look_confidence(6))
-    assert got.outcome == expected, got
-    assert len(got.by_pair) == 2 and got.as_json()["by_pair"][0] == pytest.approx(levels[0] - 1, abs=0.003)
-
-
-def layouts(n: int, ms: float, seed: int, sd: float = 0.005) -> np.ndarray:
-    """Device rounds each in a fresh memory layout: a round's level moves by `sd` (upernet_convnext_t train's
-    compiled step: 0.5 %, perfgate.measure.layout)."""
-    return ms * (1 + np.random.default_rng(seed).normal(0, sd, n))
-
-
-def test_device_pairs_are_pooled():
-    """A loss whose second process pair's rounds alone span the line: the device clock's pooled rounds show it
-    (its rounds sample layouts, the process effect it had before), where each pair had to show it before."""
-    a = [layouts(9, 47.3, 1), layouts(9, 47.3, 2)]
-    b = [layouts(9, 47.3 * 1.025, 3), layouts(9, 47.3 * 1.012, 4)]
-    confidence = paired.look_confidence(6)
-    alone = paired.compare([a[1]], [b[1]], DEVICE_RULE, confidence)
-    assert alone.outcome == "unsure"
-    assert paired.across_pairs(a, b, DEVICE_RULE, confidence).outcome == "regression"
-    assert "wall" not in paired.POOLED  # a host-bound step's process effect is its CPU's: each pair must show it
-
-
-def test_the_device_clock_judges_the_mean_of_its_layouts():
-    assert paired.estimator_of(DEVICE_RULE) == "mean" and paired.estimator_of(RULE) == "min"
-    assert paired.estimators() == "min (device: mean)"
-
-
-def test_one_process_pairs_regression_is_measured_again():
-    one = paired.across_pairs([steady(8, 47.3, 1)], [steady(8, 48.3, 2)], DEVICE_RULE, 0.99)
-    assert one.outcome == "regression" and not one.by_pair
-    assert not paired.final([one], pairs=1) and paired.final([one], pairs=2)
 
 
 class FakeWorker:

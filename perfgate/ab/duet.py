@@ -10,8 +10,9 @@ measures only the clocks with a rule still unsure, and of the wall clock only th
 host clock and eager's wall step, shown and never judged, only in the first, eager in EAGER_SHOWN_PAIRS of its
 wall round pairs).
 A cell still unsure, or showing a regression, then gets a second process pair (fresh processes, B prepared
-first now that the cache is warm), and a wall regression shown in both a third, up to DUETS: a regression must
-show in every pair (paired.across_pairs, paired.CONFIRM_PAIRS). What is still unsure after its second pair
+first now that the cache is warm), and a wall regression shown in both a third, up to DUETS: a wall regression
+must show in every pair, a device one in the pairs' pooled rounds, where they took fresh memory layouts
+(paired.across_pairs, paired.CONFIRM_PAIRS). What is still unsure after its second pair
 stays unsure: it never passes.
 """
 
@@ -25,7 +26,7 @@ from dataclasses import replace
 from typing import Callable
 
 from perfgate.ab import paired
-from perfgate.ab.pair_workers import START_LIMIT_S, Duet, Worker, WorkerGone
+from perfgate.ab.pair_workers import START_LIMIT_S, Duet, Worker, WorkerGone, layouts_of, steps_sides
 from perfgate.ab.sides import Side
 
 WALL_PAIRS = 12  # wall round pairs a look; a round is ~50 ms of each of eager and compiled
@@ -103,6 +104,9 @@ def measure(
     comparisons: list[paired.Comparison] = []
     kernels: list[dict] = []  # each process pair's latest {worker: {side: {kernel: ms per step}}}
     kept: tuple[dict | None, dict | None] = (None, None)  # the records of the last pair that finished
+    layouts: bool | None = (
+        None  # whether the device rounds take fresh memory layouts (pair_workers.layouts_of), once known
+    )
     for _ in range(DUETS):
         summary["duets"] += 1
         kernels.append({})
@@ -137,13 +141,14 @@ def measure(
                 summary["error"] = NO_ROOM
             break
         steps = steps_per_round(ready["b"], job_b.options.plan.target_round_ms, job_b.options.plan.max_steps_per_round)
+        layouts = layouts_of(duet, job_b.cell.variant) and layouts is not False  # every pair's, or none's
         try:
             for look in range(LOOKS):
                 summary["looks"] += 1
                 wanted = _everything() if look == 0 else _unsure(comparisons)
                 eager_pairs = EAGER_SHOWN_PAIRS if look == 0 and not eager_wall else WALL_PAIRS
-                _look_once(duet, rounds, steps, rng, ready, wanted, by_clock, kernels[-1], eager_pairs)
-                comparisons = _judge(rounds, confidence, job_b.cell.device_kind, eager_wall)
+                _look_once(duet, rounds, steps, rng, ready, wanted, by_clock, kernels[-1], eager_pairs, layouts)
+                comparisons = _judge(rounds, confidence, job_b.cell.device_kind, eager_wall, layouts)
                 if _decided(comparisons):
                     break
             seconds["looks"].append(lap())
@@ -181,6 +186,8 @@ def measure(
         steps_per_round=steps,
         prepared=prepared,
         rules=[c.as_json() for c in verdicts],
+        layouts=bool(layouts),
+        estimator=paired.estimators(bool(layouts)),
         rounds=rounds,
         note="; ".join(filter(None, notes)),
         seconds={
@@ -314,13 +321,14 @@ def _look_once(
     spent: dict,
     kernels: dict,
     eager_pairs: int = WALL_PAIRS,
+    layouts: bool = False,
 ) -> None:
     """One look: the round pairs of each clock in `wanted` ({clock: the sides whose rounds it wants}), their
     seconds added to `spent` by clock, and each worker's latest kernel table (the device clock's) in `kernels`.
     A wall round steps only the wanted sides (after the first look, most often the compiled step alone), and
     eager in `eager_pairs` of the look's wall round pairs, spread over it, where compiled is wanted too."""
     workers = {"a": duet.worker(duet.sides[0]), "b": duet.worker(duet.sides[1])}
-    if not all(_steps_sides(w) for w in workers.values()):  # a base on an older engine steps both sides: so does B
+    if not all(steps_sides(w) for w in workers.values()):  # a base on an older engine steps both sides: so does B
         wanted = {**wanted, **({"wall": {"eager", "compiled"}} if "wall" in wanted else {})}
         eager_pairs = WALL_PAIRS
 
@@ -346,8 +354,7 @@ def _look_once(
     for _ in range(HOST_PAIRS if "host" in wanted else 0):
         pair("host", {"op": "host"}, wanted["host"])
     if "device" in wanted and ready["a"].get("device_clock") and ready["b"].get("device_clock"):
-        relayout = all(_hello(w).get("relayout") for w in workers.values())  # both sides alike, or neither
-        pair("device", {"op": "device", "rounds": DEVICE_ROUNDS, "relayout": relayout}, wanted["device"])
+        pair("device", {"op": "device", "rounds": DEVICE_ROUNDS, "relayout": layouts}, wanted["device"])
 
 
 def _finish(worker: Worker, progress, solo: bool = False) -> dict:
@@ -358,16 +365,6 @@ def _finish(worker: Worker, progress, solo: bool = False) -> dict:
     if not worker.finish_asked:
         worker.send({"op": "finish", "solo": solo})
     return worker.expect("record", START_LIMIT_S + ROUND_LIMIT_S, progress)["record"]
-
-
-def _steps_sides(worker: Worker) -> bool:
-    """Whether the worker's engine steps only the wall sides a request names (its hello says so)."""
-    return bool(_hello(worker).get("wall_sides"))
-
-
-def _hello(worker: Worker) -> dict:
-    """What the worker's engine said it can do when it started ({} from a test's stand-in)."""
-    return (getattr(worker, "hello", None) or {}).get("hello", {})
 
 
 def _everything() -> dict[str, set[str]]:
@@ -392,9 +389,11 @@ def _decided(comparisons: list[paired.Comparison]) -> bool:
     return "regression" in outcomes or "unsure" not in outcomes
 
 
-def _judge(rounds: dict, confidence: float, device_kind: str, eager_wall: bool = False) -> list[paired.Comparison]:
+def _judge(
+    rounds: dict, confidence: float, device_kind: str, eager_wall: bool = False, layouts: bool = False
+) -> list[paired.Comparison]:
     out = []
-    for rule in paired.rules_for(device_kind, eager_wall):
+    for rule in paired.rules_for(device_kind, eager_wall, layouts):
         data = rounds[rule.clock.name]
         a, b = data["a"][rule.side], data["b"][rule.side]
         if sum(len(x) for x in a) and sum(len(x) for x in b):

@@ -238,3 +238,23 @@ class Duet:
         for spare in self.spares.values():
             spare.close()
         self.spares = {}
+
+
+def steps_sides(worker: Worker) -> bool:
+    """Whether the worker's engine steps only the wall sides a request names (its hello says so)."""
+    return bool(hello_of(worker).get("wall_sides"))
+
+
+def layouts_of(duet: Duet, variant: str) -> bool:
+    """Whether a process pair's device rounds take fresh memory layouts (perfgate.measure.layout): both sides'
+    engines can (their hello says "relayout"; a base older than that keeps one layout a process, and so must B),
+    and the compiled step replays no CUDA graph, whose private memory pool no layout moves."""
+    from perfgate.core.matrix import VARIANTS
+
+    graphs = variant in VARIANTS and VARIANTS[variant].cuda_graphs
+    return not graphs and all(hello_of(duet.worker(side)).get("relayout") for side in duet.sides)
+
+
+def hello_of(worker: Worker) -> dict:
+    """What the worker's engine said it can do when it started ({} from a test's stand-in)."""
+    return (getattr(worker, "hello", None) or {}).get("hello", {})

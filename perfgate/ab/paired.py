@@ -1,12 +1,14 @@
 """The paired verdict: B's step time against A's, per clock and side, from rounds the two sides ran alternately
-on one runner, with three outcomes. numpy only.
+on one runner, with three outcomes. numpy, and scipy's Student's t.
 
 The noise it must fit (H100 leases, 2026-11-27): a host-bound step has a floor, and the host's stalls only add
 to it. Rounds 0.2 s apart ranged 25.3-41.6 ms; the minimum of 40 rounds repeated across processes within
-0.1-0.2 %, where the medians were 3-4 % apart. So a side's figure for a clock is a low quantile of its rounds
-(ESTIMATORS; `DEFAULT_ESTIMATOR`), which the stalls do not move, and the change is the ratio of B's to A's.
-Its interval comes from a paired bootstrap: round pairs are resampled together, so a drift that hit both sides
-of a pair stays matched. Rounds from a second process pair (a second duet) are resampled within their own duet.
+0.1-0.2 %, where the medians were 3-4 % apart. So a side's figure for the wall and host clocks is the minimum
+of its rounds (ESTIMATORS; `DEFAULT_ESTIMATOR`), which the stalls do not move, and the change is the ratio of
+B's to A's. Its interval comes from a paired bootstrap: round pairs are resampled together, so a drift that hit
+both sides of a pair stays matched. Rounds from a second process pair (a second duet) are resampled within
+their own duet. The device clock has no stalls; its rounds each run in a fresh layout of GPU memory, and its
+figure is their mean, with a Welch t interval (mean_interval).
 
 Outcomes, per rule (clock, side, threshold t on the growth of B's step time):
 
@@ -22,7 +24,8 @@ pair repeat within 0.1-0.3 %; eager's read +0.4 % and -0.6 %. No interval from o
 So a regression must show in every process pair measured, and the first pair's regression is measured again
 in fresh pairs (`across_pairs`, CONFIRM_PAIRS: three for the wall clock, two for the device clock): a one-pair
 red is at most unsure. The device clock's effect was its layout of GPU memory (perfgate.measure.layout): its
-rounds now each run in a fresh one, so its pairs' rounds are pooled, a pair that reads ok alone vetoing (POOLED).
+rounds now each run in a fresh one, so its pairs' rounds are pooled, a pair that reads the opposite vetoing
+(PairedRule.pooled).
 
 Error rates across repeated looks: every look's interval is two-sided at 1 - ALPHA / looks, where `looks` is
 the most the plan allows (Bonferroni), so over all looks a true change at or under t is called a regression,
@@ -31,6 +34,7 @@ or one at or over t called ok, with probability at most ALPHA / 2 each.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Callable, Sequence
@@ -63,22 +67,6 @@ ESTIMATORS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "mean": lambda rounds: np.mean(rounds, axis=-1),
 }
 DEFAULT_ESTIMATOR = "min"
-# The device clock's rounds each run in a fresh layout of GPU memory (perfgate.measure.layout), and a kernel's
-# time follows its layout both ways: the rounds sample layouts, not stalls, and the mean is what a process of
-# this code runs at on average. From the 36 layouts of upernet_convnext_t train's compiled step on the H200
-# 1c426606 (2026-11-28), B against A over 3 layouts a side read sd 0.41 % by the mean, 0.53 % by the minimum.
-ESTIMATOR_OF = MappingProxyType({"device": "mean"})
-
-
-def estimator_of(rule: PairedRule) -> str:
-    """The estimator of a rule's clock: the minimum, but where ESTIMATOR_OF names another."""
-    return ESTIMATOR_OF.get(rule.clock.name, DEFAULT_ESTIMATOR)
-
-
-def estimators() -> str:
-    """The estimators in words, for a summary and a report: "min (device: mean)"."""
-    others = ", ".join(f"{clock}: {name}" for clock, name in ESTIMATOR_OF.items())
-    return f"{DEFAULT_ESTIMATOR} ({others})" if others else DEFAULT_ESTIMATOR
 
 
 @dataclass(frozen=True)
@@ -89,6 +77,10 @@ class PairedRule:
     side: str  # eager | compiled
     threshold: float
     judged: bool = True  # False: shown beside the verdict, never part of it
+    estimator: str = DEFAULT_ESTIMATOR  # a side's figure from its rounds (ESTIMATORS)
+    # Process pairs pooled (across_pairs), where each round ran in a fresh layout of GPU memory, rather than each
+    # pair made to show a regression.
+    pooled: bool = False
 
     @property
     def key(self) -> str:
@@ -113,11 +105,20 @@ class PairedRule:
 # Host work reaches the verdict through the wall clock of a host-bound step (and the counts); the host clock is
 # shown, not judged: its paired lines were +-6 to 23 % under every estimator, and two processes of one tree issued
 # the same compiled step 4-26 % apart (their minima over 18 rounds: 20.76 against 26.08 ms, gpt2 train).
+# The device rules' rounds each run in a fresh layout of GPU memory (perfgate.measure.layout), where both sides'
+# engines can and the compiled step replays no CUDA graph (whose memory pool no layout moves): a kernel's time
+# follows its tensors' addresses both ways, so the rounds sample layouts, not stalls, and a side's figure is their
+# mean, with a t interval (compare). From the 36 layouts of upernet_convnext_t train's compiled step on the H200
+# 1c426606 (2026-11-28), B against A over 3 layouts a side read sd 0.41 % by the mean, 0.53 % by the minimum.
+# Without fresh layouts (rules_for's `layouts`) they are judged as the wall clock is: the minimum, each pair.
+# Simulated from those layouts through the engine's looks and pairs, 400 cells each way: a planted 1.5 % read red
+# in 59 %, unsure in 41 % and ok in none, where with one layout a process and each pair made to show it 54 % read
+# red and 26 % ok; A/As read ok in all 400 (0.5 % red, 8 % unsure before).
 RULES: tuple[PairedRule, ...] = (
     PairedRule(WALL, "compiled", 0.05),
     PairedRule(WALL, "eager", 0.05, judged=False),
-    PairedRule(DEVICE, "compiled", 0.01),
-    PairedRule(DEVICE, "eager", 0.01),
+    PairedRule(DEVICE, "compiled", 0.01, estimator="mean", pooled=True),
+    PairedRule(DEVICE, "eager", 0.01, estimator="mean", pooled=True),
     PairedRule(HOST, "compiled", 0.05, judged=False),
     PairedRule(HOST, "eager", 0.05, judged=False),
 )
@@ -132,14 +133,25 @@ RULES: tuple[PairedRule, ...] = (
 CPU_WALL_LINE = 0.40
 
 
-def rules_for(device_kind: str, eager_wall: bool = False) -> tuple[PairedRule, ...]:
+def rules_for(device_kind: str, eager_wall: bool = False, layouts: bool = True) -> tuple[PairedRule, ...]:
     """The rules of a cell on `device_kind` ("gpu" or "cpu"). `eager_wall`: eager's wall step judged too, as an
     A/B of two environments wants (`perfgate ab`: an upgrade's slower dispatcher or allocator slows eager's host
-    path with the same counts and GPU work, and shows on no other judged rule)."""
+    path with the same counts and GPU work, and shows on no other judged rule). `layouts`: whether the device
+    rounds ran in fresh memory layouts; where not, the device rules take the minimum and each pair must show a
+    regression, as before layouts (a base whose engine predates them, a CUDA-graph variant, an old record)."""
     rules = tuple(replace(r, judged=True) if eager_wall and r.clock is WALL else r for r in RULES)
+    if not layouts:
+        rules = tuple(replace(r, estimator=DEFAULT_ESTIMATOR, pooled=False) if r.pooled else r for r in rules)
     if device_kind == "gpu":
         return rules
     return tuple(replace(r, threshold=CPU_WALL_LINE) if r.clock is WALL else r for r in rules)
+
+
+def estimators(layouts: bool = True) -> str:
+    """The estimators in words, for a summary and a report: "min (device: mean)"."""
+    others = {r.clock.name: r.estimator for r in rules_for("gpu", layouts=layouts) if r.estimator != DEFAULT_ESTIMATOR}
+    named = ", ".join(f"{clock}: {name}" for clock, name in others.items())
+    return f"{DEFAULT_ESTIMATOR} ({named})" if named else DEFAULT_ESTIMATOR
 
 
 @dataclass(frozen=True)
@@ -174,6 +186,7 @@ class Comparison:
             "pairs": self.pairs,
             "confidence": round(self.confidence, 5),
             "by_pair": [round(x, 5) for x in self.by_pair],
+            "pooled": self.rule.pooled,
         }
 
 
@@ -199,15 +212,20 @@ def compare(
     seed: int = 0,
 ) -> Comparison:
     """B against A on `rule` from round pairs grouped by duet: a[d][i] and b[d][i] are round i of duet d,
-    one pair. The change is est(B) / est(A) - 1 over all rounds (est: `estimator`, else the rule clock's,
-    estimator_of); its interval a percentile bootstrap that resamples pairs within each duet."""
-    estimator = estimator or estimator_of(rule)
+    one pair. Under the mean (`estimator`, else the rule's), mean_interval; under the others, the change is
+    est(B) / est(A) - 1 over all rounds and its interval a percentile bootstrap that resamples pairs within
+    each duet."""
+    estimator = estimator or rule.estimator
     if estimator not in ESTIMATORS:
         raise ValueError(f"estimator {estimator!r}; valid: {', '.join(ESTIMATORS)}")
     est = ESTIMATORS[estimator]
     groups = [(np.asarray(x, float), np.asarray(y, float)) for x, y in zip(a, b) if len(x) and len(x) == len(y)]
     if not groups:
         raise ValueError(f"no round pairs for {rule.key}")
+    if estimator == "mean":
+        change, lo, hi = mean_interval(groups, confidence)
+        outcome = outcome_of(lo, hi, rule.threshold) if rule.judged else "shown"
+        return Comparison(rule, change, lo, hi, outcome, sum(len(x) for x, _ in groups), confidence)
     a_all = np.concatenate([x for x, _ in groups])
     b_all = np.concatenate([y for _, y in groups])
     change = float(est(b_all) / est(a_all) - 1)
@@ -224,6 +242,31 @@ def compare(
     return Comparison(rule, change, lo, hi, outcome, len(a_all), confidence)
 
 
+def mean_interval(groups: Sequence[tuple[np.ndarray, np.ndarray]], confidence: float) -> tuple[float, float, float]:
+    """(change, lo, hi) of B's mean round against A's, each process pair's log ratio weighted alike (a pair
+    that took more looks outweighs none), with a Welch t interval: each side's rounds ran in layouts of their
+    own (perfgate.measure.layout), so a round's level is a draw from its side's spread, and the few rounds of
+    a look (3 a side) want Student's t, where a bootstrap of 3 has 10 distinct resamples and missed a true A/A
+    change of 0 in 26 % of simulated looks at a nominal 0.83 %."""
+    from scipy.stats import t as student_t
+
+    logs, parts = [], []  # parts: (variance of one side's log mean, its degrees of freedom)
+    for x, y in groups:
+        logs.append(float(np.log(y.mean() / x.mean())))
+        for side in (x, y):
+            spread = side.var(ddof=1) / len(side) / side.mean() ** 2 if len(side) > 1 else float("inf")
+            parts.append((spread, len(side) - 1))
+    d, k = float(np.mean(logs)), len(groups)
+    variance = sum(v for v, _ in parts) / k**2
+    if not np.isfinite(variance):
+        return math.expm1(d), -math.inf, math.inf
+    if variance == 0:
+        return math.expm1(d), math.expm1(d), math.expm1(d)
+    df = variance**2 / sum((v / k**2) ** 2 / n for v, n in parts if v > 0)  # Welch-Satterthwaite
+    half = float(student_t.ppf(1 - (1 - confidence) / 2, df)) * math.sqrt(variance)
+    return math.expm1(d), math.expm1(d - half), math.expm1(d + half)
+
+
 def worst(outcomes: Sequence[str]) -> str:
     """A cell's outcome: its worst rule's (regression, then unsure, then ok); "ok" when nothing was compared."""
     return min((o for o in outcomes if o in OUTCOMES), key=OUTCOMES.index, default="ok")
@@ -234,8 +277,8 @@ def across_pairs(
 ) -> Comparison:
     """`compare` over every process pair's rounds, where a regression must show in each pair that measured the
     rule: a pair that does not show it turns the pooled regression into unsure (a process effect, or a change
-    smaller than the pairs' disagreement), and one pair alone never shows a final regression (`final`). On a
-    POOLED clock the pooled rounds decide, unless a pair on its own reads the opposite (ok against a pooled
+    smaller than the pairs' disagreement), and one pair alone never shows a final regression (`final`). Under a
+    pooled rule the pooled rounds decide, unless a pair on its own reads the opposite (ok against a pooled
     regression, a regression against a pooled ok): the two are then unsure."""
     pooled = compare(a, b, rule, confidence)
     pairs = [(x, y) for x, y in zip(a, b) if len(x) and len(x) == len(y)]
@@ -243,22 +286,12 @@ def across_pairs(
         return pooled
     each = [compare([x], [y], rule, confidence) for x, y in pairs]
     outcome = pooled.outcome
-    if rule.judged and rule.clock.name in POOLED:
+    if rule.judged and rule.pooled:
         opposite = {"regression": "ok", "ok": "regression"}.get(outcome)
         outcome = "unsure" if any(c.outcome == opposite for c in each) else outcome
     elif rule.judged and "regression" in {pooled.outcome, *(c.outcome for c in each)}:
         outcome = "regression" if all(c.outcome == "regression" for c in each) else "unsure"
     return replace(pooled, outcome=outcome, by_pair=tuple(c.change for c in each))
-
-
-# Clocks whose process pairs' rounds are pooled rather than each made to show a regression (a pair that reads
-# the opposite on its own still makes the pooled outcome unsure): the device clock,
-# whose rounds sample layouts of GPU memory (perfgate.measure.layout), the process effect it had before. Measured
-# with upernet_convnext_t train's 36 layouts on the H200 1c426606 (2026-11-28; its worst cell, 8 of the 13 A/A
-# process pairs beyond +-1 %), a planted 1.5 % read red in 74 % of simulated cells pooled over two pairs, in
-# 39 % where each pair had to show it, and 53 % as measured before layouts (one layout a process, each pair);
-# A/As read ok in every one of 400 (0.5 % red and 7.7 % unsure before).
-POOLED = frozenset({"device"})
 
 
 # Process pairs a regression must show in, by clock. A host-bound step's wall clock carries a process's own
@@ -279,7 +312,7 @@ def measured_pairs(c: Comparison) -> int:
 def pairs_needed(comparisons: Sequence[Comparison]) -> int:
     """The process pairs a cell's comparisons call for: one where every rule is decided and none shows a
     regression; UNSURE_PAIRS where a rule is unsure; for a regression, its clock's CONFIRM_PAIRS
-    (across_pairs: it must show in every one)."""
+    (across_pairs: it must show in every one, or in their pooled rounds under a pooled rule)."""
     need = 1
     for c in comparisons:
         if c.outcome == "unsure":

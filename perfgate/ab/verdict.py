@@ -148,7 +148,7 @@ def what_decides(unsure: list[dict], cell: str) -> str:
     by_pair, line, wall = rule.get("by_pair") or [], rule["threshold"], rule["clock"] == "wall"
     cause = "a host-bound step's speed in each process" if wall else "each process's kernels"
     fresh = f"{again}, in fresh processes" + (" on a host that holds its speed" if wall else "")
-    if by_pair and rule["lo"] > line and rule["clock"] in paired.POOLED:
+    if by_pair and rule["lo"] > line and rule.get("pooled"):
         return (
             f"its interval lies past the {_pct(line)} line, but a process pair read ok on its own ({cause} may "
             f"differ): {fresh}"

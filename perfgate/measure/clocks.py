@@ -98,11 +98,11 @@ def device_block(
     device: torch.device,
     stream: int = 1,
     rounds: int = DEVICE_ROUNDS,
-    between: Callable[[], object] | None = None,
+    before_round: Callable[[], object] | None = None,
 ) -> tuple[Rounds, dict[str, dict[str, float]]]:
     """device_rounds' Rounds, and where each side's GPU time went: {side: {kernel: ms per step}} (kernel_ms).
-    `between`: run before each round, its GPU work outside every round (profiled_rounds)."""
-    work, steps = profiled_rounds(eager, compiled, device, stream, rounds, between)
+    `before_round`: run before each round, its GPU work outside every round (profiled_rounds)."""
+    work, steps = profiled_rounds(eager, compiled, device, stream, rounds, before_round)
     busy = {label: union_ns([(start, end) for start, end, _ in inside]) / 1e6 for label, inside in work.items()}
     out = Rounds(
         [busy[f"{LABEL}:eager:{i}"] / steps for i in range(rounds)],
@@ -156,24 +156,24 @@ def profiled_rounds(
     device: torch.device,
     stream: int = 1,
     rounds: int = DEVICE_ROUNDS,
-    between: Callable[[], object] | None = None,
+    before_round: Callable[[], object] | None = None,
 ) -> tuple[dict[str, list[tuple[int, int, str]]], int]:
     """({round label: its GPU work, [(start ns, end ns, name)]}, steps per round) of `rounds` interleaved
     rounds of each side under one profiler that records the GPU alone. A marker kernel on the GPU's own
     timeline opens each round and closes the last (MARKER): a round ends in a synchronize, so its kernels
     all run between its marker and the next. Recording the host's operators too (the labelled ranges this
     clock used before) cost the profiler's teardown and event processing several seconds a cell
-    (captioner train, H100, 2026-11-26: 21.5 s of device clock for ~8.5 s of steps). `between`, where given,
+    (captioner train, H100, 2026-11-26: 21.5 s of device clock for ~8.5 s of steps). `before_round`, where given,
     runs before each round in a gap of its own (a GAP label between markers, whose work is dropped)."""
     steps = whole_passes(DEVICE_STEPS, stream)
     sides, labels = {"eager": eager, "compiled": compiled}, round_labels(rounds)
-    spans = [x for label in labels for x in ((f"{GAP}:{label}", label) if between else (label,))]
+    spans = [x for label in labels for x in ((f"{GAP}:{label}", label) if before_round else (label,))]
     torch.cuda.synchronize(device)
     with torch.cuda.device(device), profile(activities=[ProfilerActivity.CUDA]) as prof:  # markers go to `device`
         for span in spans:
             torch.cuda._sleep(MARK_CYCLES)
             if span.startswith(GAP):
-                between()  # type: ignore[misc]
+                before_round()  # type: ignore[misc]
             else:
                 fn = sides[span.split(":")[1]]
                 for i in range(steps):

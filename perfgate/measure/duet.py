@@ -90,18 +90,17 @@ def server(channel: Channel):
                 host.compiled_ms += one.compiled_ms
                 channel.send({"host": {"eager": one.eager_ms[0], "compiled": one.compiled_ms[0]}})
             elif op == "device":
+                fresh = relayout if request.get("relayout") else None
                 try:
                     block, kernels = clocks.device_block(
-                        run.eager_step,
-                        run.compiled_step,
-                        device,
-                        stream,
-                        request["rounds"],
-                        relayout if request.get("relayout") else None,
+                        run.eager_step, run.compiled_step, device, stream, request["rounds"], fresh
                     )
                 except Exception as err:  # noqa: BLE001 - a profiler failure costs the device clock, not the cell
                     channel.send({"device": None, "note": f"device clock failed: {err}"[:300]})
                     continue
+                finally:
+                    if fresh is not None:
+                        fresh.release()
                 on_device.eager_ms += block.eager_ms
                 on_device.compiled_ms += block.compiled_ms
                 channel.send({"device": {"eager": block.eager_ms, "compiled": block.compiled_ms}, "kernels": kernels})

@@ -21,9 +21,14 @@ PAD_MIB = 512  # the pad's most: the probe's layouts spread as far as processes 
 PIECE = 512  # bytes: the allocator rounds every block to these; a pad of 1-4095 of them shifts what follows it
 
 
+FREE_SHARE = 8  # the pad takes at most this fraction of the GPU's free memory: the other side shares the GPU
+
+
 class Relayout:
     """A callable that empties the caching allocator's free blocks and holds a pad of random size, so that the
-    next step's tensors are allocated afresh on other addresses. Each process draws its own sizes."""
+    next step's tensors are allocated afresh on other addresses. Each process draws its own sizes (the steps'
+    own tensors move with the emptied cache alone, where the GPU has no room for a pad). `release` gives the
+    pad back once the device rounds are done, so that the wall rounds after them never run short of memory."""
 
     def __init__(self, device: torch.device, rng: random.Random | None = None):
         self.device = device
@@ -31,10 +36,19 @@ class Relayout:
         self.pad: torch.Tensor | None = None
 
     def __call__(self) -> int:
-        """A new layout; returns the pad's bytes."""
+        """A new layout; returns the pad's bytes (0 where the GPU had no room for one)."""
+        self.release()
+        free, _ = torch.cuda.mem_get_info(self.device)
+        size = min(self.rng.randrange(0, PAD_MIB) * MIB + self.rng.randrange(1, 4096) * PIECE, free // FREE_SHARE)
+        try:
+            self.pad = torch.empty(size, dtype=torch.uint8, device=self.device)
+        except torch.OutOfMemoryError:
+            self.pad = None
+            return 0
+        return size
+
+    def release(self) -> None:
+        """The pad freed and the allocator's free blocks given back to the GPU."""
         torch.cuda.synchronize(self.device)
         self.pad = None
         torch.cuda.empty_cache()
-        size = self.rng.randrange(0, PAD_MIB) * MIB + self.rng.randrange(1, 4096) * PIECE
-        self.pad = torch.empty(size, dtype=torch.uint8, device=self.device)
-        return size

@@ -27,6 +27,12 @@ def prefix(rounds: dict, clock: str, duets: int, n: int) -> dict:
     return out
 
 
+def took_layouts(p: dict) -> bool:
+    """Whether a paired record's device rounds ran in fresh memory layouts: its `layouts`, or, before the engine
+    wrote that (code e1a05cc, the 2xH200 1cea3df1 runs), its estimator's words, which only such an engine wrote."""
+    return bool(p.get("layouts", p.get("estimator") == "min (device: mean)"))
+
+
 def rejudge(record: dict) -> tuple[str, int, int]:
     """(outcome, looks, process pairs) under this tree's rules. A record whose engine stopped on an error (a side
     failed) stays unsure; a look the records hold no new rounds for is not taken (the engine then stopped); an
@@ -49,7 +55,7 @@ def rejudge(record: dict) -> tuple[str, int, int]:
             if cut == seen:
                 break
             seen, looks = cut, looks + 1
-            comparisons = duet._judge(cut, confidence, kind)
+            comparisons = duet._judge(cut, confidence, kind, layouts=took_layouts(p))
             if duet._decided(comparisons):
                 break
         if paired.final(comparisons, d):

@@ -1,0 +1,89 @@
+"""The paired device clock: rounds each in a fresh layout of GPU memory (perfgate.measure.layout), their mean with a
+Welch t interval, process pairs pooled, a pair that reads the opposite alone vetoing (perfgate.ab.paired)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from perfgate.ab import paired
+from perfgate.core.clocks import WALL
+
+RULE = paired.PairedRule(WALL, "compiled", 0.05)
+DEVICE_RULE = paired.RULES[2]  # compiled device ms: rounds in fresh memory layouts, their mean, pairs pooled
+ONE_LAYOUT_RULE = paired.rules_for("gpu", layouts=False)[2]  # the same without fresh layouts: minimum, each pair
+
+
+def steady(n: int, ms: float, seed: int) -> np.ndarray:
+    """Device rounds of one process: within 0.1 % of the process's own level."""
+    return ms * (1 + np.random.default_rng(seed).normal(0, 0.0005, n))
+
+
+@pytest.mark.parametrize(
+    "levels, expected",
+    [
+        ((1.012, 0.995), "unsure"),  # an A/A whose first process pair sat 1.2 % apart (upernet train, H200)
+        ((1.02, 1.019), "regression"),  # a real 2 % loss shows in both pairs
+        ((1.002, 0.999), "ok"),
+    ],
+    ids=["one-pair-gap-unsure", "both-pairs-regression", "aa-ok"],
+)
+def test_a_pair_that_reads_the_opposite_leaves_the_device_clock_unsure(levels, expected):
+    a = [steady(8, 47.3, 1), steady(8, 47.3, 2)]
+    b = [steady(8, 47.3 * levels[0], 3), steady(8, 47.3 * levels[1], 4)]
+    got = paired.across_pairs(a, b, DEVICE_RULE, paired.look_confidence(6))
+    assert got.outcome == expected, got
+    assert len(got.by_pair) == 2 and got.as_json()["by_pair"][0] == pytest.approx(levels[0] - 1, abs=0.003)
+
+
+def layouts(n: int, ms: float, seed: int, sd: float = 0.005) -> np.ndarray:
+    """Device rounds each in a fresh memory layout: a round's level moves by `sd` (upernet_convnext_t train's
+    compiled step: 0.5 %, perfgate.measure.layout)."""
+    return ms * (1 + np.random.default_rng(seed).normal(0, sd, n))
+
+
+def test_device_pairs_are_pooled():
+    """A loss whose second process pair's rounds alone span the line: the device clock's pooled rounds show it
+    (its rounds sample layouts, the process effect it had before), where each pair had to show it before."""
+    a = [layouts(9, 47.3, 1), layouts(9, 47.3, 2)]
+    b = [layouts(9, 47.3 * 1.025, 3), layouts(9, 47.3 * 1.012, 4)]
+    confidence = paired.look_confidence(6)
+    alone = paired.compare([a[1]], [b[1]], DEVICE_RULE, confidence)
+    assert alone.outcome == "unsure"
+    assert paired.across_pairs(a, b, DEVICE_RULE, confidence).outcome == "regression"
+    assert paired.across_pairs(a, b, ONE_LAYOUT_RULE, confidence).outcome == "unsure"
+    assert not RULE.pooled  # a host-bound step's process effect is its CPU's: each pair must show it
+
+
+def test_the_device_clock_judges_the_mean_of_its_layouts_where_it_took_them():
+    assert (DEVICE_RULE.estimator, DEVICE_RULE.pooled, RULE.estimator) == ("mean", True, "min")
+    assert (ONE_LAYOUT_RULE.estimator, ONE_LAYOUT_RULE.pooled) == ("min", False)
+    assert paired.estimators() == "min (device: mean)" and paired.estimators(layouts=False) == "min"
+
+
+def test_the_mean_s_interval_holds_its_confidence_over_three_layouts_a_side():
+    """A bootstrap of 3 rounds has 10 distinct resamples: over A/A looks of 3 layouts a side it missed the true
+    change of 0 in 26 % of looks at a nominal 0.83 %. Student's t holds it."""
+    rng = np.random.default_rng(0)
+    confidence, looks = paired.look_confidence(6), 1500
+    missed = 0
+    for _ in range(looks):
+        a, b = 47.3 * (1 + rng.normal(0, 0.005, 3)), 47.3 * (1 + rng.normal(0, 0.005, 3))
+        _, lo, hi = paired.mean_interval([(a, b)], confidence)
+        missed += not lo <= 0 <= hi
+    assert missed / looks < 0.02
+
+
+def test_process_pairs_weigh_alike_whatever_their_rounds():
+    """A pair that took three looks (9 rounds) outweighs none that took one (3): the pooled change is the two
+    pairs' mean, +0.75 %, not the rounds' (+1.1 %)."""
+    a = [np.full(9, 47.3), np.full(3, 47.3)]
+    b = [np.full(9, 47.3 * 1.015), np.full(3, 47.3)]
+    change, _, _ = paired.mean_interval(list(zip(a, b)), 0.99)
+    assert change == pytest.approx(np.sqrt(1.015) - 1, abs=1e-9)
+
+
+def test_one_process_pairs_regression_is_measured_again():
+    one = paired.across_pairs([steady(8, 47.3, 1)], [steady(8, 48.3, 2)], DEVICE_RULE, 0.99)
+    assert one.outcome == "regression" and not one.by_pair
+    assert not paired.final([one], pairs=1) and paired.final([one], pairs=2)
