@@ -87,3 +87,15 @@ def test_one_process_pairs_regression_is_measured_again():
     one = paired.across_pairs([steady(8, 47.3, 1)], [steady(8, 48.3, 2)], DEVICE_RULE, 0.99)
     assert one.outcome == "regression" and not one.by_pair
     assert not paired.final([one], pairs=1) and paired.final([one], pairs=2)
+
+
+def test_the_report_names_each_cells_own_estimators():
+    """A cell whose device rounds took no fresh layouts (an older base, a CUDA-graph variant) was judged by the
+    minimum: the PR comment names what each cell's figures are, not today's default."""
+    from perfgate.ab.verdict import PairedVerdict
+
+    cells = [
+        {"cell": c, "paired": {"outcome": "ok", "rules": [], "against": "base", "estimator": e, "duets": 1, "looks": 1}}
+        for c, e in (("a", paired.estimators()), ("b", paired.estimators(layouts=False)))
+    ]
+    assert "(min; min (device: mean) of rounds)" in PairedVerdict.of(cells).markdown()

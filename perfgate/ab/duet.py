@@ -88,7 +88,7 @@ def measure(
     job_b = replace(job_b, sys_path=())
     rng = random.Random(f"{seed}:{job_b.cell.id}")
     rounds = {clock: {s: {"eager": [], "compiled": []} for s in "ab"} for clock in CLOCKS}
-    summary = {"against": a.describe(), "estimator": paired.estimators(), "duets": 0, "looks": 0}
+    summary = {"against": a.describe(), "duets": 0, "looks": 0}
     # Each process pair's side prepared first ("a" | "b"), and whether the two prepared at once: whether that order
     # sets a process's device speed is open (upernet_convnext_t train's pairs read up to 3.7 points apart;
     # docs/gate.md "Process pairs"), so the order is kept with the rounds it may have moved.
@@ -141,7 +141,9 @@ def measure(
                 summary["error"] = NO_ROOM
             break
         steps = steps_per_round(ready["b"], job_b.options.plan.target_round_ms, job_b.options.plan.max_steps_per_round)
-        layouts = layouts_of(duet, job_b.cell.variant) and layouts is not False  # every pair's, or none's
+        if layouts is None:  # decided on the first pair, for every look and pair of the cell: one set of rules
+            devices = all(ready[s].get("device_clock") for s in "ab")
+            layouts = devices and layouts_of(duet, job_b.cell.variant)
         try:
             for look in range(LOOKS):
                 summary["looks"] += 1

@@ -253,13 +253,14 @@ def mean_interval(groups: Sequence[tuple[np.ndarray, np.ndarray]], confidence: f
     logs, parts = [], []  # parts: (variance of one side's log mean, its degrees of freedom)
     for x, y in groups:
         logs.append(float(np.log(y.mean() / x.mean())))
-        for side in (x, y):
-            spread = side.var(ddof=1) / len(side) / side.mean() ** 2 if len(side) > 1 else float("inf")
-            parts.append((spread, len(side) - 1))
+        parts += [
+            (side.var(ddof=1) / len(side) / side.mean() ** 2 if len(side) > 1 else math.inf, len(side) - 1)
+            for side in (x, y)
+        ]
     d, k = float(np.mean(logs)), len(groups)
     variance = sum(v for v, _ in parts) / k**2
-    if not np.isfinite(variance):
-        return math.expm1(d), -math.inf, math.inf
+    if not math.isfinite(variance):  # a pair of one round a side has no spread to judge by: -100 % to +100 %
+        return math.expm1(d), -1.0, 1.0
     if variance == 0:
         return math.expm1(d), math.expm1(d), math.expm1(d)
     df = variance**2 / sum((v / k**2) ** 2 / n for v, n in parts if v > 0)  # Welch-Satterthwaite

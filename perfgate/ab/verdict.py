@@ -88,6 +88,12 @@ class PairedVerdict:
     def _rules(self, cell: str, outcome: str) -> list[dict]:
         return [r for r in self.cells[cell].get("rules", []) if r["outcome"] == outcome]
 
+    def _estimators(self) -> str:
+        """How the cells' figures were taken, in words: each record's own (the device clock's mean only where
+        its rounds took fresh memory layouts), the cells' words joined where they differ."""
+        words = sorted({summary.get("estimator") or paired.DEFAULT_ESTIMATOR for summary in self.cells.values()})
+        return "; ".join(words)
+
     def markdown(self) -> str:
         if not self.cells:
             return ""
@@ -96,7 +102,7 @@ class PairedVerdict:
             f"## Paired timing: {head}",
             "",
             f"Base: {md_text(self._against())}; this tree measured beside it on this runner, rounds alternated. "
-            f"Each figure: this tree's step time against the base's ({paired.estimators()} of rounds), "
+            f"Each figure: this tree's step time against the base's ({self._estimators()} of rounds), "
             "with its interval; a rule fails when the interval lies beyond its line, and passes when it lies "
             "inside.",
             "",

@@ -39,7 +39,8 @@ class Relayout:
         """A new layout; returns the pad's bytes (0 where the GPU had no room for one)."""
         self.release()
         free, _ = torch.cuda.mem_get_info(self.device)
-        size = min(self.rng.randrange(0, PAD_MIB) * MIB + self.rng.randrange(1, 4096) * PIECE, free // FREE_SHARE)
+        most = max(1, min(PAD_MIB, free // FREE_SHARE // MIB))  # MiB: drawn below the cap, so the sizes still vary
+        size = self.rng.randrange(0, most) * MIB + self.rng.randrange(1, 4096) * PIECE
         try:
             self.pad = torch.empty(size, dtype=torch.uint8, device=self.device)
         except torch.OutOfMemoryError:
