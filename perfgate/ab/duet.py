@@ -89,9 +89,9 @@ def measure(
     rng = random.Random(f"{seed}:{job_b.cell.id}")
     rounds = {clock: {s: {"eager": [], "compiled": []} for s in "ab"} for clock in CLOCKS}
     summary = {"against": a.describe(), "duets": 0, "looks": 0}
-    # Each process pair's side prepared first ("a" | "b"), and whether the two prepared at once: whether that order
-    # sets a process's device speed is open (upernet_convnext_t train's pairs read up to 3.7 points apart;
-    # docs/gate.md "Process pairs"), so the order is kept with the rounds it may have moved.
+    # Each process pair's side prepared first ("a" | "b"), and whether the two prepared at once, kept with the
+    # rounds: it was the suspect for the device clock's process effect before that proved to be the memory layout
+    # (docs/gate.md "Process pairs"), and it still orders the processes' own histories.
     prepared: list[dict] = []
     # Where a paired cell's seconds go, per process pair: both sides to their warm state, their looks, their
     # records. The gate's time target is a sum of these (docs/gate.md "What it costs").
@@ -104,9 +104,8 @@ def measure(
     comparisons: list[paired.Comparison] = []
     kernels: list[dict] = []  # each process pair's latest {worker: {side: {kernel: ms per step}}}
     kept: tuple[dict | None, dict | None] = (None, None)  # the records of the last pair that finished
-    layouts: bool | None = (
-        None  # whether the device rounds take fresh memory layouts (pair_workers.layouts_of), once known
-    )
+    # Whether the device rounds take fresh memory layouts (pair_workers.layouts_of), once the first pair is ready.
+    layouts: bool | None = None
     for _ in range(DUETS):
         summary["duets"] += 1
         kernels.append({})
