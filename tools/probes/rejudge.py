@@ -36,7 +36,8 @@ def took_layouts(p: dict) -> bool:
 def rejudge(record: dict) -> tuple[str, int, int]:
     """(outcome, looks, process pairs) under this tree's rules. A record whose engine stopped on an error (a side
     failed) stays unsure; a look the records hold no new rounds for is not taken (the engine then stopped); an
-    outcome that would want a process pair the records lack says so ("regression, wants pair 3")."""
+    outcome that would want a look or a process pair the records lack says so ("unsure, wants look 2 of pair 1",
+    "regression, wants pair 3")."""
     p = record["paired"]
     if p.get("error"):
         return "unsure", p.get("looks", 0), p.get("duets", 0)
@@ -44,8 +45,9 @@ def rejudge(record: dict) -> tuple[str, int, int]:
     confidence = paired.look_confidence(duet.JUDGED_LOOKS)
     looks = pairs = 0
     comparisons: list = []
+    short = ""  # the look these rules would take next where the records hold no rounds for it
     for d in range(1, min(duet.DUETS, len(rounds["wall"]["b"]["compiled"])) + 1):
-        pairs, seen = d, None
+        pairs, seen, short = d, None, ""
         for look in range(1, duet.LOOKS + 1):
             cut = {
                 "wall": prefix(rounds, "wall", d, duet.WALL_PAIRS * look),
@@ -53,6 +55,7 @@ def rejudge(record: dict) -> tuple[str, int, int]:
                 "host": prefix(rounds, "host", d, duet.HOST_PAIRS),
             }
             if cut == seen:
+                short = f"look {look} of pair {d}"
                 break
             seen, looks = cut, looks + 1
             comparisons = duet._judge(cut, confidence, kind, layouts=took_layouts(p))
@@ -62,7 +65,11 @@ def rejudge(record: dict) -> tuple[str, int, int]:
             break
     counted = [c["outcome"] for c in p.get("counts", [])]
     outcome = paired.worst([c.outcome for c in paired.settled(comparisons)] + counted)
-    if not paired.final(comparisons, pairs):  # these rules want a pair the records' engine never measured
+    if short and not duet._decided(
+        comparisons
+    ):  # these rules want rounds the records' engine, deciding sooner, never took
+        outcome = f"{outcome}, wants {short}"
+    elif not paired.final(comparisons, pairs):  # these rules want a pair the records' engine never measured
         outcome = f"{outcome}, wants pair {paired.pairs_needed(comparisons)}"
     return outcome, looks, pairs
 
