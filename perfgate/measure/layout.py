@@ -19,8 +19,6 @@ import torch
 MIB = 1 << 20
 PAD_MIB = 512  # the pad's most: the probe's layouts spread as far as processes did with pads of 0-512 MiB
 PIECE = 512  # bytes: the allocator rounds every block to these; a pad of 1-4095 of them shifts what follows it
-
-
 FREE_SHARE = 8  # the pad takes at most this fraction of the GPU's free memory: the other side shares the GPU
 
 

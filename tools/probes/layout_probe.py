@@ -27,30 +27,22 @@ import time
 from perfgate.measure import cell as cell_module
 
 _run_cell = cell_module.run_cell
-MIB = 1 << 20
 
 
 def _layouts(run, eager_ms: float, compiled_ms: float):
     import torch
 
     from perfgate.measure import clocks
+    from perfgate.measure.layout import MIB, Relayout
 
-    rng = random.Random(f"{os.getpid()}:{time.time_ns()}")
+    relayout = Relayout(run.device, random.Random(f"{os.getpid()}:{time.time_ns()}"))
     persistent = os.environ.get("LAYOUT_PERSISTENT") == "1"
     stream = len(run.timed)
-    pad = None
     with open(os.environ.get("LAYOUT_OUT", "layouts.jsonl"), "a", encoding="utf-8") as out:
         for layout in range(int(os.environ.get("LAYOUTS", "6"))):
             pad_mib = 0.0
             if layout:
-                del pad
-                pad = None
-                torch.cuda.synchronize(run.device)
-                torch.cuda.empty_cache()
-                # A pad of 0-512 MiB and an odd number of 512 B pieces: the next step's blocks on other addresses.
-                pad_bytes = rng.randrange(0, 512) * MIB + rng.randrange(1, 4096) * 512
-                pad = torch.empty(pad_bytes, dtype=torch.uint8, device=run.device)
-                pad_mib = pad_bytes / MIB
+                pad_mib = relayout() / MIB  # the engine's own: the cache emptied, a pad of 0-512 MiB held
                 if persistent:
                     for side in (run.eager, run.compiled):
                         _move_persistent(side)
@@ -75,7 +67,7 @@ def _layouts(run, eager_ms: float, compiled_ms: float):
             }
             out.write(json.dumps(line) + "\n")
             out.flush()
-    del pad
+    relayout.release()
     return None  # the cell then times itself as usual
 
 
