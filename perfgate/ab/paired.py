@@ -111,9 +111,10 @@ class PairedRule:
 # mean, with a t interval (compare). From the 36 layouts of upernet_convnext_t train's compiled step on the H200
 # 1c426606 (2026-11-28), B against A over 3 layouts a side read sd 0.41 % by the mean, 0.53 % by the minimum.
 # Without fresh layouts (rules_for's `layouts`) they are judged as the wall clock is: the minimum, each pair.
-# Simulated from those layouts through the engine's looks and pairs, 400 cells each way: a planted 1.5 % read red
-# in 59 %, unsure in 41 % and ok in none, where with one layout a process and each pair made to show it 54 % read
-# red and 26 % ok; A/As read ok in all 400 (0.5 % red, 8 % unsure before).
+# Simulated from those layouts through the engine's looks and pairs (tools/probes/layout_sim.py, 400 cells each
+# way, each process also given the residual level the probe measured, 0.19 % compiled): a planted 1.5 % read red
+# in 66 %, unsure in 34 % and ok in none, where with one layout a process and each pair made to show it 22 % read
+# ok; A/As read ok in 394 of 400 and unsure in 6 (14 % unsure before).
 RULES: tuple[PairedRule, ...] = (
     PairedRule(WALL, "compiled", 0.05),
     PairedRule(WALL, "eager", 0.05, judged=False),
