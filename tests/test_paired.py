@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from perfgate.ab import duet as duet_module
-from perfgate.ab import paired
+from perfgate.ab import looks, paired, paired_work
 from perfgate.ab.sides import SideError, nonblank, parse_env
 from perfgate.ab.verdict import PairedVerdict, combined_exit
 from perfgate.core import exits
@@ -198,7 +198,7 @@ def test_a_side_that_fails_to_prepare_leaves_the_other_timed_alone(fails, togeth
 def test_counts_are_judged_b_against_a_within_their_band(a, b, expected):
     one = {"cell": "c", "status": "ok"}
     record_a, record_b = {**one, "compiled_kernels": a}, {**one, "compiled_kernels": b, "eager_kernels": 9}
-    got = {c["count"]: c for c in paired.counts(record_a, record_b)}
+    got = {c["count"]: c for c in paired_work.counts(record_a, record_b)}
     assert list(got) == ["kernels"] and got["kernels"]["outcome"] == expected  # eager: A has none, so not judged
     verdict = PairedVerdict.of(
         [{"cell": "c", "paired": {**_summary(paired.worst([expected])), "counts": list(got.values())}}]
@@ -264,13 +264,13 @@ def _rounds(wall_b_over_a: dict, pairs: int = 12) -> dict:
 
 def test_eagers_wall_step_is_shown_never_judged():
     """Eager is the reference: its wall step 20 % slower in B is shown, and the cell is decided on the rest."""
-    got = {c.rule.key: c for c in duet_module._judge(_rounds({"eager": 1.2}), 0.99, "gpu")}
+    got = {c.rule.key: c for c in looks.judge(_rounds({"eager": 1.2}), 0.99, "gpu")}
     assert got["eager_ms"].outcome == "shown" and got["eager_ms"].change == pytest.approx(0.2, abs=0.01)
     assert paired.worst([c.outcome for c in got.values()]) == "ok"
-    slower = duet_module._judge(_rounds({"compiled": 1.2}), 0.99, "gpu")
+    slower = looks.judge(_rounds({"compiled": 1.2}), 0.99, "gpu")
     assert paired.worst([c.outcome for c in slower]) == "regression"
     # an A/B of two environments (perfgate ab) judges it: an upgrade's slower eager host path shows nowhere else
-    judged = {c.rule.key: c for c in duet_module._judge(_rounds({"eager": 1.2}), 0.99, "gpu", eager_wall=True)}
+    judged = {c.rule.key: c for c in looks.judge(_rounds({"eager": 1.2}), 0.99, "gpu", eager_wall=True)}
     assert judged["eager_ms"].outcome == "regression"
     assert {r.threshold for r in paired.rules_for("cpu", eager_wall=True) if r.clock is WALL} == {paired.CPU_WALL_LINE}
 
@@ -350,8 +350,8 @@ def test_counts_over_other_steps_are_not_compared():
     caption lengths: its counts per step are no measure of B's, so none is judged, and the summary says why."""
     a = {"cell": "c", "status": "ok", "counts_steps": 8, "compiled_kernels": 860.0}
     b = {"cell": "c", "status": "ok", "counts_steps": 3, "compiled_kernels": 900.0}
-    assert paired.counts(a, b) == [] and "A counted 8 steps a side, B 3" in paired.uncounted_alike(a, b)
-    assert paired.counts({**a, "counts_steps": 3}, b)[0]["outcome"] == "regression"
+    assert paired_work.counts(a, b) == [] and "A counted 8 steps a side, B 3" in paired_work.uncounted_alike(a, b)
+    assert paired_work.counts({**a, "counts_steps": 3}, b)[0]["outcome"] == "regression"
 
 
 def test_a_base_that_runs_out_of_memory_says_the_sides_may_not_fit():

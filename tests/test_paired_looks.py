@@ -10,7 +10,7 @@ from dataclasses import replace
 
 import pytest
 
-from perfgate.ab import duet, pair_workers, paired
+from perfgate.ab import duet, looks, pair_workers, paired, paired_work
 from perfgate.ab.verdict import PairedVerdict
 
 
@@ -45,7 +45,7 @@ def test_the_kernel_that_grew_is_named_first_and_a_device_regression_names_it():
     from perfgate.measure.clocks import kernel_ms
 
     base, planted = kernel_ms(_work(), 1), kernel_ms(_work(spin_ns=150_000), 1)
-    moved = paired.kernels_moved([{"a": base, "b": planted}, {"a": base}])  # the second pair: no B table
+    moved = paired_work.kernels_moved([{"a": base, "b": planted}, {"a": base}])  # the second pair: no B table
     assert [(m["pair"], m["side"]) for m in moved] == [(1, "compiled"), (1, "eager")]
     first = moved[0]["moved"][0]
     assert (first["kernel"], first["a_ms"], first["b_ms"]) == ("spin_kernel", 0.0, 0.15)
@@ -88,7 +88,7 @@ def test_the_coordinator_keeps_each_workers_latest_kernel_table():
     )
     assert kept == {"a": {"compiled": {"k": 1.0}}}
     assert rounds["device"]["b"]["compiled"] == [[1.0]]
-    assert paired.kernels_moved([kept]) == []
+    assert paired_work.kernels_moved([kept]) == []
 
 
 @pytest.mark.parametrize(
@@ -171,7 +171,7 @@ def test_a_later_look_steps_only_the_wall_side_still_unsure(older_base):
     rounds must run alike."""
     unsure = paired.Comparison(paired.RULES[0], 0.03, -0.01, 0.07, "unsure", 12, 0.99)
     assert paired.RULES[0].key == "compiled_ms"
-    assert duet._unsure([unsure]) == {"wall": {"compiled"}}
+    assert looks.unsure([unsure]) == {"wall": {"compiled"}}
     rounds, asked = _looked_at(older_base, {"wall": {"compiled"}})
     expected = ["compiled", "eager"] if older_base else ["compiled"]
     assert {m["op"] for m in asked} == {"wall"} and all(m["sides"] == expected for m in asked)
@@ -203,6 +203,62 @@ def test_a_regression_stands_only_once_its_clocks_process_pairs_all_show_it(cloc
     assert faded.outcome == "unsure" and paired.final([faded], 3)
     unsure = paired.Comparison(rule, 0.03, -0.01, 0.07, "unsure", 12, 0.99)
     assert paired.pairs_needed([unsure]) == 2 and paired.pairs_needed([replace(unsure, outcome="ok")]) == 1
+
+
+@pytest.mark.parametrize(
+    "later, outcome, needed",
+    [
+        ([10.0], "unsure", 3),  # red, then ok: a third pair may outvote it
+        ([10.0, 10.0], "ok", 1),  # red, ok, ok: outvoted
+        ([10.0, 12.0], "unsure", 2),  # red, ok, red: no more pairs
+        ([[10.3] + [10.8] * 11], "unsure", 2),  # red, then unsure (+3 to +8 %): no third pair could outvote it
+    ],
+    ids=["red-ok", "red-ok-ok", "red-ok-red", "red-unsure"],
+)
+def test_a_wall_red_that_fresh_pairs_read_ok_against_is_outvoted(later, outcome, needed):
+    """One process pair's wall red (a host-bound step's process effect: +7 to +28 % in A/As whose next pair read
+    ok) against later pairs' own intervals inside the line: ok once those are most of the pairs and their pooled
+    rounds read ok; a pair that is neither leaves the rule unsure, and no third pair is taken for it."""
+    from perfgate.core.clocks import WALL
+
+    rule = paired.PairedRule(WALL, "compiled", 0.05)
+    a = [_steady(12, 10.0, pair) for pair in range(1 + len(later))]
+    b = [_steady(12, 12.0, 100)] + [
+        ms if isinstance(ms, list) else _steady(12, ms, 101 + i) for i, ms in enumerate(later)
+    ]
+    got = paired.across_pairs(a, b, rule, 0.99)
+    assert got.outcome == outcome and got.by_pair_outcomes[0] == "regression"
+    assert got.as_json()["by_pair_outcomes"] == list(got.by_pair_outcomes)
+    assert paired.pairs_needed([got]) == needed
+    assert paired.final([got], len(a)) == (len(a) >= needed)
+
+
+def test_a_third_pair_measures_only_the_rules_that_called_for_it():
+    """A third process pair is taken for a wall rule (a red both pairs showed, or one the second read ok against):
+    its looks measure and decide on that rule alone, so the device rule, unsure after two pairs, stays what two
+    pairs read and no look of the third pair, outside the error budget of the first two, turns it red."""
+    from perfgate.core.clocks import DEVICE, WALL
+
+    wall = paired.Comparison(
+        paired.PairedRule(WALL, "compiled", 0.05),
+        0.03,
+        -0.01,
+        0.04,
+        "unsure",
+        24,
+        0.99,
+        (0.09, 0.0),
+        ("regression", "ok"),
+    )
+    device = paired.Comparison(
+        paired.PairedRule(DEVICE, "compiled", 0.01, pooled=True), 0.01, 0.0, 0.02, "unsure", 6, 0.99
+    )
+    assert paired.pairs_needed([wall, device]) == 3
+    assert looks.calling_rules([wall, device], 2) is None and looks.wanted([wall, device], 1, None)["device"]
+    calling = looks.calling_rules([wall, device], 3)
+    assert calling == {wall.rule}
+    assert looks.wanted([wall, device], 0, calling) == {"wall": {"compiled"}}
+    assert looks.wanted([replace(wall, outcome="ok"), device], 1, calling) == {}
 
 
 def test_a_regression_that_a_later_pair_could_not_measure_stays_unsure():
@@ -257,8 +313,8 @@ def _measured_red(monkeypatch, died_in_pair2: bool, kernels_b: int = 100) -> tup
     red = paired.Comparison(paired.PairedRule(WALL, "compiled", 0.05), 0.2, 0.15, 0.25, "regression", 12, 0.99)
     # Red in every pair measured so far: across_pairs keeps each pair's change in by_pair.
     monkeypatch.setattr(
-        duet,
-        "_judge",
+        looks,
+        "judge",
         lambda rounds, *args, **kwargs: [replace(red, by_pair=(0.2,) * len(rounds["wall"]["b"]["compiled"]))],
     )
     job = Job(Cell("mlp", "train", "aot_eager", "fp32", "gpu"), RunOptions(device="cuda"), tf32=False)

@@ -12,8 +12,9 @@ wall round pairs).
 A cell still unsure, or showing a regression, then gets a second process pair (fresh processes, B prepared
 first now that the cache is warm), and a wall regression shown in both a third, up to DUETS: a wall regression
 must show in every pair, a device one in the pairs' pooled rounds, where they took fresh memory layouts
-(paired.across_pairs, paired.CONFIRM_PAIRS). What is still unsure after its second pair
-stays unsure: it never passes.
+(paired.across_pairs, paired.CONFIRM_PAIRS). A wall red that the second pair read ok against takes a third,
+whose ok outvotes it (paired.outvoted). What is still unsure after its second pair (or third) stays unsure: it
+never passes.
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ import time
 from dataclasses import replace
 from typing import Callable
 
-from perfgate.ab import paired
+from perfgate.ab import looks, paired, paired_work
+from perfgate.ab.looks import CLOCKS
 from perfgate.ab.pair_workers import START_LIMIT_S, Duet, Worker, WorkerGone, layouts_of, steps_sides
 from perfgate.ab.sides import Side
 
@@ -45,13 +47,15 @@ HOST_PAIRS = 3
 # 06ce1001), ~80 % of them the profiled steps (the rest, ~0.5 s a block, the profiler itself).
 DEVICE_ROUNDS = 3
 LOOKS = 3  # looks a process pair
-DUETS = paired.MAX_PAIRS  # process pairs a cell, at most: only a wall regression shown in two takes a third
+# Process pairs a cell, at most: only a wall regression shown in two, or one pair's red that the next read ok
+# against, takes a third.
+DUETS = paired.MAX_PAIRS
 # Every look's interval is two-sided at 1 - ALPHA / JUDGED_LOOKS, the looks of the first two process pairs. A
-# third pair can only keep a wall regression that both showed or turn it unsure (paired.across_pairs): its looks
-# make no cell ok and no new cell red, so they take no share of ALPHA.
+# third pair can keep a wall regression that both showed, turn it unsure, or outvote one pair's red with the
+# second's ok (paired.outvoted): its looks make no new cell red, and no cell ok where the first two read no ok,
+# so they take no share of ALPHA.
 JUDGED_LOOKS = LOOKS * paired.UNSURE_PAIRS
 ROUND_LIMIT_S = 300.0  # one request's answer
-CLOCKS = ("wall", "host", "device")
 OUT_OF_MEMORY = "out of memory"  # torch.OutOfMemoryError's words: "CUDA out of memory. Tried to allocate ..."
 TOGETHER = (
     "the two sides may not fit in GPU memory together: compare this cell by alternating processes, "
@@ -144,13 +148,15 @@ def measure(
             devices = all(ready[s].get("device_clock") for s in "ab")
             layouts = devices and layouts_of(duet, job_b.cell.variant)
         try:
+            # A third pair measures only the rules that called for it; the others keep what two pairs read.
+            calling = looks.calling_rules(comparisons, summary["duets"])
             for look in range(LOOKS):
                 summary["looks"] += 1
-                wanted = _everything() if look == 0 else _unsure(comparisons)
+                wanted = looks.wanted(comparisons, look, calling)
                 eager_pairs = EAGER_SHOWN_PAIRS if look == 0 and not eager_wall else WALL_PAIRS
                 _look_once(duet, rounds, steps, rng, ready, wanted, by_clock, kernels[-1], eager_pairs, layouts)
-                comparisons = _judge(rounds, confidence, job_b.cell.device_kind, eager_wall, layouts)
-                if _decided(comparisons):
+                comparisons = looks.judge(rounds, confidence, job_b.cell.device_kind, eager_wall, layouts)
+                if looks.decided([c for c in comparisons if calling is None or c.rule in calling]):
                     break
             seconds["looks"].append(lap())
             if together:  # both finish at once: see _finish
@@ -168,22 +174,22 @@ def measure(
         if paired.final(comparisons, summary["duets"]) or summary["duets"] == DUETS or _counted_red(*kept):
             break  # the workers stay for the next cell: renewed after the last pair, they cost ~20 s to start again
         duet.renew()  # a fresh process pair for the next duet
-        why = "a regression is measured again" if _decided(comparisons) else "still unsure"
+        why = "a regression is measured again" if looks.decided(comparisons) else "still unsure"
         progress(f"{job_b.cell.id}: {why}, with a fresh process pair")
     if record_b is None and kept[1] is not None:  # a later pair's worker died: the last whole pair's records
         record_a, record_b = kept
     verdicts = paired.settled(comparisons)
-    counted = paired.counts(record_a, record_b) if _both_ok(record_a, record_b) and "error" not in summary else []
+    counted = paired_work.counts(record_a, record_b) if _both_ok(record_a, record_b) and "error" not in summary else []
     notes = [
         duet.notes.get("A", ""),
-        paired.uncounted_alike(record_a, record_b) if _both_ok(record_a, record_b) else "",
+        paired_work.uncounted_alike(record_a, record_b) if _both_ok(record_a, record_b) else "",
     ]
     summary.update(
         outcome="unsure"
         if "error" in summary
         else paired.worst([c.outcome for c in verdicts] + [c["outcome"] for c in counted]),
         counts=counted,
-        kernels=paired.kernels_moved(kernels),
+        kernels=paired_work.kernels_moved(kernels),
         steps_per_round=steps,
         prepared=prepared,
         rules=[c.as_json() for c in verdicts],
@@ -285,7 +291,8 @@ def _both_ok(record_a: dict | None, record_b: dict | None) -> bool:
 def _counted_red(record_a: dict | None, record_b: dict | None) -> bool:
     """Whether a count of B's step grew past its band: the cell is red whatever the clocks' further process pairs
     would read (counts repeat across processes: docs/measuring.md), so they are not taken."""
-    return _both_ok(record_a, record_b) and any(c["outcome"] == "regression" for c in paired.counts(record_a, record_b))
+    counted = paired_work.counts(record_a, record_b) if _both_ok(record_a, record_b) else []
+    return any(c["outcome"] == "regression" for c in counted)
 
 
 def _other(side: str) -> str:
@@ -366,37 +373,3 @@ def _finish(worker: Worker, progress, solo: bool = False) -> dict:
     if not worker.finish_asked:
         worker.send({"op": "finish", "solo": solo})
     return worker.expect("record", START_LIMIT_S + ROUND_LIMIT_S, progress)["record"]
-
-
-def _everything() -> dict[str, set[str]]:
-    return {clock: {"eager", "compiled"} for clock in CLOCKS}
-
-
-def _unsure(comparisons: list[paired.Comparison]) -> dict[str, set[str]]:
-    """{clock: its sides with a rule still unsure}. The device clock's block profiles both sides at once."""
-    out: dict[str, set[str]] = {}
-    for c in comparisons:
-        if c.outcome == "unsure":
-            out.setdefault(c.rule.clock.name, set()).add(c.rule.side)
-    if "device" in out:
-        out["device"] = {"eager", "compiled"}
-    return out
-
-
-def _decided(comparisons: list[paired.Comparison]) -> bool:
-    """A process pair's looks end once one rule shows a regression (more rounds of this pair cannot undo it:
-    each look keeps its error rate; another pair may), or when no rule is unsure."""
-    outcomes = {c.outcome for c in comparisons}
-    return "regression" in outcomes or "unsure" not in outcomes
-
-
-def _judge(
-    rounds: dict, confidence: float, device_kind: str, eager_wall: bool = False, layouts: bool = False
-) -> list[paired.Comparison]:
-    out = []
-    for rule in paired.rules_for(device_kind, eager_wall, layouts):
-        data = rounds[rule.clock.name]
-        a, b = data["a"][rule.side], data["b"][rule.side]
-        if sum(len(x) for x in a) and sum(len(x) for x in b):
-            out.append(paired.across_pairs(a, b, rule, confidence))
-    return out

@@ -175,7 +175,7 @@ def what_decides(unsure: list[dict], cell: str) -> str:
 
 def kernel_words(kernels: list[dict], sides: set[str], named: int = 3) -> list[str]:
     """Where a device rule's GPU time moved, per process pair: "compiled GPU time by kernel, pair 1: spin_kernel
-    +0.200 ms (0 -> 0.200), ...; kept kernels 24.10 -> 24.46 ms" (paired.kernels_moved)."""
+    +0.200 ms (0 -> 0.200), ...; kept kernels 24.10 -> 24.46 ms" (paired_work.kernels_moved)."""
     out = []
     for k in kernels:
         if k["side"] not in sides:

@@ -55,7 +55,7 @@ from perfgate.measure.steps import sync
 # its first STEPS batches, not a whole pass over its stream (the captioner's 8 caption lengths made the stage
 # 5.5-7.9 % of its cell, 2aa41d77). Which batches are counted stays fixed, so the counts compare; a length that
 # recompiles or breaks the graph is the recompile and graph-break rules' to catch. Records counted over other
-# steps are not compared (CountBandRule.other_steps, perfgate.ab.paired.uncounted_alike).
+# steps are not compared (CountBandRule.other_steps, perfgate.ab.paired_work.uncounted_alike).
 STEPS = 2
 LOOKUP = "TorchDynamo Cache Lookup"  # dynamo's record_function range around a frame's cache lookup
 GRAPH_LAUNCHES = ("cudaGraphLaunch", "cuGraphLaunch")  # runtime and driver API names of a graph replay

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import sys
 
-from perfgate.ab import duet, paired
+from perfgate.ab import duet, looks, paired
 
 
 def prefix(rounds: dict, clock: str, duets: int, n: int) -> dict:
@@ -43,35 +43,39 @@ def rejudge(record: dict) -> tuple[str, int, int]:
         return "unsure", p.get("looks", 0), p.get("duets", 0)
     rounds, kind = p["rounds"], record.get("device_kind", "gpu")
     confidence = paired.look_confidence(duet.JUDGED_LOOKS)
-    looks = pairs = 0
+    taken = pairs = 0  # looks taken, process pairs
     comparisons: list = []
     short = ""  # the look these rules would take next where the records hold no rounds for it
     for d in range(1, min(duet.DUETS, len(rounds["wall"]["b"]["compiled"])) + 1):
         pairs, seen, short = d, None, ""
+        calling = looks.calling_rules(comparisons, d)  # a third pair's rules: the others keep two pairs' rounds
         for look in range(1, duet.LOOKS + 1):
             cut = {
                 "wall": prefix(rounds, "wall", d, duet.WALL_PAIRS * look),
                 "device": prefix(rounds, "device", d, duet.DEVICE_ROUNDS * look),
                 "host": prefix(rounds, "host", d, duet.HOST_PAIRS),
             }
+            for clock in cut if calling is not None else ():
+                if clock not in {r.clock.name for r in calling}:
+                    cut[clock] = prefix(rounds, clock, paired.UNSURE_PAIRS, 10**9)
             if cut == seen:
                 short = f"look {look} of pair {d}"
                 break
-            seen, looks = cut, looks + 1
-            comparisons = duet._judge(cut, confidence, kind, layouts=took_layouts(p))
-            if duet._decided(comparisons):
+            seen, taken = cut, taken + 1
+            comparisons = looks.judge(cut, confidence, kind, layouts=took_layouts(p))
+            if looks.decided([c for c in comparisons if calling is None or c.rule in calling]):
                 break
         if paired.final(comparisons, d):
             break
     counted = [c["outcome"] for c in p.get("counts", [])]
     outcome = paired.worst([c.outcome for c in paired.settled(comparisons)] + counted)
-    if short and not duet._decided(
+    if short and not looks.decided(
         comparisons
     ):  # these rules want rounds the records' engine, deciding sooner, never took
         outcome = f"{outcome}, wants {short}"
     elif not paired.final(comparisons, pairs):  # these rules want a pair the records' engine never measured
         outcome = f"{outcome}, wants pair {paired.pairs_needed(comparisons)}"
-    return outcome, looks, pairs
+    return outcome, taken, pairs
 
 
 def main(paths: list[str]) -> None:
@@ -83,11 +87,11 @@ def main(paths: list[str]) -> None:
             if not record.get("paired") or "rounds" not in record["paired"]:
                 continue
             was = record["paired"]["outcome"]
-            now, looks, pairs = rejudge(record)
+            now, taken, pairs = rejudge(record)
             tally[now] = tally.get(now, 0) + 1
-            if now != was or looks != record["paired"]["looks"]:
+            if now != was or taken != record["paired"]["looks"]:
                 lines.append(
-                    f"  {record['cell'][:44]:44} {was:>10} -> {now:10} looks {record['paired']['looks']} -> {looks},"
+                    f"  {record['cell'][:44]:44} {was:>10} -> {now:10} looks {record['paired']['looks']} -> {taken},"
                     f" pairs {record['paired']['duets']} -> {pairs}"
                 )
         print(path.rsplit("/", 1)[-1], tally)

@@ -1,0 +1,67 @@
+"""What each look of a paired cell measures, and when a process pair's looks end (perfgate.ab.duet's loop;
+tools/probes/rejudge.py replays it over records): every clock in a pair's first look, then the clocks with a
+rule still unsure; a pair's looks end at a regression or when nothing is unsure. Imports no torch."""
+
+from __future__ import annotations
+
+from perfgate.ab import paired
+
+CLOCKS = ("wall", "host", "device")
+
+
+def everything() -> dict[str, set[str]]:
+    return {clock: {"eager", "compiled"} for clock in CLOCKS}
+
+
+def calling_rules(comparisons: list[paired.Comparison], pair: int) -> set[paired.PairedRule] | None:
+    """The rules that called for process pair `pair` past the second (a wall red both pairs showed, or one the
+    second read ok against: paired.pairs_needed), which alone its looks measure and decide on, so that its looks
+    turn no other rule red or ok (perfgate.ab.duet.JUDGED_LOOKS); None for the first two pairs, which measure
+    every rule."""
+    if pair <= paired.UNSURE_PAIRS:
+        return None
+    return {c.rule for c in comparisons if paired.pairs_needed([c]) >= pair}
+
+
+def wanted(comparisons: list[paired.Comparison], look: int, calling: set | None) -> dict[str, set[str]]:
+    """{clock: its sides} a look measures: every clock in a pair's first look, then the unsure ones; in a third
+    pair, only the rules that called for it (`calling_rules`), then those of them still unsure."""
+    if calling is None:
+        return everything() if look == 0 else unsure(comparisons)
+    out: dict[str, set[str]] = {}
+    for c in comparisons:
+        if c.rule in calling and (look == 0 or c.outcome == "unsure"):
+            out.setdefault(c.rule.clock.name, set()).add(c.rule.side)
+    return out
+
+
+def unsure(comparisons: list[paired.Comparison]) -> dict[str, set[str]]:
+    """{clock: its sides with a rule still unsure}. The device clock's block profiles both sides at once."""
+    out: dict[str, set[str]] = {}
+    for c in comparisons:
+        if c.outcome == "unsure":
+            out.setdefault(c.rule.clock.name, set()).add(c.rule.side)
+    if "device" in out:
+        out["device"] = {"eager", "compiled"}
+    return out
+
+
+def decided(comparisons: list[paired.Comparison]) -> bool:
+    """A process pair's looks end once one rule shows a regression (more rounds of this pair cannot undo it:
+    each look keeps its error rate; another pair may), or when no rule is unsure."""
+    outcomes = {c.outcome for c in comparisons}
+    return "regression" in outcomes or "unsure" not in outcomes
+
+
+def judge(
+    rounds: dict, confidence: float, device_kind: str, eager_wall: bool = False, layouts: bool = False
+) -> list[paired.Comparison]:
+    """Every rule of the cell (paired.rules_for) over the rounds so far ({clock: {"a"|"b": {side: [rounds of
+    each process pair]}}}), where both sides have some."""
+    out = []
+    for rule in paired.rules_for(device_kind, eager_wall, layouts):
+        data = rounds[rule.clock.name]
+        a, b = data["a"][rule.side], data["b"][rule.side]
+        if sum(len(x) for x in a) and sum(len(x) for x in b):
+            out.append(paired.across_pairs(a, b, rule, confidence))
+    return out
