@@ -233,10 +233,11 @@ def test_a_wall_red_that_fresh_pairs_read_ok_against_is_outvoted(later, outcome,
     assert paired.final([got], len(a)) == (len(a) >= needed)
 
 
-def test_a_third_pair_measures_only_the_rules_that_called_for_it():
-    """A third process pair is taken for a wall rule (a red both pairs showed, or one the second read ok against):
-    its looks measure and decide on that rule alone, so the device rule, unsure after two pairs, stays what two
-    pairs read and no look of the third pair, outside the error budget of the first two, turns it red."""
+def test_a_third_pair_decides_only_the_rules_that_called_for_it():
+    """A third process pair is taken for a wall rule (a red both pairs showed, or one the second read ok against,
+    where that could leave the cell ok): its first look measures every clock, so each worker's record is served
+    whole, but its looks decide that rule alone. Another rule keeps what two pairs read, so no look past the
+    error budget of the first two pairs turns it red or ok."""
     from perfgate.core.clocks import DEVICE, WALL
 
     wall = paired.Comparison(
@@ -250,15 +251,18 @@ def test_a_third_pair_measures_only_the_rules_that_called_for_it():
         (0.09, 0.0),
         ("regression", "ok"),
     )
-    device = paired.Comparison(
-        paired.PairedRule(DEVICE, "compiled", 0.01, pooled=True), 0.01, 0.0, 0.02, "unsure", 6, 0.99
-    )
+    device = paired.Comparison(paired.PairedRule(DEVICE, "compiled", 0.01, pooled=True), 0.0, -0.2, 0.2, "ok", 6, 0.99)
     assert paired.pairs_needed([wall, device]) == 3
-    assert looks.calling_rules([wall, device], 2) is None and looks.wanted([wall, device], 1, None)["device"]
+    # With the device rule unsure after two pairs, no third pair could leave the cell ok: none is taken.
+    assert paired.pairs_needed([wall, replace(device, outcome="unsure")]) == 2
+    assert looks.calling_rules([wall, device], 2) is None
     calling = looks.calling_rules([wall, device], 3)
     assert calling == {wall.rule}
-    assert looks.wanted([wall, device], 0, calling) == {"wall": {"compiled"}}
-    assert looks.wanted([replace(wall, outcome="ok"), device], 1, calling) == {}
+    assert looks.wanted([wall, device], 0, calling) == looks.everything()
+    assert looks.wanted([wall, replace(device, outcome="unsure")], 1, calling) == {"wall": {"compiled"}}
+    red_now = [replace(wall, outcome="ok"), replace(device, outcome="regression")]  # judged on the third pair's rounds
+    assert [c.outcome for c in looks.settle_others(red_now, [wall, device], calling)] == ["ok", "ok"]
+    assert looks.settle_others(red_now, [wall, device], None) == red_now
 
 
 def test_a_regression_that_a_later_pair_could_not_measure_stays_unsure():
@@ -272,10 +276,11 @@ def test_a_regression_that_a_later_pair_could_not_measure_stays_unsure():
     assert paired.final([one], 2) and [c.outcome for c in paired.settled([one])] == ["unsure"]
 
 
-def _measured_red(monkeypatch, died_in_pair2: bool, kernels_b: int = 100) -> tuple:
+def _measured_red(monkeypatch, died_in_pair2: bool, kernels_b: int = 100, outvoted: bool = False) -> tuple:
     """duet.measure of one cell whose wall rule reads a regression at every look, over two fake workers whose
     records carry `kernels_b` compiled kernels on B against A's 100; B's worker dies in pair 2's rounds where
-    `died_in_pair2`."""
+    `died_in_pair2`. `outvoted`: judged for real instead, B's compiled step 20 % slower in pair 1 alone; returns
+    the workers' requests too."""
     from perfgate.ab.sides import Side
     from perfgate.core.clocks import WALL
     from perfgate.core.job import Job, RunOptions
@@ -302,7 +307,8 @@ def _measured_red(monkeypatch, died_in_pair2: bool, kernels_b: int = 100) -> tup
                 return {"record": {"status": "ok", "cell": "c", "pair": self.jobs, "compiled_kernels": kernels}}
             if died_in_pair2 and self.name == "b" and self.jobs == 2:
                 return {"record": {"status": "failed", "reason": "worker died"}}
-            return {key: {"eager": 20.0, "compiled": 10.0}}
+            slow = outvoted and self.name == "b" and self.jobs == 1
+            return {key: {"eager": 20.0, "compiled": 12.0 if slow else 10.0}}
 
     workers = {"a": Worker("a"), "b": Worker("b")}
     fake = type("Duet", (), {})()
@@ -312,13 +318,15 @@ def _measured_red(monkeypatch, died_in_pair2: bool, kernels_b: int = 100) -> tup
     fake.renew = fake.spawn_spares = fake.greet_spares = lambda: None
     red = paired.Comparison(paired.PairedRule(WALL, "compiled", 0.05), 0.2, 0.15, 0.25, "regression", 12, 0.99)
     # Red in every pair measured so far: across_pairs keeps each pair's change in by_pair.
-    monkeypatch.setattr(
-        looks,
-        "judge",
-        lambda rounds, *args, **kwargs: [replace(red, by_pair=(0.2,) * len(rounds["wall"]["b"]["compiled"]))],
-    )
+    if not outvoted:
+        monkeypatch.setattr(
+            looks,
+            "judge",
+            lambda rounds, *args, **kwargs: [replace(red, by_pair=(0.2,) * len(rounds["wall"]["b"]["compiled"]))],
+        )
     job = Job(Cell("mlp", "train", "aot_eager", "fp32", "gpu"), RunOptions(device="cuda"), tf32=False)
-    return duet.measure(fake, job, lambda _m: None)
+    got = duet.measure(fake, job, lambda _m: None)
+    return (*got, workers) if outvoted else got
 
 
 def test_a_worker_lost_in_a_later_process_pair_keeps_the_last_whole_pairs_records(monkeypatch):
@@ -345,3 +353,18 @@ def test_a_wall_red_takes_three_pairs_unless_a_count_already_shows_the_regressio
     # Each pair keeps which side prepared first (alternating, A first) and whether the two prepared at once
     # (not in a first pair without a precompiled cache; always in a later one).
     assert summary["prepared"] == [{"first": "ab"[i % 2], "together": i > 0} for i in range(pairs)]
+
+
+def test_a_wall_red_the_next_two_pairs_read_ok_against_is_outvoted_with_whole_records(monkeypatch):
+    """B's process slow for its life in pair 1 alone (a host-bound step's process effect): pairs 2 and 3 read ok,
+    and the cell is ok. The third pair's first look steps eager's wall rounds too, so each worker serves its
+    record from the pair's rounds rather than timing the cell itself beside the other side."""
+    record_b, _record_a, summary, workers = _measured_red(monkeypatch, died_in_pair2=False, outvoted=True)
+    assert summary["duets"] == 3 and summary["outcome"] == "ok" and record_b["pair"] == 3
+    wall = next(r for r in summary["rules"] if r["rule"] == "compiled_ms")
+    assert wall["by_pair_outcomes"] == ["regression", "ok", "ok"]
+    sent = workers["b"].sent
+    start = max(i for i, m in enumerate(sent) if "job" in m)  # the third pair's cell
+    third = [m for m in sent[start:] if m.get("op") == "wall"]
+    assert third and any("eager" in m["sides"] for m in third)
+    assert sent[-1] == {"op": "finish", "solo": False}

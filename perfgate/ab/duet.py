@@ -51,9 +51,10 @@ LOOKS = 3  # looks a process pair
 # against, takes a third.
 DUETS = paired.MAX_PAIRS
 # Every look's interval is two-sided at 1 - ALPHA / JUDGED_LOOKS, the looks of the first two process pairs. A
-# third pair can keep a wall regression that both showed, turn it unsure, or outvote one pair's red with the
-# second's ok (paired.outvoted): its looks make no new cell red, and no cell ok where the first two read no ok,
-# so they take no share of ALPHA.
+# third pair's looks decide only the rules that called for it (looks.settle_others): they keep a wall regression
+# both pairs showed or turn it unsure, so they make no new red, or outvote one pair's red (paired.outvoted),
+# which needs the second and third pairs' own intervals both wrong to be a wrong ok: at most (ALPHA / 4) ** 2
+# over their looks, so they take no share of ALPHA (docs/gate.md, item 7).
 JUDGED_LOOKS = LOOKS * paired.UNSURE_PAIRS
 ROUND_LIMIT_S = 300.0  # one request's answer
 OUT_OF_MEMORY = "out of memory"  # torch.OutOfMemoryError's words: "CUDA out of memory. Tried to allocate ..."
@@ -148,14 +149,15 @@ def measure(
             devices = all(ready[s].get("device_clock") for s in "ab")
             layouts = devices and layouts_of(duet, job_b.cell.variant)
         try:
-            # A third pair measures only the rules that called for it; the others keep what two pairs read.
-            calling = looks.calling_rules(comparisons, summary["duets"])
+            # A third pair decides only the rules that called for it; the others keep what two pairs read.
+            calling, before = looks.calling_rules(comparisons, summary["duets"]), comparisons
             for look in range(LOOKS):
                 summary["looks"] += 1
                 wanted = looks.wanted(comparisons, look, calling)
                 eager_pairs = EAGER_SHOWN_PAIRS if look == 0 and not eager_wall else WALL_PAIRS
                 _look_once(duet, rounds, steps, rng, ready, wanted, by_clock, kernels[-1], eager_pairs, layouts)
-                comparisons = looks.judge(rounds, confidence, job_b.cell.device_kind, eager_wall, layouts)
+                judged = looks.judge(rounds, confidence, job_b.cell.device_kind, eager_wall, layouts)
+                comparisons = looks.settle_others(judged, before, calling)
                 if looks.decided([c for c in comparisons if calling is None or c.rule in calling]):
                     break
             seconds["looks"].append(lap())

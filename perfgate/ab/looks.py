@@ -15,24 +15,33 @@ def everything() -> dict[str, set[str]]:
 
 def calling_rules(comparisons: list[paired.Comparison], pair: int) -> set[paired.PairedRule] | None:
     """The rules that called for process pair `pair` past the second (a wall red both pairs showed, or one the
-    second read ok against: paired.pairs_needed), which alone its looks measure and decide on, so that its looks
-    turn no other rule red or ok (perfgate.ab.duet.JUDGED_LOOKS); None for the first two pairs, which measure
-    every rule."""
+    second read ok against: paired.pairs_needed), which alone its looks decide on (`settle_others`: the other
+    rules keep what two pairs read, perfgate.ab.duet.JUDGED_LOOKS); None for the first two pairs."""
     if pair <= paired.UNSURE_PAIRS:
         return None
     return {c.rule for c in comparisons if paired.pairs_needed([c]) >= pair}
 
 
 def wanted(comparisons: list[paired.Comparison], look: int, calling: set | None) -> dict[str, set[str]]:
-    """{clock: its sides} a look measures: every clock in a pair's first look, then the unsure ones; in a third
-    pair, only the rules that called for it (`calling_rules`), then those of them still unsure."""
+    """{clock: its sides} a look measures: every clock in a pair's first look (so that each worker's record is
+    served whole, whichever rules its pair decides), then the clocks with a rule still unsure; in a third pair,
+    after its first look, only the rules that called for it (`calling_rules`) and are still unsure."""
+    if look == 0:
+        return everything()
     if calling is None:
-        return everything() if look == 0 else unsure(comparisons)
-    out: dict[str, set[str]] = {}
-    for c in comparisons:
-        if c.rule in calling and (look == 0 or c.outcome == "unsure"):
-            out.setdefault(c.rule.clock.name, set()).add(c.rule.side)
-    return out
+        return unsure(comparisons)
+    return unsure([c for c in comparisons if c.rule in calling])
+
+
+def settle_others(
+    judged: list[paired.Comparison], before: list[paired.Comparison], calling: set | None
+) -> list[paired.Comparison]:
+    """`judged` with every rule that did not call for this pair (`calling`) as it read `before` it: a third
+    pair's rounds decide only the rules that called for it, so its looks turn no other rule red or ok."""
+    if calling is None:
+        return judged
+    kept = {c.rule: c for c in before}
+    return [c if c.rule in calling else kept[c.rule] for c in judged if c.rule in calling or c.rule in kept]
 
 
 def unsure(comparisons: list[paired.Comparison]) -> dict[str, set[str]]:

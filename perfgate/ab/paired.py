@@ -110,10 +110,8 @@ class PairedRule:
 # mean, with a t interval (compare). From the 36 layouts of upernet_convnext_t train's compiled step on the H200
 # 1c426606 (2026-11-28), B against A over 3 layouts a side read sd 0.41 % by the mean, 0.53 % by the minimum.
 # Without fresh layouts (rules_for's `layouts`) they are judged as the wall clock is: the minimum, each pair.
-# Simulated from those layouts through the engine's looks and pairs (tools/probes/layout_sim.py, 400 cells each
-# way, each process also given the residual level the probe measured, 0.19 % compiled): a planted 1.5 % read red
-# in 66 %, unsure in 34 % and ok in none, where with one layout a process and each pair made to show it 22 % read
-# ok; A/As read ok in 394 of 400 and unsure in 6 (14 % unsure before).
+# Simulated from those layouts through the engine's looks and pairs (tools/probes/layout_sim.py; the figures in
+# docs/gate.md, "Process pairs"), the fresh layouts and the pooled mean took a 1.5 % plant from often ok to never.
 RULES: tuple[PairedRule, ...] = (
     PairedRule(WALL, "compiled", 0.05),
     PairedRule(WALL, "eager", 0.05, judged=False),
@@ -303,12 +301,10 @@ def across_pairs(
 
 
 def outvoted(outcomes: Sequence[str]) -> bool:
-    """Whether process pairs that read ok are more than all the others (["regression", "ok", "ok"]). A host-bound
-    step's process effect made the wall clock of one pair read +7 to +28 % in A/As whose next pair read ok, 7
-    times over 2026-11-27/28 (every A/A record in baselines/runs/paired/), where each of those cells ended unsure:
-    no planted host loss read so. The ok pairs are fresh processes whose own intervals lie inside the line: more
-    evidence than the one pair a first-look green rests on, and an ok that is wrong there is one of the first two
-    pairs' looks' (ALPHA holds without a share for the third)."""
+    """Whether process pairs that read ok are more than all the others (["regression", "ok", "ok"]): one pair's
+    wall red that fresh pairs read ok against is a process's own speed, as in nine A/A cells (docs/gate.md, item
+    6). The ok pairs' own intervals lie inside the line: more evidence than the one pair a first-look green
+    rests on."""
     ok = sum(o == "ok" for o in outcomes)
     return ok > len(outcomes) - ok
 
@@ -331,10 +327,14 @@ def measured_pairs(c: Comparison) -> int:
 def pairs_needed(comparisons: Sequence[Comparison]) -> int:
     """The process pairs a cell's comparisons call for: one where every rule is decided and none shows a
     regression; UNSURE_PAIRS where a rule is unsure; for a regression, its clock's CONFIRM_PAIRS
-    (across_pairs: it must show in every one, or in their pooled rounds under a pooled rule)."""
+    (across_pairs: it must show in every one, or in their pooled rounds under a pooled rule); one more for a
+    regression a further ok pair would outvote (`outvoted`), where that could leave the cell ok: every other
+    rule ok, or outvotable too."""
+    hopeful = {id(c) for c in comparisons if c.outcome == "unsure" and _could_be_outvoted(c)}
+    outvote = bool(hopeful) and all(c.outcome in ("ok", "shown") or id(c) in hopeful for c in comparisons)
     need = 1
     for c in comparisons:
-        if c.outcome == "unsure" and _could_be_outvoted(c):
+        if outvote and id(c) in hopeful:
             need = max(need, min(len(c.by_pair_outcomes) + 1, CONFIRM_PAIRS.get(c.rule.clock.name, UNSURE_PAIRS)))
         elif c.outcome == "unsure":
             need = max(need, UNSURE_PAIRS)

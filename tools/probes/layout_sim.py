@@ -26,7 +26,7 @@ from collections import defaultdict
 import numpy as np
 from scipy import stats
 
-from perfgate.ab import duet, paired
+from perfgate.ab import duet, looks, paired
 
 SIDES = ("compiled", "eager")
 
@@ -86,8 +86,7 @@ def simulate(
                     rounds["compiled"][w][-1].append(float(np.exp(c + offset[(w, "compiled")])) * (1 + grow))
                     rounds["eager"][w][-1].append(float(np.exp(e + offset[(w, "eager")])))
             comparisons = [paired.across_pairs(rounds[r.side]["a"], rounds[r.side]["b"], r, confidence) for r in rules]
-            outcomes = {c.outcome for c in comparisons}
-            if "regression" in outcomes or "unsure" not in outcomes:
+            if looks.decided(comparisons):
                 break
         if paired.final(comparisons, pair):
             break

@@ -3,7 +3,9 @@ engine (perfgate.ab.duet) would have taken them: how many cells a rule change tu
 many looks and process pairs it spares. Reads the rounds each B record keeps (`paired.rounds`); a rule set
 that judges a subset of what the records' engine judged needs no round those records lack.
 
-    python tools/probes/rejudge.py baselines/runs/paired/h200x4-20261127-2aa41d77-aa-warm.jsonl ...
+    python tools/probes/rejudge.py [--eager-wall] baselines/runs/paired/h200x4-20261127-2aa41d77-aa-warm.jsonl ...
+
+--eager-wall: eager's wall step judged too, as `perfgate ab` judges it (paired.rules_for).
 """
 
 from __future__ import annotations
@@ -33,11 +35,11 @@ def took_layouts(p: dict) -> bool:
     return bool(p.get("layouts", p.get("estimator") == "min (device: mean)"))
 
 
-def rejudge(record: dict) -> tuple[str, int, int]:
+def rejudge(record: dict, eager_wall: bool = False) -> tuple[str, int, int]:
     """(outcome, looks, process pairs) under this tree's rules. A record whose engine stopped on an error (a side
     failed) stays unsure; a look the records hold no new rounds for is not taken (the engine then stopped); an
     outcome that would want a look or a process pair the records lack says so ("unsure, wants look 2 of pair 1",
-    "regression, wants pair 3")."""
+    "regression, wants pair 3"). `eager_wall`: eager's wall step judged too."""
     p = record["paired"]
     if p.get("error"):
         return "unsure", p.get("looks", 0), p.get("duets", 0)
@@ -48,21 +50,20 @@ def rejudge(record: dict) -> tuple[str, int, int]:
     short = ""  # the look these rules would take next where the records hold no rounds for it
     for d in range(1, min(duet.DUETS, len(rounds["wall"]["b"]["compiled"])) + 1):
         pairs, seen, short = d, None, ""
-        calling = looks.calling_rules(comparisons, d)  # a third pair's rules: the others keep two pairs' rounds
+        # A third pair's looks decide only the rules that called for it; the others keep what two pairs read.
+        calling, before = looks.calling_rules(comparisons, d), comparisons
         for look in range(1, duet.LOOKS + 1):
             cut = {
                 "wall": prefix(rounds, "wall", d, duet.WALL_PAIRS * look),
                 "device": prefix(rounds, "device", d, duet.DEVICE_ROUNDS * look),
                 "host": prefix(rounds, "host", d, duet.HOST_PAIRS),
             }
-            for clock in cut if calling is not None else ():
-                if clock not in {r.clock.name for r in calling}:
-                    cut[clock] = prefix(rounds, clock, paired.UNSURE_PAIRS, 10**9)
             if cut == seen:
                 short = f"look {look} of pair {d}"
                 break
             seen, taken = cut, taken + 1
-            comparisons = looks.judge(cut, confidence, kind, layouts=took_layouts(p))
+            judged = looks.judge(cut, confidence, kind, eager_wall, layouts=took_layouts(p))
+            comparisons = looks.settle_others(judged, before, calling)
             if looks.decided([c for c in comparisons if calling is None or c.rule in calling]):
                 break
         if paired.final(comparisons, d):
@@ -78,7 +79,7 @@ def rejudge(record: dict) -> tuple[str, int, int]:
     return outcome, taken, pairs
 
 
-def main(paths: list[str]) -> None:
+def main(paths: list[str], eager_wall: bool = False) -> None:
     for path in paths:
         tally: dict[str, int] = {}
         lines = []
@@ -87,7 +88,7 @@ def main(paths: list[str]) -> None:
             if not record.get("paired") or "rounds" not in record["paired"]:
                 continue
             was = record["paired"]["outcome"]
-            now, taken, pairs = rejudge(record)
+            now, taken, pairs = rejudge(record, eager_wall)
             tally[now] = tally.get(now, 0) + 1
             if now != was or taken != record["paired"]["looks"]:
                 lines.append(
@@ -99,4 +100,5 @@ def main(paths: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    args = sys.argv[1:]
+    main([a for a in args if a != "--eager-wall"], "--eager-wall" in args)
