@@ -166,6 +166,30 @@ def test_update_then_compare_round_trip(tmp_path, capsys):
     assert data["exit_code"] == 1 and data["reports"][0]["regressions"][0]["cell"] == RESNET
 
 
+def _paired(record: dict, outcome: str) -> dict:
+    """`record` as a paired run writes it: its clocks judged B against A on its runner (the record's `paired`)."""
+    rule = {"rule": "compiled_ms", "clock": "wall", "side": "compiled", "threshold": 0.05, "change": 0.0}
+    rule |= {"lo": -0.02, "hi": 0.02 if outcome == "ok" else 0.08, "outcome": outcome, "pairs": 12}
+    return {**record, "paired": {"against": "origin/main", "outcome": outcome, "duets": 1, "looks": 1, "rules": [rule]}}
+
+
+@pytest.mark.parametrize("unsure, code", [(False, 0), (True, 2)], ids=["paired-ok", "paired-unsure"])
+def test_compare_of_a_paired_run_judges_its_clocks_by_its_paired_verdict(tmp_path, capsys, unsure, code):
+    """A paired run's records, in the shards of a run dealt over several GPUs: `perfgate compare` gives the live
+    gate's verdict. resnet50 train's wall speedup 15 % under the committed baseline's is no finding (the clocks
+    were judged beside the base on the runner, and read ok); an unsure paired cell exits 2."""
+    assert main(["baseline", "update", *write_runs(tmp_path, 3), "--dir", str(tmp_path / "baselines")]) == 0
+    capsys.readouterr()
+    run = syn.run(9, overrides=slower(RESNET, 0.85))
+    run = [_paired(r, "unsure" if unsure and r["cell"] == RESNET else "ok") for r in run]
+    shards = [syn.write_run(tmp_path / f"results-{k}.jsonl", run[k::2]) for k in range(2)]
+    md = tmp_path / "report.md"
+    assert main(["compare", *shards, "--baseline", str(tmp_path / "baselines"), "--markdown", str(md)]) == code
+    text = md.read_text()
+    assert "## Paired timing: " + ("**UNSURE**" if unsure else "PASS") in text and RESNET in text
+    assert "perfgate FAIL" not in text  # the committed baseline judged no clock
+
+
 def test_update_with_few_runs_warns(tmp_path, capsys):
     assert main(["baseline", "update", *write_runs(tmp_path, ADVISED_RUNS - 1), "--dir", str(tmp_path)]) == 0
     assert f"fewer than {ADVISED_RUNS} runs" in capsys.readouterr().out

@@ -15,6 +15,7 @@ from perfgate.core.record import nothing_measured
 from perfgate.core.records_file import RecordFileError, all_records, gated_rounds, iter_records, latest
 from perfgate.judge.baseline import BaselineError, disagreements, save_baselines
 from perfgate.judge.gate import gate_run
+from perfgate.judge.rules import DEFAULT_RULES
 from perfgate.render.report import records_table
 from perfgate.render.report_files import write_reports
 
@@ -41,19 +42,26 @@ def confirm_round(again: dict[str, dict]) -> Callable[[list[str]], list[dict]] |
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
+    from perfgate.ab.verdict import PairedVerdict, baseline_rules
+
     try:
         first, again = gated_rounds(nonempty_records(args.results))  # as the gate judged them, confirm included
-        outcome = gate_run(first, args.baseline, confirm_round(again))
+        # A paired run's records carry its verdict on the clocks, judged B against A on its own runner (the
+        # records' `paired`): the committed baseline then judges only what carries across machines, as the
+        # live gate did, and the shards of a run dealt over several GPUs read as one run's verdict.
+        paired = PairedVerdict.of(first)
+        rules = baseline_rules() if paired.cells else DEFAULT_RULES
+        outcome = gate_run(first, args.baseline, confirm_round(again), rules=rules)
     except (RecordFileError, BaselineError) as err:
         return _cannot_compare([str(err)])
-    try:
-        text = write_reports(outcome, args.markdown, args.json)  # with errors: a page saying why, for a PR comment
+    try:  # with errors: a page saying why, for a PR comment
+        text = write_reports(outcome, args.markdown, args.json, paired=paired if paired.cells else None)
     except OutputError as err:
         return _cannot_compare(list(outcome.errors) + [str(err)])
     if outcome.errors:
         return _cannot_compare(outcome.errors)
     sys.stdout.write(text)
-    return outcome.exit_code
+    return paired.combined_exit(outcome.exit_code) if paired.cells else outcome.exit_code
 
 
 def _cannot_compare(messages: Sequence[str]) -> int:
@@ -106,7 +114,11 @@ def cmd_results(args: argparse.Namespace) -> int:
 
 def add_parser(sub) -> None:
     """`compare`, `baseline update` and `results` on the subcommands `sub`."""
-    cmp = sub.add_parser("compare", help="compare results with a baseline; exit 0 pass, 1 regression, 2 cannot compare")
+    cmp = sub.add_parser(
+        "compare",
+        help="compare results with a baseline (a paired run's clocks by its own paired verdict); "
+        "exit 0 pass, 1 regression, 2 unsure or cannot compare",
+    )
     cmp.add_argument("results", nargs="+", metavar="RESULTS", help="results files (JSON lines)")
     cmp.add_argument(
         "--baseline",
