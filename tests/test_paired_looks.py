@@ -233,6 +233,27 @@ def test_a_wall_red_that_fresh_pairs_read_ok_against_is_outvoted(later, outcome,
     assert paired.final([got], len(a)) == (len(a) >= needed)
 
 
+def test_a_pairs_red_alone_leaves_its_unsure_rules_measured_to_the_pairs_last_look():
+    """A pair's looks end when nothing is unsure, a regression stands (its clock's pairs all show it), or the
+    pooled device rule reads red. A wall red of this pair alone may fade in the next, and the cell's verdict then
+    rests on the other rules: those still unsure are measured on (the device rule of a planted loss stopped at 3
+    rounds a side by its wall's red)."""
+    from perfgate.core.clocks import DEVICE, WALL
+
+    red = paired.Comparison(paired.PairedRule(WALL, "compiled", 0.05), 0.2, 0.15, 0.25, "regression", 12, 0.99)
+    device = paired.Comparison(
+        paired.PairedRule(DEVICE, "compiled", 0.01, pooled=True), 0.01, 0.0, 0.02, "unsure", 3, 0.99
+    )
+    assert not looks.decided([red, device]) and looks.wanted([red, device], 1, None) == {
+        "device": {"eager", "compiled"}
+    }
+    assert looks.decided([red, replace(device, outcome="ok")])
+    stands = replace(red, by_pair=(0.2, 0.2, 0.2), by_pair_outcomes=("regression",) * 3)
+    assert looks.decided([stands, device])
+    # A device red (pooled: the next pairs' rounds pool with this one's) ends the pair's looks as before.
+    assert looks.decided([replace(red, outcome="unsure"), replace(device, outcome="regression")])
+
+
 def test_a_third_pair_decides_only_the_rules_that_called_for_it():
     """A third process pair is taken for a wall rule (a red both pairs showed, or one the second read ok against,
     where that could leave the cell ok): its first look measures every clock, so each worker's record is served

@@ -5,7 +5,7 @@ A drift of the host's speed over seconds to minutes then hits both sides of a pa
 A cell: side A (the base) is prepared first, so its compiles fill the shared inductor cache and B finds its
 unchanged graphs there: the same compiled code and autotune picks on both sides. Then looks, each of
 WALL_PAIRS wall rounds, HOST_PAIRS host rounds and (on a GPU) one profiled block of DEVICE_ROUNDS per side,
-until every rule is decided (perfgate.ab.paired) or LOOKS are spent. A look after a process pair's first
+until no rule is unsure or a regression stands (looks.decided), or LOOKS are spent. A look after a pair's first
 measures only the clocks with a rule still unsure, and of the wall clock only the unsure side's steps (the
 host clock and eager's wall step, shown and never judged, only in the first, eager in EAGER_SHOWN_PAIRS of its
 wall round pairs).
@@ -176,7 +176,8 @@ def measure(
         if paired.final(comparisons, summary["duets"]) or summary["duets"] == DUETS or _counted_red(*kept):
             break  # the workers stay for the next cell: renewed after the last pair, they cost ~20 s to start again
         duet.renew()  # a fresh process pair for the next duet
-        why = "a regression is measured again" if looks.decided(comparisons) else "still unsure"
+        red = any(c.outcome == "regression" for c in comparisons)
+        why = "a regression is measured again" if red else "still unsure"
         progress(f"{job_b.cell.id}: {why}, with a fresh process pair")
     if record_b is None and kept[1] is not None:  # a later pair's worker died: the last whole pair's records
         record_a, record_b = kept

@@ -349,17 +349,17 @@ def _could_be_outvoted(c: Comparison) -> bool:
     return not c.rule.pooled and "regression" in outcomes and outvoted([*outcomes, "ok"])
 
 
-def _confirmed(c: Comparison) -> bool:
+def confirmed(c: Comparison) -> bool:
     return c.outcome == "regression" and measured_pairs(c) >= CONFIRM_PAIRS.get(c.rule.clock.name, UNSURE_PAIRS)
 
 
 def final(comparisons: Sequence[Comparison], pairs: int) -> bool:
     """Whether a cell's comparisons after `pairs` process pairs end its measuring (pairs_needed), or a rule's
     regression already stands (shown in its clock's CONFIRM_PAIRS: the cell is red whatever the others read)."""
-    return any(_confirmed(c) for c in comparisons) or pairs >= pairs_needed(comparisons)
+    return any(confirmed(c) for c in comparisons) or pairs >= pairs_needed(comparisons)
 
 
 def settled(comparisons: Sequence[Comparison]) -> list[Comparison]:
     """The comparisons as the verdict reads them: a regression shown in fewer process pairs than its clock's
     CONFIRM_PAIRS (measuring ended first: the budget, another rule's red, a pair whose clock failed) is unsure."""
-    return [c if c.outcome != "regression" or _confirmed(c) else replace(c, outcome="unsure") for c in comparisons]
+    return [c if c.outcome != "regression" or confirmed(c) else replace(c, outcome="unsure") for c in comparisons]

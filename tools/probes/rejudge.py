@@ -47,9 +47,10 @@ def rejudge(record: dict, eager_wall: bool = False) -> tuple[str, int, int]:
     confidence = paired.look_confidence(duet.JUDGED_LOOKS)
     taken = pairs = 0  # looks taken, process pairs
     comparisons: list = []
-    short = ""  # the look these rules would take next where the records hold no rounds for it
+    # A count past its band ends the cell after its pair, as the engine's does (duet._counted_red).
+    counted = [c["outcome"] for c in p.get("counts", [])]
     for d in range(1, min(duet.DUETS, len(rounds["wall"]["b"]["compiled"])) + 1):
-        pairs, seen, short = d, None, ""
+        pairs, seen = d, None
         # A third pair's looks decide only the rules that called for it; the others keep what two pairs read.
         calling, before = looks.calling_rules(comparisons, d), comparisons
         for look in range(1, duet.LOOKS + 1):
@@ -58,23 +59,19 @@ def rejudge(record: dict, eager_wall: bool = False) -> tuple[str, int, int]:
                 "device": prefix(rounds, "device", d, duet.DEVICE_ROUNDS * look),
                 "host": prefix(rounds, "host", d, duet.HOST_PAIRS),
             }
-            if cut == seen:
-                short = f"look {look} of pair {d}"
-                break
+            if cut == seen:  # these rules want rounds the records' engine, deciding sooner, never took: from here
+                # on the replay is no longer the engine's
+                outcome = paired.worst([c.outcome for c in paired.settled(comparisons)] + counted)
+                return f"{outcome}, wants look {look} of pair {d}", taken, pairs
             seen, taken = cut, taken + 1
             judged = looks.judge(cut, confidence, kind, eager_wall, layouts=took_layouts(p))
             comparisons = looks.settle_others(judged, before, calling)
             if looks.decided([c for c in comparisons if calling is None or c.rule in calling]):
                 break
-        if paired.final(comparisons, d):
+        if paired.final(comparisons, d) or "regression" in counted:
             break
-    counted = [c["outcome"] for c in p.get("counts", [])]
     outcome = paired.worst([c.outcome for c in paired.settled(comparisons)] + counted)
-    if short and not looks.decided(
-        comparisons
-    ):  # these rules want rounds the records' engine, deciding sooner, never took
-        outcome = f"{outcome}, wants {short}"
-    elif not paired.final(comparisons, pairs):  # these rules want a pair the records' engine never measured
+    if not paired.final(comparisons, pairs) and "regression" not in counted:  # a pair the records never measured
         outcome = f"{outcome}, wants pair {paired.pairs_needed(comparisons)}"
     return outcome, taken, pairs
 
