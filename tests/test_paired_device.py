@@ -3,10 +3,12 @@ Welch t interval, process pairs pooled, a pair that reads the opposite alone vet
 
 from __future__ import annotations
 
+import random
+
 import numpy as np
 import pytest
 
-from perfgate.ab import paired
+from perfgate.ab import duet, looks, paired
 from perfgate.core.clocks import WALL
 
 RULE = paired.PairedRule(WALL, "compiled", 0.05)
@@ -99,3 +101,27 @@ def test_the_report_names_each_cells_own_estimators():
         for c, e in (("a", paired.estimators()), ("b", paired.estimators(layouts=False)))
     ]
     assert "(min; min (device: mean) of rounds)" in PairedVerdict.of(cells).markdown()
+
+
+def test_a_device_block_one_side_could_not_take_drops_both_sides_rounds():
+    """A side whose profiler failed answers the device block with None: the other side's rounds of that block
+    pair with nothing, and are dropped, so each pair's rounds stay matched (the judge would read none at all)."""
+
+    class Worker:
+        def __init__(self, failed):
+            self.hello, self.failed = {"hello": {"wall_sides": True, "relayout": True}}, failed
+
+        def send(self, message):
+            pass
+
+        def expect(self, key, limit_s, progress=None):
+            return {key: None} if self.failed else {key: {"eager": [2.0] * 3, "compiled": [1.0] * 3}}
+
+    workers = {"A": Worker(False), "B": Worker(True)}
+    pair = type("Pair", (), {"sides": ("A", "B"), "worker": lambda self, side: workers[side]})()
+    rounds = {clock: {s: {"eager": [[]], "compiled": [[]]} for s in "ab"} for clock in duet.CLOCKS}
+    ready = {"a": {"device_clock": True}, "b": {"device_clock": True}}
+    spent = dict.fromkeys(duet.CLOCKS, 0.0)
+    duet._look_once(pair, rounds, 1, random.Random(0), ready, {"device": {"eager", "compiled"}}, spent, {})
+    assert rounds["device"]["a"]["compiled"] == [[]] == rounds["device"]["b"]["compiled"]
+    assert looks.judge(rounds, 0.99, "gpu", layouts=True) == []  # no device rule to judge, and no error

@@ -190,6 +190,18 @@ def test_compare_of_a_paired_run_judges_its_clocks_by_its_paired_verdict(tmp_pat
     assert "perfgate FAIL" not in text  # the committed baseline judged no clock
 
 
+def test_compare_of_a_paired_run_fails_on_its_red_without_a_baseline_and_reads_no_side_a(tmp_path, capsys):
+    """A paired run on a runner the committed baseline does not cover (another GPU: cannot compare) still fails
+    on a paired regression (exit 1), as the live gate does; side A's records beside the results are skipped."""
+    run = [_paired(r, "regression" if r["cell"] == RESNET else "ok") for r in syn.run(9)]
+    results = syn.write_run(tmp_path / "results.jsonl", run)
+    against = syn.write_run(tmp_path / "results.against.jsonl", syn.run(10))
+    (tmp_path / "none").mkdir()
+    assert main(["compare", results, against, "--baseline", str(tmp_path / "none")]) == 1
+    captured = capsys.readouterr()
+    assert f"skipped {against}: side A's records" in captured.out and "cannot compare" in captured.err
+
+
 def test_update_with_few_runs_warns(tmp_path, capsys):
     assert main(["baseline", "update", *write_runs(tmp_path, ADVISED_RUNS - 1), "--dir", str(tmp_path)]) == 0
     assert f"fewer than {ADVISED_RUNS} runs" in capsys.readouterr().out

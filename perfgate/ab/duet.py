@@ -54,7 +54,7 @@ DUETS = paired.MAX_PAIRS
 # third pair's looks decide only the rules that called for it (looks.settle_others): they keep a wall regression
 # both pairs showed or turn it unsure, so they make no new red, or outvote one pair's red (paired.outvoted),
 # which needs the second and third pairs' own intervals both wrong to be a wrong ok: at most (ALPHA / 4) ** 2
-# over their looks, so they take no share of ALPHA (docs/gate.md, item 7).
+# over their looks, added to ALPHA / 2 rather than a share of it (docs/gate.md, item 7).
 JUDGED_LOOKS = LOOKS * paired.UNSURE_PAIRS
 ROUND_LIMIT_S = 300.0  # one request's answer
 OUT_OF_MEMORY = "out of memory"  # torch.OutOfMemoryError's words: "CUDA out of memory. Tried to allocate ..."
@@ -345,17 +345,19 @@ def _look_once(
 
     def pair(clock: str, request: dict, sides) -> None:
         t0 = time.monotonic()
-        for s in rng.sample("ab", 2):
-            message = _ask(workers[s], request, clock)
+        messages = {s: _ask(workers[s], request, clock) for s in rng.sample("ab", 2)}
+        spent[clock] += time.monotonic() - t0
+        # A round one side could not take (its profiler failed: None) pairs with nothing: both sides' are
+        # dropped, so each pair's rounds stay matched, round for round, as the judge reads them.
+        if any(m[clock] is None for m in messages.values()):
+            return
+        for s, message in messages.items():
             got = message[clock]
-            if got is None:
-                continue
             if message.get("kernels"):  # a worker of an older engine sends none
                 kernels[s] = message["kernels"]
             for side in sides:  # a worker of an older engine answers both sides: A's and B's must match
                 values = got[side] if isinstance(got[side], list) else [got[side]]
                 rounds[clock][s][side][-1].extend(values)
-        spent[clock] += time.monotonic() - t0
 
     sides = sorted(wanted.get("wall", ()))
     stride = max(1, WALL_PAIRS // max(1, eager_pairs))  # eager's pairs spread over the look: 0, 3, 6, 9 of 12

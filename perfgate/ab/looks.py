@@ -1,6 +1,7 @@
 """What each look of a paired cell measures, and when a process pair's looks end (perfgate.ab.duet's loop;
 tools/probes/rejudge.py replays it over records): every clock in a pair's first look, then the clocks with a
-rule still unsure; a pair's looks end at a regression or when nothing is unsure. Imports no torch."""
+rule still unsure; a pair's looks end when nothing is unsure or a red will stand (`decided`). Imports no
+torch."""
 
 from __future__ import annotations
 
@@ -58,8 +59,8 @@ def unsure(comparisons: list[paired.Comparison]) -> dict[str, set[str]]:
 def decided(comparisons: list[paired.Comparison]) -> bool:
     """Whether a process pair's looks end: no rule is unsure, a regression already stands (shown in its clock's
     CONFIRM_PAIRS: the cell is red whatever the others read), or a pooled rule reads red (the device clock, whose
-    next pairs' rounds pool with this one's). A red of this pair alone is not measured again in it (each look
-    keeps its error rate), but a wall red, which a process's own speed makes and the next pair may undo, leaves
+    next pairs' rounds pool with this one's). A wall red of this pair alone, which a process's own speed makes
+    and the next pair may undo, needs no more of this pair's rounds (each look keeps its error rate) but leaves
     the rules still unsure measured to the pair's last look: the cell's verdict then rests on them. A planted
     1.5 % GPU loss on segformer_b2 train (4xH200 cda00e07) had its device rule stopped at 3 rounds a side in
     each pair by its wall's red, and unsure after two pairs."""

@@ -30,7 +30,8 @@ pairs' rounds are pooled, a pair that reads the opposite vetoing (PairedRule.poo
 
 Error rates across repeated looks: every look's interval is two-sided at 1 - ALPHA / looks, where `looks` is
 the most the plan allows (Bonferroni), so over all looks a true change at or under t is called a regression,
-or one at or over t called ok, with probability at most ALPHA / 2 each.
+or one at or over t called ok, with probability at most ALPHA / 2 each (an outvote's ok adds at most
+(ALPHA / 4) ** 2: docs/gate.md, item 7).
 """
 
 from __future__ import annotations

@@ -22,6 +22,13 @@ def baseline_rules(rules=DEFAULT_RULES) -> tuple:
     return tuple(rule for rule in rules if not isinstance(rule, (SpeedupRule, CountBandRule)))
 
 
+def gate_rules(paired: "PairedVerdict") -> tuple:
+    """The committed baseline's rules for a run: where its records carry paired verdicts (the clocks and counts
+    judged B against A on the runner), what carries across machines alone; else every rule. Every face that
+    gates a run's records (the plugin, `perfgate compare`, `perfgate report`) judges alike."""
+    return baseline_rules() if paired.cells else DEFAULT_RULES
+
+
 @dataclass
 class PairedVerdict:
     """Each paired cell's summary (the record's `paired` field) by cell id, and their outcomes."""

@@ -15,10 +15,10 @@ from perfgate.core.record import nothing_measured
 from perfgate.core.records_file import RecordFileError, all_records, gated_rounds, iter_records, latest
 from perfgate.judge.baseline import BaselineError, disagreements, save_baselines
 from perfgate.judge.gate import gate_run
-from perfgate.judge.rules import DEFAULT_RULES
 from perfgate.render.report import records_table
 from perfgate.render.report_files import write_reports
 
+AGAINST = ".against.jsonl"  # side A's records beside a paired run's results (perfgate.plugin.against)
 # Below this many runs the run-to-run spread is unknown (1 run) or a rough guess: with 3 runs its estimate
 # has 2 degrees of freedom, and the speedup gate catches a 5 % loss less often and cries wolf on noisy
 # cells more often than with 5 (docs/gate-power.md).
@@ -42,24 +42,27 @@ def confirm_round(again: dict[str, dict]) -> Callable[[list[str]], list[dict]] |
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from perfgate.ab.verdict import PairedVerdict, baseline_rules
+    from perfgate.ab.verdict import PairedVerdict, gate_rules
 
+    paths = [p for p in args.results if not str(p).endswith(AGAINST)]
+    for skipped in sorted(set(args.results) - set(paths)):
+        print(f"perfgate: skipped {skipped}: side A's records of a paired run (the base's, not this tree's)")
     try:
-        first, again = gated_rounds(nonempty_records(args.results))  # as the gate judged them, confirm included
+        first, again = gated_rounds(nonempty_records(paths))  # as the gate judged them, confirm included
         # A paired run's records carry its verdict on the clocks, judged B against A on its own runner (the
         # records' `paired`): the committed baseline then judges only what carries across machines, as the
         # live gate did, and the shards of a run dealt over several GPUs read as one run's verdict.
         paired = PairedVerdict.of(first)
-        rules = baseline_rules() if paired.cells else DEFAULT_RULES
-        outcome = gate_run(first, args.baseline, confirm_round(again), rules=rules)
+        outcome = gate_run(first, args.baseline, confirm_round(again), rules=gate_rules(paired))
     except (RecordFileError, BaselineError) as err:
         return _cannot_compare([str(err)])
     try:  # with errors: a page saying why, for a PR comment
         text = write_reports(outcome, args.markdown, args.json, paired=paired if paired.cells else None)
     except OutputError as err:
         return _cannot_compare(list(outcome.errors) + [str(err)])
-    if outcome.errors:
-        return _cannot_compare(outcome.errors)
+    if outcome.errors:  # a paired regression still fails the run (exit 1), as the live gate's exit does
+        code = _cannot_compare(outcome.errors)
+        return paired.combined_exit(code) if paired.cells else code
     sys.stdout.write(text)
     return paired.combined_exit(outcome.exit_code) if paired.cells else outcome.exit_code
 

@@ -8,12 +8,11 @@ import argparse
 import sys
 from pathlib import Path
 
-from perfgate.ab.verdict import PairedVerdict, baseline_rules
+from perfgate.ab.verdict import PairedVerdict, gate_rules
 from perfgate.core import exits
 from perfgate.core.output import OutputError
 from perfgate.core.records_file import RecordFileError, gated_rounds, latest
 from perfgate.faces.compare import confirm_round, nonempty_records
-from perfgate.judge.gate import DEFAULT_RULES
 from perfgate.store import history
 
 
@@ -48,7 +47,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         # counts B against A (the records' `paired`), the rest against the baseline. The speedup rules would
         # gate them against other machines' clocks, which the paired gate does not: the PR comment must not
         # disagree with the gate it reports.
-        paired = bool(PairedVerdict.of(records).cells)
+        paired = PairedVerdict.of(records)
         first, again = gated_rounds(every)  # the verdicts the gate gave, confirm round included
         report = html_report.build(
             records,
@@ -57,7 +56,7 @@ def cmd_report(args: argparse.Namespace) -> int:
             caption=args.caption or "",
             sources=[Path(p).name for p in args.results],
             title=args.title,
-            rules=baseline_rules() if paired else DEFAULT_RULES,
+            rules=gate_rules(paired),
             rounds=(first, confirm_round(again)),
         )
         html_report.write(report, args.html, args.markdown)

@@ -1,7 +1,10 @@
 """Paired records judged again under the rules of this tree (perfgate.ab.paired.RULES), look by look as the
 engine (perfgate.ab.duet) would have taken them: how many cells a rule change turns red, unsure or ok, and how
 many looks and process pairs it spares. Reads the rounds each B record keeps (`paired.rounds`); a rule set
-that judges a subset of what the records' engine judged needs no round those records lack.
+that judges a subset of what the records' engine judged needs no round those records lack. A replay cuts every
+clock at each look, where the engine measures only the clocks it still wants: under rules that decide a clock
+sooner or later than the records' engine did, a clock may be judged on rounds that engine took for another, and
+"wants look L" shows only where no clock gained a round. Read it as a lower bound on what the rules would take.
 
     python tools/probes/rejudge.py [--eager-wall] baselines/runs/paired/h200x4-20261127-2aa41d77-aa-warm.jsonl ...
 
