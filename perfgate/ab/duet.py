@@ -158,7 +158,7 @@ def measure(
                 _look_once(duet, rounds, steps, rng, ready, wanted, by_clock, kernels[-1], eager_pairs, layouts)
                 judged = looks.judge(rounds, confidence, job_b.cell.device_kind, eager_wall, layouts)
                 comparisons = looks.settle_others(judged, before, calling)
-                if looks.decided([c for c in comparisons if calling is None or c.rule in calling]):
+                if looks.decided(comparisons, calling):
                     break
             seconds["looks"].append(lap())
             if together:  # both finish at once: see _finish

@@ -56,14 +56,16 @@ def unsure(comparisons: list[paired.Comparison]) -> dict[str, set[str]]:
     return out
 
 
-def decided(comparisons: list[paired.Comparison]) -> bool:
-    """Whether a process pair's looks end: no rule is unsure, a regression already stands (shown in its clock's
+def decided(comparisons: list[paired.Comparison], calling: set | None = None) -> bool:
+    """Whether a process pair's looks end, judged on the rules that called for it (`calling_rules`; every rule
+    in the first two pairs): no rule is unsure, a regression already stands (shown in its clock's
     CONFIRM_PAIRS: the cell is red whatever the others read), or a pooled rule reads red (the device clock, whose
     next pairs' rounds pool with this one's). A wall red of this pair alone, which a process's own speed makes
     and the next pair may undo, needs no more of this pair's rounds (each look keeps its error rate) but leaves
     the rules still unsure measured to the pair's last look: the cell's verdict then rests on them. A planted
     1.5 % GPU loss on segformer_b2 train (4xH200 cda00e07) had its device rule stopped at 3 rounds a side in
     each pair by its wall's red, and unsure after two pairs."""
+    comparisons = [c for c in comparisons if calling is None or c.rule in calling]
     if any(paired.confirmed(c) or (c.outcome == "regression" and c.rule.pooled) for c in comparisons):
         return True
     return "unsure" not in {c.outcome for c in comparisons}

@@ -69,7 +69,7 @@ def rejudge(record: dict, eager_wall: bool = False) -> tuple[str, int, int]:
             seen, taken = cut, taken + 1
             judged = looks.judge(cut, confidence, kind, eager_wall, layouts=took_layouts(p))
             comparisons = looks.settle_others(judged, before, calling)
-            if looks.decided([c for c in comparisons if calling is None or c.rule in calling]):
+            if looks.decided(comparisons, calling):
                 break
         if paired.final(comparisons, d) or "regression" in counted:
             break
