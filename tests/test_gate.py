@@ -71,6 +71,20 @@ def test_planted_loss_fails_exactly_the_touched_cells(base):
     assert gate.speedup_suspects(report) == sorted(touched)
 
 
+def test_a_paired_record_leaves_its_clocks_to_the_pair_and_an_unpaired_one_is_judged_whole(base):
+    """A paired session measures its data-parallel cells unpaired: the baseline's clock rules step aside for
+    the records that carry a paired verdict (judged B against A on the runner) and for no other."""
+    paired = {"against": "origin/main", "outcome": "ok", "duets": 2, "looks": 3, "rules": []}
+    run = now(42, overrides=slower([RESNET, GPT2_INFER], 0.90))
+    run = [{**r, "paired": paired} if r["cell"] == RESNET else r for r in run]
+    report = gate.compare(run, base)
+    assert kinds(report) == [(GPT2_INFER, "speedup", "regression")]
+    row = next(row for row in report.rows if row.cell == RESNET)
+    assert not row.clocks  # nor a noise note on its wall line
+    broken = [{**r, "graph_breaks": r["graph_breaks"] + 1} if r["cell"] == RESNET else r for r in run]
+    assert (RESNET, "graph_breaks", "regression") in kinds(gate.compare(broken, base))  # carries across machines
+
+
 @pytest.mark.parametrize("metric", ["graph_breaks", "recompiles", "ddp_wrapper_breaks"])
 @pytest.mark.parametrize("delta, kind", [(1, "regression"), (-1, "improvement")])
 def test_counts_are_exact(metric, delta, kind):

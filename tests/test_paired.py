@@ -212,10 +212,11 @@ def test_counts_are_judged_b_against_a_within_their_band(a, b, expected):
 
 
 def test_a_paired_run_leaves_the_counts_to_the_pair_not_the_baseline():
-    from perfgate.ab.verdict import baseline_rules
+    from perfgate.judge.gate import DEFAULT_RULES, rules_for
     from perfgate.judge.rules import CountBandRule, SpeedupRule
 
-    assert not [r for r in baseline_rules() if isinstance(r, (CountBandRule, SpeedupRule))]
+    judged = rules_for(DEFAULT_RULES, {"cell": "c", "paired": _summary("ok")})
+    assert judged and not [r for r in judged if isinstance(r, (CountBandRule, SpeedupRule))]
 
 
 def _summary(outcome: str) -> dict:

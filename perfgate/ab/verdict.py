@@ -2,8 +2,8 @@
 job summary and PR comment, JSON beside the gate's report). Imports no torch.
 
 In a paired run the committed baseline judges what carries across machines exactly (status, numerics, graph
-breaks, recompiles, memory, compile time: `baseline_rules`), and the paired comparison judges the clocks, which
-do not carry across machines.
+breaks, recompiles, memory, compile time: perfgate.judge.gate.rules_for, per record), and the paired comparison
+judges the clocks and counts, which do not carry across machines.
 """
 
 from __future__ import annotations
@@ -12,21 +12,7 @@ from dataclasses import dataclass, field
 
 from perfgate.ab import paired
 from perfgate.core import exits
-from perfgate.judge.rules import DEFAULT_RULES, CountBandRule, SpeedupRule
 from perfgate.render.report import md_text
-
-
-def baseline_rules(rules=DEFAULT_RULES) -> tuple:
-    """The gate's rules less the clocks' (wall, device and host ratio rules) and the counts' bands: a paired
-    run judges those, B against A."""
-    return tuple(rule for rule in rules if not isinstance(rule, (SpeedupRule, CountBandRule)))
-
-
-def gate_rules(paired: "PairedVerdict") -> tuple:
-    """The committed baseline's rules for a run: where its records carry paired verdicts (the clocks and counts
-    judged B against A on the runner), what carries across machines alone; else every rule. Every face that
-    gates a run's records (the plugin, `perfgate compare`, `perfgate report`) judges alike."""
-    return baseline_rules() if paired.cells else DEFAULT_RULES
 
 
 @dataclass

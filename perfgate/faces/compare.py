@@ -42,7 +42,7 @@ def confirm_round(again: dict[str, dict]) -> Callable[[list[str]], list[dict]] |
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from perfgate.ab.verdict import PairedVerdict, gate_rules
+    from perfgate.ab.verdict import PairedVerdict
 
     paths = [p for p in args.results if not str(p).endswith(AGAINST)]
     for skipped in sorted(set(args.results) - set(paths)):
@@ -50,10 +50,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
     try:
         first, again = gated_rounds(nonempty_records(paths))  # as the gate judged them, confirm included
         # A paired run's records carry its verdict on the clocks, judged B against A on its own runner (the
-        # records' `paired`): the committed baseline then judges only what carries across machines, as the
-        # live gate did, and the shards of a run dealt over several GPUs read as one run's verdict.
+        # records' `paired`): the committed baseline then judges only what carries across machines there
+        # (gate.rules_for), as the live gate did, and the shards of a run dealt over several GPUs read as one
+        # run's verdict.
         paired = PairedVerdict.of(first)
-        outcome = gate_run(first, args.baseline, confirm_round(again), rules=gate_rules(paired))
+        outcome = gate_run(first, args.baseline, confirm_round(again))
     except (RecordFileError, BaselineError) as err:
         return _cannot_compare([str(err)])
     try:  # with errors: a page saying why, for a PR comment

@@ -8,7 +8,6 @@ import argparse
 import sys
 from pathlib import Path
 
-from perfgate.ab.verdict import PairedVerdict, gate_rules
 from perfgate.core import exits
 from perfgate.core.output import OutputError
 from perfgate.core.records_file import RecordFileError, gated_rounds, latest
@@ -43,11 +42,6 @@ def cmd_report(args: argparse.Namespace) -> int:
             print(stage_account.run_line(records) or "perfgate: no stage account in these records")
         if not (args.html or args.markdown):
             return exits.PASS
-        # A paired run's records are judged against the baseline as the paired gate judged them: its clocks and
-        # counts B against A (the records' `paired`), the rest against the baseline. The speedup rules would
-        # gate them against other machines' clocks, which the paired gate does not: the PR comment must not
-        # disagree with the gate it reports.
-        paired = PairedVerdict.of(records)
         first, again = gated_rounds(every)  # the verdicts the gate gave, confirm round included
         report = html_report.build(
             records,
@@ -56,7 +50,6 @@ def cmd_report(args: argparse.Namespace) -> int:
             caption=args.caption or "",
             sources=[Path(p).name for p in args.results],
             title=args.title,
-            rules=gate_rules(paired),
             rounds=(first, confirm_round(again)),
         )
         html_report.write(report, args.html, args.markdown)

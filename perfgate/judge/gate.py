@@ -47,6 +47,7 @@ __all__ = [
     "speedup_suspects",
     "confirm",
     "gate_run",
+    "rules_for",
     "BaselineError",
     "DEFAULT_RULES",
     "ADVISORY",
@@ -103,15 +104,31 @@ def _check_environment(records: Sequence[dict], baseline: dict) -> None:
         )
 
 
+def paired_here(record: dict | None) -> bool:
+    """Whether `record` carries a paired verdict (--perf-against): its clocks and counts were judged B against
+    A on its own runner, so the baseline's clock and count rules step aside for it. Per record, since a paired
+    session measures its data-parallel cells unpaired, and those the baseline judges whole."""
+    return isinstance((record or {}).get("paired"), dict)
+
+
+def rules_for(rules: Sequence, record: dict | None) -> tuple:
+    """The rules the committed baseline judges `record` by: all, or for a paired record what carries across
+    machines alone (status, numerics, graph breaks, recompiles, memory, compile time)."""
+    if not paired_here(record):
+        return tuple(rules)
+    return tuple(rule for rule in rules if not isinstance(rule, (SpeedupRule, CountBandRule)))
+
+
 def _evaluate(current: dict[str, dict], baseline: dict, rules: Sequence) -> dict[str, list[Finding]]:
-    """Findings per cell present in both the run and the baseline; the wall rule's on a host-bound cell
-    measured on a host CPU foreign to the baseline, and those that scale with the batch of a cell whose batch
-    changed, are advisories (perfgate.judge.advisories.foreign_cpu_advisory, changed_batch_advisory)."""
+    """Findings per cell present in both the run and the baseline, by the rules that judge it (rules_for);
+    the wall rule's on a host-bound cell measured on a host CPU foreign to the baseline, and those that scale
+    with the batch of a cell whose batch changed, are advisories (perfgate.judge.advisories.foreign_cpu_advisory,
+    changed_batch_advisory)."""
     cells, cpus = baseline["cells"], baseline.get("host_cpus") or []
     return {
         cid: [
             changed_batch_advisory(rule, foreign_cpu_advisory(rule, f, cur, cpus), cells[cid], cur)
-            for rule in rules
+            for rule in rules_for(rules, cur)
             if (f := rule.check(cells[cid], cur)) is not None
         ]
         for cid, cur in current.items()
@@ -145,6 +162,7 @@ def _noise_notes(rows: Sequence[CellRow], rules: Sequence) -> list[str]:
 def _predates(baseline: dict, current: dict[str, dict], rules: Sequence) -> list[str]:
     """Clocks measured now that the baseline's ok cells lack: not compared; the baseline is older."""
     cells, notes = baseline["cells"], []
+    current = {cid: cur for cid, cur in current.items() if not paired_here(cur)}  # the pairing judged their clocks
     for rule in (r for r in rules if isinstance(r, SpeedupRule)):
         lacking = [
             cid
@@ -222,7 +240,7 @@ def _assemble(records: list[dict], baseline: dict, rules: Sequence, findings: di
     rows = []
     for cid in sorted(set(current) | set(cells)):
         base, cur, found = cells.get(cid), current.get(cid), findings.get(cid, [])
-        rows.append(cell_row(cid, verdict_of(found, base, cur), base, cur, rules, found))
+        rows.append(cell_row(cid, verdict_of(found, base, cur), base, cur, rules_for(rules, cur), found))
     # Cells ok with a speedup in both the run and the baseline: what the geomeans are over.
     compared = [
         cid

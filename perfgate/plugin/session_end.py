@@ -63,13 +63,12 @@ def _gate(perf: PerfSession, records: list[dict], baseline, interrupted: bool):
     exit status (2) says it was cut short."""
     from pathlib import Path
 
-    from perfgate.ab.verdict import baseline_rules
-    from perfgate.judge.gate import DEFAULT_RULES, gate_run
+    from perfgate.judge.gate import gate_run
     from perfgate.render.report_files import write_reports
 
     report_dir = perf.config.getoption("--perf-report")
     why_dir = str(Path(report_dir or ".perfgate") / "why")
-    outcome = gate_run(records, baseline, rules=baseline_rules() if perf.pairing is not None else DEFAULT_RULES)
+    outcome = gate_run(records, baseline)  # a paired record's clocks are the pairing's (gate.rules_for)
     profiled: dict[str, dict] = {}
     measures_again = not interrupted and perf.pairing is None
     if measures_again:
