@@ -3,52 +3,19 @@
 import contextlib
 import dataclasses
 import json
-import os
-import signal
-import time
 
 import pytest
 
 torch = pytest.importorskip("torch")
-import torch.nn.functional as F  # noqa: E402
-from torch import nn  # noqa: E402
+from tiny_mlp import ENV, OPTIONS, REGISTRY, mlp_batch, mlp_spec  # noqa: E402
 
 from perfgate.core.job import RunOptions  # noqa: E402
 from perfgate.core.matrix import VARIANTS, Cell, Variant  # noqa: E402
 from perfgate.core.record_reading import first_call_cache  # noqa: E402
-from perfgate.core.spec import ModelSpec, Size  # noqa: E402
+from perfgate.core.spec import Size  # noqa: E402
 from perfgate.core.stages import STAGES  # noqa: E402
-from perfgate.core.timing_plan import CPU_PLAN  # noqa: E402
-from perfgate.measure import cache_artifacts, launch, precompile, record_builder, reference  # noqa: E402
+from perfgate.measure import cache_artifacts, launch, record_builder, reference  # noqa: E402
 from perfgate.measure.cell import run_cell  # noqa: E402
-
-OPTIONS = RunOptions(
-    device="cpu", plan=CPU_PLAN.replace(min_rounds=3, max_rounds=3, target_round_ms=2.0), warm_compile="off"
-)
-ENV = {"gpu": None, "fingerprint": "cpu-test"}
-
-
-def _batch(config, size, generator):
-    return {"x": torch.randn(size, 8, generator=generator), "y": torch.randint(0, 2, (size,), generator=generator)}
-
-
-def _spec(predict=lambda m, b: m(b["x"]), **changes) -> ModelSpec:
-    spec = ModelSpec(
-        name="mlp",
-        description="tiny",
-        build=lambda c: nn.Sequential(nn.Linear(8, 2)),
-        make_batch=_batch,
-        predict=predict,
-        loss=lambda m, b: F.cross_entropy(m(b["x"]), b["y"]),
-        blocks=lambda m: list(m),
-        unit="samples",
-        sizes={"cpu": Size({}, batch=4)},
-    )
-    return dataclasses.replace(spec, **changes)
-
-
-# The artifacts child rebuilds the model in a fresh process: it imports this module and finds it here.
-REGISTRY = {"mlp": _spec()}
 
 
 def _run(spec, phase="infer"):
@@ -62,12 +29,12 @@ def _run_with_artifacts(registry: str):
 
 
 def test_a_healthy_cell_passes():
-    record = _run(_spec())
+    record = _run(mlp_spec())
     assert (record["status"], record["numerics"]) == ("ok", "pass")
 
 
 def test_a_record_says_its_batch_and_how_fast_its_host_ran():
-    record = _run(_spec(), phase="train")
+    record = _run(mlp_spec(), phase="train")
     assert record["batch"] == 4
     # the host probe around the timed rounds: wall ms of its work, and the thread's CPU ms for it
     assert 0 < record["host_probe_cpu_ms"] <= record["host_probe_ms"] * 1.05
@@ -85,7 +52,7 @@ def test_a_record_says_its_batch_and_how_fast_its_host_ran():
     ],
 )
 def test_only_a_train_step_under_cuda_graphs_takes_the_cuda_graph_batch(phase, variant, device_kind, batch):
-    spec = _spec(sizes={"cpu": Size({}, batch=4), "gpu": Size({}, batch=8, cuda_graph_train_batch=2)})
+    spec = mlp_spec(sizes={"cpu": Size({}, batch=4), "gpu": Size({}, batch=8, cuda_graph_train_batch=2)})
     assert spec.size(Cell("mlp", phase, variant, "amp_bf16", device_kind)).batch == batch
 
 
@@ -116,7 +83,7 @@ def test_the_numerics_judge_is_set_aside_from_the_compiled_peak(monkeypatch):
     compare = cell_module.compare_steps
     monkeypatch.setattr(cell_module, "Memory", Recording)
     monkeypatch.setattr(cell_module, "compare_steps", judging)
-    assert _run(_spec())["status"] == "ok"
+    assert _run(mlp_spec())["status"] == "ok"
     assert events == ["aside", "judge", "aside ends"]
 
 
@@ -176,7 +143,7 @@ def test_the_base_is_taken_once_the_last_cells_garbage_is_collected(monkeypatch)
 
 
 def test_a_cell_that_compiled_nothing_fails_as_ran_eager():
-    record = _run(_spec(predict=torch._dynamo.disable(lambda m, b: m(b["x"]))))
+    record = _run(mlp_spec(predict=torch._dynamo.disable(lambda m, b: m(b["x"]))))
     assert record["status"] == "failed"
     assert record["reason"].startswith("ran eager")
     assert record["compile_s"] is not None  # what was measured before the failure stays
@@ -186,13 +153,13 @@ def test_an_error_inside_the_model_becomes_a_reason_not_a_crash():
     def broken(model, batch):
         raise RuntimeError("shape mismatch in block 3")
 
-    record = _run(_spec(predict=broken))
+    record = _run(mlp_spec(predict=broken))
     assert record["status"] == "failed"
     assert "shape mismatch in block 3" in record["reason"]
 
 
 def test_nan_in_the_compiled_output_fails_numerics():
-    spec = _spec(predict=lambda m, b: m(b["x"]) / (b["x"].sum() * 0) if torch.compiler.is_compiling() else m(b["x"]))
+    spec = mlp_spec(predict=lambda m, b: m(b["x"]) / (b["x"].sum() * 0) if torch.compiler.is_compiling() else m(b["x"]))
     record = _run(spec)
     assert record["status"] == "failed" and record["numerics"] == "fail"
     assert "non-finite" in str(record["numerics_detail"]["checks"])
@@ -201,7 +168,7 @@ def test_nan_in_the_compiled_output_fails_numerics():
 def test_checkpoints_keep_what_a_killed_cell_had_measured():
     seen = []
     record = run_cell(
-        _spec(),
+        mlp_spec(),
         Cell("mlp", "infer", "aot_eager", "fp32", "cpu"),
         OPTIONS,
         ENV,
@@ -217,7 +184,7 @@ def test_checkpoints_keep_what_a_killed_cell_had_measured():
 
 
 def test_a_fresh_process_compiles_from_the_cells_cache_artifacts():
-    record = _run_with_artifacts(f"{__name__}:REGISTRY")
+    record = _run_with_artifacts("tiny_mlp:REGISTRY")
     assert record["status"] == "ok", record["reason"]
     assert record["compile_artifacts_note"] is None
     assert record["compile_artifacts_bytes"] > 0
@@ -238,7 +205,7 @@ def test_a_broken_fresh_process_leaves_the_cell_ok_with_a_note():
 
 def test_a_fresh_process_past_its_time_is_killed_with_a_note():
     record = {}
-    options = dataclasses.replace(OPTIONS, registry=f"{__name__}:REGISTRY")
+    options = dataclasses.replace(OPTIONS, registry="tiny_mlp:REGISTRY")
     compiled = cache_artifacts.measure_in_child(
         b"", Cell("mlp", "infer", "inductor_default", "fp32", "cpu"), options, timeout_s=0.2
     )  # the child is still importing torch
@@ -278,205 +245,17 @@ def test_a_recompile_records_the_guard_that_failed():
 def test_more_recompiles_than_the_strategy_allows_fail_the_cell_and_name_the_guard():
     """Two batch sizes in the stream of a fixed-shape model: the second costs a recompile it may not."""
     sizes = iter((4, 6))
-    spec = _spec(make_batch=lambda config, size, generator: _batch(config, next(sizes), generator), stream=2)
+    spec = mlp_spec(make_batch=lambda config, size, generator: mlp_batch(config, next(sizes), generator), stream=2)
     record = run_cell(spec, Cell("mlp", "infer", "aot_eager", "fp32", "cpu"), OPTIONS, ENV)
     assert record["status"] == "failed" and record["recompiles"] == 1 and record["recompiles_allowed"] == 0
     assert "size mismatch at index 0. expected 4, actual 6" in record["reason"]
-
-
-def test_a_precompiled_cell_finds_its_compile_in_the_kept_cache(tmp_path):
-    """--perf-precompile's children fill the cache; the cell's own first call then hits it, and says so."""
-    cell = Cell("mlp", "infer", "inductor_default", "fp32", "cpu")
-    cache = str(tmp_path / "cache")
-    lines = precompile.run(
-        [[cell], [Cell("mlp", "infer", "aot_eager", "fp32", "cpu")]],
-        cache_dir=cache,
-        registry=f"{__name__}:REGISTRY",
-        devices=[],
-        tf32=False,
-        out=tmp_path / "pre.json",
-        limit_s=120,
-    )
-    assert [(line["cell"], line["status"]) for line in lines] == [
-        (cell.id, "ok"),
-        ("cpu-mlp-infer-aot_eager-fp32", "ok"),
-    ]
-    assert lines[0]["misses"] > 0 and lines[0]["first_call_s"] > 0  # it compiled, cold
-    assert json.loads((tmp_path / "pre.json").read_text()) == lines
-    record = run_cell(REGISTRY["mlp"], cell, dataclasses.replace(OPTIONS, cache_dir=cache), ENV)
-    assert record["status"] == "ok" and record["compile_cache_hits"] > 0 and record["compile_cache_misses"] == 0
-    assert first_call_cache(record) == "warm"
-
-
-def test_a_precompile_child_that_cannot_start_fails_its_cells_with_the_reason(tmp_path):
-    cell = Cell("mlp", "infer", "inductor_default", "fp32", "cpu")
-    (line,) = precompile.run(
-        [[cell]],
-        cache_dir=str(tmp_path),
-        registry="no_such_zoo:REGISTRY",
-        devices=[],
-        tf32=False,
-        out=tmp_path / "pre.json",
-        limit_s=120,
-    )
-    assert line["status"] == "failed" and "No module named 'no_such_zoo'" in line["reason"]
-
-
-def test_a_precompile_forgets_the_launch_configs_written_since_it_began(tmp_path):
-    """However its processes end, the picks written while they ran go (a pick dated after the start stands in
-    for one a process timed) and older ones stay."""
-    old, new = tmp_path / "amp_bf16" / "old.best_config", tmp_path / "amp_bf16" / "new.best_config"
-    new.parent.mkdir(parents=True)
-    for path, when in ((old, 1_000.0), (new, time.time() + 3_600)):
-        path.write_text("{}")
-        os.utime(path, (when, when))
-    precompile.run(
-        [[Cell("mlp", "infer", "inductor_default", "fp32", "cpu")]],
-        cache_dir=str(tmp_path),
-        registry="no_such_zoo:REGISTRY",
-        devices=[],
-        tf32=False,
-        out=tmp_path / "pre.json",
-        limit_s=120,
-    )
-    assert old.exists() and not new.exists()
-
-
-def test_a_precompile_child_past_its_time_is_killed_and_its_cells_say_so(tmp_path):
-    cell = Cell("mlp", "infer", "inductor_default", "fp32", "cpu")
-    (line,) = precompile.run(
-        [[cell]],
-        cache_dir=str(tmp_path),
-        registry=f"{__name__}:REGISTRY",
-        devices=[],
-        tf32=False,
-        out=tmp_path / "pre.json",
-        limit_s=0.2,
-    )  # still importing torch
-    assert line == {"cell": cell.id, "status": "failed", "reason": "not compiled: timed out after 0.2 s (not started)"}
-
-
-def test_at_the_limit_every_child_left_is_killed_at_once_and_says_so(tmp_path, monkeypatch):
-    """Not a second's grace per child after the first: the children share one limit, and one kill ends them all."""
-    cells = [Cell("mlp", phase, "inductor_default", "fp32", "cpu") for phase in ("infer", "train")]
-    kills, real_kill = [], launch.kill_groups
-
-    def kill(*procs):
-        kills.append(len(procs))
-        real_kill(*procs)
-
-    monkeypatch.setattr(precompile, "kill_groups", kill)
-    lines = precompile.run(
-        [[c] for c in cells],
-        cache_dir=str(tmp_path),
-        registry=f"{__name__}:REGISTRY",
-        devices=[],
-        tf32=False,
-        out=tmp_path / "pre.json",
-        limit_s=0.2,
-    )
-    assert [line["reason"] for line in lines] == ["not compiled: timed out after 0.2 s (not started)"] * 2
-    assert kills == [2]
-
-
-def test_an_interrupted_precompile_kills_its_children_and_keeps_its_lines(tmp_path, monkeypatch):
-    """Ctrl-C (or a CI step's timeout) while the children compile: none is left running in its own session,
-    and the cells they did not reach say why in the .precompile.json."""
-    cell, children = Cell("mlp", "infer", "inductor_default", "fp32", "cpu"), []
-    real_spawn = precompile.spawn
-
-    def keep(*args, **kwargs):
-        children.append(real_spawn(*args, **kwargs))
-        return children[-1]
-
-    def interrupted(_seconds):  # the supervision loop's wait between two looks at the children
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr(precompile, "spawn", keep)
-    monkeypatch.setattr(launch.time, "sleep", interrupted)
-    with pytest.raises(KeyboardInterrupt):
-        precompile.run(
-            [[cell]],
-            cache_dir=str(tmp_path),
-            registry=f"{__name__}:REGISTRY",
-            devices=[],
-            tf32=False,
-            out=tmp_path / "pre.json",
-            limit_s=120,
-        )
-    (child,) = children
-    assert child.poll() == -signal.SIGKILL
-    assert json.loads((tmp_path / "pre.json").read_text()) == [
-        {"cell": cell.id, "status": "failed", "reason": "not compiled: interrupted (not started)"}
-    ]
-
-
-def test_a_stopped_precompile_says_how_long_the_cell_in_hand_had_compiled(tmp_path):
-    """A compile cut at the limit is a measurement too: at least that long (the known issue's figure)."""
-    done, cut, later = (Cell("mlp", phase, "inductor_default", "fp32", "cpu") for phase in ("infer", "train", "ddp"))
-    now = time.time()
-    lines = tmp_path / "0.jsonl"
-    lines.write_text(
-        "".join(
-            json.dumps(line) + "\n"
-            for line in (
-                {"cell": done.id, "started_at": now - 20.0},
-                {"cell": done.id, "status": "ok", "wall_s": 8.0},
-                {"cell": cut.id, "started_at": now - 12.0},
-            )
-        )
-    )
-    assert precompile._lines([done, cut, later], lines, "timed out after 20 s", stopped=True) == [
-        {"cell": done.id, "status": "ok", "wall_s": 8.0},
-        {
-            "cell": cut.id,
-            "status": "failed",
-            "reason": "not compiled: timed out after 20 s",
-            "stopped_after_s": pytest.approx(12.0, abs=1.0),
-        },
-        {"cell": later.id, "status": "failed", "reason": "not compiled: timed out after 20 s (not started)"},
-    ]
-
-
-def test_an_interrupt_kills_every_child_before_waiting_for_any(monkeypatch):
-    """A killed GPU process may take seconds to end: waiting on each before killing the next adds them up."""
-    events = []
-
-    class Child:
-        def __init__(self, pid):
-            self.pid = pid
-
-        def poll(self):
-            return None
-
-        def wait(self):
-            events.append(("wait", self.pid))
-
-    monkeypatch.setattr(launch.os, "killpg", lambda pid, sig: events.append(("kill", pid)))
-    launch.kill_groups(Child(1), Child(2), Child(3))
-    assert events == [("kill", 1), ("kill", 2), ("kill", 3), ("wait", 1), ("wait", 2), ("wait", 3)]
-
-
-def test_a_kept_cache_holds_one_inductor_cache_per_precision(tmp_path):
-    """torch 2.11's AOTAutograd cache keys autocast on/off, not its dtype: amp_bf16 and amp_fp16 must never
-    share one, or a cell runs the other precision's graph. Triton kernels (keyed by source) stay shared."""
-    import os
-
-    from perfgate.measure.compile_cache import compile_cache
-
-    seen = {}
-    for precision in ("amp_bf16", "amp_fp16"):
-        with compile_cache(str(tmp_path), precision):
-            seen[precision] = (os.environ["TORCHINDUCTOR_CACHE_DIR"], os.environ["TRITON_CACHE_DIR"])
-    assert seen["amp_bf16"][0] == str(tmp_path / "amp_bf16") != seen["amp_fp16"][0]
-    assert seen["amp_bf16"][1] == seen["amp_fp16"][1] == str(tmp_path / "triton")
 
 
 # ---------------------------------------------------------------------------------------------- stages, reference
 
 
 def test_a_records_stages_account_for_its_wall_time():
-    record = _run(_spec(), phase="train")
+    record = _run(mlp_spec(), phase="train")
     assert record["process"] == "pytest"  # measured in this process
     assert {"build", "reference", "compile", "numerics", "warmup", "timing"} <= set(record["stages"])
     assert set(record["stages"]) <= set(STAGES)
@@ -486,7 +265,7 @@ def test_a_records_stages_account_for_its_wall_time():
 def test_a_cached_reference_is_read_back_equal_and_a_changed_key_misses(tmp_path):
     options = dataclasses.replace(OPTIONS, reference_dir=str(tmp_path))
     cell = Cell("mlp", "train", "aot_eager", "fp32", "cpu")
-    first, again = (run_cell(_spec(), cell, options, ENV) for _ in range(2))
+    first, again = (run_cell(mlp_spec(), cell, options, ENV) for _ in range(2))
     assert (first["reference_cache"], again["reference_cache"]) == ("stored", "hit")
     assert first["numerics"] == again["numerics"] == "pass"
     assert first["numerics_detail"]["worst"] == again["numerics_detail"]["worst"]
@@ -498,14 +277,14 @@ def test_a_cached_reference_is_read_back_equal_and_a_changed_key_misses(tmp_path
         for name, tensor in fresh_step.items():
             assert torch.equal(read_step[name], tensor), name
     # another seed (hence other weights and batches) is another key: computed and stored beside the first
-    run_cell(_spec(), cell, dataclasses.replace(options, seed=1), ENV)
+    run_cell(mlp_spec(), cell, dataclasses.replace(options, seed=1), ENV)
     assert len(list(tmp_path.glob("*/*.pt"))) == 2
 
 
 def _fresh_reference(cell):
     from perfgate.measure.steps import cell_batches, initial_state
 
-    spec = _spec()
+    spec = mlp_spec()
     size = spec.size(cell)
     state = initial_state(spec, size, OPTIONS.seed)
     host_batches = cell_batches(spec, cell, size, OPTIONS.seed, torch.device("cpu"))[0]
@@ -514,7 +293,7 @@ def _fresh_reference(cell):
 
 @pytest.mark.parametrize("change", ["seed", "batches", "torch_version", "device"])
 def test_a_reference_key_changes_with_what_the_reference_depends_on(change, monkeypatch):
-    spec, cell = _spec(), Cell("mlp", "train", "aot_eager", "fp32", "cpu")
+    spec, cell = mlp_spec(), Cell("mlp", "train", "aot_eager", "fp32", "cpu")
     size = spec.size(cell)
     batches = [{"x": torch.ones(4, 8)}]
     base = reference.key(spec, cell, size, 0, batches, torch.device("cpu"))
@@ -533,7 +312,7 @@ def test_a_reference_key_changes_with_what_the_reference_depends_on(change, monk
 
 def test_numerics_off_skips_the_check_and_says_so():
     record = run_cell(
-        _spec(), Cell("mlp", "train", "aot_eager", "fp32", "cpu"), dataclasses.replace(OPTIONS, numerics=False), ENV
+        mlp_spec(), Cell("mlp", "train", "aot_eager", "fp32", "cpu"), dataclasses.replace(OPTIONS, numerics=False), ENV
     )
     assert (record["status"], record["numerics"]) == ("ok", "skipped")
     assert record["reference_cache"].startswith("skipped")

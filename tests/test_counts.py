@@ -155,7 +155,7 @@ def cells():
     """Infer cells of a 3-layer MLP (aot_eager, CPU; ~0.5 s each): as built, again, with one more Python call per
     layer, and with a graph break before each layer (the --perf-inject graph_break fault)."""
     pytest.importorskip("torch")
-    from test_cell import ENV, OPTIONS, _spec
+    from tiny_mlp import ENV, OPTIONS, mlp_spec
     from torch import nn
 
     from perfgate.core.fault import parse as parse_fault
@@ -175,7 +175,7 @@ def cells():
     def mlp(wrap=lambda layer: layer):
         return nn.Sequential(*(wrap(layer) for layer in (nn.Linear(8, 16), nn.Linear(16, 16), nn.Linear(16, 2))))
 
-    spec = _spec(build=lambda c: mlp(), blocks=lambda m: list(m))
+    spec = mlp_spec(build=lambda c: mlp(), blocks=lambda m: list(m))
     called = dataclasses.replace(spec, build=lambda c: mlp(Called))
     cell = Cell("mlp", "infer", "aot_eager", "fp32", "cpu")
     broken = dataclasses.replace(OPTIONS, fault=parse_fault("graph_break"))
