@@ -52,6 +52,10 @@ def rejudge(record: dict, eager_wall: bool = False) -> tuple[str, int, int]:
     comparisons: list = []
     # A count past its band ends the cell after its pair, as the engine's does (duet._counted_red).
     counted = [c["outcome"] for c in p.get("counts", [])]
+
+    def outcome() -> str:  # the cell's, from what the looks so far settled and the counts
+        return paired.worst([c.outcome for c in paired.settled(comparisons)] + counted)
+
     for d in range(1, min(duet.DUETS, len(rounds["wall"]["b"]["compiled"])) + 1):
         pairs, seen = d, None
         # A third pair's looks decide only the rules that called for it; the others keep what two pairs read.
@@ -64,8 +68,7 @@ def rejudge(record: dict, eager_wall: bool = False) -> tuple[str, int, int]:
             }
             if cut == seen:  # these rules want rounds the records' engine, deciding sooner, never took: from here
                 # on the replay is no longer the engine's
-                outcome = paired.worst([c.outcome for c in paired.settled(comparisons)] + counted)
-                return f"{outcome}, wants look {look} of pair {d}", taken, pairs
+                return f"{outcome()}, wants look {look} of pair {d}", taken, pairs
             seen, taken = cut, taken + 1
             judged = looks.judge(cut, confidence, kind, eager_wall, layouts=took_layouts(p))
             comparisons = looks.settle_others(judged, before, calling)
@@ -73,10 +76,9 @@ def rejudge(record: dict, eager_wall: bool = False) -> tuple[str, int, int]:
                 break
         if paired.final(comparisons, d) or "regression" in counted:
             break
-    outcome = paired.worst([c.outcome for c in paired.settled(comparisons)] + counted)
     if not paired.final(comparisons, pairs) and "regression" not in counted:  # a pair the records never measured
-        outcome = f"{outcome}, wants pair {paired.pairs_needed(comparisons)}"
-    return outcome, taken, pairs
+        return f"{outcome()}, wants pair {paired.pairs_needed(comparisons)}", taken, pairs
+    return outcome(), taken, pairs
 
 
 def main(paths: list[str], eager_wall: bool = False) -> None:
