@@ -19,6 +19,7 @@ file, line, cell and field), 3 an internal error (a bug in perfgate: never read 
     perfgate bisect (--good REV --bad REV | --step-python PY ... | --step-path DIR ... | --step-pip REQS ...)
                     [--rule gate|METRIC[:PCT]] [--processes N] [--max-processes M] [--out DIR] -- PYTEST_ARGS...
     perfgate bisect --resume DIR                                           (docs/bisect.md)
+    perfgate deal [--gpus all|N] [--out DIR] -- PYTEST_ARGS...              (docs/gate.md: a runner of several GPUs)
     perfgate export RESULTS [RESULTS ...] --format csv|v3|pytest-benchmark|openmetrics [--output FILE]
     perfgate completion bash|zsh                                           (a shell completion script)
     perfgate --version
@@ -35,7 +36,7 @@ from typing import Sequence
 
 from perfgate import __version__
 from perfgate.core import exits
-from perfgate.faces import ab, bisect, compare, completion, export, history, report
+from perfgate.faces import ab, bisect, compare, completion, deal, export, history, report
 from perfgate.faces.compare import ADVISED_RUNS
 
 __all__ = ["ADVISED_RUNS", "build_parser", "main"]  # ADVISED_RUNS: the tests and users read it here
@@ -46,7 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"perfgate {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     # In this order `perfgate --help` and the completion script list the commands.
-    for face in (compare, history, report, ab, bisect, export):
+    for face in (compare, history, report, ab, bisect, deal, export):
         face.add_parser(sub)
     completion.add_parser(sub, parser)
     return parser

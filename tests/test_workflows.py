@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from perfgate.cli import build_parser
+from perfgate.faces import deal
 
 yaml = pytest.importorskip("yaml", reason="PyYAML reads the workflows (in the `test` extra)")
 
@@ -134,13 +135,13 @@ def test_pr_gate_gates_the_pr_tier_on_a_self_hosted_gpu_runner():
     assert "github.event.label.name == 'perf-gate'" in job["if"]
     assert gate["permissions"] == {"contents": "read"}
     assert all(s["with"]["persist-credentials"] is False for s in uses(gate, "actions/checkout"))
-    args, upgrade = pytest_runs(gate)
+    (upgrade,) = pytest_runs(gate)
+    dealt = commands(gate, "perfgate")[0]  # the gate: one pytest run, dealt over the runner's GPUs (one: itself)
+    assert dealt[:6] == ["deal", "--gpus", "all", "--out", "out", "--"]
+    args = dealt[6:]
+    assert not {a.split("=")[0] for a in args if a.startswith("--perf-")} - plugin_options()
     assert args[:3] == ["perftests", "-m", "gpu and pr"] and "-n" not in args
-    assert (option(args, "--perf-baseline"), option(args, "--perf-report"), option(args, "--perf-results")) == (
-        "baselines",
-        "out/",
-        "out/results.jsonl",
-    )
+    assert option(args, "--perf-baseline") == "baselines" and not deal.owned_in(args)  # out/results.jsonl, out/
     assert option(args, "--perf-against") == "X"  # the base revision, measured beside the PR on this GPU
     assert "--perf-isolate" not in args  # a paired cell runs in its sides' workers, whatever it says
     (cache,) = uses(gate, "actions/cache")
@@ -161,7 +162,7 @@ def test_pr_gate_takes_the_ab_path_when_the_pins_change():
     baseline = by_name["PR tier, paired with the base revision, gated against the committed baseline"]
     ab = by_name["PR tier, A/B (the base's pins against the PR's)"]
     assert baseline["if"] == "steps.path.outputs.ab != 'true'" and ab["if"] == "steps.path.outputs.ab == 'true'"
-    _, args = pytest_runs(gate)
+    (args,) = pytest_runs(gate)
     assert option(args, "--perf-against") == "X" and option(args, "--perf-against-python") == "X/venv-base/bin/python"
     assert "--perf-baseline" not in args  # the committed baseline belongs to the base's pins
     assert option(args, "--perf-report") == "out/" and "--perf-isolate" not in args
@@ -271,4 +272,4 @@ def test_workflows_call_history_report_and_baseline_update():
     ]
     report = nightly[1]
     assert {"--db", "--baseline", "--html", "--markdown"} <= set(report)
-    assert [a[0] for a in commands(load("pr-gate.yml"), "perfgate")] == ["report"]
+    assert [a[0] for a in commands(load("pr-gate.yml"), "perfgate")] == ["deal", "report"]

@@ -43,6 +43,17 @@ class PairedVerdict:
     def combined_exit(self, gate_exit: int) -> int:
         return combined_exit(gate_exit, self)
 
+    def write_reports(self, report_dir: str) -> None:
+        """report.md and report.json in `report_dir`, where no baseline gate writes them."""
+        import json
+        from pathlib import Path
+
+        from perfgate.core.output import write_atomic
+
+        write_atomic(str(Path(report_dir) / "report.md"), self.markdown())
+        body = {"report_schema": 1, "exit_code": self.exit_code, "errors": [], "reports": [], "paired": self.as_json()}
+        write_atomic(str(Path(report_dir) / "report.json"), json.dumps(body, indent=2, sort_keys=True) + "\n")
+
     def lines(self) -> list[str]:
         """The terminal's closing lines: the verdict, and each cell that is not ok with why."""
         if not self.cells:

@@ -47,7 +47,7 @@ def finish(session, perf: PerfSession) -> None:
         verdict = perf.paired_verdict(records)
         report_dir = config.getoption("--perf-report")
         if report_dir:
-            _step(session, perf, "write the paired report", lambda: _paired_reports(verdict, report_dir))
+            _step(session, perf, "write the paired report", lambda: verdict.write_reports(report_dir))
         if not verdict.cells:  # every cell skipped (no CUDA for this torch, say) or none selected: no pass
             perf.summary.append("perfgate paired: no cell was compared beside the base: nothing judged (exit 2)")
         _exit_with(session, exits.PASS if verdict.cells else exits.UNUSABLE, verdict)
@@ -111,24 +111,6 @@ def _confirm_round(perf: PerfSession, outcome, why_dir: str, profiled: dict[str,
                 profiled[cell_id] = perf.measure_again(cell_id, why_dir, CONFIRM)
                 again.append(profiled[cell_id])
         outcome.reports[i] = confirm(report, again)
-
-
-def _paired_reports(verdict, report_dir: str) -> None:
-    """A paired run's report.md and report.json where no baseline gate writes them."""
-    import json
-    from pathlib import Path
-
-    from perfgate.core.output import write_atomic
-
-    write_atomic(str(Path(report_dir) / "report.md"), verdict.markdown())
-    body = {
-        "report_schema": 1,
-        "exit_code": verdict.exit_code,
-        "errors": [],
-        "reports": [],
-        "paired": verdict.as_json(),
-    }
-    write_atomic(str(Path(report_dir) / "report.json"), json.dumps(body, indent=2, sort_keys=True) + "\n")
 
 
 def _exit_with(session, gate_exit: int, paired) -> None:
