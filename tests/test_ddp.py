@@ -168,6 +168,24 @@ def test_ddp_gpu_cells_skip_with_a_reason_on_one_gpu(monkeypatch):
     assert not two.marks
 
 
+@pytest.mark.parametrize("choice, kept", [("with", ["ddp", "train"]), ("without", ["train"]), ("only", ["ddp"])])
+def test_the_data_parallel_cells_can_be_left_out_or_run_alone(choice, kept):
+    """--perf-data-parallel: perfgate deal's shards see one GPU each, so they leave these cells to a session
+    holding every GPU, which runs them alone."""
+    from perfgate.plugin.selection import CELL_KEY, data_parallel_split
+
+    class Item:
+        def __init__(self, cell):
+            self.stash = {CELL_KEY: cell}
+
+    items = [
+        Item(Cell("gpt2", "ddp", "inductor_ddp_optimizer", "amp_bf16")),
+        Item(Cell("gpt2", "train", "eager", "fp32")),
+    ]
+    keep, drop = data_parallel_split(items, choice)
+    assert [i.stash[CELL_KEY].phase for i in keep] == kept and len(keep) + len(drop) == 2
+
+
 def test_each_world_of_the_matrix_has_its_cells_with_their_own_ids_in_the_nightly():
     """matrix.DDP_WORLDS is data: a cell per world; the 2-rank cells keep the ids the committed baselines
     hold, the others name their ranks; no data-parallel cell is in the PR tier."""

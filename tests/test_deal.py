@@ -1,6 +1,6 @@
-"""`perfgate deal`: a pytest run dealt over the GPUs, a session a GPU with its CPU share, judged as one run. The
-shards here are stand-in processes (a few lines of Python each), so the dealing, the merge, the compare and the
-exit are tested on a CPU box in a second or two."""
+"""`perfgate deal`: a pytest run dealt over the GPUs, a session a GPU with its share of the cores, judged as one
+run. The sessions here are stand-in processes (a few lines of Python each), so the dealing, the merge, the
+compare, the signals and the exit are tested on a CPU box in seconds."""
 
 from __future__ import annotations
 
@@ -14,95 +14,112 @@ from pathlib import Path
 import pytest
 
 from perfgate.cli import main
+from perfgate.core.matrix import DATA_PARALLEL_LEFT_OUT
 from perfgate.faces import deal
 from perfgate.judge.baseline import baseline_path, build_baseline, write_baseline
 
 import synthetic as syn
 
-# A stand-in shard: says where it ran, writes the records it is handed, exits as told; on SIGTERM it closes as an
-# interrupted session does (exit 2, having written its records).
-SHARD = """
+# A stand-in session: says where it ran, writes the records it is handed, exits as told. On SIGINT it closes
+# as an interrupted pytest session does (its records written, exit 2); a shard told to leave data-parallel
+# cells says so, as the plugin's closing line does.
+SESSION = """
 import json, os, signal, sys, time
 out, records, code, wait = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
+extra = sys.argv[5]
 def closed(*_):
     print("perfgate: the run was interrupted", flush=True); sys.exit(2)
-signal.signal(signal.SIGTERM, closed)
+signal.signal(signal.SIGINT, signal.SIG_IGN if os.environ.get("DEAF") else closed)
 os.makedirs(out, exist_ok=True)
-print("perfgate paired: shard on", os.environ.get("CUDA_VISIBLE_DEVICES"), sorted(os.sched_getaffinity(0)), flush=True)
-with open(os.path.join(out, "results.jsonl"), "w") as f:
+print("perfgate paired: on", os.environ.get("CUDA_VISIBLE_DEVICES"), sorted(os.sched_getaffinity(0)), extra, flush=True)
+if "without" in extra and os.environ.get("LEAVE_OUT"):
+    print("perfgate: 1 %s" % os.environ["LEAVE_OUT"], flush=True)
+with open(os.path.join(out, "results.jsonl"), "a") as f:
     f.writelines(json.dumps(r) + "\\n" for r in records)
 time.sleep(wait)
 sys.exit(code)
 """
 
 
-def _stand_in(monkeypatch, records_by_shard, codes, wait_s=0.0):
-    def args(self, pytest_args):
-        records = json.dumps(records_by_shard[self.index])
-        return [sys.executable, "-c", SHARD, str(self.out), records, str(codes[self.index]), str(wait_s)]
+def _stand_in(monkeypatch, records: dict, codes: dict, wait_s=0.0):
+    """Sessions by name ("shard 1/2", "data-parallel cells") write `records[name]` and exit `codes[name]`."""
 
-    monkeypatch.setattr(deal.Shard, "args", args)
+    def args(self, pytest_args):
+        extra = " ".join(self.extra)
+        payload = json.dumps(records.get(self.name, []))
+        return [sys.executable, "-c", SESSION, str(self.out), payload, str(codes.get(self.name, 0)), str(wait_s), extra]
+
+    monkeypatch.setattr(deal.Session, "args", args)
+
+
+CORES_64 = [(c,) for c in range(64)]
 
 
 @pytest.mark.parametrize(
-    "asked, gpus, cpus, shards",
+    "asked, gpus, cores, expected",
     [
-        ("all", ["0", "1", "2", "3"], range(64), [("0", (0, 15)), ("1", (16, 31)), ("2", (32, 47)), ("3", (48, 63))]),
-        ("2", ["4", "6", "7"], range(8), [("4", (0, 3)), ("6", (4, 7))]),
-        ("all", ["0", "1"], [0], [("0", None), ("1", None)]),  # fewer CPUs than shards: none pinned
-        ("all", [], range(2), [(None, None)]),  # no GPU: the plain run, its GPU cells skip with their reason
-        ("1", ["0", "1"], range(2), [("0", None)]),
+        ("all", ["0", "1", "2", "3"], CORES_64, [("0", "0-15"), ("1", "16-31"), ("2", "32-47"), ("3", "48-63")]),
+        ("2", ["4", "6", "7"], [(c,) for c in range(7)], [("4", "0-3"), ("6", "4-6")]),  # the remainder: first
+        ("all", ["0", "1"], [(0, 2), (1, 3)], [("0", "0,2"), ("1", "1,3")]),  # a core's two threads together
+        ("all", ["0", "1"], [(0,)], [("0", ""), ("1", "")]),  # fewer cores than shards: none pinned
+        ("all", [], CORES_64, [(None, "")]),  # no GPU: the plain run, whose GPU cells skip with their reason
+        ("all", ["0"], CORES_64, [(None, "")]),  # one GPU: the plain run
+        ("1", ["0", "1"], CORES_64, [("0", "")]),  # one of two asked: the plain run on it
     ],
-    ids=["4-gpus", "first-2-of-3", "one-cpu", "no-gpu", "one-asked"],
+    ids=["4-gpus", "first-2-of-3", "siblings", "one-core", "no-gpu", "one-gpu", "one-asked"],
 )
-def test_each_shard_gets_a_gpu_and_an_equal_share_of_the_cpus(tmp_path, asked, gpus, cpus, shards):
-    planned = deal.plan(asked, gpus, list(cpus), tmp_path)
-    got = [(s.gpu, (s.cpus[0], s.cpus[-1]) if s.cpus else None) for s in planned]
-    assert got == shards and {s.count for s in planned} == {len(shards)}
-    if len(planned) == 1:  # the plain run writes where one session would
-        assert planned[0].out == tmp_path and "--perf-shard" not in planned[0].args(["perftests"])
+def test_each_shard_gets_a_gpu_and_an_equal_share_of_whole_cores(tmp_path, asked, gpus, cores, expected):
+    planned = deal.plan(asked, gpus, cores, tmp_path)
+    assert [(s.gpus, deal._ranges(s.cpus)) for s in planned] == expected
+    if len(planned) == 1:  # the plain run writes where one session would, with no option of deal's
+        assert planned[0].plain and planned[0].out == tmp_path and "--perf-shard" not in planned[0].args([])
     else:
-        assert planned[1].args(["perftests", "--perf-baseline=b"])[-6:] == [
+        assert planned[1].args(["perftests", "--perf-baseline=b"])[-8:] == [
             "--perf-shard",
-            f"2/{len(shards)}",
+            f"2/{len(expected)}",
+            "--perf-data-parallel",
+            "without",
             "--perf-results",
             str(tmp_path / "shard-1" / "results.jsonl"),
             "--perf-report",
             str(tmp_path / "shard-1"),
         ]
+        assert "--perf-report" not in planned[1].args(["perftests"])  # nothing gated, no report
 
 
 @pytest.mark.parametrize(
     "asked, gpus, valid",
-    [
-        ("5", ["0", "1"], "all or 1 to 2"),
-        ("x", ["0"], "all or 1 to 1"),
-        ("2", [], "no GPU is visible here"),
-        ("0", ["0"], "all or 1 to 1"),
-    ],
+    [("5", ["0", "1"], "all or 1 to 2"), ("x", ["0"], "all or 1 to 1"), ("2", [], "no GPU is visible here")],
 )
 def test_a_gpu_count_past_the_machine_is_refused_by_name(tmp_path, asked, gpus, valid):
     with pytest.raises(ValueError, match=f"--gpus '{asked}': valid: .*{valid}"):
-        deal.plan(asked, gpus, [0, 1], tmp_path)
+        deal.plan(asked, gpus, CORES_64, tmp_path)
 
 
-def test_the_options_deal_sets_itself_are_refused(tmp_path, capsys):
-    code = main(["deal", "--out", str(tmp_path), "--", "perftests", "--perf-shard=1/2"])
-    assert (
-        code == 2
-        and "--perf-shard=1/2: deal sets --perf-shard, --perf-results, --perf-report" in capsys.readouterr().err
-    )
+@pytest.mark.parametrize("listed, gpus", [("3,5", ["3", "5"]), ("0,-1,2", ["0"]), ("", []), ("GPU-ab12", ["GPU-ab12"])])
+def test_the_visible_gpus_are_read_as_cuda_reads_them(monkeypatch, listed, gpus):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", listed)
+    assert deal.visible_gpus() == gpus
 
 
-@pytest.mark.parametrize("codes, expected", [([0, 0], 0), ([0, 2], 2), ([2, 1], 1), ([3, 0], 3), ([], 0)], ids=str)
-def test_the_shards_exit_as_one_session(codes, expected):
-    assert deal.combined(codes) == expected
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (["perftests", "--perf-shard=1/2"], "deal sets --perf-shard, --perf-results, --perf-report"),
+        (["perftests", "--perf-save-baseline", "b"], "perfgate baseline update DIR/results.jsonl"),
+        (["perftests", "--junitxml=j.xml"], "each session would write it over the others'"),
+        ([], "give the pytest args after --"),
+    ],
+    ids=["owned", "baseline", "junit", "none"],
+)
+def test_what_several_sessions_cannot_share_is_refused_by_name(tmp_path, capsys, args, says):
+    assert main(["deal", "--out", str(tmp_path), "--", *args]) == 2 and says in capsys.readouterr().err
 
 
 def test_shards_run_at_once_on_their_gpus_and_their_records_are_judged_as_one_run(tmp_path, monkeypatch, capsys):
-    """Two shards on GPUs 3 and 5 (CUDA_VISIBLE_DEVICES), a CPU each: their records merge into results.jsonl and
-    `perfgate compare` against the committed baseline writes the run's report; a slowed cell in one shard fails
-    the run even though its shard's own stand-in exit said pass."""
+    """Two shards on GPUs 3 and 5, a core each: their records merge into results.jsonl (an earlier run's
+    records in the same folder gone) and `perfgate compare` against the committed baseline writes the run's
+    report; a slowed cell in one shard fails the run though its stand-in's own exit said pass."""
     key = (syn.H100, "pr")
     baselines = tmp_path / "baselines"
     write_baseline(baseline_path(baselines, *key), build_baseline(syn.runs(3, first_seed=21))[key])
@@ -110,40 +127,66 @@ def test_shards_run_at_once_on_their_gpus_and_their_records_are_judged_as_one_ru
     run = syn.run(9, overrides={resnet: {"speedup": syn.PROFILE["resnet50"][1] * 0.8}})
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")
     monkeypatch.setattr(deal.os, "sched_getaffinity", lambda pid: {0, 1})
-    _stand_in(monkeypatch, [run[0::2], run[1::2]], codes=[0, 0])
+    monkeypatch.setattr(deal, "cores", lambda cpus: [(c,) for c in cpus])
     out = tmp_path / "out"
+    (out / "shard-0").mkdir(parents=True)
+    (out / "shard-0" / "results.jsonl").write_text(json.dumps({"cell": "from-an-earlier-run"}) + "\n")
+    _stand_in(monkeypatch, {"shard 1/2": run[0::2], "shard 2/2": run[1::2]}, {})
     code = main(["deal", "--out", str(out), "--", "perftests", "--perf-baseline", str(baselines)])
     printed = capsys.readouterr().out
-    assert code == 1 and "shard 1/2 on GPU 3, CPUs 0-0: exit 0" in printed and "shard 2/2 on GPU 5, CPUs 1-1" in printed
-    assert "perfgate paired: shard on 5 [1]" in (out / "shard-1" / "log.txt").read_text()
+    assert code == 1 and "shard 1/2 on GPU 3, CPUs 0: exit 0" in printed and "shard 2/2 on GPU 5, CPUs 1" in printed
+    assert "perfgate paired: on 5 [1] --perf-shard 2/2" in (out / "shard-1" / "log.txt").read_text()
     merged = [json.loads(line)["cell"] for line in (out / "results.jsonl").read_text().splitlines()]
     assert sorted(merged) == sorted(r["cell"] for r in run)
     assert resnet in (out / "report.md").read_text() and json.loads((out / "report.json").read_text())["exit_code"] == 1
 
 
-def test_an_interrupt_lets_every_shard_close_and_never_passes(tmp_path, monkeypatch):
-    """SIGTERM (a CI step's limit) reaches each shard's session, which judges what it measured and keeps its
-    records; the run exits 2."""
+def test_the_data_parallel_cells_a_shard_left_out_run_after_on_every_gpu(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
-    _stand_in(monkeypatch, [[{"cell": "a"}], [{"cell": "b"}]], codes=[0, 0], wait_s=60)
-    timer = threading.Timer(1.5, os.kill, (os.getpid(), signal.SIGTERM))
-    timer.start()
-    try:
-        code = main(["deal", "--out", str(tmp_path)])
-    finally:
-        timer.cancel()
-    assert code == 2
-    for k in (0, 1):
-        shard = Path(tmp_path / f"shard-{k}")
-        assert "interrupted" in (shard / "log.txt").read_text() and (shard / "results.jsonl").exists()
+    monkeypatch.setenv("LEAVE_OUT", DATA_PARALLEL_LEFT_OUT)
+    paired = {"against": "origin/main", "outcome": "ok", "duets": 1, "looks": 1, "rules": []}
+    run = [{**r, "paired": paired} for r in syn.run(9)]
+    _stand_in(monkeypatch, {"shard 1/2": run[:5], "shard 2/2": run[5:]}, {})
+    assert main(["deal", "--out", str(tmp_path), "--", "perftests", "--perf-against", "origin/main"]) == 0
+    log = (tmp_path / "data-parallel" / "log.txt").read_text()
+    assert "perfgate paired: on 0,1" in log and "--perf-data-parallel only" in log
+    assert "data-parallel cells on GPU 0,1" in capsys.readouterr().out
 
 
 def test_a_paired_run_without_a_baseline_gets_one_verdict_over_its_shards(tmp_path, monkeypatch):
     paired = {"against": "origin/main", "outcome": "ok", "duets": 1, "looks": 1, "rules": []}
     run = [{**r, "paired": {**paired, "outcome": "unsure" if i == 3 else "ok"}} for i, r in enumerate(syn.run(9))]
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
-    _stand_in(monkeypatch, [run[0::2], run[1::2]], codes=[0, 2])
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2")
+    # The third shard was dealt no cell (pytest's exit 5): no verdict of its own, and no pass taken from it.
+    _stand_in(monkeypatch, {"shard 1/3": run[0::2], "shard 2/3": run[1::2]}, {"shard 2/3": 2, "shard 3/3": 5})
     assert main(["deal", "--out", str(tmp_path), "--", "perftests", "--perf-against", "origin/main"]) == 2
     report = json.loads((tmp_path / "report.json").read_text())
     assert report["exit_code"] == 2 and len(report["paired"]["cells"]) == len(run)
     assert run[3]["cell"] in (tmp_path / "report.md").read_text()
+
+
+@pytest.mark.parametrize("signals", [1, 2], ids=["sigterm", "sigterm-then-sigint"])
+def test_an_interrupt_lets_every_shard_close_and_never_passes(tmp_path, monkeypatch, signals):
+    """SIGTERM (a CI step's limit) reaches each shard's pytest as SIGINT, which judges what it measured and
+    keeps its records; a second signal kills what is left at once. The run exits 2 either way."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    monkeypatch.setattr(deal, "STOP_S", 30.0)
+    _stand_in(monkeypatch, {"shard 1/2": [{"cell": "a"}], "shard 2/2": [{"cell": "b"}]}, {}, wait_s=60)
+    if signals == 2:  # sessions deaf to the first signal: only the second ends them, at once
+        monkeypatch.setenv("DEAF", "1")
+    timers = [
+        threading.Timer(1.5 + i, os.kill, (os.getpid(), sig))
+        for i, sig in enumerate([signal.SIGTERM, signal.SIGINT][:signals])
+    ]
+    for timer in timers:
+        timer.start()
+    try:
+        code = main(["deal", "--out", str(tmp_path), "--", "perftests"])
+    finally:
+        for timer in timers:
+            timer.cancel()
+    assert code == 2
+    for k in (0, 1):
+        shard = Path(tmp_path / f"shard-{k}")
+        assert (shard / "results.jsonl").exists()
+        assert ("interrupted" in (shard / "log.txt").read_text()) == (signals == 1)

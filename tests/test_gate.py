@@ -83,6 +83,10 @@ def test_a_paired_record_leaves_its_clocks_to_the_pair_and_an_unpaired_one_is_ju
     assert not row.clocks  # nor a noise note on its wall line
     broken = [{**r, "graph_breaks": r["graph_breaks"] + 1} if r["cell"] == RESNET else r for r in run]
     assert (RESNET, "graph_breaks", "regression") in kinds(gate.compare(broken, base))  # carries across machines
+    one_run = build_baseline(syn.runs(1, **QUIET))[KEY]  # notes on the baseline's clocks: only where they judged
+    all_paired = [{**r, "paired": paired} for r in now(42)]
+    assert any("single run" in n for n in gate.compare(now(42), one_run).notes)
+    assert not any("single run" in n for n in gate.compare(all_paired, one_run).notes)
 
 
 @pytest.mark.parametrize("metric", ["graph_breaks", "recompiles", "ddp_wrapper_breaks"])
@@ -346,3 +350,38 @@ def test_the_sessions_confirm_round_is_a_step_of_its_end(tmp_path, base, interru
     else:
         assert sorted(asked) == sorted([(RESNET, "confirm"), (GPT2_INFER, "confirm")]) and tripped == [GPT2_INFER]
         assert any(f"cleared for {RESNET}" in note for report in outcome.reports for note in report.notes)
+
+
+def test_a_paired_sessions_unpaired_cell_gets_its_confirm_round_and_no_why_artifacts(tmp_path, base):
+    """In a paired session a data-parallel cell runs unpaired, so the baseline judges its clocks, twice as in
+    an unpaired run; the paired cells' clocks are the pairing's, and nothing else is measured again."""
+    from types import SimpleNamespace
+
+    from perfgate.judge.baseline import baseline_path, write_baseline
+    from perfgate.plugin.session_end import _gate
+
+    write_baseline(baseline_path(tmp_path, *KEY), base)
+    paired = {"against": "origin/main", "outcome": "ok", "duets": 1, "looks": 1, "rules": []}
+    first = [
+        r if r["cell"] == RESNET else {**r, "paired": paired}
+        for r in now(42, overrides=slower([RESNET, GPT2_INFER], 0.9))
+    ]
+    again = {r["cell"]: r for r in now(43, overrides=slower([RESNET], 0.9))}
+    asked: list[tuple[str, str]] = []
+
+    def measure_again(cell_id, why_dir, remeasure):
+        asked.append((cell_id, remeasure))
+        return again[cell_id]
+
+    perf = SimpleNamespace(
+        config=SimpleNamespace(getoption=lambda name: None),
+        pairing=object(),
+        ran={r["cell"]: () for r in first},
+        measure_again=measure_again,
+        say=lambda message: None,
+        summary=[],
+        paired_verdict=lambda records: None,
+    )
+    outcome = _gate(perf, first, tmp_path, False)
+    assert asked == [(RESNET, "confirm")]
+    assert [f.cell for report in outcome.reports for f in report.regressions] == [RESNET]

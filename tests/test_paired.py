@@ -212,10 +212,10 @@ def test_counts_are_judged_b_against_a_within_their_band(a, b, expected):
 
 
 def test_a_paired_run_leaves_the_counts_to_the_pair_not_the_baseline():
-    from perfgate.judge.gate import DEFAULT_RULES, rules_for
+    from perfgate.judge.gate import DEFAULT_RULES, baseline_rules_for
     from perfgate.judge.rules import CountBandRule, SpeedupRule
 
-    judged = rules_for(DEFAULT_RULES, {"cell": "c", "paired": _summary("ok")})
+    judged = baseline_rules_for(DEFAULT_RULES, {"cell": "c", "paired": _summary("ok")})
     assert judged and not [r for r in judged if isinstance(r, (CountBandRule, SpeedupRule))]
 
 

@@ -141,7 +141,7 @@ def test_pr_gate_gates_the_pr_tier_on_a_self_hosted_gpu_runner():
     args = dealt[6:]
     assert not {a.split("=")[0] for a in args if a.startswith("--perf-")} - plugin_options()
     assert args[:3] == ["perftests", "-m", "gpu and pr"] and "-n" not in args
-    assert option(args, "--perf-baseline") == "baselines" and not deal.owned_in(args)  # out/results.jsonl, out/
+    assert option(args, "--perf-baseline") == "baselines" and not deal.refused(args)  # out/results.jsonl, out/
     assert option(args, "--perf-against") == "X"  # the base revision, measured beside the PR on this GPU
     assert "--perf-isolate" not in args  # a paired cell runs in its sides' workers, whatever it says
     (cache,) = uses(gate, "actions/cache")

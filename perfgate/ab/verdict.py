@@ -2,7 +2,7 @@
 job summary and PR comment, JSON beside the gate's report). Imports no torch.
 
 In a paired run the committed baseline judges what carries across machines exactly (status, numerics, graph
-breaks, recompiles, memory, compile time: perfgate.judge.gate.rules_for, per record), and the paired comparison
+breaks, recompiles, memory, compile time: perfgate.judge.gate.baseline_rules_for, per record), and the paired comparison
 judges the clocks and counts, which do not carry across machines.
 """
 
@@ -219,7 +219,4 @@ def _change(count: dict) -> str:
 
 def combined_exit(gate_exit: int, verdict: PairedVerdict) -> int:
     """The run's exit: a regression shown by either judge is 1; else unsure or uncomparable is 2; else 0."""
-    codes = {gate_exit, verdict.exit_code}
-    if exits.REGRESSION in codes:
-        return exits.REGRESSION
-    return max(codes)
+    return exits.combined([gate_exit, verdict.exit_code])

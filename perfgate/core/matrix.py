@@ -238,6 +238,11 @@ def tier_of(variant: str, precision: str, world: int = 1) -> str:
     return "pr" if (variant, precision, world) == (PR_VARIANT, PR_PRECISION, 1) else "nightly"
 
 
+# A session's closing line where --perf-data-parallel without left such cells out: perfgate deal reads it in its
+# shards' logs to run them in a session of every GPU after the shards.
+DATA_PARALLEL_LEFT_OUT = "data-parallel cell(s) left out"
+
+
 def ddp_worlds(phase: str, device_kind: str) -> tuple[int, ...]:
     """The worlds a phase's cells run on: DDP_WORLDS (GPUs) or CPU_DDP_WORLDS for "ddp", else one device."""
     if phase != "ddp":

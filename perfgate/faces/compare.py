@@ -42,23 +42,29 @@ def confirm_round(again: dict[str, dict]) -> Callable[[list[str]], list[dict]] |
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
+    return compare_files(args.results, args.baseline, args.markdown, args.json)
+
+
+def compare_files(results: Sequence[str], baseline: str, markdown: str | None, json_path: str | None) -> int:
+    """`perfgate compare`: judge the results files against the baseline, print the report, write it where
+    asked, and return the exit code (perfgate deal calls it on its shards' merged records)."""
     from perfgate.ab.verdict import PairedVerdict
 
-    paths = [p for p in args.results if not str(p).endswith(AGAINST)]
-    for skipped in sorted(set(args.results) - set(paths)):
+    paths = [p for p in results if not str(p).endswith(AGAINST)]
+    for skipped in sorted(set(results) - set(paths)):
         print(f"perfgate: skipped {skipped}: side A's records of a paired run (the base's, not this tree's)")
     try:
         first, again = gated_rounds(nonempty_records(paths))  # as the gate judged them, confirm included
         # A paired run's records carry its verdict on the clocks, judged B against A on its own runner (the
         # records' `paired`): the committed baseline then judges only what carries across machines there
-        # (gate.rules_for), as the live gate did, and the shards of a run dealt over several GPUs read as one
+        # (gate.baseline_rules_for), as the live gate did, and the shards of a run dealt over several GPUs read as one
         # run's verdict.
         paired = PairedVerdict.of(first)
-        outcome = gate_run(first, args.baseline, confirm_round(again))
+        outcome = gate_run(first, baseline, confirm_round(again))
     except (RecordFileError, BaselineError) as err:
         return _cannot_compare([str(err)])
     try:  # with errors: a page saying why, for a PR comment
-        text = write_reports(outcome, args.markdown, args.json, paired=paired if paired.cells else None)
+        text = write_reports(outcome, markdown, json_path, paired=paired if paired.cells else None)
     except OutputError as err:
         return _cannot_compare(list(outcome.errors) + [str(err)])
     if outcome.errors:  # a paired regression still fails the run (exit 1), as the live gate's exit does

@@ -3,15 +3,17 @@ no torch.
 
     perfgate deal [--gpus all|N] [--out DIR] -- PYTEST_ARGS...
 
-Each shard is `pytest PYTEST_ARGS --perf-shard K/N` on one GPU (CUDA_VISIBLE_DEVICES) and an equal share of this
-process's CPUs, as if on a machine of its own; the shards share whatever PYTEST_ARGS share (the base's worktree
-of --perf-against, the --perf-cache-dir). Each writes DIR/shard-K/ (results, report, log). Then DIR/results.jsonl
-holds every shard's records, and DIR/report.md and report.json the run's one report: where PYTEST_ARGS give
+Each shard is `pytest PYTEST_ARGS --perf-shard K/N --perf-data-parallel without` on one GPU
+(CUDA_VISIBLE_DEVICES) and an equal share of this process's CPU cores, as if on a machine of its own; the shards
+share whatever PYTEST_ARGS share (the base's worktree of --perf-against, the --perf-cache-dir). Each writes
+DIR/shard-K/ (results, report, log). Data-parallel cells need several GPUs: where a shard left some out, one more
+session runs them on every dealt GPU once the shards are done (DIR/data-parallel/). Then DIR/results.jsonl holds
+every session's records, and DIR/report.md and report.json the run's one report: where PYTEST_ARGS give
 --perf-baseline, `perfgate compare` over them (a paired record keeps its verdict on the clocks, so the baseline
-judges what carries across machines, as in each live shard), else a paired run's verdict over the shards. On
-one GPU it is the plain pytest run, writing DIR/results.jsonl and DIR/ itself. The exit is the shards' and the
-compare's as one session's would be (combined): 1 where any showed a regression, else the largest code, never 0
-past a shard that did not pass.
+judges what carries across machines, as in each live shard), else a paired run's verdict over the shards. On a
+machine of one GPU it is the plain pytest run, writing DIR/results.jsonl and DIR/ itself. The exit is every
+session's and the compare's as one (exits.combined): 1 where any showed a regression, else the worst code,
+never 0 past a session that did not pass.
 """
 
 from __future__ import annotations
@@ -29,40 +31,70 @@ from pathlib import Path
 from typing import Sequence
 
 from perfgate.core import exits
+from perfgate.core.children import die_with_parent
+from perfgate.core.matrix import DATA_PARALLEL_LEFT_OUT
 
-OWNED = ("--perf-shard", "--perf-results", "--perf-report")  # set per shard by deal itself
+# Set per session by deal itself.
+OWNED = ("--perf-shard", "--perf-results", "--perf-report", "--perf-data-parallel")
+# Written by each session alone, so N sessions would each write 1/N of it over the others.
+NOT_SHARED = {
+    "--perf-save-baseline": "make the baseline from the run's records: perfgate baseline update DIR/results.jsonl",
+    "--perf-history": "add the run's records once: perfgate history add DIR/results.jsonl",
+    "--junitxml": "each session would write it over the others'",
+    "--junit-xml": "each session would write it over the others'",
+}
+NO_CELLS = 5  # pytest.ExitCode.NO_TESTS_COLLECTED, without importing pytest here
+STOP_S = 120.0  # an interrupted session's close: its verdict, report and workers' exit (a GPU context's release ~20 s)
 
 
 @dataclass(frozen=True)
-class Shard:
-    index: int  # 0-based
-    count: int
-    gpu: str | None  # its CUDA_VISIBLE_DEVICES; None: left as it is (one shard)
-    cpus: tuple[int, ...]  # its CPU share; () where there are fewer CPUs than shards: not pinned
+class Session:
+    """One pytest run of a dealt run: a shard (`part` "K/N"), the data-parallel cells, or the plain run."""
+
+    name: str
+    gpus: str | None  # its CUDA_VISIBLE_DEVICES; None: left as it is
+    cpus: tuple[int, ...]  # its CPUs; (): not pinned
     out: Path  # its own results, report and log
+    extra: tuple[str, ...] = ()  # its own pytest options
+
+    @property
+    def plain(self) -> bool:
+        """The one session of a one-GPU run: pytest as the user would run it, its output the terminal's."""
+        return not self.extra
 
     def args(self, pytest_args: Sequence[str]) -> list[str]:
-        shard = ["--perf-shard", f"{self.index + 1}/{self.count}"] if self.count > 1 else []
         results = ["--perf-results", str(self.out / "results.jsonl")]
         if any(a.startswith(("--perf-baseline", "--perf-against")) for a in pytest_args):  # a gated run reports
             results += ["--perf-report", str(self.out)]
-        return [sys.executable, "-m", "pytest", *pytest_args, *shard, *results]
+        return [sys.executable, "-m", "pytest", *pytest_args, *self.extra, *results]
 
     def where(self) -> str:
-        cpus = f", CPUs {self.cpus[0]}-{self.cpus[-1]}" if self.cpus else ""
-        return f"shard {self.index + 1}/{self.count} on GPU {self.gpu}{cpus}"
+        return f"{self.name} on GPU {self.gpus}" + (f", CPUs {_ranges(self.cpus)}" if self.cpus else "")
 
 
-def combined(codes: Sequence[int]) -> int:
-    """Several sessions' exits as one: a regression shown anywhere is 1, else the worst (2 unsure, 3 a bug)."""
-    return exits.REGRESSION if exits.REGRESSION in codes else max(codes, default=exits.PASS)
+def _ranges(cpus: Sequence[int]) -> str:
+    """0-3,8-11: CPU ids as Linux lists them."""
+    spans: list[list[int]] = []
+    for cpu in sorted(cpus):
+        if spans and cpu == spans[-1][1] + 1:
+            spans[-1][1] = cpu
+        else:
+            spans.append([cpu, cpu])
+    return ",".join(f"{a}-{b}" if b > a else str(a) for a, b in spans)
 
 
 def visible_gpus() -> list[str]:
-    """This machine's GPUs as CUDA_VISIBLE_DEVICES names them: its own list where set, else nvidia-smi's."""
+    """This machine's GPUs as CUDA_VISIBLE_DEVICES names them: its own list where set (up to an entry that
+    hides the rest, as CUDA reads it), else nvidia-smi's."""
     listed = os.environ.get("CUDA_VISIBLE_DEVICES")
     if listed is not None:
-        return [gpu.strip() for gpu in listed.split(",") if gpu.strip()]
+        names = [gpu.strip() for gpu in listed.split(",")]
+        kept = []
+        for name in names:
+            if not name or name.startswith("-"):
+                break
+            kept.append(name)
+        return kept
     smi = shutil.which("nvidia-smi")
     if not smi:
         return []
@@ -70,11 +102,35 @@ def visible_gpus() -> list[str]:
         lines = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=60).stdout.splitlines()
     except (OSError, subprocess.SubprocessError):
         return []
-    return [str(i) for i, line in enumerate(line for line in lines if line.startswith("GPU "))]
+    return [str(i) for i, _ in enumerate(line for line in lines if line.startswith("GPU "))]
 
 
-def plan(gpus_asked: str, gpus: Sequence[str], cpus: Sequence[int], out: Path) -> list[Shard]:
-    """The shards: one a GPU asked for (all, or the first N), each with an equal contiguous share of `cpus`."""
+def cores(cpus: Sequence[int]) -> list[tuple[int, ...]]:
+    """`cpus` as whole cores (a core's hyperthreads together, from Linux's thread_siblings_list), in order: a
+    share of whole cores keeps two shards off one core's two threads."""
+    allowed, seen, out = set(cpus), set(), []
+    for cpu in sorted(allowed):
+        if cpu in seen:
+            continue
+        path = Path(f"/sys/devices/system/cpu/cpu{cpu}/topology/thread_siblings_list")
+        try:
+            siblings = {int(c) for part in path.read_text().strip().split(",") for c in _span(part)}
+        except (OSError, ValueError):
+            siblings = {cpu}
+        core = tuple(sorted(siblings & allowed)) or (cpu,)
+        seen.update(core)
+        out.append(core)
+    return out
+
+
+def _span(part: str) -> range:
+    first, _, last = part.partition("-")
+    return range(int(first), int(last or first) + 1)
+
+
+def plan(gpus_asked: str, gpus: Sequence[str], machine_cores: Sequence[tuple[int, ...]], out: Path) -> list[Session]:
+    """The shards: one a GPU asked for (all, or the first N), each an equal contiguous share of whole cores
+    (the remainder to the first shards); the plain run where there is one GPU or none and all were asked."""
     if gpus_asked == "all":
         n = max(1, len(gpus))
     else:
@@ -83,17 +139,35 @@ def plan(gpus_asked: str, gpus: Sequence[str], cpus: Sequence[int], out: Path) -
             valid = f"all or 1 to {len(gpus)}" if gpus else "all or 1 (no GPU is visible here)"
             raise ValueError(f"--gpus {gpus_asked!r}: valid: {valid}")
     if n == 1:
-        return [Shard(0, 1, gpus[0] if gpus else None, (), out)]
-    share = len(cpus) // n
-    cpus = sorted(cpus)
-    return [
-        Shard(k, n, gpus[k], tuple(cpus[k * share : (k + 1) * share]) if share else (), out / f"shard-{k}")
-        for k in range(n)
-    ]
+        return [Session("the run", gpus[0] if gpus and gpus_asked != "all" else None, (), out)]
+    share, extra = divmod(len(machine_cores), n)
+    sessions, start = [], 0
+    for k in range(n):
+        taken = machine_cores[start : start + share + (k < extra)] if share else ()
+        start += len(taken)
+        cpus = tuple(sorted(c for core in taken for c in core))
+        part = ("--perf-shard", f"{k + 1}/{n}", "--perf-data-parallel", "without")
+        sessions.append(Session(f"shard {k + 1}/{n}", gpus[k], cpus, out / f"shard-{k}", part))
+    return sessions
 
 
-def owned_in(pytest_args: Sequence[str]) -> list[str]:
-    return [a for a in pytest_args if any(a == o or a.startswith(o + "=") for o in OWNED)]
+def data_parallel_session(shards: Sequence[Session], out: Path) -> Session:
+    """The data-parallel cells the shards left out, on every dealt GPU and CPU at once."""
+    gpus = ",".join(s.gpus for s in shards if s.gpus is not None)
+    cpus = tuple(sorted(c for s in shards for c in s.cpus))
+    return Session("data-parallel cells", gpus, cpus, out / "data-parallel", ("--perf-data-parallel", "only"))
+
+
+def refused(pytest_args: Sequence[str]) -> list[str]:
+    """Why each option deal cannot pass to several sessions is refused: one line each."""
+    lines = []
+    for arg in pytest_args:
+        name = arg.split("=", 1)[0]
+        if name in OWNED:
+            lines.append(f"{arg}: deal sets {', '.join(OWNED)} for each session")
+        elif name in NOT_SHARED:
+            lines.append(f"{arg}: {NOT_SHARED[name]}")
+    return lines
 
 
 def baseline_in(pytest_args: Sequence[str]) -> str | None:
@@ -106,27 +180,97 @@ def baseline_in(pytest_args: Sequence[str]) -> str | None:
     return None
 
 
-def _start(shard: Shard, pytest_args: Sequence[str]) -> subprocess.Popen:
+class _Signalled(Exception):
+    """SIGINT or SIGTERM reached this process (Ctrl-C, a CI step's limit or cancel)."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def _signals_raise():
+    def handler(signum, frame):
+        raise _Signalled(signum)
+
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, action in previous.items():
+            signal.signal(sig, action)
+
+
+def _start(session: Session, pytest_args: Sequence[str]) -> subprocess.Popen:
     env = dict(os.environ)
-    if shard.gpu is not None:
-        env["CUDA_VISIBLE_DEVICES"] = shard.gpu
-    if shard.count == 1:  # the plain run: its output is the terminal's
-        return subprocess.Popen(shard.args(pytest_args), env=env)
-    shard.out.mkdir(parents=True, exist_ok=True)
-    with open(shard.out / "log.txt", "w", encoding="utf-8") as log:
-        cpus = shard.cpus
+    if session.gpus is not None:
+        env["CUDA_VISIBLE_DEVICES"] = session.gpus
+    if session.plain:  # its output is the terminal's, and a terminal's Ctrl-C reaches it as it reaches deal
+        return subprocess.Popen(session.args(pytest_args), env=env, preexec_fn=die_with_parent)
+    session.out.mkdir(parents=True, exist_ok=True)
+    cpus = session.cpus
+
+    def prepare() -> None:
+        die_with_parent()
+        if cpus:
+            os.sched_setaffinity(0, cpus)
+
+    with open(session.out / "log.txt", "w", encoding="utf-8") as log:
         return subprocess.Popen(
-            shard.args(pytest_args),
+            session.args(pytest_args),
             env=env,
             stdout=log,
             stderr=subprocess.STDOUT,
-            start_new_session=True,  # a shard and its workers are killed as one group
-            preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None,
+            start_new_session=True,  # a session and its workers are killed as one group at the deadline
+            preexec_fn=prepare,
         )
 
 
+def run_sessions(sessions: Sequence[Session], pytest_args: Sequence[str]) -> list[int]:
+    """Start the sessions at once and wait for all. A signal (Ctrl-C, a CI step's SIGTERM) is passed on to each
+    session's pytest as SIGINT, so each judges what it measured, writes its report and keeps its records (a
+    plain session sharing the terminal had a Ctrl-C already); one still running STOP_S later, or at a second
+    signal, is killed with its group. A session that ended by a signal reads as exit 2: never a pass."""
+    procs: list[subprocess.Popen] = []
+    with _signals_raise():
+        try:
+            for session in sessions:
+                procs.append(_start(session, pytest_args))
+            for proc in procs:
+                proc.wait()
+        except _Signalled as first:
+            _stop(procs, [s.plain for s in sessions], first.signum)
+    return [code if (code := proc.wait()) >= 0 else exits.UNUSABLE for proc in procs]
+
+
+def _stop(procs: Sequence[subprocess.Popen], plain: Sequence[bool], signum: int) -> None:
+    for proc, alone in zip(procs, plain):
+        if proc.poll() is None and not (alone and signum == signal.SIGINT):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(proc.pid, signal.SIGINT)
+    deadline = time.monotonic() + STOP_S
+    try:
+        for proc in procs:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+    except _Signalled:  # a second signal: no more waiting
+        pass
+    for proc, alone in zip(procs, plain):
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill() if alone else os.killpg(proc.pid, signal.SIGKILL)
+
+
+def _report(sessions: Sequence[Session], codes: Sequence[int], seconds: float) -> None:
+    for session, code in zip(sessions, codes):
+        print(f"perfgate deal: {session.where()}: exit {code}; log {session.out / 'log.txt'}")
+        print("\n".join(f"  {line}" for line in _closing_lines(session.out / "log.txt")))
+    minutes, rest = divmod(int(seconds), 60)
+    print(f"perfgate deal: {len(sessions)} session(s) in {minutes}:{rest:02d}")
+
+
 def _closing_lines(log: Path, keep: int = 12) -> list[str]:
-    """A shard's verdict from its log: perfgate's summary lines (the last `keep`) and pytest's closing line."""
+    """A session's verdict from its log: perfgate's summary lines (the last `keep`) and pytest's closing line."""
     try:
         lines = log.read_text(encoding="utf-8", errors="replace").splitlines()
     except OSError:
@@ -136,116 +280,91 @@ def _closing_lines(log: Path, keep: int = 12) -> list[str]:
     return ours[-keep:] + closing
 
 
-def run_shards(shards: list[Shard], pytest_args: Sequence[str]) -> list[int]:
-    """Start every shard at once and wait for all. An interrupt (Ctrl-C, a CI step's SIGTERM) is passed on as
-    SIGTERM, so each session judges what it measured and keeps its records (the plugin's interrupted run); one
-    still running STOP_S later is killed with its group. A shard ended by a signal reads as exit 2: never a pass."""
-    started = time.monotonic()
-    procs = [_start(shard, pytest_args) for shard in shards]
-    grouped = len(procs) > 1  # shards in sessions of their own; one shard shares this terminal's group
-
-    def terminated(signum, frame):
-        raise _Terminated
-
-    previous = signal.signal(signal.SIGTERM, terminated)
-    try:
-        for proc in procs:
-            proc.wait()
-    except KeyboardInterrupt:  # a terminal's Ctrl-C reached a lone shard itself; grouped shards are told
-        _stop(procs, grouped, tell=grouped)
-    except _Terminated:
-        _stop(procs, grouped, tell=True)
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-    codes = [code if (code := proc.wait()) >= 0 else exits.UNUSABLE for proc in procs]
-    if len(shards) > 1:
-        minutes, seconds = divmod(int(time.monotonic() - started), 60)
-        for shard, code in zip(shards, codes):
-            print(f"perfgate deal: {shard.where()}: exit {code}; log {shard.out / 'log.txt'}")
-            print("\n".join(f"  {line}" for line in _closing_lines(shard.out / "log.txt")))
-        print(f"perfgate deal: {len(shards)} shard(s) in {minutes}:{seconds:02d}")
-    return codes
+def _left_out_data_parallel(shards: Sequence[Session]) -> bool:
+    for shard in shards:
+        with contextlib.suppress(OSError):
+            if DATA_PARALLEL_LEFT_OUT in (shard.out / "log.txt").read_text(encoding="utf-8", errors="replace"):
+                return True
+    return False
 
 
-STOP_S = 120.0  # an interrupted session's close: its report, the workers' exit (a GPU context's release: ~20 s)
+def _clear(out: Path, sessions: Sequence[Session]) -> None:
+    """An earlier run's outputs in DIR: the plugin appends to a results file, and a merge must hold this run's."""
+    for path in (out / "results.jsonl", out / "report.md", out / "report.json"):
+        path.unlink(missing_ok=True)
+    for folder in {s.out for s in sessions} | {out / "data-parallel"}:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
-class _Terminated(Exception):
-    """SIGTERM reached this process (a CI step's limit, a cancel)."""
-
-
-def _stop(procs: list[subprocess.Popen], grouped: bool, tell: bool) -> None:
-    def signal_each(sig: int) -> None:
-        for proc in procs:
-            if proc.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, sig) if grouped else proc.send_signal(sig)
-
-    if tell:
-        signal_each(signal.SIGTERM)
-    deadline = time.monotonic() + STOP_S
-    for proc in procs:
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
-    signal_each(signal.SIGKILL)
-
-
-def _merge_results(shards: list[Shard], out: Path) -> Path:
-    """Every shard's records in one file, shard by shard: what the later steps (report, history) read."""
+def _merge(sessions: Sequence[Session], out: Path) -> Path | None:
+    """Every session's records in one file, session by session: what the later steps (report, history) read;
+    None where no session wrote one."""
+    texts = [p.read_text(encoding="utf-8") for s in sessions if (p := s.out / "results.jsonl").exists()]
+    if not any(texts):
+        return None
     merged = out / "results.jsonl"
-    with open(merged, "w", encoding="utf-8") as sink:
-        for shard in shards:
-            path = shard.out / "results.jsonl"
-            if path.exists():
-                sink.write(path.read_text(encoding="utf-8"))
+    merged.write_text("".join(texts), encoding="utf-8")
     return merged
+
+
+def _judge(merged: Path, baseline: str | None, out: Path) -> int:
+    """The run's one report: compare against the baseline, else the paired verdict over every session."""
+    if baseline is not None:
+        from perfgate.faces.compare import compare_files
+
+        return compare_files([str(merged)], baseline, str(out / "report.md"), str(out / "report.json"))
+    from perfgate.ab.verdict import PairedVerdict
+    from perfgate.core.output import OutputError
+    from perfgate.core.records_file import RecordFileError, all_records
+
+    try:
+        paired = PairedVerdict.of(all_records([str(merged)]))
+        if paired.cells:
+            paired.write_reports(str(out))
+    except (RecordFileError, OutputError) as err:
+        print(f"perfgate deal: no report of the run: {err}", file=sys.stderr)
+        return exits.UNUSABLE
+    return exits.PASS
 
 
 def cmd_deal(args: argparse.Namespace) -> int:
     pytest_args = args.pytest_args[1:] if args.pytest_args[:1] == ["--"] else args.pytest_args
-    owned = owned_in(pytest_args)
-    if owned:
-        print(f"perfgate deal: {', '.join(owned)}: deal sets {', '.join(OWNED)} for each shard", file=sys.stderr)
+    if not pytest_args:
+        print('perfgate deal: give the pytest args after --, e.g. -- perftests -m "gpu and pr"', file=sys.stderr)
+        return exits.UNUSABLE
+    reasons = refused(pytest_args)
+    if reasons:
+        print("\n".join(f"perfgate deal: {line}" for line in reasons), file=sys.stderr)
         return exits.UNUSABLE
     out = Path(args.out)
     try:
-        shards = plan(args.gpus, visible_gpus(), sorted(os.sched_getaffinity(0)), out)
+        shards = plan(args.gpus, visible_gpus(), cores(sorted(os.sched_getaffinity(0))), out)
     except ValueError as err:
         print(f"perfgate deal: {err}", file=sys.stderr)
         return exits.UNUSABLE
-    codes = run_shards(shards, pytest_args)
-    if len(shards) == 1:
-        return codes[0]
-    merged = _merge_results(shards, out)
-    baseline = baseline_in(pytest_args)
-    if not merged.stat().st_size:
-        return combined(codes)
-    if baseline is None:  # a paired run's verdict over every shard, as the one session would have written it
-        from perfgate.ab.verdict import PairedVerdict
-        from perfgate.core.output import OutputError
-        from perfgate.core.records_file import RecordFileError, all_records
-
-        try:
-            paired = PairedVerdict.of(all_records([str(merged)]))
-            if paired.cells:
-                paired.write_reports(str(out))
-        except (RecordFileError, OutputError) as err:
-            print(f"perfgate deal: no report of the run: {err}", file=sys.stderr)
-            return combined([*codes, exits.UNUSABLE])
-        return combined(codes)
-    from perfgate.faces.compare import cmd_compare
-
-    judged = argparse.Namespace(
-        results=[str(merged)], baseline=baseline, markdown=str(out / "report.md"), json=str(out / "report.json")
-    )
-    return combined([*codes, cmd_compare(judged)])
+    if len(shards) == 1 and shards[0].plain:
+        return run_sessions(shards, pytest_args)[0]
+    started = time.monotonic()
+    _clear(out, shards)
+    sessions, codes = list(shards), run_sessions(shards, pytest_args)
+    if _left_out_data_parallel(shards) and max(codes) < exits.BUG:  # not after an interrupt or a crash
+        sessions.append(data_parallel_session(shards, out))
+        codes += run_sessions(sessions[-1:], pytest_args)
+    _report(sessions, codes, time.monotonic() - started)
+    merged = _merge(sessions, out)
+    if merged is None:
+        return exits.combined([*codes, exits.UNUSABLE])  # nothing measured: never a pass
+    # pytest's 5: a shard the deal left no cell (more GPUs than cells); the others measured.
+    ran = [code for code in codes if code != NO_CELLS]
+    return exits.combined([*ran, _judge(merged, baseline_in(pytest_args), out)])
 
 
 def add_parser(sub) -> None:
     deal = sub.add_parser(
         "deal",
-        help="deal one pytest run over this machine's GPUs, a session a GPU with its share of the CPUs, and judge "
-        "it as one run; exit 0 pass, 1 regression, 2 unsure or cannot compare (docs/gate.md)",
+        help="deal one pytest run over this machine's GPUs, a session a GPU with its share of the CPU cores, and "
+        "judge it as one run; exit 0 pass, 1 regression, 2 unsure, cannot compare or interrupted, 3 a crash "
+        "(docs/gate.md)",
         description="Pytest args after -- select the cells and the gate, e.g. "
         '-- perftests -m "gpu and pr" -p no:randomly --perf-against origin/main --perf-baseline baselines',
     )

@@ -47,7 +47,7 @@ __all__ = [
     "speedup_suspects",
     "confirm",
     "gate_run",
-    "rules_for",
+    "baseline_rules_for",
     "BaselineError",
     "DEFAULT_RULES",
     "ADVISORY",
@@ -111,7 +111,7 @@ def paired_here(record: dict | None) -> bool:
     return isinstance((record or {}).get("paired"), dict)
 
 
-def rules_for(rules: Sequence, record: dict | None) -> tuple:
+def baseline_rules_for(rules: Sequence, record: dict | None) -> tuple:
     """The rules the committed baseline judges `record` by: all, or for a paired record what carries across
     machines alone (status, numerics, graph breaks, recompiles, memory, compile time)."""
     if not paired_here(record):
@@ -120,7 +120,7 @@ def rules_for(rules: Sequence, record: dict | None) -> tuple:
 
 
 def _evaluate(current: dict[str, dict], baseline: dict, rules: Sequence) -> dict[str, list[Finding]]:
-    """Findings per cell present in both the run and the baseline, by the rules that judge it (rules_for);
+    """Findings per cell present in both the run and the baseline, by the rules that judge it (baseline_rules_for);
     the wall rule's on a host-bound cell measured on a host CPU foreign to the baseline, and those that scale
     with the batch of a cell whose batch changed, are advisories (perfgate.judge.advisories.foreign_cpu_advisory,
     changed_batch_advisory)."""
@@ -128,7 +128,7 @@ def _evaluate(current: dict[str, dict], baseline: dict, rules: Sequence) -> dict
     return {
         cid: [
             changed_batch_advisory(rule, foreign_cpu_advisory(rule, f, cur, cpus), cells[cid], cur)
-            for rule in rules_for(rules, cur)
+            for rule in baseline_rules_for(rules, cur)
             if (f := rule.check(cells[cid], cur)) is not None
         ]
         for cid, cur in current.items()
@@ -216,7 +216,11 @@ def _process_note(baseline: dict, records: Sequence[dict]) -> list[str]:
 
 
 def _notes(baseline: dict, rows: Sequence[CellRow], records: Sequence[dict], rules: Sequence) -> list[str]:
-    notes = []
+    """Notes on how far the baseline's clocks could judge: none where every record's clocks were the pairing's."""
+    notes: list[str] = []
+    records = [r for r in records if not paired_here(r)]
+    if not records:
+        return notes
     unknown = [r.cell for r in rows if r.run_to_run_known is False]
     if (baseline.get("runs") or 0) < 2:
         notes.append(
@@ -240,7 +244,7 @@ def _assemble(records: list[dict], baseline: dict, rules: Sequence, findings: di
     rows = []
     for cid in sorted(set(current) | set(cells)):
         base, cur, found = cells.get(cid), current.get(cid), findings.get(cid, [])
-        rows.append(cell_row(cid, verdict_of(found, base, cur), base, cur, rules_for(rules, cur), found))
+        rows.append(cell_row(cid, verdict_of(found, base, cur), base, cur, baseline_rules_for(rules, cur), found))
     # Cells ok with a speedup in both the run and the baseline: what the geomeans are over.
     compared = [
         cid

@@ -99,7 +99,7 @@ def cell_setup(job, envs: dict) -> tuple[object, dict]:
 
 
 def main(argv: list[str]) -> int:
-    from perfgate.measure.launch import die_with_parent
+    from perfgate.core.children import die_with_parent
 
     die_with_parent()
     directory = Path(argv[0])

@@ -135,7 +135,7 @@ def run_job(job, channel: Channel, envs: dict) -> bool:
 
 
 def main() -> int:
-    from perfgate.measure.launch import die_with_parent
+    from perfgate.core.children import die_with_parent
 
     die_with_parent()
     channel = Channel()

@@ -16,7 +16,7 @@ import pytest
 
 from perfgate.ab import sides
 from perfgate.core import exits
-from perfgate.core.matrix import UnknownNameError
+from perfgate.core.matrix import DATA_PARALLEL_LEFT_OUT, UnknownNameError
 from perfgate.plugin import against, config_file, options, selection
 from perfgate.plugin.session import PerfSession
 
@@ -93,9 +93,17 @@ class _ShardHook:
 
     @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(self, session: pytest.Session, config: pytest.Config, items: list) -> None:
-        """--perf-rotate K/N, then --perf-shard I/N: slices and shards of equal expected cost over the cells
-        that will really run; then, in an xdist worker under --dist loadgroup, the dearest first."""
+        """--perf-data-parallel, then --perf-rotate K/N, then --perf-shard I/N: slices and shards of equal
+        expected cost over the cells that will really run; then, in an xdist worker under --dist loadgroup, the
+        dearest first."""
         perf = config.stash[SESSION_KEY]
+        keep, drop = selection.data_parallel_split(items, perf.selection.data_parallel)
+        _deselect(config, items, keep, drop)
+        if drop and perf.selection.data_parallel == "without":
+            perf.summary.append(
+                f"perfgate: {len(drop)} {DATA_PARALLEL_LEFT_OUT} (--perf-data-parallel without): they need several "
+                "GPUs; perfgate deal runs them after its shards, on every GPU it dealt"
+            )
         if perf.selection.rotate is not None:
             _deselect(config, items, *selection.rotate(items, *perf.selection.rotate))
         if perf.selection.shard is not None:

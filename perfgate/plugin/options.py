@@ -19,6 +19,7 @@ ISOLATE = ("gpu", "all", "off")  # --perf-isolate: which cells run in a child pr
 
 # Upper bounds of counts and durations: past them a value is a typo or a hostile one, and it hung the run
 # (a list of 10^12 shards; 10^12 rounds of a CPU cell that never ended while the ETA said 0:09).
+DATA_PARALLEL = ("with", "without", "only")  # --perf-data-parallel
 MAX_PARTS = 1000  # --perf-shard and --perf-rotate N: the whole matrix holds a few hundred cells
 MAX_ROUNDS = 1000  # --perf-min/max-rounds: 25x the GPU default of 40, minutes of timing per cell
 MAX_ROUND_MS = 10_000.0  # --perf-round-ms: 200x the GPU default of 50 ms
@@ -46,6 +47,13 @@ def add(parser: pytest.Parser) -> None:
     group.addoption("--perf-models", help="comma-separated models to run (default: all)")
     group.addoption("--perf-variants", help=f"compile variants: {', '.join(matrix.VARIANTS)}")
     group.addoption("--perf-precisions", help=f"precisions: {', '.join(matrix.PRECISIONS)}")
+    group.addoption(
+        "--perf-data-parallel",
+        choices=DATA_PARALLEL,
+        default="with",
+        help="the data-parallel cells, which need several GPUs: with the others (default), without them (a "
+        "session of one GPU, as perfgate deal's shards are), or only them",
+    )
     group.addoption("--perf-shard", help="run shard I of N (1-based), e.g. 2/4: a deterministic split")
     group.addoption(
         "--perf-rotate",
@@ -228,6 +236,7 @@ def check(config: pytest.Config) -> Selection:
         precision=tuple(check_names("precision", precisions, matrix.PRECISIONS)) if precisions is not None else None,
         shard=shard,
         rotate=rotate,
+        data_parallel=opt("--perf-data-parallel"),
     )
 
 

@@ -28,8 +28,11 @@ class Selection:
     precision: tuple[str, ...] | None = None
     shard: tuple[int, int] | None = None
     rotate: tuple[int, int] | None = None
+    data_parallel: str = "with"  # with | without | only (--perf-data-parallel)
 
     def selects(self, cell: Cell) -> bool:
+        """--perf-models, --perf-variants, --perf-precisions (--perf-data-parallel is taken after -m and -k:
+        data_parallel_split)."""
         return all(
             getattr(self, key) is None or getattr(cell, key) in getattr(self, key)
             for key in ("model", "variant", "precision")
@@ -37,10 +40,10 @@ class Selection:
 
     def describe(self) -> str:
         chosen = [(key, getattr(self, key)) for key in ("model", "variant", "precision")]
-        return (
-            ", ".join(f"--perf-{key}s {','.join(names)}" for key, names in chosen if names is not None)
-            or "no --perf-* selection"
-        )
+        named = [f"--perf-{key}s {','.join(names)}" for key, names in chosen if names is not None]
+        if self.data_parallel != "with":
+            named.append(f"--perf-data-parallel {self.data_parallel}")
+        return ", ".join(named) or "no --perf-* selection"
 
 
 def parametrize(metafunc: pytest.Metafunc, registry_path: str) -> None:
@@ -90,6 +93,19 @@ def narrow(items: list, chosen: Selection) -> tuple[list, list]:
         if cell is not None:
             item.stash[CELL_KEY] = cell
         (keep if cell is None or chosen.selects(cell) else drop).append(item)
+    return keep, drop
+
+
+def data_parallel_split(items: list, choice: str) -> tuple[list, list]:
+    """(kept, left out) under --perf-data-parallel `choice` (with, without, only): a data-parallel cell needs
+    several GPUs, so a session of one (perfgate deal's shard) leaves it to one holding them all."""
+    if choice == "with":
+        return items, []
+    keep, drop = [], []
+    for item in items:
+        cell = item.stash.get(CELL_KEY, None)
+        data_parallel = cell is not None and cell.phase == "ddp"
+        (keep if cell is None or data_parallel == (choice == "only") else drop).append(item)
     return keep, drop
 
 

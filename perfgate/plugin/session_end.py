@@ -57,8 +57,9 @@ def _gate(perf: PerfSession, records: list[dict], baseline, interrupted: bool):
     """Gate this run, in steps taken in turn: judge the records against the baseline; measure the cells a
     speedup rule tripped again, in this process with a fresh compile, and judge once more (the confirm
     round: a regression stands only where the same clock trips twice); profile every other flagged cell for
-    the reader (why-artifacts, the gate unchanged); write the reports. A paired run's clocks are the paired
-    verdict's, so the baseline judges the rest and nothing is measured again. An `interrupted` run (Ctrl-C,
+    the reader (why-artifacts, the gate unchanged); write the reports. A paired record's clocks are the paired
+    verdict's, so the baseline judges the rest of it, and only a paired session's unpaired cells (data-parallel)
+    can trip a speedup rule and be measured again; no why-artifacts there. An `interrupted` run (Ctrl-C,
     SIGTERM from a CI step's limit) measures nothing more: it is judged on what it measured, and pytest's own
     exit status (2) says it was cut short."""
     from pathlib import Path
@@ -68,11 +69,11 @@ def _gate(perf: PerfSession, records: list[dict], baseline, interrupted: bool):
 
     report_dir = perf.config.getoption("--perf-report")
     why_dir = str(Path(report_dir or ".perfgate") / "why")
-    outcome = gate_run(records, baseline)  # a paired record's clocks are the pairing's (gate.rules_for)
+    outcome = gate_run(records, baseline)  # a paired record's clocks are the pairing's (gate.baseline_rules_for)
     profiled: dict[str, dict] = {}
-    measures_again = not interrupted and perf.pairing is None
-    if measures_again:
+    if not interrupted:  # a paired session's tripped speedup rules are its unpaired (data-parallel) cells'
         _confirm_round(perf, outcome, why_dir, profiled)
+    measures_again = not interrupted and perf.pairing is None
     if interrupted:
         perf.summary.append(
             "perfgate: the run was interrupted: no confirm round and no why-artifacts; a "
