@@ -297,7 +297,9 @@ def test_a_regression_that_a_later_pair_could_not_measure_stays_unsure():
     assert paired.final([one], 2) and [c.outcome for c in paired.settled([one])] == ["unsure"]
 
 
-def _measured_red(monkeypatch, died_in_pair2: bool, kernels_b: int = 100, outvoted: bool = False) -> tuple:
+def _measured_red(
+    monkeypatch, died_in_pair2: bool, kernels_b: int = 100, outvoted: bool = False, picked: bool = False
+) -> tuple:
     """duet.measure of one cell whose wall rule reads a regression at every look, over two fake workers whose
     records carry `kernels_b` compiled kernels on B against A's 100; B's worker dies in pair 2's rounds where
     `died_in_pair2`. `outvoted`: judged for real instead, B's compiled step 20 % slower in pair 1 alone; returns
@@ -346,7 +348,7 @@ def _measured_red(monkeypatch, died_in_pair2: bool, kernels_b: int = 100, outvot
             lambda rounds, *args, **kwargs: [replace(red, by_pair=(0.2,) * len(rounds["wall"]["b"]["compiled"]))],
         )
     job = Job(Cell("mlp", "train", "aot_eager", "fp32", "gpu"), RunOptions(device="cuda"), tf32=False)
-    got = duet.measure(fake, job, lambda _m: None)
+    got = duet.measure(fake, job, lambda _m: None, picked=picked)
     return (*got, workers) if outvoted else got
 
 
@@ -372,8 +374,16 @@ def test_a_wall_red_takes_three_pairs_unless_a_count_already_shows_the_regressio
     _record_b, _record_a, summary = _measured_red(monkeypatch, died_in_pair2=False, kernels_b=kernels_b)
     assert summary["duets"] == pairs and summary["outcome"] == outcome
     # Each pair keeps which side prepared first (alternating, A first) and whether the two prepared at once
-    # (not in a first pair without a precompiled cache; always in a later one).
+    # (not in a first pair unless the cache holds the cell's launch-config picks; always in a later one).
     assert summary["prepared"] == [{"first": "ab"[i % 2], "together": i > 0} for i in range(pairs)]
+
+
+@pytest.mark.parametrize("picked", [False, True], ids=["picks-to-make", "picks-in-the-cache"])
+def test_a_first_pair_prepares_at_once_only_where_the_cache_holds_the_picks(monkeypatch, picked):
+    """Two sides that time a kernel's launch configs beside each other pick apart (10 cold first pairs to
+    2026-11-28): one after the other, B loads A's picks; where an earlier run left them, both load the same."""
+    _record_b, _record_a, summary = _measured_red(monkeypatch, died_in_pair2=False, picked=picked)
+    assert summary["prepared"][0]["together"] is picked and all(p["together"] for p in summary["prepared"][1:])
 
 
 def test_a_wall_red_the_next_two_pairs_read_ok_against_is_outvoted_with_whole_records(monkeypatch):

@@ -73,11 +73,12 @@ def steps_per_round(ready: dict, target_ms: float, max_steps: int) -> int:
 
 
 def measure(
-    duet: Duet, job_b, progress: Callable[[str], None], seed: int = 0, warm: bool = False, eager_wall: bool = False
+    duet: Duet, job_b, progress: Callable[[str], None], seed: int = 0, picked: bool = False, eager_wall: bool = False
 ) -> tuple[dict, dict | None, dict]:
     """(B's record, A's record or None, the paired summary) of one cell. Never raises for what a side does:
-    a side that fails is a failed record (B) or an unsure comparison that names why (A). `warm`: the shared
-    cache holds this cell's compiles already (--perf-precompile), so the two sides may prepare at once.
+    a side that fails is a failed record (B) or an unsure comparison that names why (A). `picked`: the shared
+    cache holds this cell's compiles and its kernels' launch-config picks already (an earlier run's), so the two
+    sides may prepare at once: each loads the same picks.
     `eager_wall`: eager's wall step judged, not only shown (paired.rules_for)."""
     a, b = duet.sides
     # A plants no fault and keeps no warm compile (after its rounds), but otherwise runs what B runs, numerics
@@ -120,8 +121,14 @@ def measure(
                     rounds[clock][s][side].append([])
         first = duet.first if summary["duets"] % 2 else _other(duet.first)
         # A planted fault (--perf-inject) sizes itself on the cell's own step time after warm-up: that wants the
-        # machine to itself, so B's preparation never overlaps A's then.
-        together = (warm or summary["duets"] > 1) and job_b.options.fault is None
+        # machine to itself, so B's preparation never overlaps A's then. Nor does a first pair's where the cache
+        # lacks the cell's launch-config picks (this session's precompile removed its own): each side would time
+        # the candidates at its first call beside the other and pick apart. In the cold A/As to 2026-11-28, 10
+        # first pairs of cells precompiled that session, and no later pair nor any warm run's, had a Triton
+        # kernel 15-40 % apart between the sides (resnet50 infer's compiled GPU step +3.5 % on 2xH200 b0663377,
+        # +2.0 and +3.0 % on 23ebdea2 and 2aa41d77): their device rules' unsure A/A cells. One after the other,
+        # B loads the picks A made with the GPU to itself.
+        together = (picked or summary["duets"] > 1) and job_b.options.fault is None
         prepared.append({"first": first, "together": together})
         lap()
         try:

@@ -91,16 +91,18 @@ class Pairing:
         """Start both sides' first workers now, not waiting for them: their imports overlap the precompile."""
         self.duet.spawn_spares()
 
-    def run(self, job, progress, warm: bool = False) -> dict:
-        """B's record of one cell, carrying the paired summary; A's record appended to against_path. `warm`: the
-        cell was precompiled into the shared cache, so the two sides prepare at once."""
+    def run(self, job, progress, picked: bool = False) -> dict:
+        """B's record of one cell, carrying the paired summary; A's record appended to against_path. `picked`:
+        the shared cache holds the cell's compiles and launch-config picks (duet.measure)."""
         from perfgate.ab import duet
         from perfgate.core.records_file import append_record
         from perfgate.measure import record_builder
 
         job = replace(job, options=replace(job.options, cache_dir=self.cache_dir))
         try:
-            record_b, record_a, summary = duet.measure(self.duet, job, progress, warm=warm, eager_wall=self.eager_wall)
+            record_b, record_a, summary = duet.measure(
+                self.duet, job, progress, picked=picked, eager_wall=self.eager_wall
+            )
         except Exception as err:  # noqa: BLE001 - a paired cell that cannot run fails alone, never the session
             from perfgate.core.record import error_line, failed_record
 

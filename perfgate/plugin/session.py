@@ -68,6 +68,9 @@ class PerfSession(CellRunner, SessionPlan):
         self.precompile_s = 0.0  # seconds the session spent precompiling before its first cell
         # Cells whose compiles the kept cache holds: a paired cell's two sides then prepare at once.
         self.precompiled: set[str] = set()
+        # Of those, the cells an earlier run's precompile compiled: their launch-config picks are in the cache
+        # (this session's precompile removes the picks it timed on a shared GPU: perfgate.measure.precompile).
+        self.picked: set[str] = set()
         self.pairing = None  # --perf-against: the paired engine's state (perfgate.plugin.against.Pairing)
         self.paired = None  # the paired verdict, once judged (perfgate.ab.verdict.PairedVerdict)
 
@@ -116,9 +119,7 @@ class PerfSession(CellRunner, SessionPlan):
         if profile_dir:
             options = dataclasses.replace(options, profile_dir=profile_dir)
         if self.measures_paired(cell):
-            record = self.pairing.run(
-                self.job(spec, cell, options, remeasure), self.say, warm=cell.id in self.precompiled
-            )
+            record = self.pairing.run(self.job(spec, cell, options, remeasure), self.say, picked=cell.id in self.picked)
         elif why := self.unpaired_elsewhere(cell):
             pytest.skip(why)
         elif self.isolates(cell):

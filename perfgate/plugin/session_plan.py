@@ -102,7 +102,7 @@ class SessionPlan:
         keys = {cell_id: precompiled.key(cell, self.tf32, gpu, self.registry) for cell_id, cell in todo.items()}
         cells_left, held = precompiled.split(todo.values(), cache_dir, keys)
         already = f"; {len(held)} already in the cache from an earlier precompile" if held else ""
-        self.precompiled = {cell.id for cell in held}
+        self.precompiled, self.picked = {cell.id for cell in held}, {cell.id for cell in held}
         if not cells_left:
             self.precompile_s = time.monotonic() - started
             return (
