@@ -315,19 +315,11 @@ def test_a_data_parallel_cell_is_gated_on_its_compute_clock_and_only_it_is():
     assert gate.compare(syn.run(42, cell_list=cell_list, overrides=compute(1.905), **QUIET), base).passed
 
 
-@pytest.mark.parametrize("interrupted", [False, True], ids=["confirmed", "interrupted"])
-def test_the_sessions_confirm_round_is_a_step_of_its_end(tmp_path, base, interrupted):
-    """The plugin's session end judges the run, measures the tripped cells again through the session, and judges
-    once more: a cell that trips twice stays, one that does not clears, and every other flagged cell is profiled
-    for the reader. An interrupted run measures nothing more and its trips stand unconfirmed."""
+def _ending_session(first: list[dict], again: dict[str, dict], pairing=None):
+    """A stand-in PerfSession for the session end's gate step: it measures a cell again from `again` and notes
+    what was asked, as (cell, why)."""
     from types import SimpleNamespace
 
-    from perfgate.judge.baseline import baseline_path, write_baseline
-    from perfgate.plugin.session_end import _gate
-
-    write_baseline(baseline_path(tmp_path, *KEY), base)
-    first = now(42, overrides=slower([RESNET, GPT2_INFER], 0.9))
-    again = {r["cell"]: r for r in now(43, overrides=slower([GPT2_INFER], 0.9))}
     asked: list[tuple[str, str]] = []
 
     def measure_again(cell_id, why_dir, remeasure):
@@ -336,13 +328,28 @@ def test_the_sessions_confirm_round_is_a_step_of_its_end(tmp_path, base, interru
 
     perf = SimpleNamespace(
         config=SimpleNamespace(getoption=lambda name: None),
-        pairing=None,
+        pairing=pairing,
         ran={r["cell"]: () for r in first},
         measure_again=measure_again,
         say=lambda message: None,
         summary=[],
         paired_verdict=lambda records: None,
     )
+    return perf, asked
+
+
+@pytest.mark.parametrize("interrupted", [False, True], ids=["confirmed", "interrupted"])
+def test_the_sessions_confirm_round_is_a_step_of_its_end(tmp_path, base, interrupted):
+    """The plugin's session end judges the run, measures the tripped cells again through the session, and judges
+    once more: a cell that trips twice stays, one that does not clears, and every other flagged cell is profiled
+    for the reader. An interrupted run measures nothing more and its trips stand unconfirmed."""
+    from perfgate.judge.baseline import baseline_path, write_baseline
+    from perfgate.plugin.session_end import _gate
+
+    write_baseline(baseline_path(tmp_path, *KEY), base)
+    first = now(42, overrides=slower([RESNET, GPT2_INFER], 0.9))
+    again = {r["cell"]: r for r in now(43, overrides=slower([GPT2_INFER], 0.9))}
+    perf, asked = _ending_session(first, again)
     outcome = _gate(perf, first, tmp_path, interrupted)
     tripped = sorted(f.cell for report in outcome.reports for f in report.regressions)
     if interrupted:
@@ -355,8 +362,6 @@ def test_the_sessions_confirm_round_is_a_step_of_its_end(tmp_path, base, interru
 def test_a_paired_sessions_unpaired_cell_gets_its_confirm_round_and_no_why_artifacts(tmp_path, base):
     """In a paired session a data-parallel cell runs unpaired, so the baseline judges its clocks, twice as in
     an unpaired run; the paired cells' clocks are the pairing's, and nothing else is measured again."""
-    from types import SimpleNamespace
-
     from perfgate.judge.baseline import baseline_path, write_baseline
     from perfgate.plugin.session_end import _gate
 
@@ -367,21 +372,7 @@ def test_a_paired_sessions_unpaired_cell_gets_its_confirm_round_and_no_why_artif
         for r in now(42, overrides=slower([RESNET, GPT2_INFER], 0.9))
     ]
     again = {r["cell"]: r for r in now(43, overrides=slower([RESNET], 0.9))}
-    asked: list[tuple[str, str]] = []
-
-    def measure_again(cell_id, why_dir, remeasure):
-        asked.append((cell_id, remeasure))
-        return again[cell_id]
-
-    perf = SimpleNamespace(
-        config=SimpleNamespace(getoption=lambda name: None),
-        pairing=object(),
-        ran={r["cell"]: () for r in first},
-        measure_again=measure_again,
-        say=lambda message: None,
-        summary=[],
-        paired_verdict=lambda records: None,
-    )
+    perf, asked = _ending_session(first, again, pairing=object())
     outcome = _gate(perf, first, tmp_path, False)
     assert asked == [(RESNET, "confirm")]
     assert [f.cell for report in outcome.reports for f in report.regressions] == [RESNET]

@@ -20,19 +20,24 @@ from perfgate.measure.cell import run_cell  # noqa: E402
 TINY = "tiny_mlp:REGISTRY"
 
 
+def _precompile(tmp_path, shares, cache_dir, registry: str = TINY, limit_s: float = 120):
+    """precompile.run on the CPU, its lines written to tmp_path/pre.json."""
+    return precompile.run(
+        shares,
+        cache_dir=cache_dir,
+        registry=registry,
+        devices=[],
+        tf32=False,
+        out=tmp_path / "pre.json",
+        limit_s=limit_s,
+    )
+
+
 def test_a_precompiled_cell_finds_its_compile_in_the_kept_cache(tmp_path):
     """--perf-precompile's children fill the cache; the cell's own first call then hits it, and says so."""
     cell = Cell("mlp", "infer", "inductor_default", "fp32", "cpu")
     cache = str(tmp_path / "cache")
-    lines = precompile.run(
-        [[cell], [Cell("mlp", "infer", "aot_eager", "fp32", "cpu")]],
-        cache_dir=cache,
-        registry=TINY,
-        devices=[],
-        tf32=False,
-        out=tmp_path / "pre.json",
-        limit_s=120,
-    )
+    lines = _precompile(tmp_path, [[cell], [Cell("mlp", "infer", "aot_eager", "fp32", "cpu")]], cache)
     assert [(line["cell"], line["status"]) for line in lines] == [
         (cell.id, "ok"),
         ("cpu-mlp-infer-aot_eager-fp32", "ok"),
@@ -46,15 +51,7 @@ def test_a_precompiled_cell_finds_its_compile_in_the_kept_cache(tmp_path):
 
 def test_a_precompile_child_that_cannot_start_fails_its_cells_with_the_reason(tmp_path):
     cell = Cell("mlp", "infer", "inductor_default", "fp32", "cpu")
-    (line,) = precompile.run(
-        [[cell]],
-        cache_dir=str(tmp_path),
-        registry="no_such_zoo:REGISTRY",
-        devices=[],
-        tf32=False,
-        out=tmp_path / "pre.json",
-        limit_s=120,
-    )
+    (line,) = _precompile(tmp_path, [[cell]], str(tmp_path), registry="no_such_zoo:REGISTRY")
     assert line["status"] == "failed" and "No module named 'no_such_zoo'" in line["reason"]
 
 
@@ -66,29 +63,18 @@ def test_a_precompile_forgets_the_launch_configs_written_since_it_began(tmp_path
     for path, when in ((old, 1_000.0), (new, time.time() + 3_600)):
         path.write_text("{}")
         os.utime(path, (when, when))
-    precompile.run(
+    _precompile(
+        tmp_path,
         [[Cell("mlp", "infer", "inductor_default", "fp32", "cpu")]],
-        cache_dir=str(tmp_path),
+        str(tmp_path),
         registry="no_such_zoo:REGISTRY",
-        devices=[],
-        tf32=False,
-        out=tmp_path / "pre.json",
-        limit_s=120,
     )
     assert old.exists() and not new.exists()
 
 
 def test_a_precompile_child_past_its_time_is_killed_and_its_cells_say_so(tmp_path):
     cell = Cell("mlp", "infer", "inductor_default", "fp32", "cpu")
-    (line,) = precompile.run(
-        [[cell]],
-        cache_dir=str(tmp_path),
-        registry=TINY,
-        devices=[],
-        tf32=False,
-        out=tmp_path / "pre.json",
-        limit_s=0.2,
-    )  # still importing torch
+    (line,) = _precompile(tmp_path, [[cell]], str(tmp_path), limit_s=0.2)  # still importing torch
     assert line == {"cell": cell.id, "status": "failed", "reason": "not compiled: timed out after 0.2 s (not started)"}
 
 
@@ -102,15 +88,7 @@ def test_at_the_limit_every_child_left_is_killed_at_once_and_says_so(tmp_path, m
         real_kill(*procs)
 
     monkeypatch.setattr(precompile, "kill_groups", kill)
-    lines = precompile.run(
-        [[c] for c in cells],
-        cache_dir=str(tmp_path),
-        registry=TINY,
-        devices=[],
-        tf32=False,
-        out=tmp_path / "pre.json",
-        limit_s=0.2,
-    )
+    lines = _precompile(tmp_path, [[c] for c in cells], str(tmp_path), limit_s=0.2)
     assert [line["reason"] for line in lines] == ["not compiled: timed out after 0.2 s (not started)"] * 2
     assert kills == [2]
 
@@ -131,15 +109,7 @@ def test_an_interrupted_precompile_kills_its_children_and_keeps_its_lines(tmp_pa
     monkeypatch.setattr(precompile, "spawn", keep)
     monkeypatch.setattr(launch.time, "sleep", interrupted)
     with pytest.raises(KeyboardInterrupt):
-        precompile.run(
-            [[cell]],
-            cache_dir=str(tmp_path),
-            registry=TINY,
-            devices=[],
-            tf32=False,
-            out=tmp_path / "pre.json",
-            limit_s=120,
-        )
+        _precompile(tmp_path, [[cell]], str(tmp_path))
     (child,) = children
     assert child.poll() == -signal.SIGKILL
     assert json.loads((tmp_path / "pre.json").read_text()) == [
