@@ -168,8 +168,10 @@ def test_a_paired_run_without_a_baseline_gets_one_verdict_over_its_shards(tmp_pa
 @pytest.mark.parametrize("signals", [1, 2], ids=["sigterm", "sigterm-then-sigint"])
 def test_an_interrupt_lets_every_shard_close_and_never_passes(tmp_path, monkeypatch, signals):
     """SIGTERM (a CI step's limit) reaches each shard's pytest as SIGINT, which judges what it measured and
-    keeps its records; a second signal kills what is left at once. The run exits 2 either way."""
+    keeps its records; a second signal kills what is left at once. The run exits 2 either way, and starts no
+    session for the data-parallel cells its shards left out."""
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    monkeypatch.setenv("LEAVE_OUT", DATA_PARALLEL_LEFT_OUT)
     monkeypatch.setattr(deal, "STOP_S", 30.0)
     _stand_in(monkeypatch, {"shard 1/2": [{"cell": "a"}], "shard 2/2": [{"cell": "b"}]}, {}, wait_s=60)
     if signals == 2:  # sessions deaf to the first signal: only the second ends them, at once
@@ -185,7 +187,7 @@ def test_an_interrupt_lets_every_shard_close_and_never_passes(tmp_path, monkeypa
     finally:
         for timer in timers:
             timer.cancel()
-    assert code == 2
+    assert code == 2 and not (tmp_path / "data-parallel").exists()
     for k in (0, 1):
         shard = Path(tmp_path / f"shard-{k}")
         assert (shard / "results.jsonl").exists()

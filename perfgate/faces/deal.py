@@ -226,12 +226,14 @@ def _start(session: Session, pytest_args: Sequence[str]) -> subprocess.Popen:
         )
 
 
-def run_sessions(sessions: Sequence[Session], pytest_args: Sequence[str]) -> list[int]:
+def run_sessions(sessions: Sequence[Session], pytest_args: Sequence[str]) -> tuple[list[int], bool]:
     """Start the sessions at once and wait for all. A signal (Ctrl-C, a CI step's SIGTERM) is passed on to each
     session's pytest as SIGINT, so each judges what it measured, writes its report and keeps its records (a
     plain session sharing the terminal had a Ctrl-C already); one still running STOP_S later, or at a second
-    signal, is killed with its group. A session that ended by a signal reads as exit 2: never a pass."""
+    signal, is killed with its group. A session that ended by a signal reads as exit 2: never a pass. Returns
+    the exits and whether a signal came."""
     procs: list[subprocess.Popen] = []
+    interrupted = False
     with _signals_raise():
         try:
             for session in sessions:
@@ -239,8 +241,9 @@ def run_sessions(sessions: Sequence[Session], pytest_args: Sequence[str]) -> lis
             for proc in procs:
                 proc.wait()
         except _Signalled as first:
+            interrupted = True
             _stop(procs, [s.plain for s in sessions], first.signum)
-    return [code if (code := proc.wait()) >= 0 else exits.UNUSABLE for proc in procs]
+    return [code if (code := proc.wait()) >= 0 else exits.UNUSABLE for proc in procs], interrupted
 
 
 def _stop(procs: Sequence[subprocess.Popen], plain: Sequence[bool], signum: int) -> None:
@@ -343,13 +346,15 @@ def cmd_deal(args: argparse.Namespace) -> int:
         print(f"perfgate deal: {err}", file=sys.stderr)
         return exits.UNUSABLE
     if len(shards) == 1 and shards[0].plain:
-        return run_sessions(shards, pytest_args)[0]
+        return run_sessions(shards, pytest_args)[0][0]
     started = time.monotonic()
     _clear(out, shards)
-    sessions, codes = list(shards), run_sessions(shards, pytest_args)
-    if _left_out_data_parallel(shards) and max(codes) < exits.BUG:  # not after an interrupt or a crash
+    sessions = list(shards)
+    codes, interrupted = run_sessions(shards, pytest_args)
+    if _left_out_data_parallel(shards) and not interrupted and max(codes) < exits.BUG:  # nor after a crash
         sessions.append(data_parallel_session(shards, out))
-        codes += run_sessions(sessions[-1:], pytest_args)
+        more, _ = run_sessions(sessions[-1:], pytest_args)
+        codes += more
     _report(sessions, codes, time.monotonic() - started)
     merged = _merge(sessions, out)
     if merged is None:
