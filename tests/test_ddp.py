@@ -182,8 +182,13 @@ def test_the_data_parallel_cells_can_be_left_out_or_run_alone(choice, kept):
         Item(Cell("gpt2", "ddp", "inductor_ddp_optimizer", "amp_bf16")),
         Item(Cell("gpt2", "train", "eager", "fp32")),
     ]
-    keep, drop = data_parallel_split(items, choice)
-    assert [i.stash[CELL_KEY].phase for i in keep] == kept and len(keep) + len(drop) == 2
+
+    class Plain:  # a test that is no cell: it runs with the other cells, not again alone
+        stash: dict = {}
+
+    keep, drop = data_parallel_split([*items, Plain()], choice)
+    assert [i.stash[CELL_KEY].phase for i in keep if CELL_KEY in i.stash] == kept and len(keep) + len(drop) == 3
+    assert any(isinstance(i, Plain) for i in keep) == (choice != "only")
 
 
 def test_each_world_of_the_matrix_has_its_cells_with_their_own_ids_in_the_nightly():

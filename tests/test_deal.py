@@ -108,9 +108,10 @@ def test_the_visible_gpus_are_read_as_cuda_reads_them(monkeypatch, listed, gpus)
         (["perftests", "--perf-shard=1/2"], "deal sets --perf-shard, --perf-results, --perf-report"),
         (["perftests", "--perf-save-baseline", "b"], "perfgate baseline update DIR/results.jsonl"),
         (["perftests", "--junitxml=j.xml"], "each session would write it over the others'"),
+        (["perftests", "-n2"], "deal is the parallelism"),
         ([], "give the pytest args after --"),
     ],
-    ids=["owned", "baseline", "junit", "none"],
+    ids=["owned", "baseline", "junit", "xdist", "none"],
 )
 def test_what_several_sessions_cannot_share_is_refused_by_name(tmp_path, capsys, args, says):
     assert main(["deal", "--out", str(tmp_path), "--", *args]) == 2 and says in capsys.readouterr().err
@@ -192,3 +193,28 @@ def test_an_interrupt_lets_every_shard_close_and_never_passes(tmp_path, monkeypa
         shard = Path(tmp_path / f"shard-{k}")
         assert (shard / "results.jsonl").exists()
         assert ("interrupted" in (shard / "log.txt").read_text()) == (signals == 1)
+
+
+@pytest.mark.parametrize(
+    "codes, ddp_runs, expected",
+    [({"shard 2/2": 5}, True, 0), ({"shard 1/2": 5, "shard 2/2": 5}, True, 0), ({"shard 1/2": 3}, False, 3)],
+    ids=["one-shard-empty", "every-shard-empty", "a-shard-crashed"],
+)
+def test_an_empty_shard_is_no_verdict_and_no_reason_to_skip_the_data_parallel_cells(
+    tmp_path, monkeypatch, codes, ddp_runs, expected
+):
+    """A shard the deal left no cell exits 5 (pytest's "no tests"): it neither stops the data-parallel
+    session nor reaches the run's exit; a crashed shard does both."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    monkeypatch.setenv("LEAVE_OUT", DATA_PARALLEL_LEFT_OUT)
+    run = syn.run(9)
+    ddp = {"data-parallel cells": run[:2]}
+    records = {name: run[2:] for name in ("shard 1/2", "shard 2/2") if name not in codes} | ddp
+    _stand_in(monkeypatch, records, codes)
+    assert main(["deal", "--out", str(tmp_path), "--", "perftests"]) == expected
+    assert (tmp_path / "data-parallel").exists() == ddp_runs
+
+
+@pytest.mark.parametrize("code, own", [(0, 0), (1, 1), (2, 2), (3, 3), (4, 2), (6, 3)])
+def test_a_sessions_exit_reads_as_one_of_perfgates(code, own):
+    assert deal._own(code) == own

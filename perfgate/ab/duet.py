@@ -226,8 +226,9 @@ def _prepare(
     """Both sides to their warm state: (None, None, {"a": ready, "b": ready}); or, where a side failed before its
     rounds, (A's record or None, B's record, None) with the other side timed alone, so this tree's cell keeps a
     record of its own whichever side failed. One after the other, `first` first (A's compiles fill the shared
-    cache), or `together` where the cache already holds the cell's compiles (a precompiled cell, a second
-    pair): the two sides then build, load and warm up at once, which only their untimed stages see."""
+    cache and picks), or `together` where the cache already holds the cell's compiles and launch-config picks
+    (an earlier run's, a second pair): the two sides then build, load and warm up at once, which only their
+    untimed stages see."""
     workers = dict(zip("ab", duet.start(*duet.sides)))
     duet.spawn_spares()  # the next process pair's, importing while this one prepares
     jobs = {"a": job_a, "b": job_b}

@@ -42,6 +42,9 @@ NOT_SHARED = {
     "--perf-history": "add the run's records once: perfgate history add DIR/results.jsonl",
     "--junitxml": "each session would write it over the others'",
     "--junit-xml": "each session would write it over the others'",
+    # xdist workers print no closing lines, where a shard says which data-parallel cells it left out.
+    "-n": "a dealt session is one process a GPU: deal is the parallelism",
+    "--numprocesses": "a dealt session is one process a GPU: deal is the parallelism",
 }
 NO_CELLS = 5  # pytest.ExitCode.NO_TESTS_COLLECTED, without importing pytest here
 STOP_S = 120.0  # an interrupted session's close: its verdict, report and workers' exit (a GPU context's release ~20 s)
@@ -163,6 +166,7 @@ def refused(pytest_args: Sequence[str]) -> list[str]:
     lines = []
     for arg in pytest_args:
         name = arg.split("=", 1)[0]
+        name = "-n" if name.startswith("-n") and not name.startswith("--") else name  # -n2 as -n 2
         if name in OWNED:
             lines.append(f"{arg}: deal sets {', '.join(OWNED)} for each session")
         elif name in NOT_SHARED:
@@ -247,21 +251,26 @@ def run_sessions(sessions: Sequence[Session], pytest_args: Sequence[str]) -> tup
 
 
 def _stop(procs: Sequence[subprocess.Popen], plain: Sequence[bool], signum: int) -> None:
-    for proc, alone in zip(procs, plain):
-        if proc.poll() is None and not (alone and signum == signal.SIGINT):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(proc.pid, signal.SIGINT)
-    deadline = time.monotonic() + STOP_S
     try:
+        for proc, alone in zip(procs, plain):
+            if proc.poll() is None and not (alone and signum == signal.SIGINT):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(proc.pid, signal.SIGINT)
+        deadline = time.monotonic() + STOP_S
         for proc in procs:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=max(0.0, deadline - time.monotonic()))
     except _Signalled:  # a second signal: no more waiting
         pass
-    for proc, alone in zip(procs, plain):
-        if proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill() if alone else os.killpg(proc.pid, signal.SIGKILL)
+    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:  # the kill, which no further signal interrupts
+        for proc, alone in zip(procs, plain):
+            if proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    proc.kill() if alone else os.killpg(proc.pid, signal.SIGKILL)
+    finally:
+        for sig, action in previous.items():
+            signal.signal(sig, action)
 
 
 def _report(sessions: Sequence[Session], codes: Sequence[int], seconds: float) -> None:
@@ -347,21 +356,38 @@ def cmd_deal(args: argparse.Namespace) -> int:
         return exits.UNUSABLE
     if len(shards) == 1 and shards[0].plain:
         return run_sessions(shards, pytest_args)[0][0]
+    try:
+        with _signals_raise():  # a signal between the sessions, or while merging and judging: no half report
+            return _deal(shards, pytest_args, out)
+    except _Signalled:
+        print("perfgate deal: interrupted: the run is not judged (exit 2)", file=sys.stderr)
+        return exits.UNUSABLE
+
+
+def _deal(shards: list[Session], pytest_args: Sequence[str], out: Path) -> int:
+    """The shards, then the data-parallel cells they left out, then the run's one report and exit."""
     started = time.monotonic()
     _clear(out, shards)
     sessions = list(shards)
     codes, interrupted = run_sessions(shards, pytest_args)
-    if _left_out_data_parallel(shards) and not interrupted and max(codes) < exits.BUG:  # nor after a crash
+    crashed = any(code >= exits.BUG and code != NO_CELLS for code in codes)
+    if _left_out_data_parallel(shards) and not (interrupted or crashed):
         sessions.append(data_parallel_session(shards, out))
         more, _ = run_sessions(sessions[-1:], pytest_args)
         codes += more
     _report(sessions, codes, time.monotonic() - started)
+    # pytest's 5: a session the deal left no cell (more GPUs than cells); the others measured.
+    ran = [_own(code) for code in codes if code != NO_CELLS]
     merged = _merge(sessions, out)
     if merged is None:
-        return exits.combined([*codes, exits.UNUSABLE])  # nothing measured: never a pass
-    # pytest's 5: a shard the deal left no cell (more GPUs than cells); the others measured.
-    ran = [code for code in codes if code != NO_CELLS]
+        return exits.combined([*ran, exits.UNUSABLE])  # nothing measured: never a pass
     return exits.combined([*ran, _judge(merged, baseline_in(pytest_args), out)])
+
+
+def _own(code: int) -> int:
+    """A session's exit as one of perfgate's: pytest's usage error (4) is unusable input (2), and any other code
+    past perfgate's (pytest's warnings limit, a signal's) is no verdict: 3, never read as a regression or a pass."""
+    return exits.UNUSABLE if code == 4 else code if code <= exits.BUG else exits.BUG
 
 
 def add_parser(sub) -> None:

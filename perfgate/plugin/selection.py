@@ -105,7 +105,9 @@ def data_parallel_split(items: list, choice: str) -> tuple[list, list]:
     for item in items:
         cell = item.stash.get(CELL_KEY, None)
         data_parallel = cell is not None and cell.phase == "ddp"
-        (keep if cell is None or data_parallel == (choice == "only") else drop).append(item)
+        # A test that is no cell runs in the session that takes the other cells, not again in the one alone.
+        alone = choice == "only"
+        (keep if (cell is None and not alone) or (cell is not None and data_parallel == alone) else drop).append(item)
     return keep, drop
 
 

@@ -67,9 +67,9 @@ class PerfSession(CellRunner, SessionPlan):
         self.cell_process = None  # the warm process isolated cells run in (perfgate.measure.isolate)
         self.precompile_s = 0.0  # seconds the session spent precompiling before its first cell
         # Cells whose compiles the kept cache holds: a paired cell's two sides then prepare at once.
-        self.precompiled: set[str] = set()
-        # Of those, the cells an earlier run's precompile compiled: their launch-config picks are in the cache
-        # (this session's precompile removes the picks it timed on a shared GPU: perfgate.measure.precompile).
+        # The cells an earlier run's precompile compiled (its markers): their launch-config picks are in the
+        # cache where that run then timed them (this session's precompile removes the picks it timed on a shared
+        # GPU: perfgate.measure.precompile), so a paired cell's two sides may prepare at once.
         self.picked: set[str] = set()
         self.pairing = None  # --perf-against: the paired engine's state (perfgate.plugin.against.Pairing)
         self.paired = None  # the paired verdict, once judged (perfgate.ab.verdict.PairedVerdict)

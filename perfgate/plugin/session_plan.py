@@ -12,7 +12,7 @@ from perfgate.core.matrix import Cell
 
 
 class SessionPlan:
-    """PerfSession's plan and precompile; reads and sets the session's expected costs, progress and precompiled
+    """PerfSession's plan and precompile; reads and sets the session's expected costs, progress and picked
     cells (PerfSession.__init__), and asks its CellRunner where each cell runs."""
 
     _history: dict[str, float] | None = None  # history_costs, once read
@@ -102,7 +102,7 @@ class SessionPlan:
         keys = {cell_id: precompiled.key(cell, self.tf32, gpu, self.registry) for cell_id, cell in todo.items()}
         cells_left, held = precompiled.split(todo.values(), cache_dir, keys)
         already = f"; {len(held)} already in the cache from an earlier precompile" if held else ""
-        self.precompiled, self.picked = {cell.id for cell in held}, {cell.id for cell in held}
+        self.picked = {cell.id for cell in held}
         if not cells_left:
             self.precompile_s = time.monotonic() - started
             return (
@@ -124,7 +124,6 @@ class SessionPlan:
             out=precompile_path(self.results_path),
         )
         precompiled.mark(results, cache_dir, keys)
-        self.precompiled |= {r["cell"] for r in results if r["status"] == "ok"}
         self.precompile_s = time.monotonic() - started
         failed = [
             r["cell"] + (f" (stopped after {hms(r['stopped_after_s'])})" if "stopped_after_s" in r else "")
