@@ -26,12 +26,13 @@ import synthetic as syn
 SESSION = """
 import json, os, signal, sys, time
 out, records, code, wait = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
-extra = sys.argv[5]
+extra, given = sys.argv[5], sys.argv[6]
 def closed(*_):
     print("perfgate: the run was interrupted", flush=True); sys.exit(2)
 signal.signal(signal.SIGINT, signal.SIG_IGN if os.environ.get("DEAF") else closed)
 os.makedirs(out, exist_ok=True)
 print("perfgate paired: on", os.environ.get("CUDA_VISIBLE_DEVICES"), sorted(os.sched_getaffinity(0)), extra, flush=True)
+print("pytest args:", given, flush=True)
 if "without" in extra and os.environ.get("LEAVE_OUT"):
     print("perfgate: 1 %s" % os.environ["LEAVE_OUT"], flush=True)
 with open(os.path.join(out, "results.jsonl"), "a") as f:
@@ -47,7 +48,8 @@ def _stand_in(monkeypatch, records: dict, codes: dict, wait_s=0.0):
     def args(self, pytest_args):
         extra = " ".join(self.extra)
         payload = json.dumps(records.get(self.name, []))
-        return [sys.executable, "-c", SESSION, str(self.out), payload, str(codes.get(self.name, 0)), str(wait_s), extra]
+        code = str(codes.get(self.name, 0))
+        return [sys.executable, "-c", SESSION, str(self.out), payload, code, str(wait_s), extra, " ".join(pytest_args)]
 
     monkeypatch.setattr(deal.Session, "args", args)
 
@@ -154,6 +156,27 @@ def test_the_data_parallel_cells_a_shard_left_out_run_after_on_every_gpu(tmp_pat
     assert "data-parallel cells on GPU 0,1" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("given", [["--perf-precompile", "4"], ["--perf-precompile=4"]], ids=["spaced", "equals"])
+def test_one_precompile_for_every_shard_comes_first_and_the_shards_precompile_nothing(tmp_path, monkeypatch, given):
+    """A shard's precompile removes every launch-config pick written since it began: shards that each
+    precompiled removed the picks another shard's cells had just timed. One collect-only session compiles the
+    cells on every dealt GPU, as many processes a GPU as asked, before any shard starts."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    paired = {"against": "origin/main", "outcome": "ok", "duets": 1, "looks": 1, "rules": []}
+    run = [{**r, "paired": paired} for r in syn.run(9)]
+    _stand_in(monkeypatch, {"shard 1/2": run[:5], "shard 2/2": run[5:]}, {})
+    args = ["perftests", "--perf-against", "origin/main", "--perf-cache-dir", "c", *given, "-k", "pr"]
+    assert main(["deal", "--out", str(tmp_path), "--", *args]) == 0
+    first = (tmp_path / "precompile" / "log.txt").read_text()
+    assert "on 0,1" in first and "--collect-only -q --perf-data-parallel without --perf-precompile 8" in first
+    for shard in ("shard-0", "shard-1"):
+        log = (tmp_path / shard / "log.txt").read_text()
+        assert "pytest args: perftests --perf-against origin/main --perf-cache-dir c -k pr" in log
+        assert (tmp_path / "precompile" / "log.txt").stat().st_mtime <= (tmp_path / shard / "log.txt").stat().st_mtime
+    bad = ["perftests", "--perf-precompile", "x"]  # left to the shards' pytest, which names it
+    assert deal.precompile_of(bad) == (None, bad)
+
+
 def test_a_paired_run_without_a_baseline_gets_one_verdict_over_its_shards(tmp_path, monkeypatch):
     paired = {"against": "origin/main", "outcome": "ok", "duets": 1, "looks": 1, "rules": []}
     run = [{**r, "paired": {**paired, "outcome": "unsure" if i == 3 else "ok"}} for i, r in enumerate(syn.run(9))]
@@ -166,11 +189,13 @@ def test_a_paired_run_without_a_baseline_gets_one_verdict_over_its_shards(tmp_pa
     assert run[3]["cell"] in (tmp_path / "report.md").read_text()
 
 
-@pytest.mark.parametrize("signals", [1, 2], ids=["sigterm", "sigterm-then-sigint"])
-def test_an_interrupt_lets_every_shard_close_and_never_passes(tmp_path, monkeypatch, signals):
+@pytest.mark.parametrize(
+    "signals, precompile", [(1, False), (2, False), (1, True)], ids=["sigterm", "sigterm-then-sigint", "in-precompile"]
+)
+def test_an_interrupt_lets_every_shard_close_and_never_passes(tmp_path, monkeypatch, signals, precompile):
     """SIGTERM (a CI step's limit) reaches each shard's pytest as SIGINT, which judges what it measured and
     keeps its records; a second signal kills what is left at once. The run exits 2 either way, and starts no
-    session for the data-parallel cells its shards left out."""
+    session for the data-parallel cells its shards left out, nor any shard when it came in the precompile."""
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
     monkeypatch.setenv("LEAVE_OUT", DATA_PARALLEL_LEFT_OUT)
     monkeypatch.setattr(deal, "STOP_S", 30.0)
@@ -184,11 +209,15 @@ def test_an_interrupt_lets_every_shard_close_and_never_passes(tmp_path, monkeypa
     for timer in timers:
         timer.start()
     try:
-        code = main(["deal", "--out", str(tmp_path), "--", "perftests"])
+        code = main(["deal", "--out", str(tmp_path), "--", "perftests", *["--perf-precompile=2"] * precompile])
     finally:
         for timer in timers:
             timer.cancel()
     assert code == 2 and not (tmp_path / "data-parallel").exists()
+    if precompile:
+        assert "interrupted" in (tmp_path / "precompile" / "log.txt").read_text()
+        assert not (tmp_path / "shard-0").exists()
+        return
     for k in (0, 1):
         shard = Path(tmp_path / f"shard-{k}")
         assert (shard / "results.jsonl").exists()

@@ -3,11 +3,13 @@
 import os
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import pytest
 
 from perfgate.core.matrix import Cell
 from perfgate.measure import precompiled
+from perfgate.plugin.session_plan import SessionPlan
 
 CELLS = [
     Cell("gpt2", "train", "inductor_default", "amp_bf16", "gpu"),
@@ -100,3 +102,46 @@ def test_the_cells_a_cache_holds_are_read_from_its_markers_under_any_key(tmp_pat
     precompiled.mark([{"cell": CELLS[0].id, "status": "ok"}], str(tmp_path), _keys())
     precompiled.mark([{"cell": CELLS[0].id, "status": "ok"}], str(tmp_path), _keys(gpu="another"))
     assert precompiled.marked(str(tmp_path)) == {CELLS[0].id}
+
+
+def test_picks_are_held_once_a_cell_timed_them_and_gone_once_a_precompile_compiled_it_again(tmp_path):
+    """A compiled marker alone says the picks are gone (the precompile removed the ones it timed); a cell that
+    ran whole marks them, under its key only; the next precompile of the cell takes that marker away."""
+    keys, ids, cache = _keys(), [c.id for c in CELLS], str(tmp_path)
+    precompiled.mark([{"cell": i, "status": "ok"} for i in ids], cache, keys)
+    assert precompiled.picks_timed(ids, cache, keys) == set()
+    precompiled.mark_picked(cache, ids[0], keys[ids[0]])
+    assert precompiled.picks_timed(ids, cache, keys) == {ids[0]}
+    assert precompiled.picks_timed(ids, cache, _keys(gpu="NVIDIA H200")) == set()
+    assert precompiled.marked(cache) == set(ids)  # the picks markers are no compiled markers
+    precompiled.mark([{"cell": ids[0], "status": "ok"}], cache, keys)
+    assert precompiled.picks_timed(ids, cache, keys) == set()
+
+
+class _Session(SessionPlan):
+    """A session's plan alone: its paired cells and its kept cache."""
+
+    def __init__(self, cache_dir: str):
+        self.config = SimpleNamespace(getoption={"--perf-cache-dir": cache_dir}.get)
+        self.tf32, self.registry, self.picked, self.keys = True, REGISTRY, set(), {}
+
+    def measures_paired(self, cell):
+        return True
+
+
+def test_a_paired_session_reads_the_picks_its_cells_timed_in_an_earlier_run(tmp_path):
+    """The first run's cells prepare one side after the other and mark their picks; the next run's prepare at once
+    (duet.measure's `picked`), but a cell that failed marks nothing."""
+    pytest.importorskip("torch")
+    cells = [
+        Cell("gpt2", "train", "inductor_default", "fp32", "cpu"),
+        Cell("gpt2", "infer", "inductor_default", "fp32", "cpu"),
+    ]
+    first = _Session(str(tmp_path))
+    first.find_picked(cells)
+    assert first.picked == set() and set(first.keys) == {c.id for c in cells}
+    first.keep_picks(cells[0], {"status": "ok"})
+    first.keep_picks(cells[1], {"status": "failed"})
+    second = _Session(str(tmp_path))
+    second.find_picked(cells)
+    assert second.picked == {cells[0].id}

@@ -6,7 +6,8 @@ no torch.
 Each shard is `pytest PYTEST_ARGS --perf-shard K/N --perf-data-parallel without` on one GPU
 (CUDA_VISIBLE_DEVICES) and an equal share of this process's CPU cores, as if on a machine of its own; the shards
 share whatever PYTEST_ARGS share (the base's worktree of --perf-against, the --perf-cache-dir). Each writes
-DIR/shard-K/ (results, report, log). Data-parallel cells need several GPUs: where a shard left some out, one more
+DIR/shard-K/ (results, report, log). A --perf-precompile N among them runs once, before the shards, on every
+dealt GPU (DIR/precompile/). Data-parallel cells need several GPUs: where a shard left some out, one more
 session runs them on every dealt GPU once the shards are done (DIR/data-parallel/). Then DIR/results.jsonl holds
 every session's records, and DIR/report.md and report.json the run's one report: where PYTEST_ARGS give
 --perf-baseline, `perfgate compare` over them (a paired record keeps its verdict on the clocks, so the baseline
@@ -152,6 +153,41 @@ def plan(gpus_asked: str, gpus: Sequence[str], machine_cores: Sequence[tuple[int
         part = ("--perf-shard", f"{k + 1}/{n}", "--perf-data-parallel", "without")
         sessions.append(Session(f"shard {k + 1}/{n}", gpus[k], cpus, out / f"shard-{k}", part))
     return sessions
+
+
+PRECOMPILE = "--perf-precompile"
+MAX_PRECOMPILE = 256  # perfgate.plugin.options.MAX_PRECOMPILE, without importing pytest here
+
+
+def precompile_of(pytest_args: Sequence[str]) -> tuple[int | None, list[str]]:
+    """(--perf-precompile's N, else None; the pytest args without it). deal precompiles once for every shard:
+    a shard's precompile ends by removing every launch-config pick written since it began
+    (perfgate.measure.precompile), and shards that each precompiled removed the picks other shards' cells had
+    just timed."""
+    workers, rest, args = None, [], list(pytest_args)
+    while args:
+        arg = args.pop(0)
+        if arg == PRECOMPILE and args:
+            value = args.pop(0)
+        elif arg.startswith(PRECOMPILE + "="):
+            value = arg.split("=", 1)[1]
+        else:
+            rest.append(arg)
+            continue
+        workers = int(value) if value.isdigit() else 0
+        if not workers:  # left to the shards, whose pytest refuses it by name (exit 4, read as 2)
+            return None, list(pytest_args)
+    return workers, rest
+
+
+def precompile_session(shards: Sequence[Session], workers: int, out: Path) -> Session:
+    """The shards' cells compiled into the kept cache before any is timed: one collect-only session on every
+    dealt GPU, `workers` processes a shard's GPU, as each shard's own precompile had."""
+    gpus = ",".join(s.gpus for s in shards if s.gpus is not None)
+    cpus = tuple(sorted(c for s in shards for c in s.cpus))
+    processes = str(min(MAX_PRECOMPILE, workers * len(shards)))
+    extra = ("--collect-only", "-q", "--perf-data-parallel", "without", PRECOMPILE, processes)
+    return Session("precompile", gpus, cpus, out / "precompile", extra)
 
 
 def data_parallel_session(shards: Sequence[Session], out: Path) -> Session:
@@ -365,12 +401,23 @@ def cmd_deal(args: argparse.Namespace) -> int:
 
 
 def _deal(shards: list[Session], pytest_args: Sequence[str], out: Path) -> int:
-    """The shards, then the data-parallel cells they left out, then the run's one report and exit."""
+    """The precompile, the shards, then the data-parallel cells they left out, then the run's one report and
+    exit."""
     started = time.monotonic()
-    _clear(out, shards)
-    sessions = list(shards)
-    codes, interrupted = run_sessions(shards, pytest_args)
-    crashed = any(code >= exits.BUG and code != NO_CELLS for code in codes)
+    workers, dealt_args = precompile_of(pytest_args)
+    first = [precompile_session(shards, workers, out)] if workers else []
+    _clear(out, [*first, *shards])
+    sessions, codes = list(first), []
+    if first:
+        codes, interrupted = run_sessions(first, pytest_args)
+        if interrupted:
+            _report(sessions, codes, time.monotonic() - started)
+            return exits.UNUSABLE
+        pytest_args = dealt_args
+    sessions += shards
+    more, interrupted = run_sessions(shards, pytest_args)
+    codes += more
+    crashed = any(code >= exits.BUG and code != NO_CELLS for code in more)
     if _left_out_data_parallel(shards) and not (interrupted or crashed):
         sessions.append(data_parallel_session(shards, out))
         more, _ = run_sessions(sessions[-1:], pytest_args)

@@ -8,6 +8,11 @@ cache entry behind a marker costs time, never a wrong figure: the cell's first c
 process, and its record says so (compile_cache_misses). Each key has a marker of its own, so two trees sharing
 a cache (a runner that gates main and a PR in turn) keep each other's: with one marker a cell, each overwrote
 the other's and the next run of the first precompiled again (an H100 lease, 2026-11-27: 39 s for 6 cells).
+
+A second marker per key says the cache holds the cell's launch-config picks as a cell timed them, with its GPU to
+itself (`picks_timed`): a precompile removes the picks its processes timed beside each other (perfgate.measure.
+precompile), so a compiled marker alone says the picks are gone. A paired cell's two sides prepare at once only
+where the picks marker is there; else the first side times the picks alone and the second loads them.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from typing import Iterable
 from perfgate.core.matrix import Cell
 
 MARKERS = "perfgate-precompiled"  # the markers' folder, inside the kept cache
+PICKS = "perfgate-picked"  # the picks markers' folder, beside it
 
 
 def key(cell: Cell, tf32: bool, gpu: str | None, registry: str) -> str:
@@ -62,9 +68,10 @@ def split(cells: Iterable[Cell], cache_dir: str, keys: dict[str, str]) -> tuple[
     return todo, held
 
 
-def marker(cache_dir: str, cell_id: str, key: str) -> Path:
-    """The marker of a cell compiled under `key` (its file name carries the key's first 16 hex digits)."""
-    return Path(cache_dir) / MARKERS / f"{cell_id}.{key[:16]}.json"
+def marker(cache_dir: str, cell_id: str, key: str, folder: str = MARKERS) -> Path:
+    """The marker of a cell compiled under `key` (its file name carries the key's first 16 hex digits); in
+    `folder` PICKS, the marker of its timed picks."""
+    return Path(cache_dir) / folder / f"{cell_id}.{key[:16]}.json"
 
 
 def marked(cache_dir: str) -> set[str]:
@@ -74,12 +81,26 @@ def marked(cache_dir: str) -> set[str]:
 
 
 def mark(results: list[dict], cache_dir: str, keys: dict[str, str]) -> None:
-    """A marker for each cell whose precompile went ok."""
+    """A marker for each cell whose precompile went ok; its picks marker goes, as the precompile removed the
+    picks it timed."""
     (Path(cache_dir) / MARKERS).mkdir(parents=True, exist_ok=True)
     for line in results:
         if line.get("status") == "ok" and line["cell"] in keys:
             key = keys[line["cell"]]
             marker(cache_dir, line["cell"], key).write_text(json.dumps({"key": key}) + "\n")
+            marker(cache_dir, line["cell"], key, PICKS).unlink(missing_ok=True)
+
+
+def picks_timed(cell_ids: Iterable[str], cache_dir: str, keys: dict[str, str]) -> set[str]:
+    """The cells whose picks a cell of an earlier run timed alone on its GPU, under the same key."""
+    return {c for c in cell_ids if c in keys and marker(cache_dir, c, keys[c], PICKS).exists()}
+
+
+def mark_picked(cache_dir: str, cell_id: str, key: str) -> None:
+    """The cell ran whole with this cache: its kernels' picks are there, timed by its own first side."""
+    path = marker(cache_dir, cell_id, key, PICKS)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"key": key}) + "\n")
 
 
 def _package_dir(name: str) -> Path | None:

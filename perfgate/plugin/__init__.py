@@ -134,12 +134,15 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         line = perf.plan(planned)
         if reporter is not None and perf.worker is None:  # under xdist the controller has no plan to say
             reporter.write_line(line)
-        if any(perf.measures_paired(cell) for cell in planned):
+        collect_only = session.config.option.collectonly
+        if any(perf.measures_paired(cell) for cell in planned) and not collect_only:
             perf.pairing.spawn()
         if session.config.getoption("--perf-precompile") and perf.worker is None:
             line = perf.precompile(planned)  # also under --collect-only: a step that fills the cache alone
             if reporter is not None:
                 reporter.write_line(line)
+        if not collect_only:
+            perf.find_picked(planned)
         return
     if reporter is not None and perf.collected:
         why = selection.why_none(

@@ -66,11 +66,10 @@ class PerfSession(CellRunner, SessionPlan):
         self.offered: list[Cell] = []
         self.cell_process = None  # the warm process isolated cells run in (perfgate.measure.isolate)
         self.precompile_s = 0.0  # seconds the session spent precompiling before its first cell
-        # Cells whose compiles the kept cache holds: a paired cell's two sides then prepare at once.
-        # The cells an earlier run's precompile compiled (its markers): their launch-config picks are in the
-        # cache where that run then timed them (this session's precompile removes the picks it timed on a shared
-        # GPU: perfgate.measure.precompile), so a paired cell's two sides may prepare at once.
+        # The paired cells whose launch-config picks the kept cache holds as an earlier run's cell timed them
+        # (SessionPlan.find_picked): their two sides prepare at once. Keys: the cells' markers' keys.
         self.picked: set[str] = set()
+        self.keys: dict[str, str] = {}
         self.pairing = None  # --perf-against: the paired engine's state (perfgate.plugin.against.Pairing)
         self.paired = None  # the paired verdict, once judged (perfgate.ab.verdict.PairedVerdict)
 
@@ -120,6 +119,7 @@ class PerfSession(CellRunner, SessionPlan):
             options = dataclasses.replace(options, profile_dir=profile_dir)
         if self.measures_paired(cell):
             record = self.pairing.run(self.job(spec, cell, options, remeasure), self.say, picked=cell.id in self.picked)
+            self.keep_picks(cell, record)
         elif why := self.unpaired_elsewhere(cell):
             pytest.skip(why)
         elif self.isolates(cell):

@@ -12,8 +12,8 @@ from perfgate.core.matrix import Cell
 
 
 class SessionPlan:
-    """PerfSession's plan and precompile; reads and sets the session's expected costs, progress and picked
-    cells (PerfSession.__init__), and asks its CellRunner where each cell runs."""
+    """PerfSession's plan and precompile; reads and sets the session's expected costs, progress, cache keys and
+    picked cells (PerfSession.__init__), and asks its CellRunner where each cell runs."""
 
     _history: dict[str, float] | None = None  # history_costs, once read
 
@@ -77,14 +77,44 @@ class SessionPlan:
             f"costs history, {len(cells) - self.costs_known} from priors per variant (perfgate.plan.costs)"
         )
 
+    def cache_keys(self, cells: list[Cell]) -> dict[str, str]:
+        """{cell id: its key in the kept cache's markers (perfgate.measure.precompiled.key)} for the cells whose
+        compiles the cache can hold; kept for the session, which marks the picks its cells timed."""
+        import torch
+
+        from perfgate.measure import precompile, precompiled
+
+        devices = precompile.cuda_devices()
+        gpu = torch.cuda.get_device_name(devices[0]) if devices else None
+        for cell in cells:
+            if cell.id not in self.keys and precompile.wanted(cell, bool(devices)):
+                self.keys[cell.id] = precompiled.key(cell, self.tf32, gpu, self.registry)
+        return {cell.id: self.keys[cell.id] for cell in cells if cell.id in self.keys}
+
+    def find_picked(self, cells: list[Cell]) -> None:
+        """After any precompile: the paired cells whose launch-config picks the kept cache holds as an earlier
+        run's cell timed them, alone on its GPU (precompiled.picks_timed). Their two sides prepare at once."""
+        from perfgate.measure import precompiled
+
+        cache_dir = self.config.getoption("--perf-cache-dir")
+        paired = [cell for cell in cells if self.measures_paired(cell)]
+        if cache_dir and paired:
+            self.picked = precompiled.picks_timed([c.id for c in paired], cache_dir, self.cache_keys(paired))
+
+    def keep_picks(self, cell: Cell, record: dict) -> None:
+        """A paired cell that ran whole: the kept cache holds its picks as its first side timed them, alone on
+        the GPU (its two sides prepare one after the other until then), so a later run's sides prepare at once."""
+        if cell.id in self.keys and cell.id not in self.picked and record.get("status") == "ok":
+            from perfgate.measure import precompiled
+
+            precompiled.mark_picked(self.config.getoption("--perf-cache-dir"), cell.id, self.keys[cell.id])
+
     def precompile(self, cells: list[Cell]) -> str:
         """--perf-precompile N: fill --perf-cache-dir with the planned cells' compiles in N processes at once,
         dealt by expected cost, before the first cell is timed; returns the line that says how
         it went. Each line (a cell's first-call seconds, or why it did not compile) goes to
         <results>.precompile.json."""
         import time
-
-        import torch
 
         from perfgate.core import zoo
         from perfgate.core.records_file import precompile_path
@@ -98,11 +128,9 @@ class SessionPlan:
             return "perfgate: --perf-precompile: no selected cell compiles with inductor; nothing to do"
         started = time.monotonic()
         cache_dir = self.config.getoption("--perf-cache-dir")
-        gpu = torch.cuda.get_device_name(devices[0]) if devices else None
-        keys = {cell_id: precompiled.key(cell, self.tf32, gpu, self.registry) for cell_id, cell in todo.items()}
+        keys = self.cache_keys(list(todo.values()))
         cells_left, held = precompiled.split(todo.values(), cache_dir, keys)
         already = f"; {len(held)} already in the cache from an earlier precompile" if held else ""
-        self.picked = {cell.id for cell in held}
         if not cells_left:
             self.precompile_s = time.monotonic() - started
             return (
