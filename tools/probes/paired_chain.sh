@@ -14,9 +14,24 @@
 # K+1/CHAINS), so that N chains on N GPUs of one host judge all 12 in about an Nth of the time (a detection claim
 # needs each cell's own verdict, not the whole tier's time). PCACHE: one inductor cache for every chain (a cache
 # an earlier step on this machine filled, e.g. nightly4.sh's .perfgate/n4/cache, whose precompile markers
-# then spare the chains their own compiles).
+# then spare the chains their own compiles). deal*: the PR workflow's gate step itself (perfgate deal over the
+# chain's GPUs, an A/A; deal_plant with the device plant), e.g. start 0,1,2,3 "deal_cold deal_warm deal_plant".
 set -u
 top=$PWD/.perfgate
+if [ "$1" = deal ]; then  # deal K GPUS NAME ARGS...: the PR tier paired as the PR workflow runs it, perfgate deal
+  k=$2 gpu=$3 name=$4; shift 4  # over the chain's GPUs; its records are then copied to NAME.jsonl beside the others'
+  chain=$top/pchain$k
+  echo "$(date -u +%T) start $name (perfgate deal) on GPU(s) $gpu" >> "$chain/log.txt"
+  t0=$SECONDS
+  CUDA_VISIBLE_DEVICES=$gpu timeout 1500 python3 -m perfgate deal --gpus all --out "$chain/$name" -- perftests \
+    -m "gpu and pr" -p no:randomly --perf-against-env PERFGATE_SIDE=base --perf-isolate off \
+    --perf-cache-dir "${PCACHE:-$top/pcache$k}" --perf-precompile 4 --perf-baseline baselines "$@" > "$chain/$name.log" 2>&1
+  rc=$?
+  cp "$chain/$name/results.jsonl" "$chain/$name.jsonl" 2>/dev/null
+  cat "$chain/$name"/shard-*/results.against.jsonl > "$chain/$name.against.jsonl" 2>/dev/null
+  echo "$(date -u +%T) end $name rc=$rc in $((SECONDS - t0)) s" >> "$chain/log.txt"
+  exit 0
+fi
 if [ "$1" = step ] || [ "$1" = ddp ]; then  # step|ddp K GPUS NAME ARGS...: one pytest run under chain K
   kind=$1 k=$2 gpu=$3 name=$4; shift 4
   chain=$top/pchain$k
@@ -57,6 +72,8 @@ if [ "$1" = start ]; then
           device_plant_shard) $me step $K $GPU $s --perf-precompile 4 --perf-inject device_slow:1.5 \
             --perf-shard $(( K + 1 ))/$CHAINS ;;
           aa_shard*) $me step $K $GPU $s --perf-precompile 4 --perf-shard $(( K + 1 ))/$CHAINS ;;
+          deal_plant) $me deal $K $GPU $s --perf-inject device_slow:1.5 ;;
+          deal*) $me deal $K $GPU $s ;;
           host_plant) $me step $K $GPU $s -k "$HOST_K" --perf-precompile 4 --perf-inject host_slow:15 ;;
           graph_plant) $me step $K $GPU $s -k "$HOST_K" --perf-precompile 4 --perf-inject graph_break ;;
           ddp2) $me ddp $K $GPU $s -k "ddp and not ddp4 and amp_bf16 and inductor" ;;
