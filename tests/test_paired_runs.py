@@ -58,7 +58,6 @@ def test_paired_run_on_two_trees(suite):
     assert (suite.path / "r.against.jsonl").exists()
 
 
-@pytest.mark.serial
 def test_a_paired_run_that_compares_no_cell_never_passes(suite):
     """Every cell skipped (GPU cells where this interpreter's torch sees no CUDA): the paired verdict holds
     nothing, so the run exits 2, where it passed (a bisection's probe then read good)."""
@@ -143,7 +142,6 @@ def test_paired_ab_refuses_what_it_cannot_mean(given, words, tmp_path):
         paired_argv(_ab_args(**given), tmp_path)
 
 
-@pytest.mark.serial
 def test_a_base_side_that_fails_leaves_this_trees_record_and_an_unsure_verdict(suite):
     """The base compiles nothing (dynamo disabled in its process only): this tree's cell is still measured
     alone and ok, and the paired verdict is unsure (exit 2), never a pass."""
