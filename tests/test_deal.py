@@ -33,11 +33,13 @@ signal.signal(signal.SIGINT, signal.SIG_IGN if os.environ.get("DEAF") else close
 os.makedirs(out, exist_ok=True)
 print("perfgate paired: on", os.environ.get("CUDA_VISIBLE_DEVICES"), sorted(os.sched_getaffinity(0)), extra, flush=True)
 print("pytest args:", given, flush=True)
+print("started at", time.time(), flush=True)
 if "without" in extra and os.environ.get("LEAVE_OUT"):
     print("perfgate: 1 %s" % os.environ["LEAVE_OUT"], flush=True)
 with open(os.path.join(out, "results.jsonl"), "a") as f:
     f.writelines(json.dumps(r) + "\\n" for r in records)
 time.sleep(wait)
+print("ended at", time.time(), flush=True)
 sys.exit(code)
 """
 
@@ -164,7 +166,7 @@ def test_one_precompile_for_every_shard_comes_first_and_the_shards_precompile_no
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
     paired = {"against": "origin/main", "outcome": "ok", "duets": 1, "looks": 1, "rules": []}
     run = [{**r, "paired": paired} for r in syn.run(9)]
-    _stand_in(monkeypatch, {"shard 1/2": run[:5], "shard 2/2": run[5:]}, {})
+    _stand_in(monkeypatch, {"shard 1/2": run[:5], "shard 2/2": run[5:]}, {}, wait_s=0.5)
     args = ["perftests", "--perf-against", "origin/main", "--perf-cache-dir", "c", *given, "-k", "pr"]
     assert main(["deal", "--out", str(tmp_path), "--", *args]) == 0
     first = (tmp_path / "precompile" / "log.txt").read_text()
@@ -172,9 +174,17 @@ def test_one_precompile_for_every_shard_comes_first_and_the_shards_precompile_no
     for shard in ("shard-0", "shard-1"):
         log = (tmp_path / shard / "log.txt").read_text()
         assert "pytest args: perftests --perf-against origin/main --perf-cache-dir c -k pr" in log
-        assert (tmp_path / "precompile" / "log.txt").stat().st_mtime <= (tmp_path / shard / "log.txt").stat().st_mtime
-    bad = ["perftests", "--perf-precompile", "x"]  # left to the shards' pytest, which names it
-    assert deal.precompile_of(bad) == (None, bad)
+        assert _at("ended", first) <= _at("started", log)  # each 0.5 s long: at once, a shard would start first
+
+
+def _at(event: str, log: str) -> float:
+    return float(next(line for line in log.splitlines() if line.startswith(event)).split()[-1])
+
+
+@pytest.mark.parametrize("value", ["0", "257", "x"])
+def test_a_precompile_value_deal_cannot_use_is_left_to_each_shards_pytest_which_names_it(value):
+    given = ["perftests", "--perf-precompile", value]
+    assert deal.precompile_of(given) == (None, given)
 
 
 def test_a_paired_run_without_a_baseline_gets_one_verdict_over_its_shards(tmp_path, monkeypatch):

@@ -36,7 +36,8 @@ def test_paired_run_on_two_trees(suite):
     CPU's wall line and the plant's size: paired.CPU_WALL_LINE."""
     _git_tree(suite)
     # The A/A through `perfgate ab --paired`, the CLI's way into the same engine: one pytest, its exit the verdict.
-    paired_args = [a for a in PAIRED if a not in ("--perf-against", "HEAD")]
+    # With a kept cache, the cell that ran whole marks its picks there, between these two sides.
+    paired_args = [a for a in PAIRED if a not in ("--perf-against", "HEAD")] + ["--perf-cache-dir", "kept"]
     same = subprocess.run(
         [sys.executable, "-m", "perfgate", "ab", "--paired", "--a-rev", "HEAD", "--out", "ab", "--", *paired_args],
         cwd=suite.path,
@@ -45,6 +46,9 @@ def test_paired_run_on_two_trees(suite):
     )
     assert same.returncode == 0, (same.stdout + same.stderr)[-3000:]
     assert "perfgate paired: PASS" in same.stdout and (suite.path / "ab" / "report.json").exists()
+    (picked,) = (suite.path / "kept" / "perfgate-picked").glob("cpu-mlp-infer-aot_eager-fp32.*.json")
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=suite.path, capture_output=True, text=True).stdout
+    assert json.loads(picked.read_text())["pair"] == f"{head[:12]} | this tree"
     slowed = suite.runpytest_subprocess(*PAIRED, f"--perf-inject=host_slow:{CPU_PLANT_PCT}")
     assert slowed.ret == 1, slowed.stdout.str()[-3000:]
     slowed.stdout.fnmatch_lines(

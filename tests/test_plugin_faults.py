@@ -372,6 +372,13 @@ def test_an_unusable_output_or_baseline_is_refused_before_the_first_cell(suite, 
     assert said.format(path=path) in out.stderr.str()
 
 
+def test_a_collect_only_run_with_the_gates_options_judges_nothing_and_passes(suite, tmp_path):
+    """perfgate deal's precompile session is collect-only with the run's own options: its gate read "nothing was
+    measured" (exit 2), and the dealt run could never pass."""
+    out = suite.runpytest_inprocess(*FAST, "--collect-only", f"--perf-baseline={tmp_path}", "--perf-against-env=X=1")
+    assert out.ret == 0 and "nothing was measured" not in out.stdout.str()
+
+
 @pytest.mark.parametrize(
     "args, said",
     [

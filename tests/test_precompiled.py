@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 
 from perfgate.core.matrix import Cell
-from perfgate.measure import precompiled
+from perfgate.measure import precompile, precompiled
 from perfgate.plugin.session_plan import SessionPlan
 
 CELLS = [
@@ -106,42 +106,61 @@ def test_the_cells_a_cache_holds_are_read_from_its_markers_under_any_key(tmp_pat
 
 def test_picks_are_held_once_a_cell_timed_them_and_gone_once_a_precompile_compiled_it_again(tmp_path):
     """A compiled marker alone says the picks are gone (the precompile removed the ones it timed); a cell that
-    ran whole marks them, under its key only; the next precompile of the cell takes that marker away."""
-    keys, ids, cache = _keys(), [c.id for c in CELLS], str(tmp_path)
+    ran whole marks them, under its key and its two sides only; the next precompile of the cell takes that marker
+    away."""
+    keys, ids, cache, pair = _keys(), [c.id for c in CELLS], str(tmp_path), "abc123 | this tree"
     precompiled.mark([{"cell": i, "status": "ok"} for i in ids], cache, keys)
-    assert precompiled.picks_timed(ids, cache, keys) == set()
-    precompiled.mark_picked(cache, ids[0], keys[ids[0]])
-    assert precompiled.picks_timed(ids, cache, keys) == {ids[0]}
-    assert precompiled.picks_timed(ids, cache, _keys(gpu="NVIDIA H200")) == set()
+    assert precompiled.picks_timed(ids, cache, keys, pair) == set()
+    precompiled.mark_picked(cache, ids[0], keys[ids[0]], pair)
+    assert precompiled.picks_timed(ids, cache, keys, pair) == {ids[0]}
+    assert precompiled.picks_timed(ids, cache, _keys(gpu="NVIDIA H200"), pair) == set()
+    assert precompiled.picks_timed(ids, cache, keys, "def456 | this tree") == set()  # another base's kernels
     assert precompiled.marked(cache) == set(ids)  # the picks markers are no compiled markers
     precompiled.mark([{"cell": ids[0], "status": "ok"}], cache, keys)
-    assert precompiled.picks_timed(ids, cache, keys) == set()
+    assert precompiled.picks_timed(ids, cache, keys, pair) == set()
+
+
+def test_a_precompile_killed_before_its_end_leaves_no_picks_for_the_next_run(tmp_path):
+    """Its mark (its pid, written as it began) outlives a SIGKILL: the next run removes the picks written since,
+    which it timed on a shared GPU, and the picks markers that would vouch for them; a live one's mark stays."""
+    cache, keys = tmp_path, _keys()
+    kernel = cache / "ab" / "k.best_config"
+    kernel.parent.mkdir()
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    (cache / precompile.RUNNING).mkdir()
+    (cache / precompile.RUNNING / dead.stdout.strip()).touch()
+    (cache / precompile.RUNNING / str(os.getpid())).touch()  # this process: alive, precompiling
+    kernel.write_text("{}")
+    precompiled.mark_picked(str(cache), CELLS[0].id, keys[CELLS[0].id], "pair")
+    assert precompile.forget_abandoned(str(cache)) == 1
+    assert not kernel.exists() and precompiled.picks_timed([CELLS[0].id], str(cache), keys, "pair") == set()
+    assert [p.name for p in (cache / precompile.RUNNING).iterdir()] == [str(os.getpid())]
 
 
 class _Session(SessionPlan):
-    """A session's plan alone: its paired cells and its kept cache."""
+    """A session's plan alone: its paired cells, its kept cache and its two sides."""
 
     def __init__(self, cache_dir: str):
         self.config = SimpleNamespace(getoption={"--perf-cache-dir": cache_dir}.get)
         self.tf32, self.registry, self.picked, self.keys = True, REGISTRY, set(), {}
+        self.pairing = SimpleNamespace(described=lambda: "abc123 | this tree")
 
     def measures_paired(self, cell):
         return True
 
 
 def test_a_paired_session_reads_the_picks_its_cells_timed_in_an_earlier_run(tmp_path):
-    """The first run's cells prepare one side after the other and mark their picks; the next run's prepare at once
-    (duet.measure's `picked`), but a cell that failed marks nothing."""
+    """The first run's cells prepare one side after the other and mark their picks; the next run's prepare at
+    once (duet.measure's `picked`), but a cell that failed, or whose base failed, marks nothing."""
     pytest.importorskip("torch")
-    cells = [
-        Cell("gpt2", "train", "inductor_default", "fp32", "cpu"),
-        Cell("gpt2", "infer", "inductor_default", "fp32", "cpu"),
-    ]
+    cells = [Cell("gpt2", p, "inductor_default", "fp32", "cpu") for p in ("train", "infer")]
+    cells.append(Cell("vit_b16", "infer", "inductor_default", "fp32", "cpu"))
     first = _Session(str(tmp_path))
     first.find_picked(cells)
     assert first.picked == set() and set(first.keys) == {c.id for c in cells}
-    first.keep_picks(cells[0], {"status": "ok"})
-    first.keep_picks(cells[1], {"status": "failed"})
+    first.keep_picks(cells[0], {"status": "ok", "paired": {"outcome": "ok"}})
+    first.keep_picks(cells[1], {"status": "failed", "paired": {"outcome": "ok"}})
+    first.keep_picks(cells[2], {"status": "ok", "paired": {"outcome": "unsure", "error": "side A failed: ran eager"}})
     second = _Session(str(tmp_path))
     second.find_picked(cells)
     assert second.picked == {cells[0].id}

@@ -163,7 +163,8 @@ def precompile_of(pytest_args: Sequence[str]) -> tuple[int | None, list[str]]:
     """(--perf-precompile's N, else None; the pytest args without it). deal precompiles once for every shard:
     a shard's precompile ends by removing every launch-config pick written since it began
     (perfgate.measure.precompile), and shards that each precompiled removed the picks other shards' cells had
-    just timed."""
+    just timed. Only the command line's is seen: one set in [tool.perfgate] or PYTEST_ADDOPTS reaches each
+    shard, which then precompiles as before (docs/gate.md)."""
     workers, rest, args = None, [], list(pytest_args)
     while args:
         arg = args.pop(0)
@@ -174,8 +175,11 @@ def precompile_of(pytest_args: Sequence[str]) -> tuple[int | None, list[str]]:
         else:
             rest.append(arg)
             continue
-        workers = int(value) if value.isdigit() else 0
-        if not workers:  # left to the shards, whose pytest refuses it by name (exit 4, read as 2)
+        try:
+            workers = int(value)  # as pytest reads it: "+4" and " 4" are 4
+        except ValueError:
+            workers = 0
+        if not 1 <= workers <= MAX_PRECOMPILE:  # left to the shards, whose pytest refuses it by name (exit 4: 2)
             return None, list(pytest_args)
     return workers, rest
 

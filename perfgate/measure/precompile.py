@@ -22,7 +22,9 @@ be removed this way: see docs/time-to-verdict.md.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import tempfile
 import time
 from pathlib import Path
@@ -31,6 +33,9 @@ from perfgate.core.job import Job, RunOptions
 from perfgate.core.matrix import VARIANTS, Cell
 from perfgate.core.record import error_line
 from perfgate.measure.launch import first_gpu, import_path, kill_groups, spawn, stderr_tail, supervise
+from perfgate.measure.precompiled import PICKS
+
+RUNNING = "perfgate-precompiling"  # inside the kept cache: a file per running precompile, named by its pid
 
 
 def wanted(cell: Cell, has_cuda: bool) -> bool:
@@ -64,48 +69,56 @@ def run(
     devices[k % len(devices)]; every process stops at `limit_s`. Returns one line per cell (status ok, or
     failed with its reason), also written to `out` (a JSON list)."""
     out.parent.mkdir(parents=True, exist_ok=True)
+    forget_abandoned(cache_dir)
     started, procs, results = time.monotonic(), [], []
     started_at = time.time()
-    with tempfile.TemporaryDirectory(prefix="perfgate-precompile-") as scratch:
-        for index, share in enumerate(s for s in shares if s):
-            lines = Path(scratch) / f"{index}.jsonl"
-            # The process sees its GPU as cuda:0, as every cell's process does (launch.first_gpu): one cache
-            # entry a graph, whichever GPU compiles it and whichever runs it.
-            device, environ = first_gpu(devices[index % len(devices)], len(devices)) if devices else ("cpu", {})
-            proc = spawn(Path(scratch) / str(index), f"precompile process {index + 1}", **environ)
-            for n, cell in enumerate(share):
-                options = RunOptions(
-                    device="cpu" if cell.device_kind == "cpu" else device,
-                    cache_dir=cache_dir,
-                    reference_dir=reference_dir,
-                    registry=registry,
-                )
-                job = Job(
-                    cell=cell,
-                    options=options,
-                    tf32=tf32,
-                    purpose="precompile",
-                    results_path=str(lines),
-                    limit_s=limit_s,
-                    sys_path=tuple(import_path()),
-                )
-                proc.send(job.to_json(), last=n == len(share) - 1)
-            procs.append((share, lines, proc))
-        try:
-            failure = supervise([p for *_, p in procs], limit_s=limit_s, deaths_fail=False, started=started)
-        except BaseException:  # Ctrl-C, a CI step's timeout: no process outlives the run; what it did is kept
-            for share, lines, _proc in procs:
-                results += _lines(share, lines, "interrupted", stopped=True)
-            _write(out, results)
-            raise
-        finally:  # one limit: every process left is past it; then the picks they timed on a shared GPU go
-            kill_groups(*(p for *_, p in procs))
-            forget_timed_picks(cache_dir, started_at)
-        timed_out = failure is not None
-        failure = failure and failure.partition(" while ")[0]  # its processes report no stage: "timed out after S s"
-        for share, lines, proc in procs:
-            why = failure if timed_out else (stderr_tail(proc.stderr)[-1:] or [f"exit code {proc.poll()}"])[0]
-            results += _lines(share, lines, why, stopped=timed_out)
+    running = Path(cache_dir) / RUNNING / f"{os.getpid()}"
+    running.parent.mkdir(parents=True, exist_ok=True)
+    running.touch()
+    try:  # its mark goes whatever ends it, but a kill (forget_abandoned)
+        with tempfile.TemporaryDirectory(prefix="perfgate-precompile-") as scratch:
+            for index, share in enumerate(s for s in shares if s):
+                lines = Path(scratch) / f"{index}.jsonl"
+                # The process sees its GPU as cuda:0, as every cell's process does (launch.first_gpu): one cache
+                # entry a graph, whichever GPU compiles it and whichever runs it.
+                device, environ = first_gpu(devices[index % len(devices)], len(devices)) if devices else ("cpu", {})
+                proc = spawn(Path(scratch) / str(index), f"precompile process {index + 1}", **environ)
+                for n, cell in enumerate(share):
+                    options = RunOptions(
+                        device="cpu" if cell.device_kind == "cpu" else device,
+                        cache_dir=cache_dir,
+                        reference_dir=reference_dir,
+                        registry=registry,
+                    )
+                    job = Job(
+                        cell=cell,
+                        options=options,
+                        tf32=tf32,
+                        purpose="precompile",
+                        results_path=str(lines),
+                        limit_s=limit_s,
+                        sys_path=tuple(import_path()),
+                    )
+                    proc.send(job.to_json(), last=n == len(share) - 1)
+                procs.append((share, lines, proc))
+            try:
+                failure = supervise([p for *_, p in procs], limit_s=limit_s, deaths_fail=False, started=started)
+            except BaseException:  # Ctrl-C, a CI step's timeout: no process outlives the run; what it did is kept
+                for share, lines, _proc in procs:
+                    results += _lines(share, lines, "interrupted", stopped=True)
+                _write(out, results)
+                raise
+            finally:  # one limit: every process left is past it; then the picks they timed on a shared GPU go
+                kill_groups(*(p for *_, p in procs))
+                forget_timed_picks(cache_dir, started_at)
+            timed_out = failure is not None
+            # its processes report no stage: "timed out after S s"
+            failure = failure and failure.partition(" while ")[0]
+            for share, lines, proc in procs:
+                why = failure if timed_out else (stderr_tail(proc.stderr)[-1:] or [f"exit code {proc.poll()}"])[0]
+                results += _lines(share, lines, why, stopped=timed_out)
+    finally:
+        running.unlink(missing_ok=True)
     _write(out, results)
     return results
 
@@ -122,6 +135,38 @@ def forget_timed_picks(cache_dir: str, since: float) -> int:
         except FileNotFoundError:
             continue
     return removed
+
+
+def forget_abandoned(cache_dir: str) -> int:
+    """What a precompile killed before its end left (SIGKILL: a second Ctrl-C, a runner's deadline): the picks
+    its processes timed on a shared GPU, and the picks markers written since, which would vouch for them as timed
+    alone. Its mark: a file named by its pid in RUNNING, written as it began, whose process is gone. Returns
+    how many picks were removed."""
+    removed = 0
+    for mark in (Path(cache_dir) / RUNNING).glob("*"):
+        try:
+            pid, since = int(mark.name), mark.stat().st_mtime
+        except (OSError, ValueError):
+            continue
+        if _alive(pid):
+            continue
+        removed += forget_timed_picks(cache_dir, since)
+        for picked in (Path(cache_dir) / PICKS).glob("*.json"):
+            with contextlib.suppress(OSError):
+                if picked.stat().st_mtime >= since:
+                    picked.unlink()
+        mark.unlink(missing_ok=True)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's
+        return True
+    return True
 
 
 def _lines(share: list[Cell], lines: Path, why: str, stopped: bool = False) -> list[dict]:

@@ -91,16 +91,26 @@ def mark(results: list[dict], cache_dir: str, keys: dict[str, str]) -> None:
             marker(cache_dir, line["cell"], key, PICKS).unlink(missing_ok=True)
 
 
-def picks_timed(cell_ids: Iterable[str], cache_dir: str, keys: dict[str, str]) -> set[str]:
-    """The cells whose picks a cell of an earlier run timed alone on its GPU, under the same key."""
-    return {c for c in cell_ids if c in keys and marker(cache_dir, c, keys[c], PICKS).exists()}
+def picks_timed(cell_ids: Iterable[str], cache_dir: str, keys: dict[str, str], pair: str) -> set[str]:
+    """The cells whose picks a cell of an earlier run timed alone on its GPU, under the same key and between
+    the same two sides (`pair`: a base of other code compiles other kernels, whose picks are not there)."""
+    timed = set()
+    for cell_id in (c for c in cell_ids if c in keys):
+        try:
+            held = json.loads(marker(cache_dir, cell_id, keys[cell_id], PICKS).read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(held, dict) and held.get("key") == keys[cell_id] and held.get("pair") == pair:
+            timed.add(cell_id)
+    return timed
 
 
-def mark_picked(cache_dir: str, cell_id: str, key: str) -> None:
-    """The cell ran whole with this cache: its kernels' picks are there, timed by its own first side."""
+def mark_picked(cache_dir: str, cell_id: str, key: str, pair: str) -> None:
+    """The cell ran whole with this cache between the two sides `pair` describes: its kernels' picks are
+    there, timed by its own first side."""
     path = marker(cache_dir, cell_id, key, PICKS)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"key": key}) + "\n")
+    path.write_text(json.dumps({"key": key, "pair": pair}) + "\n")
 
 
 def _package_dir(name: str) -> Path | None:

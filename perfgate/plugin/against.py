@@ -87,6 +87,11 @@ class Pairing:
         engine = os.path.dirname(perfgate.__file__)
         self.duet = Duet(base, b, scratch, here, import_path(), engine)
 
+    def described(self) -> str:
+        """Both sides, as a picks marker keeps them (perfgate.measure.precompiled.picks_timed): their code decides
+        which kernels the cache holds picks for."""
+        return " | ".join(side.describe() for side in self.duet.sides)
+
     def spawn(self) -> None:
         """Start both sides' first workers now, not waiting for them: their imports overlap the precompile."""
         self.duet.spawn_spares()

@@ -29,6 +29,8 @@ def finish(session, perf: PerfSession) -> None:
     config = session.config
     save_dir, baseline = config.getoption("--perf-save-baseline"), config.getoption("--perf-baseline")
     history_db = config.getoption("--perf-history")
+    if config.option.collectonly:  # nothing ran, so nothing is judged: a precompile step takes the gate's options too
+        return
     if not (save_dir or baseline or history_db or perf.pairing is not None):
         return
     records = _step(session, perf, "read this run's records", lambda: _session_records(perf))

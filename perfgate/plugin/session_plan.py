@@ -78,8 +78,8 @@ class SessionPlan:
         )
 
     def cache_keys(self, cells: list[Cell]) -> dict[str, str]:
-        """{cell id: its key in the kept cache's markers (perfgate.measure.precompiled.key)} for the cells whose
-        compiles the cache can hold; kept for the session, which marks the picks its cells timed."""
+        """{cell id: its key in the kept cache's markers (perfgate.measure.precompiled.key)}; kept for the
+        session, which marks the picks its paired cells timed."""
         import torch
 
         from perfgate.measure import precompile, precompiled
@@ -87,27 +87,34 @@ class SessionPlan:
         devices = precompile.cuda_devices()
         gpu = torch.cuda.get_device_name(devices[0]) if devices else None
         for cell in cells:
-            if cell.id not in self.keys and precompile.wanted(cell, bool(devices)):
+            if cell.id not in self.keys:
                 self.keys[cell.id] = precompiled.key(cell, self.tf32, gpu, self.registry)
-        return {cell.id: self.keys[cell.id] for cell in cells if cell.id in self.keys}
+        return {cell.id: self.keys[cell.id] for cell in cells}
 
     def find_picked(self, cells: list[Cell]) -> None:
         """After any precompile: the paired cells whose launch-config picks the kept cache holds as an earlier
-        run's cell timed them, alone on its GPU (precompiled.picks_timed). Their two sides prepare at once."""
-        from perfgate.measure import precompiled
+        run's cell between the same two sides timed them, alone on its GPU (precompiled.picks_timed). Their two
+        sides prepare at once. A precompile killed before it removed the picks it timed goes first."""
+        from perfgate.measure import precompile, precompiled
 
         cache_dir = self.config.getoption("--perf-cache-dir")
         paired = [cell for cell in cells if self.measures_paired(cell)]
         if cache_dir and paired:
-            self.picked = precompiled.picks_timed([c.id for c in paired], cache_dir, self.cache_keys(paired))
+            precompile.forget_abandoned(cache_dir)
+            keys = self.cache_keys(paired)
+            self.picked = precompiled.picks_timed(keys, cache_dir, keys, self.pairing.described())
 
     def keep_picks(self, cell: Cell, record: dict) -> None:
-        """A paired cell that ran whole: the kept cache holds its picks as its first side timed them, alone on
-        the GPU (its two sides prepare one after the other until then), so a later run's sides prepare at once."""
-        if cell.id in self.keys and cell.id not in self.picked and record.get("status") == "ok":
+        """A paired cell whose two sides both ran whole: the kept cache holds its picks as its first side timed
+        them, alone on the GPU (its two sides prepare one after the other until then), so a later run between the
+        same sides prepares them at once. Not where a side failed: a base that compiled nothing timed no pick."""
+        paired = record.get("paired")
+        whole = record.get("status") == "ok" and isinstance(paired, dict) and "error" not in paired
+        if whole and cell.id in self.keys and cell.id not in self.picked:
             from perfgate.measure import precompiled
 
-            precompiled.mark_picked(self.config.getoption("--perf-cache-dir"), cell.id, self.keys[cell.id])
+            cache_dir = self.config.getoption("--perf-cache-dir")
+            precompiled.mark_picked(cache_dir, cell.id, self.keys[cell.id], self.pairing.described())
 
     def precompile(self, cells: list[Cell]) -> str:
         """--perf-precompile N: fill --perf-cache-dir with the planned cells' compiles in N processes at once,
