@@ -17,7 +17,7 @@
 # then spare the chains their own compiles). deal*: the PR workflow's gate step itself (perfgate deal over the
 # chain's GPUs, an A/A; deal_plant with the device plant), e.g. start 0,1,2,3 "deal_cold deal_warm deal_plant".
 set -u
-top=$PWD/.perfgate
+top=${CHAIN_TOP:-$PWD/.perfgate}
 if [ "$1" = deal ]; then  # deal K GPUS NAME ARGS...: the PR tier paired as the PR workflow runs it, perfgate deal
   k=$2 gpu=$3 name=$4; shift 4  # over the chain's GPUs; its records are then copied to NAME.jsonl beside the others'
   chain=$top/pchain$k
@@ -55,6 +55,10 @@ if [ "$1" = start ]; then
   { cat /proc/sys/kernel/random/boot_id; date -u; nvidia-smi --query-gpu=index,name,driver_version --format=csv,noheader
     lscpu | grep -E '^(Model name|CPU\(s\))'; python3 -c 'import torch,triton,transformers,timm;print(torch.__version__,triton.__version__,transformers.__version__,timm.__version__)'
   } > "$top/machine.txt" 2>&1
+  # The chains run from a copy of the tree taken now: each later device call copies the tree afresh, and a side's
+  # worker that imported perfgate during that copy died (ModuleNotFoundError: 4xH200 7bec6a30, 2026-11-28).
+  src=$top/src; rm -rf "$src"; mkdir -p "$src"
+  tar -cf - --exclude=./.perfgate --exclude=./.git --exclude=./.venv --exclude=./baselines/runs . | tar -xf - -C "$src"
   chains=$(( $# / 2 )) share=$(( $(nproc) / $(nvidia-smi -L | wc -l) )) k=0  # CPUs a GPU
   while [ $# -ge 2 ]; do
     gpu=$1 steps=$2; shift 2
@@ -62,8 +66,9 @@ if [ "$1" = start ]; then
     n=$(echo "$gpu" | tr , '\n' | wc -l) first=$(echo "$gpu" | cut -d, -f1)
     cpus=""; [ "$chains" -gt 1 ] && cpus="$(( first * share ))-$(( (first + n) * share - 1 ))"
     chain=$top/pchain$k; mkdir -p "$chain"; rm -f "$chain/done"; cp "$top/machine.txt" "$chain/machine.txt"
-    K=$k CHAINS=$chains GPU=$gpu STEPS=$steps CHAIN=$chain CPUS=$cpus HOST_K=${HOST_K:-(resnet50 and train) or (segformer_b2 and infer)} \
+    CHAIN_TOP=$top SRC=$src K=$k CHAINS=$chains GPU=$gpu STEPS=$steps CHAIN=$chain CPUS=$cpus HOST_K=${HOST_K:-(resnet50 and train) or (segformer_b2 and infer)} \
     setsid nohup bash -c '
+      cd "$SRC" && export CHAIN_TOP
       me=tools/probes/paired_chain.sh
       for s in $STEPS; do
         case $s in
