@@ -33,6 +33,7 @@ signal.signal(signal.SIGINT, signal.SIG_IGN if os.environ.get("DEAF") else close
 os.makedirs(out, exist_ok=True)
 print("perfgate paired: on", os.environ.get("CUDA_VISIBLE_DEVICES"), sorted(os.sched_getaffinity(0)), extra, flush=True)
 print("pytest args:", given, flush=True)
+print("dealt:", os.environ.get("PERFGATE_DEALT"), flush=True)
 print("started at", time.time(), flush=True)
 if "without" in extra and os.environ.get("LEAVE_OUT"):
     print("perfgate: 1 %s" % os.environ["LEAVE_OUT"], flush=True)
@@ -171,9 +172,11 @@ def test_one_precompile_for_every_shard_comes_first_and_the_shards_precompile_no
     assert main(["deal", "--out", str(tmp_path), "--", *args]) == 0
     first = (tmp_path / "precompile" / "log.txt").read_text()
     assert "on 0,1" in first and "--collect-only -q --perf-data-parallel without --perf-precompile 8" in first
+    assert "dealt: None" in first  # the one session that precompiles
     for shard in ("shard-0", "shard-1"):
         log = (tmp_path / shard / "log.txt").read_text()
         assert "pytest args: perftests --perf-against origin/main --perf-cache-dir c -k pr" in log
+        assert "dealt: 1" in log  # never precompiles, whatever a config file says
         assert _at("ended", first) <= _at("started", log)  # each 0.5 s long: at once, a shard would start first
 
 

@@ -45,3 +45,21 @@ def test_an_unsure_cell_says_what_would_decide_it(by_pair, lo, hi, clock, thresh
     assert "after 2 process pair(s) and 6 look(s)" in line and says in line and AGAIN in line
     assert ("host that holds its speed" in line) == (clock == "wall" and bool(by_pair) and "spans" not in says)
     assert says in verdict.markdown()  # the PR comment says it too
+
+
+def test_a_cell_measured_unpaired_that_no_baseline_judges_never_passes(tmp_path):
+    """A data-parallel cell in a paired run is measured unpaired (its ranks hold the GPUs): without a baseline
+    nothing judged it, and the run passed on its paired cells alone. Now it is unsure (exit 2), named, in the
+    terminal's lines and the report; with a baseline, the baseline judges it."""
+    ok = {"against": "0123456789ab", "outcome": "ok", "rules": [], "duets": 1, "looks": 1}
+    ddp = "gpt2-ddp-inductor_ddp_optimizer-amp_bf16"
+    records = [{"cell": "c0", "status": "ok", "paired": ok}, {"cell": ddp, "status": "ok"}]
+    assert PairedVerdict.of(records).exit_code == 0
+    alone = PairedVerdict.of(records, baseline=False)
+    assert alone.exit_code == 2 and alone.unjudged == [ddp]
+    assert alone.lines()[0].startswith("perfgate paired: UNSURE") and ddp in alone.lines()[-1]
+    assert "--perf-baseline" in alone.markdown() and ddp in alone.markdown()
+    only = PairedVerdict.of(records[1:], baseline=False)  # perfgate deal's data-parallel session
+    assert only.exit_code == 2 and ddp in only.lines()[0] and ddp in only.markdown()
+    only.write_reports(str(tmp_path))
+    assert (tmp_path / "report.json").read_text().count(ddp) == 1

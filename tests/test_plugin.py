@@ -241,6 +241,14 @@ def test_precompile_says_when_no_selected_cell_compiles_with_inductor(suite, tmp
     out.stdout.fnmatch_lines(["*--perf-precompile: no selected cell compiles with inductor; nothing to do*"])
 
 
+def test_a_session_perfgate_deal_dealt_cells_to_never_precompiles(suite, tmp_path, monkeypatch):
+    """deal precompiles once before its sessions; a --perf-precompile from a config file still reaches each
+    session, whose own precompile would remove the picks other sessions' cells had just timed."""
+    monkeypatch.setenv("PERFGATE_DEALT", "1")
+    out = suite.runpytest_inprocess(*FAST, "--collect-only", "--perf-precompile=2", f"--perf-cache-dir={tmp_path}")
+    out.stdout.fnmatch_lines(["*--perf-precompile: skipped in a session of perfgate deal*"])
+
+
 def test_precompiled_cells_find_their_compiles_and_their_records_say_so(suite, tmp_path):
     """End to end on an inductor CPU cell: the line that says what was compiled, its .precompile.json,
     and the cell's first call warm from the kept cache."""

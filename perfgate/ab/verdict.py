@@ -20,10 +20,17 @@ class PairedVerdict:
     """Each paired cell's summary (the record's `paired` field) by cell id, and their outcomes."""
 
     cells: dict[str, dict] = field(default_factory=dict)
+    # Cells measured unpaired (data-parallel: their ranks hold the GPUs the sides would share) that no baseline
+    # judges: never a pass. A run with a baseline leaves it empty, the baseline judging them.
+    unjudged: list[str] = field(default_factory=list)
 
     @classmethod
-    def of(cls, records) -> "PairedVerdict":
-        return cls({r["cell"]: r["paired"] for r in records if isinstance(r.get("paired"), dict)})
+    def of(cls, records, baseline: bool = True) -> "PairedVerdict":
+        """The verdict over a run's records; `baseline`: whether a baseline judges the unpaired cells."""
+        records = list(records)
+        cells = {r["cell"]: r["paired"] for r in records if isinstance(r.get("paired"), dict)}
+        alone = {r["cell"] for r in records if r.get("status") == "ok" and r["cell"] not in cells}
+        return cls(cells, [] if baseline else sorted(alone))
 
     def outcome(self, cell: str) -> str:
         return self.cells[cell].get("outcome", "unsure")
@@ -38,7 +45,14 @@ class PairedVerdict:
     def exit_code(self) -> int:
         if self.regressions():
             return exits.REGRESSION
-        return exits.UNUSABLE if self.unsure() else exits.PASS
+        return exits.UNUSABLE if self.unsure() or self.unjudged else exits.PASS
+
+    def unjudged_words(self) -> str:
+        return (
+            f"{len(self.unjudged)} cell(s) ran unpaired and nothing judged them (a data-parallel cell is never "
+            "paired: give --perf-baseline to judge it, or --perf-data-parallel without to leave it out): "
+            + ", ".join(self.unjudged)
+        )
 
     def combined_exit(self, gate_exit: int) -> int:
         return combined_exit(gate_exit, self)
@@ -57,11 +71,13 @@ class PairedVerdict:
     def lines(self) -> list[str]:
         """The terminal's closing lines: the verdict, and each cell that is not ok with why."""
         if not self.cells:
-            return []
+            return [f"perfgate paired: UNSURE (exit 2: never a pass): {self.unjudged_words()}"] if self.unjudged else []
         head = {0: "PASS", 1: "FAIL", 2: "UNSURE (exit 2: never a pass)"}[self.exit_code]
         out = [f"perfgate paired: {head}: {len(self.cells)} cell(s) against {self._against()}"]
         for cell in self.regressions() + self.unsure():
             out.append(f"  {cell}: {self.outcome(cell)}: {self._why(cell)}")
+        if self.unjudged:
+            out.append(f"  {self.unjudged_words()}")
         return out
 
     def _against(self) -> str:
@@ -100,7 +116,11 @@ class PairedVerdict:
 
     def markdown(self) -> str:
         if not self.cells:
-            return ""
+            return (
+                f"## Paired timing: **UNSURE** (exit 2: never a pass)\n\n{md_text(self.unjudged_words())}\n"
+                if self.unjudged
+                else ""
+            )
         head = {0: "PASS", 1: "**FAIL**", 2: "**UNSURE** (exit 2: never a pass)"}[self.exit_code]
         rows = [
             f"## Paired timing: {head}",
@@ -126,6 +146,7 @@ class PairedVerdict:
             shown.append(_counts_text(summary.get("counts")))
             rows.append(f"| {md_text(cell)} | {outcome} | {' | '.join(shown)} | {pairs} |")
         notes = sorted({s["note"] for s in self.cells.values() if s.get("note")})
+        notes += [self.unjudged_words()] if self.unjudged else []
         notes += [
             f"{cell}: unsure: {what_decides(self._rules(cell, 'unsure'), cell)}"
             for cell in self.unsure()
@@ -143,6 +164,7 @@ class PairedVerdict:
             "cells": {
                 cell: {k: v for k, v in summary.items() if k != "rounds"} for cell, summary in self.cells.items()
             },
+            "unjudged": self.unjudged,
         }
 
 

@@ -241,6 +241,10 @@ def tier_of(variant: str, precision: str, world: int = 1) -> str:
 # A session's closing line where --perf-data-parallel without left such cells out: perfgate deal reads it in its
 # shards' logs to run them in a session of every GPU after the shards.
 DATA_PARALLEL_LEFT_OUT = "data-parallel cell(s) left out"
+# Set by perfgate deal in each session it deals cells to: the session never precompiles (deal did, once, before
+# them), whatever --perf-precompile reaches it from a config file; a shard's own precompile would remove the
+# launch-config picks other shards' cells had just timed.
+DEALT_ENV = "PERFGATE_DEALT"
 
 
 def ddp_worlds(phase: str, device_kind: str) -> tuple[int, ...]:

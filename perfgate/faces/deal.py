@@ -33,7 +33,7 @@ from typing import Sequence
 
 from perfgate.core import exits
 from perfgate.core.children import die_with_parent
-from perfgate.core.matrix import DATA_PARALLEL_LEFT_OUT
+from perfgate.core.matrix import DATA_PARALLEL_LEFT_OUT, DEALT_ENV
 
 # Set per session by deal itself.
 OWNED = ("--perf-shard", "--perf-results", "--perf-report", "--perf-data-parallel")
@@ -60,6 +60,7 @@ class Session:
     cpus: tuple[int, ...]  # its CPUs; (): not pinned
     out: Path  # its own results, report and log
     extra: tuple[str, ...] = ()  # its own pytest options
+    dealt: bool = True  # runs cells deal dealt it, so never precompiles (DEALT_ENV); False: the precompile session
 
     @property
     def plain(self) -> bool:
@@ -163,8 +164,8 @@ def precompile_of(pytest_args: Sequence[str]) -> tuple[int | None, list[str]]:
     """(--perf-precompile's N, else None; the pytest args without it). deal precompiles once for every shard:
     a shard's precompile ends by removing every launch-config pick written since it began
     (perfgate.measure.precompile), and shards that each precompiled removed the picks other shards' cells had
-    just timed. Only the command line's is seen: one set in [tool.perfgate] or PYTEST_ADDOPTS reaches each
-    shard, which then precompiles as before (docs/gate.md)."""
+    just timed. Only the command line's is seen: where one is set in [tool.perfgate] or PYTEST_ADDOPTS, no
+    session precompiles (DEALT_ENV) and each cell compiles in its own processes."""
     workers, rest, args = None, [], list(pytest_args)
     while args:
         arg = args.pop(0)
@@ -191,7 +192,7 @@ def precompile_session(shards: Sequence[Session], workers: int, out: Path) -> Se
     cpus = tuple(sorted(c for s in shards for c in s.cpus))
     processes = str(min(MAX_PRECOMPILE, workers * len(shards)))
     extra = ("--collect-only", "-q", "--perf-data-parallel", "without", PRECOMPILE, processes)
-    return Session("precompile", gpus, cpus, out / "precompile", extra)
+    return Session("precompile", gpus, cpus, out / "precompile", extra, dealt=False)
 
 
 def data_parallel_session(shards: Sequence[Session], out: Path) -> Session:
@@ -251,6 +252,8 @@ def _start(session: Session, pytest_args: Sequence[str]) -> subprocess.Popen:
         env["CUDA_VISIBLE_DEVICES"] = session.gpus
     if session.plain:  # its output is the terminal's, and a terminal's Ctrl-C reaches it as it reaches deal
         return subprocess.Popen(session.args(pytest_args), env=env, preexec_fn=die_with_parent)
+    if session.dealt:
+        env[DEALT_ENV] = "1"
     session.out.mkdir(parents=True, exist_ok=True)
     cpus = session.cpus
 
@@ -370,8 +373,8 @@ def _judge(merged: Path, baseline: str | None, out: Path) -> int:
     from perfgate.core.records_file import RecordFileError, all_records
 
     try:
-        paired = PairedVerdict.of(all_records([str(merged)]))
-        if paired.cells:
+        paired = PairedVerdict.of(all_records([str(merged)]), baseline=False)
+        if paired.cells or paired.unjudged:
             paired.write_reports(str(out))
     except (RecordFileError, OutputError) as err:
         print(f"perfgate deal: no report of the run: {err}", file=sys.stderr)

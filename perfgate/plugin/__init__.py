@@ -11,12 +11,13 @@ pytest run there) pays nothing for it until a cell runs. tests/test_report_cli.p
 from __future__ import annotations
 
 import logging
+import os
 
 import pytest
 
 from perfgate.ab import sides
 from perfgate.core import exits
-from perfgate.core.matrix import DATA_PARALLEL_LEFT_OUT, UnknownNameError
+from perfgate.core.matrix import DATA_PARALLEL_LEFT_OUT, DEALT_ENV, UnknownNameError
 from perfgate.plugin import against, config_file, options, selection
 from perfgate.plugin.session import PerfSession
 
@@ -138,7 +139,12 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         if any(perf.measures_paired(cell) for cell in planned) and not collect_only:
             perf.pairing.spawn()
         if session.config.getoption("--perf-precompile") and perf.worker is None:
-            line = perf.precompile(planned)  # also under --collect-only: a step that fills the cache alone
+            line = (  # also under --collect-only: a step that fills the cache alone
+                perf.precompile(planned)
+                if not os.environ.get(DEALT_ENV)
+                else "perfgate: --perf-precompile: skipped in a session of perfgate deal, which precompiles once, "
+                "before its sessions, where the option is on its own command line"
+            )
             if reporter is not None:
                 reporter.write_line(line)
         if not collect_only:

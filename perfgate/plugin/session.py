@@ -207,13 +207,14 @@ class PerfSession(CellRunner, SessionPlan):
         the gate's confirm round, or a flagged cell's why-artifacts (`remeasure` says which)."""
         return self._run(*self.ran[cell_id], profile_dir=why_dir, remeasure=remeasure)
 
-    def paired_verdict(self, records: list[dict]):
-        """The paired verdict over this run's records (None unless --perf-against), its lines in the summary."""
+    def paired_verdict(self, records: list[dict], baseline: bool = True):
+        """The paired verdict over this run's records (None unless --perf-against), its lines in the summary;
+        `baseline`: whether a baseline judges the cells measured unpaired."""
         if self.pairing is None:
             return None
         from perfgate.ab.verdict import PairedVerdict
 
-        self.paired = verdict = PairedVerdict.of(records)
+        self.paired = verdict = PairedVerdict.of(records, baseline)
         self.summary += verdict.lines()
         return verdict
 

@@ -46,11 +46,11 @@ def finish(session, perf: PerfSession) -> None:
         if outcome is not None:
             _exit_with(session, outcome.exit_code, perf.paired)
     elif perf.pairing is not None:  # paired without a baseline: the clocks alone are judged
-        verdict = perf.paired_verdict(records)
+        verdict = perf.paired_verdict(records, baseline=False)
         report_dir = config.getoption("--perf-report")
         if report_dir:
             _step(session, perf, "write the paired report", lambda: verdict.write_reports(report_dir))
-        if not verdict.cells:  # every cell skipped (no CUDA for this torch, say) or none selected: no pass
+        if not verdict.cells and not verdict.unjudged:  # every cell skipped (no CUDA for this torch, say): no pass
             perf.summary.append("perfgate paired: no cell was compared beside the base: nothing judged (exit 2)")
         _exit_with(session, exits.PASS if verdict.cells else exits.UNUSABLE, verdict)
 
