@@ -148,15 +148,26 @@ def test_shards_run_at_once_on_their_gpus_and_their_records_are_judged_as_one_ru
 
 
 def test_the_data_parallel_cells_a_shard_left_out_run_after_on_every_gpu(tmp_path, monkeypatch, capsys):
+    """They run unpaired (their ranks hold the GPUs): with no baseline to judge them, the run is unsure (exit
+    2) and its report names them, though every paired cell passed."""
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
     monkeypatch.setenv("LEAVE_OUT", DATA_PARALLEL_LEFT_OUT)
     paired = {"against": "origin/main", "outcome": "ok", "duets": 1, "looks": 1, "rules": []}
     run = [{**r, "paired": paired} for r in syn.run(9)]
-    _stand_in(monkeypatch, {"shard 1/2": run[:5], "shard 2/2": run[5:]}, {})
-    assert main(["deal", "--out", str(tmp_path), "--", "perftests", "--perf-against", "origin/main"]) == 0
+    ddp = {**syn.run(9)[0], "cell": "gpt2-ddp-inductor_ddp_optimizer-amp_bf16"}  # measured, unpaired
+    _stand_in(monkeypatch, {"shard 1/2": run[:5], "shard 2/2": run[5:], "data-parallel cells": [ddp]}, {})
+    assert main(["deal", "--out", str(tmp_path), "--", "perftests", "--perf-against", "origin/main"]) == 2
     log = (tmp_path / "data-parallel" / "log.txt").read_text()
     assert "perfgate paired: on 0,1" in log and "--perf-data-parallel only" in log
     assert "data-parallel cells on GPU 0,1" in capsys.readouterr().out
+    assert json.loads((tmp_path / "report.json").read_text())["paired"]["unjudged"] == [ddp["cell"]]
+
+
+def test_a_run_neither_paired_nor_gated_writes_no_verdict(tmp_path, monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    _stand_in(monkeypatch, {"shard 1/2": syn.run(9)[:5], "shard 2/2": syn.run(9)[5:]}, {})
+    assert main(["deal", "--out", str(tmp_path), "--", "perftests"]) == 0
+    assert not (tmp_path / "report.md").exists() and (tmp_path / "results.jsonl").exists()
 
 
 @pytest.mark.parametrize("given", [["--perf-precompile", "4"], ["--perf-precompile=4"]], ids=["spaced", "equals"])
@@ -165,6 +176,7 @@ def test_one_precompile_for_every_shard_comes_first_and_the_shards_precompile_no
     precompiled removed the picks another shard's cells had just timed. One collect-only session compiles the
     cells on every dealt GPU, as many processes a GPU as asked, before any shard starts."""
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    monkeypatch.setenv("PERFGATE_DEALT", "1")  # deal's own environment's (a nested run) reaches no session
     paired = {"against": "origin/main", "outcome": "ok", "duets": 1, "looks": 1, "rules": []}
     run = [{**r, "paired": paired} for r in syn.run(9)]
     _stand_in(monkeypatch, {"shard 1/2": run[:5], "shard 2/2": run[5:]}, {}, wait_s=0.5)

@@ -250,6 +250,7 @@ def _start(session: Session, pytest_args: Sequence[str]) -> subprocess.Popen:
     env = dict(os.environ)
     if session.gpus is not None:
         env["CUDA_VISIBLE_DEVICES"] = session.gpus
+    env.pop(DEALT_ENV, None)  # deal's own environment's (a dealt session's nested run) is not this session's
     if session.plain:  # its output is the terminal's, and a terminal's Ctrl-C reaches it as it reaches deal
         return subprocess.Popen(session.args(pytest_args), env=env, preexec_fn=die_with_parent)
     if session.dealt:
@@ -362,24 +363,28 @@ def _merge(sessions: Sequence[Session], out: Path) -> Path | None:
     return merged
 
 
-def _judge(merged: Path, baseline: str | None, out: Path) -> int:
-    """The run's one report: compare against the baseline, else the paired verdict over every session."""
+def _judge(merged: Path, baseline: str | None, paired_run: bool, out: Path) -> int:
+    """The run's one report: compare against the baseline, else the paired verdict over every session (a run
+    neither paired nor gated has none)."""
     if baseline is not None:
         from perfgate.faces.compare import compare_files
 
         return compare_files([str(merged)], baseline, str(out / "report.md"), str(out / "report.json"))
+    if not paired_run:
+        return exits.PASS
     from perfgate.ab.verdict import PairedVerdict
     from perfgate.core.output import OutputError
-    from perfgate.core.records_file import RecordFileError, all_records
+    from perfgate.core.records_file import RecordFileError, load_records
 
-    try:
-        paired = PairedVerdict.of(all_records([str(merged)]), baseline=False)
-        if paired.cells or paired.unjudged:
-            paired.write_reports(str(out))
+    try:  # each cell's final record, as each session judged it: a checkpoint is no verdict
+        paired = PairedVerdict.of(load_records([str(merged)]), baseline=False)
+        if not (paired.cells or paired.unjudged):  # every cell skipped: nothing compared, never a pass
+            return exits.UNUSABLE
+        paired.write_reports(str(out))
     except (RecordFileError, OutputError) as err:
         print(f"perfgate deal: no report of the run: {err}", file=sys.stderr)
         return exits.UNUSABLE
-    return exits.PASS
+    return paired.exit_code  # the sessions' verdicts as one: the report's own exit
 
 
 def cmd_deal(args: argparse.Namespace) -> int:
@@ -435,7 +440,8 @@ def _deal(shards: list[Session], pytest_args: Sequence[str], out: Path) -> int:
     merged = _merge(sessions, out)
     if merged is None:
         return exits.combined([*ran, exits.UNUSABLE])  # nothing measured: never a pass
-    return exits.combined([*ran, _judge(merged, baseline_in(pytest_args), out)])
+    paired_run = any(a.startswith("--perf-against") for a in pytest_args)
+    return exits.combined([*ran, _judge(merged, baseline_in(pytest_args), paired_run, out)])
 
 
 def _own(code: int) -> int:
