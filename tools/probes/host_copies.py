@@ -1,0 +1,92 @@
+"""Is a host-bound step's per-process floor set by where its memory lies? The paired gate's host-bound cells read
+their compiled wall step 5-25 % apart between two processes of one tree, for the processes' lives, and the host
+clock moved with it (resnet50 train on 4xH200 ae952505, 2026-11-28: wall -22.9 %, host -24.7 %): the same work
+took more CPU time in one process. Pinning and ASLR did not take it out (process_floor.py).
+
+Each of PROCESSES workers builds COPIES models of one host-bound stack (small Linear+ReLU layers), each copy's
+parameters and Python objects allocated after a block of junk that shifts them, and rounds alternate over
+processes and copies in random order, as the paired engine's workers alternate. A figure is a copy's fastest
+round (ms per step). If the copies' floors within a process spread as widely as the processes' do, the process
+effect is memory layout, as the device clock's was, and fresh copies within a process would sample it; if the
+copies agree and the processes differ, it is process-wide.
+
+    python3 tools/probes/host_copies.py > copies.json      (HOST_DEVICE=cpu where there is no GPU)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import time
+
+LAYERS, WIDTH, STEPS, ROUNDS = 60, 64, 20, 30
+PROCESSES = int(os.environ.get("HOST_PROCESSES", "4"))
+COPIES = int(os.environ.get("HOST_COPIES", "4"))
+DEVICE = os.environ.get("HOST_DEVICE", "cuda")
+
+
+def worker() -> None:
+    import torch
+
+    junk, models = [], []
+    for n in range(COPIES):
+        junk.append([bytearray(4096 * (n + 1)) for _ in range(64)] + [torch.empty(1024 * (n + 1))])
+        layers = [m for _ in range(LAYERS) for m in (torch.nn.Linear(WIDTH, WIDTH), torch.nn.ReLU())]
+        models.append(torch.nn.Sequential(*layers).to(DEVICE))
+    x = torch.randn(32, WIDTH, device=DEVICE)
+    sync = torch.cuda.synchronize if DEVICE == "cuda" else (lambda: None)
+    with torch.no_grad():
+        for model in models:
+            for _ in range(50):
+                model(x)
+        sync()
+        print("ready", flush=True)
+        for line in sys.stdin:
+            model = models[int(line)]
+            t0 = time.perf_counter()
+            for _ in range(STEPS):
+                model(x)
+            sync()
+            print(f"{(time.perf_counter() - t0) / STEPS * 1e3:.5f}", flush=True)
+
+
+def main() -> None:
+    rng = random.Random(0)
+    procs = [
+        subprocess.Popen([sys.executable, __file__, "worker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        for _ in range(PROCESSES)
+    ]
+    for p in procs:
+        assert p.stdout.readline().strip() == "ready"
+    ms = [[[] for _ in range(COPIES)] for _ in procs]
+    turns = [(p, c) for p in range(PROCESSES) for c in range(COPIES)]
+    for _ in range(ROUNDS):
+        for p, c in rng.sample(turns, len(turns)):
+            procs[p].stdin.write(f"{c}\n")
+            procs[p].stdin.flush()
+            ms[p][c].append(float(procs[p].stdout.readline()))
+    for p in procs:
+        p.stdin.close()
+        p.wait()
+    floors = [[min(rounds) for rounds in copies] for copies in ms]
+    # Spreads in % of the floor: the copies' within each process, and the processes' (each its copies' median)
+    within = [100 * (max(f) / min(f) - 1) for f in floors]
+    by_process = [statistics.median(f) for f in floors]
+    between = 100 * (max(by_process) / min(by_process) - 1)
+    for p, f in enumerate(floors):
+        print(f"process {p}: copies {' '.join(f'{x:.4f}' for x in f)} ms; spread {within[p]:.2f} %", file=sys.stderr)
+    print(
+        f"copies within a process: {statistics.median(within):.2f} % (median spread); processes: {between:.2f} %",
+        file=sys.stderr,
+    )
+    print(
+        json.dumps({"device": DEVICE, "floors_ms": floors, "within_pct": within, "between_pct": between, "rounds": ms})
+    )
+
+
+if __name__ == "__main__":
+    worker() if sys.argv[1:] == ["worker"] else main()
