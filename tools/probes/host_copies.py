@@ -1,7 +1,8 @@
 """Is a host-bound step's per-process floor set by where its memory lies? The paired gate's host-bound cells read
 their compiled wall step 5-25 % apart between two processes of one tree, for the processes' lives, and the host
-clock moved with it (resnet50 train on 4xH200 ae952505, 2026-11-28: wall -22.9 %, host -24.7 %): the same work
-took more CPU time in one process. Pinning and ASLR did not take it out (process_floor.py).
+clock (the time to issue a step to an idle GPU) moved with it (resnet50 train on 4xH200 ae952505, 2026-11-28:
+wall -22.9 %, host -24.7 %): one process issued the same work more slowly. Pinning and ASLR did not take it out
+(process_floor.py).
 
 Each of PROCESSES workers builds COPIES models of one host-bound stack (small Linear+ReLU layers), each copy's
 parameters and Python objects allocated after a block of junk that shifts them, and rounds alternate over
