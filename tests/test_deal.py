@@ -148,14 +148,16 @@ def test_shards_run_at_once_on_their_gpus_and_their_records_are_judged_as_one_ru
 
 
 def test_the_data_parallel_cells_a_shard_left_out_run_after_on_every_gpu(tmp_path, monkeypatch, capsys):
-    """They run unpaired (their ranks hold the GPUs): with no baseline to judge them, the run is unsure (exit
-    2) and its report names them, though every paired cell passed."""
+    """They run unpaired (their ranks hold the GPUs): with no baseline to judge them, their session is unsure
+    (exit 2, as the plugin's session end says) and the run's report names them, though every paired cell
+    passed."""
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
     monkeypatch.setenv("LEAVE_OUT", DATA_PARALLEL_LEFT_OUT)
     paired = {"against": "origin/main", "outcome": "ok", "duets": 1, "looks": 1, "rules": []}
     run = [{**r, "paired": paired} for r in syn.run(9)]
     ddp = {**syn.run(9)[0], "cell": "gpt2-ddp-inductor_ddp_optimizer-amp_bf16"}  # measured, unpaired
-    _stand_in(monkeypatch, {"shard 1/2": run[:5], "shard 2/2": run[5:], "data-parallel cells": [ddp]}, {})
+    records = {"shard 1/2": run[:5], "shard 2/2": run[5:], "data-parallel cells": [ddp]}
+    _stand_in(monkeypatch, records, {"data-parallel cells": 2})
     assert main(["deal", "--out", str(tmp_path), "--", "perftests", "--perf-against", "origin/main"]) == 2
     log = (tmp_path / "data-parallel" / "log.txt").read_text()
     assert "perfgate paired: on 0,1" in log and "--perf-data-parallel only" in log

@@ -384,7 +384,9 @@ def _judge(merged: Path, baseline: str | None, paired_run: bool, out: Path) -> i
     except (RecordFileError, OutputError) as err:
         print(f"perfgate deal: no report of the run: {err}", file=sys.stderr)
         return exits.UNUSABLE
-    return paired.exit_code  # the sessions' verdicts as one: the report's own exit
+    # The paired cells' verdicts as one. Unjudged cells are the data-parallel session's own exit: it knows whether a
+    # baseline from a config file judged them, which deal, reading its command line, does not.
+    return PairedVerdict(paired.cells).exit_code
 
 
 def cmd_deal(args: argparse.Namespace) -> int:
