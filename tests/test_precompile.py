@@ -70,6 +70,8 @@ def test_a_precompile_forgets_the_launch_configs_written_since_it_began(tmp_path
         registry="no_such_zoo:REGISTRY",
     )
     assert old.exists() and not new.exists()
+    # and its mark of a precompile under way goes with it: left, the next run would take it for a killed one's
+    assert list((tmp_path / precompile.RUNNING).iterdir()) == []
 
 
 def test_a_precompile_child_past_its_time_is_killed_and_its_cells_say_so(tmp_path):
