@@ -166,23 +166,30 @@ def precompile_of(pytest_args: Sequence[str]) -> tuple[int | None, list[str]]:
     (perfgate.measure.precompile), and shards that each precompiled removed the picks other shards' cells had
     just timed. Only the command line's is seen: where one is set in [tool.perfgate] or PYTEST_ADDOPTS, no
     session precompiles (DEALT_ENV) and each cell compiles in its own processes."""
-    workers, rest, args = None, [], list(pytest_args)
+    values, rest = _option(pytest_args, PRECOMPILE)
+    workers = []
+    for value in values:
+        try:
+            workers.append(int(value))  # as pytest reads it: "+4" and " 4" are 4
+        except ValueError:
+            workers.append(0)
+    if not values or not all(1 <= n <= MAX_PRECOMPILE for n in workers):  # left to the shards, whose pytest
+        return None, list(pytest_args)  # refuses it by name (exit 4: 2)
+    return workers[-1], rest
+
+
+def _option(pytest_args: Sequence[str], name: str) -> tuple[list[str], list[str]]:
+    """(the values `name` is given in the pytest args, either spelling, in order; the args without it)."""
+    values, rest, args = [], [], list(pytest_args)
     while args:
         arg = args.pop(0)
-        if arg == PRECOMPILE and args:
-            value = args.pop(0)
-        elif arg.startswith(PRECOMPILE + "="):
-            value = arg.split("=", 1)[1]
+        if arg == name and args:
+            values.append(args.pop(0))
+        elif arg.startswith(name + "="):
+            values.append(arg.split("=", 1)[1])
         else:
             rest.append(arg)
-            continue
-        try:
-            workers = int(value)  # as pytest reads it: "+4" and " 4" are 4
-        except ValueError:
-            workers = 0
-        if not 1 <= workers <= MAX_PRECOMPILE:  # left to the shards, whose pytest refuses it by name (exit 4: 2)
-            return None, list(pytest_args)
-    return workers, rest
+    return values, rest
 
 
 def precompile_session(shards: Sequence[Session], workers: int, out: Path) -> Session:
@@ -217,12 +224,8 @@ def refused(pytest_args: Sequence[str]) -> list[str]:
 
 def baseline_in(pytest_args: Sequence[str]) -> str | None:
     """--perf-baseline's value in the pytest args (either spelling), else None."""
-    for i, arg in enumerate(pytest_args):
-        if arg == "--perf-baseline" and i + 1 < len(pytest_args):
-            return pytest_args[i + 1]
-        if arg.startswith("--perf-baseline="):
-            return arg.split("=", 1)[1]
-    return None
+    values, _ = _option(pytest_args, "--perf-baseline")
+    return values[0] if values else None
 
 
 class _Signalled(Exception):

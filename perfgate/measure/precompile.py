@@ -72,53 +72,46 @@ def run(
     forget_abandoned(cache_dir)
     started, procs, results = time.monotonic(), [], []
     started_at = time.time()
-    running = Path(cache_dir) / RUNNING / f"{os.getpid()}"
-    running.parent.mkdir(parents=True, exist_ok=True)
-    running.touch()
-    try:  # its mark goes whatever ends it, but a kill (forget_abandoned)
-        with tempfile.TemporaryDirectory(prefix="perfgate-precompile-") as scratch:
-            for index, share in enumerate(s for s in shares if s):
-                lines = Path(scratch) / f"{index}.jsonl"
-                # The process sees its GPU as cuda:0, as every cell's process does (launch.first_gpu): one cache
-                # entry a graph, whichever GPU compiles it and whichever runs it.
-                device, environ = first_gpu(devices[index % len(devices)], len(devices)) if devices else ("cpu", {})
-                proc = spawn(Path(scratch) / str(index), f"precompile process {index + 1}", **environ)
-                for n, cell in enumerate(share):
-                    options = RunOptions(
-                        device="cpu" if cell.device_kind == "cpu" else device,
-                        cache_dir=cache_dir,
-                        reference_dir=reference_dir,
-                        registry=registry,
-                    )
-                    job = Job(
-                        cell=cell,
-                        options=options,
-                        tf32=tf32,
-                        purpose="precompile",
-                        results_path=str(lines),
-                        limit_s=limit_s,
-                        sys_path=tuple(import_path()),
-                    )
-                    proc.send(job.to_json(), last=n == len(share) - 1)
-                procs.append((share, lines, proc))
-            try:
-                failure = supervise([p for *_, p in procs], limit_s=limit_s, deaths_fail=False, started=started)
-            except BaseException:  # Ctrl-C, a CI step's timeout: no process outlives the run; what it did is kept
-                for share, lines, _proc in procs:
-                    results += _lines(share, lines, "interrupted", stopped=True)
-                _write(out, results)
-                raise
-            finally:  # one limit: every process left is past it; then the picks they timed on a shared GPU go
-                kill_groups(*(p for *_, p in procs))
-                forget_timed_picks(cache_dir, started_at)
-            timed_out = failure is not None
-            # its processes report no stage: "timed out after S s"
-            failure = failure and failure.partition(" while ")[0]
-            for share, lines, proc in procs:
-                why = failure if timed_out else (stderr_tail(proc.stderr)[-1:] or [f"exit code {proc.poll()}"])[0]
-                results += _lines(share, lines, why, stopped=timed_out)
-    finally:
-        running.unlink(missing_ok=True)
+    with _running(cache_dir), tempfile.TemporaryDirectory(prefix="perfgate-precompile-") as scratch:
+        for index, share in enumerate(s for s in shares if s):
+            lines = Path(scratch) / f"{index}.jsonl"
+            # The process sees its GPU as cuda:0, as every cell's process does (launch.first_gpu): one cache
+            # entry a graph, whichever GPU compiles it and whichever runs it.
+            device, environ = first_gpu(devices[index % len(devices)], len(devices)) if devices else ("cpu", {})
+            proc = spawn(Path(scratch) / str(index), f"precompile process {index + 1}", **environ)
+            for n, cell in enumerate(share):
+                options = RunOptions(
+                    device="cpu" if cell.device_kind == "cpu" else device,
+                    cache_dir=cache_dir,
+                    reference_dir=reference_dir,
+                    registry=registry,
+                )
+                job = Job(
+                    cell=cell,
+                    options=options,
+                    tf32=tf32,
+                    purpose="precompile",
+                    results_path=str(lines),
+                    limit_s=limit_s,
+                    sys_path=tuple(import_path()),
+                )
+                proc.send(job.to_json(), last=n == len(share) - 1)
+            procs.append((share, lines, proc))
+        try:
+            failure = supervise([p for *_, p in procs], limit_s=limit_s, deaths_fail=False, started=started)
+        except BaseException:  # Ctrl-C, a CI step's timeout: no process outlives the run; what it did is kept
+            for share, lines, _proc in procs:
+                results += _lines(share, lines, "interrupted", stopped=True)
+            _write(out, results)
+            raise
+        finally:  # one limit: every process left is past it; then the picks they timed on a shared GPU go
+            kill_groups(*(p for *_, p in procs))
+            forget_timed_picks(cache_dir, started_at)
+        timed_out = failure is not None
+        failure = failure and failure.partition(" while ")[0]  # its processes report no stage: "timed out after S s"
+        for share, lines, proc in procs:
+            why = failure if timed_out else (stderr_tail(proc.stderr)[-1:] or [f"exit code {proc.poll()}"])[0]
+            results += _lines(share, lines, why, stopped=timed_out)
     _write(out, results)
     return results
 
@@ -135,6 +128,18 @@ def forget_timed_picks(cache_dir: str, since: float) -> int:
         except FileNotFoundError:
             continue
     return removed
+
+
+@contextlib.contextmanager
+def _running(cache_dir: str):
+    """A file named by this process's pid in RUNNING while the precompile runs: a kill leaves it behind."""
+    mark = Path(cache_dir) / RUNNING / str(os.getpid())
+    mark.parent.mkdir(parents=True, exist_ok=True)
+    mark.touch()
+    try:
+        yield
+    finally:
+        mark.unlink(missing_ok=True)
 
 
 def forget_abandoned(cache_dir: str) -> int:
