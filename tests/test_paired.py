@@ -65,8 +65,12 @@ class FakeWorker:
 
     def expect(self, key, limit_s, progress=None) -> dict:
         last = self.sent[-1]
-        if "job" in last:
-            return {"record": {"status": "failed", "reason": f"{self.name} broke"}} if self.fails else {"ready": {}}
+        if "job" in last or last.get("op") == "go":
+            if self.fails:
+                return {"record": {"status": "failed", "reason": f"{self.name} broke"}}
+            # A held job (a staggered prepare): held before its first compiled call, then after it, then ready.
+            goes = sum(m.get("op") == "go" for m in self.sent)
+            return {"hold": ("compile", "compiled")[goes]} if last.get("hold") or 0 < goes < 2 else {"ready": {}}
         return {"record": {"status": "ok", "solo": last.get("solo")}}
 
 
@@ -171,14 +175,18 @@ def test_a_side_already_asked_to_finish_is_not_asked_again():
     assert worker.popen.stdin.getvalue().count(b'"finish"') == 2
 
 
-@pytest.mark.parametrize("together", [False, True], ids=["one-after-the-other", "at-once"])
+@pytest.mark.parametrize(
+    "together, staggered",
+    [(False, False), (True, False), (False, True)],
+    ids=["one-after-the-other", "at-once", "compiles-in-turn"],
+)
 @pytest.mark.parametrize("fails", ["", "a", "b", "ab"], ids=["none-fails", "base-fails", "tree-fails", "both-fail"])
-def test_a_side_that_fails_to_prepare_leaves_the_other_timed_alone(fails, together):
+def test_a_side_that_fails_to_prepare_leaves_the_other_timed_alone(fails, together, staggered):
     from perfgate.ab import duet
 
     job = type("J", (), {"to_json": lambda self: "{}", "limit_s": 1.0})()
     fake = FakeDuet(fails)
-    record_a, record_b, ready = duet._prepare(fake, job, job, lambda _m: None, "a", together)
+    record_a, record_b, ready = duet._prepare(fake, job, job, lambda _m: None, "a", together, staggered)
     assert (ready is None) == bool(fails) and fake.renewed == bool(fails)
     if not fails:
         return
@@ -188,6 +196,51 @@ def test_a_side_that_fails_to_prepare_leaves_the_other_timed_alone(fails, togeth
         assert record_a["status"] == "failed"
     else:  # the base, prepared first, finishes its own record alone
         assert record_a == {"status": "ok", "solo": True}
+
+
+class TurnWorker:
+    """A held worker (perfgate.measure.duet): held before its first compiled call, then after it (a stream
+    model: ready at once), then ready; each "go" noted in the shared `log` with what the other side was doing."""
+
+    def __init__(self, name: str, log: list, stream: bool):
+        self.name, self.log, self.stream, self.state, self.other = name, log, stream, "idle", None
+        self.popen = type("P", (), {"pid": 1 if name == "a" else 2})()
+
+    def send(self, message: dict) -> None:
+        if "job" in message:
+            self.state = "preparing"  # builds and warms up eager, the other side alike
+        elif message.get("op") == "go":
+            self.state = {"held:compile": "compiling", "held:compiled": "warming"}[self.state]
+            self.log.append((self.name, self.state, self.other.state))
+
+    def expect(self, keys, limit_s, progress=None) -> dict:
+        if self.state == "preparing":
+            self.state = "held:compile"
+        elif self.state == "compiling":
+            self.state = "ready" if self.stream else "held:compiled"
+        elif self.state == "warming":
+            self.state = "ready"
+        point = self.state.partition(":")[2]
+        return {"hold": point} if point else {"ready": {"side": self.name}}
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["one-batch", "stream-model"])
+def test_a_cold_first_pair_compiles_in_turn_with_the_other_side_held(stream):
+    """The two sides of a cold first pair build and warm up eager at once; each one's first compiled call, where
+    its kernels' launch configs are timed, runs while the other side is held, A first so that B loads A's picks;
+    then both warm up at once. A stream model compiles its later shapes in its warm-up: its turn lasts to ready."""
+    from perfgate.ab import duet
+
+    log: list = []
+    workers = {name: TurnWorker(name, log, stream) for name in "ab"}
+    workers["a"].other, workers["b"].other = workers["b"], workers["a"]
+    fake = FakeDuet("")
+    fake.workers = workers
+    job = type("J", (), {"to_json": lambda self: "{}", "limit_s": 1.0})()
+    record_a, record_b, ready = duet._prepare(fake, job, job, lambda _m: None, "a", staggered=True)
+    assert (record_a, record_b) == (None, None) and ready == {"a": {"side": "a"}, "b": {"side": "b"}}
+    turns = [("a", "compiling", "held:compile"), ("b", "compiling", "ready" if stream else "held:compiled")]
+    assert log == turns + ([] if stream else [("a", "warming", "held:compiled"), ("b", "warming", "warming")])
 
 
 @pytest.mark.parametrize(

@@ -298,7 +298,12 @@ def test_a_regression_that_a_later_pair_could_not_measure_stays_unsure():
 
 
 def _measured_red(
-    monkeypatch, died_in_pair2: bool, kernels_b: int = 100, outvoted: bool = False, picked: bool = False
+    monkeypatch,
+    died_in_pair2: bool,
+    kernels_b: int = 100,
+    outvoted: bool = False,
+    picked: bool = False,
+    holds: bool = False,
 ) -> tuple:
     """duet.measure of one cell whose wall rule reads a regression at every look, over two fake workers whose
     records carry `kernels_b` compiled kernels on B against A's 100; B's worker dies in pair 2's rounds where
@@ -313,7 +318,7 @@ def _measured_red(
         def __init__(self, name):
             self.name, self.jobs, self.finish_asked, self.sent = name, 0, False, []
             self.popen = type("P", (), {"pid": 1 if name == "a" else 2})()
-            self.hello = {"hello": {"wall_sides": True}}
+            self.hello = {"hello": {"wall_sides": True, "holds": holds}}
             self.side = Side(name.upper(), ".")
 
         def send(self, message):
@@ -323,7 +328,11 @@ def _measured_red(
 
         def expect(self, key, limit_s, progress=None):
             last = self.sent[-1]
-            if "job" in last:
+            job = max(i for i, m in enumerate(self.sent) if "job" in m)
+            goes = sum(m.get("op") == "go" for m in self.sent[job:])  # a held job's turns (duet._staggered)
+            if (self.sent[job].get("hold") and goes < 2) and ("job" in last or last.get("op") == "go"):
+                return {"hold": ("compile", "compiled")[goes]}
+            if "job" in last or last.get("op") == "go":
                 return {"ready": {"eager_ms": 20.0, "compiled_ms": 10.0, "device_clock": False}}
             if last.get("op") == "finish":
                 kernels = kernels_b if self.name == "b" else 100
@@ -384,6 +393,16 @@ def test_a_first_pair_prepares_at_once_only_where_the_cache_holds_the_picks(monk
     2026-11-28): one after the other, B loads A's picks; where an earlier run left them, both load the same."""
     _record_b, _record_a, summary = _measured_red(monkeypatch, died_in_pair2=False, picked=picked)
     assert summary["prepared"][0]["together"] is picked and all(p["together"] for p in summary["prepared"][1:])
+
+
+@pytest.mark.parametrize("holds", [False, True], ids=["engine-without-holds", "engines-that-hold"])
+def test_a_cold_first_pair_compiles_in_turn_where_both_engines_can_hold(monkeypatch, holds):
+    """Without the picks in the cache, a first pair's two sides build and warm up eager at once and take turns
+    only for their first compiled calls, where both engines can hold a job (their hello says so); a base whose
+    engine cannot prepares wholly before B. A later pair prepares at once."""
+    _record_b, _record_a, summary = _measured_red(monkeypatch, died_in_pair2=False, holds=holds)
+    assert summary["prepared"][0] == {"first": "a", "together": False, **({"staggered": True} if holds else {})}
+    assert all(p == {"first": p["first"], "together": True} for p in summary["prepared"][1:])
 
 
 def test_a_wall_red_the_next_two_pairs_read_ok_against_is_outvoted_with_whole_records(monkeypatch):

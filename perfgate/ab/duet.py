@@ -2,13 +2,14 @@
 cell compiled and warm on one GPU, their timed rounds alternated in an order drawn at random for each pair.
 A drift of the host's speed over seconds to minutes then hits both sides of a pair alike. Imports no torch.
 
-A cell: side A (the base) is prepared first, so its compiles fill the shared inductor cache and B finds its
-unchanged graphs there: the same compiled code and autotune picks on both sides. Then looks, each of
-WALL_PAIRS wall rounds, HOST_PAIRS host rounds and (on a GPU) one profiled block of DEVICE_ROUNDS per side,
-until no rule is unsure or a regression stands (looks.decided), or LOOKS are spent. A look after a pair's first
-measures only the clocks with a rule still unsure, and of the wall clock only the unsure side's steps (the
-host clock and eager's wall step, shown and never judged, only in the first, eager in EAGER_SHOWN_PAIRS of its
-wall round pairs).
+A cell: side A (the base) compiles first, so its compiles fill the shared inductor cache and B finds its
+unchanged graphs there: the same compiled code and autotune picks on both sides. The two build and warm up eager
+at once; their first compiled calls take turns (_staggered), or, where the cache holds the cell's picks already,
+they prepare wholly at once. Then looks, each of WALL_PAIRS wall rounds, HOST_PAIRS host rounds and (on a GPU)
+one profiled block of DEVICE_ROUNDS per side, until no rule is unsure or a regression stands (looks.decided), or
+LOOKS are spent. A look after a pair's first measures only the clocks with a rule still unsure, and of the wall
+clock only the unsure side's steps (the host clock and eager's wall step, shown and never judged, only in the
+first, eager in EAGER_SHOWN_PAIRS of its wall round pairs).
 A cell still unsure, or showing a regression, then gets a second process pair (fresh processes, B prepared
 first now that the cache is warm), and a wall regression shown in both a third, up to DUETS: a wall regression
 must show in every pair, a device one in the pairs' pooled rounds, where they took fresh memory layouts
@@ -28,7 +29,7 @@ from typing import Callable
 
 from perfgate.ab import looks, paired, paired_work
 from perfgate.ab.looks import CLOCKS
-from perfgate.ab.pair_workers import START_LIMIT_S, Duet, Worker, WorkerGone, layouts_of, steps_sides
+from perfgate.ab.pair_workers import START_LIMIT_S, Duet, Worker, WorkerGone, holds, layouts_of, steps_sides
 from perfgate.ab.sides import Side
 
 WALL_PAIRS = 12  # wall round pairs a look; a round is ~50 ms of each of eager and compiled
@@ -132,7 +133,12 @@ def measure(
         prepared.append({"first": first, "together": together})
         lap()
         try:
-            record_a, record_b, ready = _prepare(duet, job_a, job_b, progress, first, together)
+            # Else, where both engines can, the two still build and warm up at once, and only their first
+            # compiled calls, where the picks are timed, take turns (_staggered).
+            if not together and job_b.options.fault is None and holds(duet):
+                prepared[-1]["staggered"] = True
+            staggered = prepared[-1].get("staggered", False)
+            record_a, record_b, ready = _prepare(duet, job_a, job_b, progress, first, together, staggered)
         except WorkerGone as err:
             duet.renew()
             summary["error"] = str(err)
@@ -221,29 +227,34 @@ def measure(
 
 
 def _prepare(
-    duet: Duet, job_a, job_b, progress, first: str = "a", together: bool = False
+    duet: Duet, job_a, job_b, progress, first: str = "a", together: bool = False, staggered: bool = False
 ) -> tuple[dict | None, dict | None, dict | None]:
     """Both sides to their warm state: (None, None, {"a": ready, "b": ready}); or, where a side failed before its
     rounds, (A's record or None, B's record, None) with the other side timed alone, so this tree's cell keeps a
     record of its own whichever side failed. One after the other, `first` first (A's compiles fill the shared
-    cache and picks), or `together` where the cache already holds the cell's compiles and launch-config picks
-    (an earlier run's, a second pair): the two sides then build, load and warm up at once, which only their
-    untimed stages see."""
+    cache and picks); `staggered`, at once but for their first compiled calls, which take turns (_staggered);
+    or `together` where the cache already holds the cell's compiles and launch-config picks (an earlier run's, a
+    second pair): the two sides then build, load and warm up at once, which only their untimed stages see."""
     workers = dict(zip("ab", duet.start(*duet.sides)))
     duet.spawn_spares()  # the next process pair's, importing while this one prepares
     jobs = {"a": job_a, "b": job_b}
 
-    def send(name: str, peers: list[int]) -> None:
+    def send(name: str, peers: list[int], hold: bool = False) -> None:
         # The other side holds the GPU by design: its process is no neighbour that makes a cell unfit.
-        workers[name].send({"job": json.loads(jobs[name].to_json()), "peers": peers})
+        message = {"job": json.loads(jobs[name].to_json()), "peers": peers}
+        workers[name].send({**message, "hold": True} if hold else message)
 
-    def answer(name: str) -> dict:
-        return workers[name].expect("ready", jobs[name].limit_s, progress)
+    def answer(name: str, keys: tuple[str, ...] = ("ready",)) -> dict:
+        return workers[name].expect(keys, jobs[name].limit_s, progress)
 
     order, answers = (first, _other(first)), {}
+    if staggered:
+        for name in order:
+            send(name, [workers[_other(name)].popen.pid], hold=True)
+        answers = _staggered(workers, order, answer)
     for name in order if together else ():
         send(name, [workers[_other(name)].popen.pid])
-    for name in order:
+    for name in order if not staggered else ():
         if not together:
             send(name, [workers[_other(name)].popen.pid])
         answers[name] = answer(name)
@@ -267,6 +278,28 @@ def _prepare(
         records[name] = _finish(workers[name], progress, solo=True)
     duet.renew()
     return records["a"], records["b"], None
+
+
+def _staggered(workers: dict[str, Worker], order: tuple[str, str], answer: Callable[..., dict]) -> dict[str, dict]:
+    """Both sides, sent their jobs with holds (perfgate.measure.duet), to their warm state: they build, compute
+    the reference and warm up eager at once; then each side's first compiled call, in `order`, with the other
+    held (a kernel's launch configs are timed at its first call, and two sides timing them beside each other
+    picked apart: docs/gate.md "Process pairs"); then both at once again, but for a stream model, whose later
+    shapes compile in its warm-up: it holds no more and goes to its warm state in its turn. {side: its "ready",
+    or its record where it failed}. One after the other, preparing took 443 s of a cold A/A's 662 s of cells, 242
+    s of a warm one's 425 s, where the sides prepared at once (4xH200 ae952505, 2026-11-28)."""
+    turn = ("hold", "ready")
+    at = {name: answer(name, turn) for name in order}  # each held before its first compiled call, or ended
+    for name in order:  # one side's first compiled call at a time, the other held (or ended)
+        if "hold" in at[name]:
+            workers[name].send({"op": "go"})
+            at[name] = answer(name, turn)  # held after that call, or ready (a stream model), or ended
+    held = [name for name in order if "hold" in at[name]]
+    for name in held:  # both on at once
+        workers[name].send({"op": "go"})
+    for name in held:
+        at[name] = answer(name)
+    return at
 
 
 def _alone(duet: Duet, job_b, progress) -> dict | None:

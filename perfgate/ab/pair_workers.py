@@ -64,14 +64,18 @@ class Worker:
         except (BrokenPipeError, OSError) as err:
             raise WorkerGone(f"side {self.side.name}'s process is gone{self.last_words()}") from err
 
-    def expect(self, key: str, limit_s: float, progress: Callable[[str], None] = lambda _m: None) -> dict:
-        """The next message carrying `key` (or a {"record"}: the cell ended, failed or finished)."""
+    def expect(
+        self, key: str | tuple[str, ...], limit_s: float, progress: Callable[[str], None] = lambda _m: None
+    ) -> dict:
+        """The next message carrying `key` (or one of several) or a {"record"}: the cell ended, failed or
+        finished."""
         deadline = time.monotonic() + limit_s
+        keys = (key,) if isinstance(key, str) else key
         while True:
             message = self._line(deadline)
             if "progress" in message:
                 progress(f"[{self.side.name}] {message['progress']}")
-            elif key in message or "record" in message:
+            elif "record" in message or any(k in message for k in keys):
                 return message
 
     def _line(self, deadline: float) -> dict:
@@ -243,6 +247,11 @@ class Duet:
 def steps_sides(worker: Worker) -> bool:
     """Whether the worker's engine steps only the wall sides a request names (its hello says so)."""
     return bool(hello_of(worker).get("wall_sides"))
+
+
+def holds(duet: Duet) -> bool:
+    """Whether both sides' engines can hold a job's first compiled call for its turn (their hello says "holds")."""
+    return all(hello_of(worker).get("holds") for worker in duet.start(*duet.sides))
 
 
 def layouts_of(duet: Duet, variant: str) -> bool:

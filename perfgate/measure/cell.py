@@ -53,13 +53,17 @@ def run_cell(
     checkpoint: Callable[[dict], None] | None = None,
     process: str = "pytest",
     serve: Callable | None = None,
+    hold: Callable[[str], None] | None = None,
 ) -> dict:
     """Measure one cell and return its record. `checkpoint`, if given, receives the record as it stands at
     each stage (status "failed", reason "did not finish ..."): a process killed mid-cell (a CI timeout, a
     hung compile) then leaves what it had measured, and the final record supersedes it. `process`: where
     this runs (perfgate.core.record.PROCESSES), which the record keeps. `serve(run, eager_ms, compiled_ms)`: a
     paired comparison's side (perfgate.measure.duet), which serves its timed rounds to the coordinator and
-    returns them (wall, host, device or None), or None to time the cell as usual."""
+    returns them (wall, host, device or None), or None to time the cell as usual. `hold(point)`: a paired side
+    whose first compiled call takes its turn (perfgate.measure.duet), waited on at "compile" (before that call)
+    and, for a cell of one timed batch, at "compiled" (after it); a stream's later shapes compile in its
+    warm-up, so its turn lasts to its warm state."""
     if cell.phase == "ddp":  # its ranks are processes of their own
         from perfgate.measure import ddp
 
@@ -79,7 +83,7 @@ def run_cell(
             why.compile_logs(why_dir and why_dir / "compile.log"),
             cache_artifacts.fresh_recording(),
         ):
-            saved[0] = _measure(run, record_compiled, why_dir, serve)
+            saved[0] = _measure(run, record_compiled, why_dir, serve, hold)
 
     guarded(record, clock, stages)
     if saved[0] is not None:  # after clean-up: this process's models are freed while the child builds its own
@@ -93,7 +97,9 @@ def run_cell(
     return record
 
 
-def _measure(run: CellRun, record_compiled, why_dir: Path | None, serve: Callable | None = None) -> bytes | None:
+def _measure(
+    run: CellRun, record_compiled, why_dir: Path | None, serve: Callable | None = None, hold: Callable | None = None
+) -> bytes | None:
     """The single-device stages into run.record; returns the saved cache artifacts when the options ask."""
     spec, cell, options, record, device = run.spec, run.cell, run.options, run.record, run.device
     prepare(run)
@@ -105,11 +111,14 @@ def _measure(run: CellRun, record_compiled, why_dir: Path | None, serve: Callabl
     capture_eager(run)
     warm_eager(run)
     record_builder.merge_peak(record, "eager", run.memory.peak_mb())
+    _held(run, hold, "compile")
     first_compiled_call(
         run,
         lambda r: compiled_side(spec, cell, r.size, r.state, device, options.fault),
         f"{cell.id}: compiling ({cell.variant})",
     )
+    if len(run.timed) == 1:  # every kernel has run once, its launch configs picked
+        _held(run, hold, "compiled")
     judge_numerics(run)
     eager_ms, compiled_ms = warm_compiled(run)
 
@@ -156,6 +165,15 @@ def _measure(run: CellRun, record_compiled, why_dir: Path | None, serve: Callabl
         _warm_compile(run)
     raise_if_wrong(record, numerics_judged=options.numerics)
     return saved
+
+
+def _held(run: CellRun, hold: Callable[[str], None] | None, point: str) -> None:
+    """Stage "held": wait for the coordinator's word at `point`, where it gives the other side's first compiled
+    call the GPU to itself (perfgate.ab.duet._staggered)."""
+    if hold is None:
+        return
+    run.clock.enter("held", f"{run.id}: held at {point!r} while the other side compiles")
+    hold(point)
 
 
 def _clocks(run: CellRun, timing_s: float) -> None:

@@ -14,6 +14,11 @@ so that the two sides' rounds alternate a fraction of a second apart on one GPU:
                                                                relayout: each round in a fresh memory layout
     {"op": "finish", "solo": bool}              {"record": the cell's record}
 
+A job sent with "hold": true waits for {"op": "go"} at each point it announces with {"hold": point}: before its
+first compiled call ("compile") and, for a cell of one timed batch, after it ("compiled"), so that the coordinator
+gives each side's first compiled call, whose launch-config picks are timed, the GPU to itself while the two
+sides build and warm up at once (perfgate.ab.duet._staggered).
+
 The rounds it served become the record's own wall, host and device clocks (solo: the other side failed, so
 the cell times itself as usual); of the wall rounds, those that stepped both sides (the record's speedup pairs
 eager and compiled round by round). Protocol lines go to the original stdout; anything else the process prints
@@ -113,8 +118,21 @@ def server(channel: Channel):
     return serve
 
 
-def run_job(job, channel: Channel, envs: dict) -> bool:
-    """Measure one cell, serving its rounds; whether this process may take another."""
+def holder(channel: Channel):
+    """The `hold` callback of perfgate.measure.cell.run_cell: say where this side waits, then wait for "go"."""
+
+    def hold(point: str) -> None:
+        channel.send({"hold": point})
+        message = channel.receive()
+        if message is None or message.get("op") != "go":
+            raise RuntimeError(f"held at {point!r}, the coordinator sent {message!r}; expected {{'op': 'go'}}")
+
+    return hold
+
+
+def run_job(job, channel: Channel, envs: dict, hold: bool = False) -> bool:
+    """Measure one cell, serving its rounds (`hold`: its first compiled call takes its turn); whether this
+    process may take another."""
     from perfgate.measure.cell import run_cell
     from perfgate.measure.child import cell_setup
 
@@ -129,6 +147,7 @@ def run_job(job, channel: Channel, envs: dict) -> bool:
         lambda message: channel.send({"progress": message}),
         process="worker",
         serve=server(channel),
+        hold=holder(channel) if hold else None,
     )
     channel.send({"record": record})
     return record["status"] == "ok"
@@ -156,13 +175,20 @@ def main() -> int:
     # count importing the compiler stack (seconds) as compile time.
     importlib.import_module("torch._inductor.compile_fx")
     # wall_sides: a wall round steps only the sides a request names (an engine before it stepped both). relayout:
-    # a device request may ask for a fresh memory layout each round (perfgate.measure.layout).
-    hello = {"protocol": PROTOCOL, "perfgate": os.path.dirname(perfgate.__file__), "wall_sides": True, "relayout": True}
+    # a device request may ask for a fresh memory layout each round (perfgate.measure.layout). holds: a job may
+    # hold its first compiled call for the coordinator's turn (run_job).
+    hello = {
+        "protocol": PROTOCOL,
+        "perfgate": os.path.dirname(perfgate.__file__),
+        "wall_sides": True,
+        "relayout": True,
+        "holds": True,
+    }
     channel.send({"hello": hello})
     envs: dict = {}
     while (message := channel.receive()) is not None:
         os.environ[PEERS_ENV] = ",".join(str(pid) for pid in message.get("peers", []))
-        if not run_job(Job.from_json(json.dumps(message["job"])), channel, envs):
+        if not run_job(Job.from_json(json.dumps(message["job"])), channel, envs, bool(message.get("hold"))):
             break  # a failed cell may have poisoned the CUDA context: the next cell gets a fresh process
     return 0
 
