@@ -35,8 +35,12 @@ def main(paths: list[str]) -> None:
             moved = [
                 f"{c['side'][:4]} {c['count']} {c['a']:g}->{c['b']:g}" for c in p.get("counts", []) if c["a"] != c["b"]
             ]
-            # Each pair's side prepared first, "*" where the two prepared at once (records from 1aaaa90 on).
-            order = "".join(x["first"].upper() + ("*" if x["together"] else "") for x in p.get("prepared", []))
+            # Each pair's side prepared first, "*" where the two prepared at once (records from 1aaaa90 on), "~" where
+            # only their first compiled calls took turns (from 1ef0eb0 on).
+            order = "".join(
+                x["first"].upper() + ("*" if x["together"] else "~" if x.get("staggered") else "")
+                for x in p.get("prepared", [])
+            )
             print(
                 f"  {r['model']:>18} {r['phase']:5} {p['outcome']:10} pairs {p['duets']}{' ' + order if order else ''}"
                 f" looks {p['looks']}"
