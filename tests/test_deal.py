@@ -274,3 +274,49 @@ def test_an_empty_shard_is_no_verdict_and_no_reason_to_skip_the_data_parallel_ce
 @pytest.mark.parametrize("code, own", [(0, 0), (1, 1), (2, 2), (3, 3), (4, 2), (6, 3)])
 def test_a_sessions_exit_reads_as_one_of_perfgates(code, own):
     assert deal._own(code) == own
+
+
+def test_a_baseline_base_and_precompile_set_in_a_config_file_are_read_as_the_sessions_read_them(tmp_path, monkeypatch):
+    """[tool.perfgate], then the file's pytest addopts, then PYTEST_ADDOPTS, then the command line, a later one
+    winning: deal's precompile, its report's baseline and whether the run is paired come from where the dealt
+    sessions' pytest takes them. What no session may write alone is refused wherever it was set."""
+    from perfgate.faces import deal_args
+
+    table = (
+        '[tool.perfgate]\nbaseline = "b1"\nprecompile = 4\n[tool.pytest.ini_options]\naddopts = "--perf-baseline=b2"\n'
+    )
+    (tmp_path / "pyproject.toml").write_text(table)
+    below = tmp_path / "perftests"
+    below.mkdir()
+    monkeypatch.setenv("PYTEST_ADDOPTS", "--perf-against origin/main")
+    seen = deal_args.configured(["perftests", "--perf-baseline", "b3"], where=below)
+    assert deal_args.baseline_in(seen) == "b3" and deal_args.paired_in(seen) and deal_args.precompile_of(seen)[0] == 4
+    assert deal_args.baseline_in(deal_args.configured(["perftests"], where=below)) == "b2"
+    monkeypatch.delenv("PYTEST_ADDOPTS")
+    assert not deal_args.paired_in(deal_args.configured([], where=below))
+    (tmp_path / "pyproject.toml").write_text("[tool.perfgate\n")  # unreadable: each session refuses it by name
+    assert deal_args.configured(["perftests"], where=below) == ["perftests"]
+    inherited = deal_args.refused(["perftests"], ["--perf-history=h.db", "--perf-results=r.jsonl"])
+    assert inherited == [
+        "--perf-history=h.db (set in pyproject.toml or PYTEST_ADDOPTS): add the run's records once: "
+        "perfgate history add DIR/results.jsonl"
+    ]  # deal's own --perf-results overrides a config file's
+
+
+def test_a_baseline_from_the_config_file_judges_the_merged_report_data_parallel_cells_included(tmp_path, monkeypatch):
+    """A data-parallel cell is measured unpaired: the baseline that [tool.perfgate] gives judges it in its own
+    session and in the run's one report, which names no cell unjudged."""
+    key = (syn.H100, "pr")
+    baselines = tmp_path / "baselines"
+    write_baseline(baseline_path(baselines, *key), build_baseline(syn.runs(3, first_seed=21))[key])
+    (tmp_path / "pyproject.toml").write_text(f'[tool.perfgate]\nbaseline = "{baselines}"\n')
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    monkeypatch.setenv("LEAVE_OUT", DATA_PARALLEL_LEFT_OUT)
+    paired = {"against": "origin/main", "outcome": "ok", "duets": 1, "looks": 1, "rules": []}
+    run = [{**r, "paired": paired} for r in syn.run(9)]
+    ddp = {**syn.run(9)[0], "cell": "gpt2-ddp-inductor_ddp_optimizer-amp_bf16"}
+    _stand_in(monkeypatch, {"shard 1/2": run[:5], "shard 2/2": run[5:], "data-parallel cells": [ddp]}, {})
+    assert main(["deal", "--out", "out", "--", "perftests", "--perf-against", "origin/main"]) == 0
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert report["exit_code"] == 0 and not (report.get("paired") or {}).get("unjudged")

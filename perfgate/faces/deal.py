@@ -9,9 +9,10 @@ share whatever PYTEST_ARGS share (the base's worktree of --perf-against, the --p
 DIR/shard-K/ (results, report, log). A --perf-precompile N among them runs once, before the shards, on every
 dealt GPU (DIR/precompile/). Data-parallel cells need several GPUs: where a shard left some out, one more
 session runs them on every dealt GPU once the shards are done (DIR/data-parallel/). Then DIR/results.jsonl holds
-every session's records, and DIR/report.md and report.json the run's one report: where PYTEST_ARGS give
---perf-baseline, `perfgate compare` over them (a paired record keeps its verdict on the clocks, so the baseline
-judges what carries across machines, as in each live shard), else a paired run's verdict over the shards. On a
+every session's records, and DIR/report.md and report.json the run's one report: where the sessions' options
+give --perf-baseline (PYTEST_ARGS, PYTEST_ADDOPTS or pyproject.toml: perfgate.faces.deal_args.configured),
+`perfgate compare` over them (a paired record keeps its verdict on the clocks, so the baseline judges what
+carries across machines, as in each live shard), else a paired run's verdict over the shards. On a
 machine of one GPU it is the plain pytest run, writing DIR/results.jsonl and DIR/ itself. The exit is every
 session's and the compare's as one (exits.combined): 1 where any showed a regression, else the worst code,
 never 0 past a session that did not pass.
@@ -34,19 +35,16 @@ from typing import Sequence
 from perfgate.core import exits
 from perfgate.core.children import die_with_parent
 from perfgate.core.matrix import DATA_PARALLEL_LEFT_OUT, DEALT_ENV
+from perfgate.faces.deal_args import (
+    MAX_PRECOMPILE,
+    PRECOMPILE,
+    baseline_in,
+    configured,
+    paired_in,
+    precompile_of,
+    refused,
+)
 
-# Set per session by deal itself.
-OWNED = ("--perf-shard", "--perf-results", "--perf-report", "--perf-data-parallel")
-# Written by each session alone, so N sessions would each write 1/N of it over the others.
-NOT_SHARED = {
-    "--perf-save-baseline": "make the baseline from the run's records: perfgate baseline update DIR/results.jsonl",
-    "--perf-history": "add the run's records once: perfgate history add DIR/results.jsonl",
-    "--junitxml": "each session would write it over the others'",
-    "--junit-xml": "each session would write it over the others'",
-    # xdist workers print no closing lines, where a shard says which data-parallel cells it left out.
-    "-n": "a dealt session is one process a GPU: deal is the parallelism",
-    "--numprocesses": "a dealt session is one process a GPU: deal is the parallelism",
-}
 NO_CELLS = 5  # pytest.ExitCode.NO_TESTS_COLLECTED, without importing pytest here
 STOP_S = 120.0  # an interrupted session's close: its verdict, report and workers' exit (a GPU context's release ~20 s)
 
@@ -156,42 +154,6 @@ def plan(gpus_asked: str, gpus: Sequence[str], machine_cores: Sequence[tuple[int
     return sessions
 
 
-PRECOMPILE = "--perf-precompile"
-MAX_PRECOMPILE = 256  # perfgate.plugin.options.MAX_PRECOMPILE, without importing pytest here
-
-
-def precompile_of(pytest_args: Sequence[str]) -> tuple[int | None, list[str]]:
-    """(--perf-precompile's N, else None; the pytest args without it). deal precompiles once for every shard:
-    a shard's precompile ends by removing every launch-config pick written since it began
-    (perfgate.measure.precompile), and shards that each precompiled removed the picks other shards' cells had
-    just timed. Only the command line's is seen: where one is set in [tool.perfgate] or PYTEST_ADDOPTS, no
-    session precompiles (DEALT_ENV) and each cell compiles in its own processes."""
-    values, rest = _option(pytest_args, PRECOMPILE)
-    workers = []
-    for value in values:
-        try:
-            workers.append(int(value))  # as pytest reads it: "+4" and " 4" are 4
-        except ValueError:
-            workers.append(0)
-    if not values or not all(1 <= n <= MAX_PRECOMPILE for n in workers):  # left to the shards, whose pytest
-        return None, list(pytest_args)  # refuses it by name (exit 4: 2)
-    return workers[-1], rest
-
-
-def _option(pytest_args: Sequence[str], name: str) -> tuple[list[str], list[str]]:
-    """(the values `name` is given in the pytest args, either spelling, in order; the args without it)."""
-    values, rest, args = [], [], list(pytest_args)
-    while args:
-        arg = args.pop(0)
-        if arg == name and args:
-            values.append(args.pop(0))
-        elif arg.startswith(name + "="):
-            values.append(arg.split("=", 1)[1])
-        else:
-            rest.append(arg)
-    return values, rest
-
-
 def precompile_session(shards: Sequence[Session], workers: int, out: Path) -> Session:
     """The shards' cells compiled into the kept cache before any is timed: one collect-only session on every
     dealt GPU, `workers` processes a shard's GPU, as each shard's own precompile had."""
@@ -207,25 +169,6 @@ def data_parallel_session(shards: Sequence[Session], out: Path) -> Session:
     gpus = ",".join(s.gpus for s in shards if s.gpus is not None)
     cpus = tuple(sorted(c for s in shards for c in s.cpus))
     return Session("data-parallel cells", gpus, cpus, out / "data-parallel", ("--perf-data-parallel", "only"))
-
-
-def refused(pytest_args: Sequence[str]) -> list[str]:
-    """Why each option deal cannot pass to several sessions is refused: one line each."""
-    lines = []
-    for arg in pytest_args:
-        name = arg.split("=", 1)[0]
-        name = "-n" if name.startswith("-n") and not name.startswith("--") else name  # -n2 as -n 2
-        if name in OWNED:
-            lines.append(f"{arg}: deal sets {', '.join(OWNED)} for each session")
-        elif name in NOT_SHARED:
-            lines.append(f"{arg}: {NOT_SHARED[name]}")
-    return lines
-
-
-def baseline_in(pytest_args: Sequence[str]) -> str | None:
-    """--perf-baseline's value in the pytest args (either spelling), else None."""
-    values, _ = _option(pytest_args, "--perf-baseline")
-    return values[0] if values else None
 
 
 class _Signalled(Exception):
@@ -387,8 +330,8 @@ def _judge(merged: Path, baseline: str | None, paired_run: bool, out: Path) -> i
     except (RecordFileError, OutputError) as err:
         print(f"perfgate deal: no report of the run: {err}", file=sys.stderr)
         return exits.UNUSABLE
-    # The paired cells' verdicts as one. Unjudged cells are the data-parallel session's own exit: it knows whether a
-    # baseline from a config file judged them, which deal, reading its command line, does not.
+    # The paired cells' verdicts as one; unjudged cells (no baseline anywhere) are the data-parallel session's own
+    # exit, 2.
     return PairedVerdict(paired.cells).exit_code
 
 
@@ -397,7 +340,8 @@ def cmd_deal(args: argparse.Namespace) -> int:
     if not pytest_args:
         print('perfgate deal: give the pytest args after --, e.g. -- perftests -m "gpu and pr"', file=sys.stderr)
         return exits.UNUSABLE
-    reasons = refused(pytest_args)
+    seen = configured(pytest_args)
+    reasons = refused(pytest_args, seen[: len(seen) - len(pytest_args)])
     if reasons:
         print("\n".join(f"perfgate deal: {line}" for line in reasons), file=sys.stderr)
         return exits.UNUSABLE
@@ -421,7 +365,9 @@ def _deal(shards: list[Session], pytest_args: Sequence[str], out: Path) -> int:
     """The precompile, the shards, then the data-parallel cells they left out, then the run's one report and
     exit."""
     started = time.monotonic()
-    workers, dealt_args = precompile_of(pytest_args)
+    seen = configured(pytest_args)  # the options as the sessions read them, a config file's included
+    workers, _ = precompile_of(seen)
+    _, dealt_args = precompile_of(pytest_args)  # one set in a config file: dealt sessions skip it (DEALT_ENV)
     first = [precompile_session(shards, workers, out)] if workers else []
     _clear(out, [*first, *shards])
     sessions, codes = list(first), []
@@ -445,8 +391,7 @@ def _deal(shards: list[Session], pytest_args: Sequence[str], out: Path) -> int:
     merged = _merge(sessions, out)
     if merged is None:
         return exits.combined([*ran, exits.UNUSABLE])  # nothing measured: never a pass
-    paired_run = any(a.startswith("--perf-against") for a in pytest_args)
-    return exits.combined([*ran, _judge(merged, baseline_in(pytest_args), paired_run, out)])
+    return exits.combined([*ran, _judge(merged, baseline_in(seen), paired_in(seen), out)])
 
 
 def _own(code: int) -> int:
