@@ -9,4 +9,5 @@ Imports no torch.
 - bisect.py      `perfgate bisect`
 - export.py      `perfgate export`
 - completion.py  `perfgate completion bash|zsh`
+- deal.py        `perfgate deal`; deal_args.py what it reads of the pytest args it deals
 """
