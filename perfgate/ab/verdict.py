@@ -50,7 +50,8 @@ class PairedVerdict:
     def unjudged_words(self) -> str:
         return (
             f"{len(self.unjudged)} cell(s) ran unpaired and nothing judged them (a data-parallel cell is never "
-            "paired: give --perf-baseline to judge it, or --perf-data-parallel without to leave it out): "
+            "paired: give --perf-baseline to judge it against a baseline, compare its two sides by whole processes "
+            "with perfgate ab --processes N, or leave it out with --perf-data-parallel without): "
             + ", ".join(self.unjudged)
         )
 
