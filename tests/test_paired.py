@@ -70,8 +70,17 @@ class FakeWorker:
                 return {"record": {"status": "failed", "reason": f"{self.name} broke"}}
             # A held job (a staggered prepare): held before its first compiled call, then after it, then ready.
             goes = sum(m.get("op") == "go" for m in self.sent)
-            return {"hold": ("compile", "compiled")[goes]} if last.get("hold") or 0 < goes < 2 else {"ready": {}}
+            held = last.get("hold") or 0 < goes < 2
+            return _asked({"hold": ("compile", "compiled")[goes]} if held else {"ready": {}}, key)
         return {"record": {"status": "ok", "solo": last.get("solo")}}
+
+
+def _asked(message: dict, key) -> dict:
+    """A fake worker's answer, as the real Worker.expect returns it: a message it was not asked for would be read
+    past (a held side's hold, asked only for "ready", would hang the coordinator to its limit)."""
+    keys = (key,) if isinstance(key, str) else key
+    assert "record" in message or any(k in message for k in keys), f"{message} answered, {keys} asked"
+    return message
 
 
 class FakeDuet:
@@ -159,7 +168,7 @@ def test_a_side_already_asked_to_finish_is_not_asked_again():
     (a worker takes the line after its record as its next cell's job)."""
     import io
 
-    from perfgate.ab import duet, pair_workers
+    from perfgate.ab import pair_workers
 
     worker = pair_workers.Worker.__new__(pair_workers.Worker)
     worker.side, worker.finish_asked = type("S", (), {"name": "B"})(), False
@@ -168,25 +177,21 @@ def test_a_side_already_asked_to_finish_is_not_asked_again():
     worker.send({"job": {}})
     assert not worker.finish_asked
     worker.send({"op": "finish", "solo": False})
-    assert duet._finish(worker, lambda _m: None) == {"status": "ok"}
+    assert pair_workers.finish(worker, lambda _m: None) == {"status": "ok"}
     assert worker.popen.stdin.getvalue().count(b'"finish"') == 1
     worker.send({"job": {}})  # the next cell: its own finish is asked again
-    duet._finish(worker, lambda _m: None)
+    pair_workers.finish(worker, lambda _m: None)
     assert worker.popen.stdin.getvalue().count(b'"finish"') == 2
 
 
-@pytest.mark.parametrize(
-    "together, staggered",
-    [(False, False), (True, False), (False, True)],
-    ids=["one-after-the-other", "at-once", "compiles-in-turn"],
-)
+@pytest.mark.parametrize("how", ["sequential", "together", "staggered"])
 @pytest.mark.parametrize("fails", ["", "a", "b", "ab"], ids=["none-fails", "base-fails", "tree-fails", "both-fail"])
-def test_a_side_that_fails_to_prepare_leaves_the_other_timed_alone(fails, together, staggered):
-    from perfgate.ab import duet
+def test_a_side_that_fails_to_prepare_leaves_the_other_timed_alone(fails, how):
+    from perfgate.ab import pair_prepare
 
     job = type("J", (), {"to_json": lambda self: "{}", "limit_s": 1.0})()
     fake = FakeDuet(fails)
-    record_a, record_b, ready = duet._prepare(fake, job, job, lambda _m: None, "a", together, staggered)
+    record_a, record_b, ready = pair_prepare.prepare(fake, job, job, lambda _m: None, "a", how)
     assert (ready is None) == bool(fails) and fake.renewed == bool(fails)
     if not fails:
         return
@@ -200,10 +205,12 @@ def test_a_side_that_fails_to_prepare_leaves_the_other_timed_alone(fails, togeth
 
 class TurnWorker:
     """A held worker (perfgate.measure.duet): held before its first compiled call, then after it (a stream
-    model: ready at once), then ready; each "go" noted in the shared `log` with what the other side was doing."""
+    model: ready at once), then ready; each "go" noted in the shared `log` with what the other side was doing.
+    `fails_at`: the state in which it ends its cell with a failed record instead."""
 
-    def __init__(self, name: str, log: list, stream: bool):
+    def __init__(self, name: str, log: list, stream: bool, fails_at: str = ""):
         self.name, self.log, self.stream, self.state, self.other = name, log, stream, "idle", None
+        self.fails_at, self.finish_asked = fails_at, False
         self.popen = type("P", (), {"pid": 1 if name == "a" else 2})()
 
     def send(self, message: dict) -> None:
@@ -212,8 +219,16 @@ class TurnWorker:
         elif message.get("op") == "go":
             self.state = {"held:compile": "compiling", "held:compiled": "warming"}[self.state]
             self.log.append((self.name, self.state, self.other.state))
+        elif message.get("op") == "finish":
+            self.state, self.solo = "finishing", message["solo"]
 
     def expect(self, keys, limit_s, progress=None) -> dict:
+        assert limit_s > 0
+        if self.state == self.fails_at:
+            self.state = "failed"
+            return {"record": {"status": "failed", "side": self.name}}
+        if self.state == "finishing":
+            return {"record": {"status": "ok", "side": self.name, "solo": self.solo}}
         if self.state == "preparing":
             self.state = "held:compile"
         elif self.state == "compiling":
@@ -221,7 +236,20 @@ class TurnWorker:
         elif self.state == "warming":
             self.state = "ready"
         point = self.state.partition(":")[2]
-        return {"hold": point} if point else {"ready": {"side": self.name}}
+        return _asked({"hold": point} if point else {"ready": {"side": self.name}}, keys)
+
+
+def _in_turn(stream: bool, fails: dict | None = None) -> tuple:
+    """pair_prepare.prepare, staggered, over two TurnWorkers: (its result, the log of turns, the fake duet)."""
+    from perfgate.ab import pair_prepare
+
+    log: list = []
+    workers = {name: TurnWorker(name, log, stream, (fails or {}).get(name, "")) for name in "ab"}
+    workers["a"].other, workers["b"].other = workers["b"], workers["a"]
+    fake = FakeDuet("")
+    fake.workers = workers
+    job = type("J", (), {"to_json": lambda self: "{}", "limit_s": 1.0})()
+    return pair_prepare.prepare(fake, job, job, lambda _m: None, "a", "staggered"), log, fake
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["one-batch", "stream-model"])
@@ -229,18 +257,27 @@ def test_a_cold_first_pair_compiles_in_turn_with_the_other_side_held(stream):
     """The two sides of a cold first pair build and warm up eager at once; each one's first compiled call, where
     its kernels' launch configs are timed, runs while the other side is held, A first so that B loads A's picks;
     then both warm up at once. A stream model compiles its later shapes in its warm-up: its turn lasts to ready."""
-    from perfgate.ab import duet
-
-    log: list = []
-    workers = {name: TurnWorker(name, log, stream) for name in "ab"}
-    workers["a"].other, workers["b"].other = workers["b"], workers["a"]
-    fake = FakeDuet("")
-    fake.workers = workers
-    job = type("J", (), {"to_json": lambda self: "{}", "limit_s": 1.0})()
-    record_a, record_b, ready = duet._prepare(fake, job, job, lambda _m: None, "a", staggered=True)
+    (record_a, record_b, ready), log, _fake = _in_turn(stream)
     assert (record_a, record_b) == (None, None) and ready == {"a": {"side": "a"}, "b": {"side": "b"}}
     turns = [("a", "compiling", "held:compile"), ("b", "compiling", "ready" if stream else "held:compiled")]
     assert log == turns + ([] if stream else [("a", "warming", "held:compiled"), ("b", "warming", "warming")])
+
+
+@pytest.mark.parametrize("side", ["a", "b"])
+@pytest.mark.parametrize("at", ["preparing", "compiling", "warming"])
+def test_a_side_that_fails_at_any_point_of_its_turns_leaves_the_other_timed_alone(side, at):
+    """Whether a side ends its cell before its turn, in its first compiled call or in its warm-up, the other one
+    is let go through its own turns to its warm state and times the cell alone; the pair is renewed."""
+    (record_a, record_b, ready), log, fake = _in_turn(False, {side: at})
+    records = {"a": record_a, "b": record_b}
+    assert ready is None and fake.renewed
+    assert records[side] == {"status": "failed", "side": side}
+    survivor = "b" if side == "a" else "a"
+    assert records[survivor] == {"status": "ok", "side": survivor, "solo": True}
+    # Each first compiled call ran with the other side held, done or ended: never beside its work.
+    compiles = [(name, beside) for name, state, beside in log if state == "compiling"]
+    assert survivor in {name for name, _ in compiles}
+    assert all(beside in ("held:compile", "held:compiled", "ready", "failed") for _, beside in compiles)
 
 
 @pytest.mark.parametrize(

@@ -6,6 +6,7 @@ bisect`'s probes compare through it by default. Imports no torch: the sides' wor
 
 - sides.py          what a side is (revision, interpreter, environment) and how it is checked and checked out
 - pair_workers.py   the sides' warm worker processes: started, spoken to, renewed, a spare pair a side
+- pair_prepare.py   a process pair to its warm state: in turn, at once, or at once but for the first compiled calls
 - duet.py           the coordinator: two warm worker processes per cell, rounds alternated in random order
 - paired.py         estimators that fit the noise, the paired bootstrap, and the three-way verdict
 - verdict.py        a paired run's verdict over its cells, its exit code with the baseline gate's, its words

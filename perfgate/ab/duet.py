@@ -4,12 +4,12 @@ A drift of the host's speed over seconds to minutes then hits both sides of a pa
 
 A cell: side A (the base) compiles first, so its compiles fill the shared inductor cache and B finds its
 unchanged graphs there: the same compiled code and autotune picks on both sides. The two build and warm up eager
-at once; their first compiled calls take turns (_staggered), or, where the cache holds the cell's picks already,
-they prepare wholly at once. Then looks, each of WALL_PAIRS wall rounds, HOST_PAIRS host rounds and (on a GPU)
-one profiled block of DEVICE_ROUNDS per side, until no rule is unsure or a regression stands (looks.decided), or
-LOOKS are spent. A look after a pair's first measures only the clocks with a rule still unsure, and of the wall
-clock only the unsure side's steps (the host clock and eager's wall step, shown and never judged, only in the
-first, eager in EAGER_SHOWN_PAIRS of its wall round pairs).
+at once; their first compiled calls take turns, or, where the cache holds the cell's picks already, they prepare
+wholly at once (perfgate.ab.pair_prepare). Then looks, each of WALL_PAIRS wall rounds, HOST_PAIRS host rounds
+and (on a GPU) one profiled block of DEVICE_ROUNDS per side, until no rule is unsure or a regression stands
+(looks.decided), or LOOKS are spent. A look after a pair's first measures only the clocks with a rule still
+unsure, and of the wall clock only the unsure side's steps (the host clock and eager's wall step, shown and never
+judged, only in the first, eager in EAGER_SHOWN_PAIRS of its wall round pairs).
 A cell still unsure, or showing a regression, then gets a second process pair (fresh processes, B prepared
 first now that the cache is warm), and a wall regression shown in both a third, up to DUETS: a wall regression
 must show in every pair, a device one in the pairs' pooled rounds, where they took fresh memory layouts
@@ -20,7 +20,6 @@ never passes.
 
 from __future__ import annotations
 
-import json
 import math
 import random
 import time
@@ -29,7 +28,8 @@ from typing import Callable
 
 from perfgate.ab import looks, paired, paired_work
 from perfgate.ab.looks import CLOCKS
-from perfgate.ab.pair_workers import START_LIMIT_S, Duet, Worker, WorkerGone, holds, layouts_of, steps_sides
+from perfgate.ab.pair_prepare import alone, other, prepare
+from perfgate.ab.pair_workers import ROUND_LIMIT_S, Duet, Worker, WorkerGone, finish, holds, layouts_of, steps_sides
 from perfgate.ab.sides import Side
 
 WALL_PAIRS = 12  # wall round pairs a look; a round is ~50 ms of each of eager and compiled
@@ -57,7 +57,6 @@ DUETS = paired.MAX_PAIRS
 # which needs the second and third pairs' own intervals both wrong to be a wrong ok: at most (ALPHA / 4) ** 2
 # over their looks, added to ALPHA / 2 rather than a share of it (docs/gate.md, item 7).
 JUDGED_LOOKS = LOOKS * paired.UNSURE_PAIRS
-ROUND_LIMIT_S = 300.0  # one request's answer
 OUT_OF_MEMORY = "out of memory"  # torch.OutOfMemoryError's words: "CUDA out of memory. Tried to allocate ..."
 TOGETHER = (
     "the two sides may not fit in GPU memory together: compare this cell by alternating processes, "
@@ -120,25 +119,23 @@ def measure(
             for s in "ab":
                 for side in ("eager", "compiled"):
                     rounds[clock][s][side].append([])
-        first = duet.first if summary["duets"] % 2 else _other(duet.first)
-        # A planted fault (--perf-inject) sizes itself on the cell's own step time after warm-up: that wants the
-        # machine to itself, so B's preparation never overlaps A's then. Nor does a first pair's where the cache
-        # lacks the cell's launch-config picks (this session's precompile removed its own): each side would time
-        # the candidates at its first call beside the other and pick apart. In the cold A/As to 2026-11-28, 10
-        # first pairs of cells precompiled that session, and no later pair nor any warm run's, had a Triton
-        # kernel 15-40 % apart between the sides (resnet50 infer's compiled GPU step +3.5 % on 2xH200 b0663377,
-        # +2.0 and +3.0 % on 23ebdea2 and 2aa41d77): their device rules' unsure A/A cells. One after the other,
-        # B loads the picks A made with the GPU to itself.
+        first = duet.first if summary["duets"] % 2 else other(duet.first)
+        # How the two sides prepare (perfgate.ab.pair_prepare.HOW). A planted fault (--perf-inject) sizes itself on
+        # the cell's own step time after warm-up: that wants the machine to itself, so one side after the other.
+        # Where the cache lacks the cell's launch-config picks (this session's precompile removed its own), each
+        # side would time the candidates at its first call beside the other and pick apart: in the cold A/As to
+        # 2026-11-28, 10 first pairs of cells precompiled that session, and no later pair nor any warm run's, had a
+        # Triton kernel 15-40 % apart between the sides (resnet50 infer's compiled GPU step +3.5 % on 2xH200
+        # b0663377, +2.0 and +3.0 % on 23ebdea2 and 2aa41d77): their device rules' unsure A/A cells. So their first
+        # compiled calls take turns, where both engines can hold a job, and B loads the picks A made alone.
         together = (picked or summary["duets"] > 1) and job_b.options.fault is None
         prepared.append({"first": first, "together": together})
         lap()
         try:
-            # Else, where both engines can, the two still build and warm up at once, and only their first
-            # compiled calls, where the picks are timed, take turns (_staggered).
+            how = "together" if together else "sequential"
             if not together and job_b.options.fault is None and holds(duet):
-                prepared[-1]["staggered"] = True
-            staggered = prepared[-1].get("staggered", False)
-            record_a, record_b, ready = _prepare(duet, job_a, job_b, progress, first, together, staggered)
+                how, prepared[-1]["staggered"] = "staggered", True
+            record_a, record_b, ready = prepare(duet, job_a, job_b, progress, first, how)
         except WorkerGone as err:
             duet.renew()
             summary["error"] = str(err)
@@ -154,7 +151,7 @@ def measure(
                 # B ran out of GPU memory beside a live A: whether this tree's cell fits alone is B's own
                 # record, taken alone now, never a failure the pairing made. The two cannot be paired.
                 progress(f"{job_b.cell.id}: the two sides do not fit in GPU memory together; this tree's alone")
-                record_b = _alone(duet, job_b, progress) or record_b
+                record_b = alone(duet, job_b, progress) or record_b
                 summary["error"] = NO_ROOM
             break
         steps = steps_per_round(ready["b"], job_b.options.plan.target_round_ms, job_b.options.plan.max_steps_per_round)
@@ -174,10 +171,10 @@ def measure(
                 if looks.decided(comparisons, calling):
                     break
             seconds["looks"].append(lap())
-            if together:  # both finish at once: see _finish
+            if together:  # both finish at once: see pair_workers.finish
                 for side in (a, b):
                     duet.worker(side).send({"op": "finish", "solo": False})
-            record_a, record_b = (_finish(duet.worker(side), progress) for side in (a, b))
+            record_a, record_b = (finish(duet.worker(side), progress) for side in (a, b))
             kept = (record_a, record_b)
             seconds["finish"].append(lap())
         except WorkerGone as err:
@@ -226,96 +223,6 @@ def measure(
     return record_b, record_a, summary
 
 
-def _prepare(
-    duet: Duet, job_a, job_b, progress, first: str = "a", together: bool = False, staggered: bool = False
-) -> tuple[dict | None, dict | None, dict | None]:
-    """Both sides to their warm state: (None, None, {"a": ready, "b": ready}); or, where a side failed before its
-    rounds, (A's record or None, B's record, None) with the other side timed alone, so this tree's cell keeps a
-    record of its own whichever side failed. One after the other, `first` first (A's compiles fill the shared
-    cache and picks); `staggered`, at once but for their first compiled calls, which take turns (_staggered);
-    or `together` where the cache already holds the cell's compiles and launch-config picks (an earlier run's, a
-    second pair): the two sides then build, load and warm up at once, which only their untimed stages see."""
-    workers = dict(zip("ab", duet.start(*duet.sides)))
-    duet.spawn_spares()  # the next process pair's, importing while this one prepares
-    jobs = {"a": job_a, "b": job_b}
-
-    def send(name: str, peers: list[int], hold: bool = False) -> None:
-        # The other side holds the GPU by design: its process is no neighbour that makes a cell unfit.
-        message = {"job": json.loads(jobs[name].to_json()), "peers": peers}
-        workers[name].send({**message, "hold": True} if hold else message)
-
-    def answer(name: str, keys: tuple[str, ...] = ("ready",)) -> dict:
-        return workers[name].expect(keys, jobs[name].limit_s, progress)
-
-    order, answers = (first, _other(first)), {}
-    if staggered:
-        for name in order:
-            send(name, [workers[_other(name)].popen.pid], hold=True)
-        answers = _staggered(workers, order, answer)
-    for name in order if together else ():
-        send(name, [workers[_other(name)].popen.pid])
-    for name in order if not staggered else ():
-        if not together:
-            send(name, [workers[_other(name)].popen.pid])
-        answers[name] = answer(name)
-        if not together and "record" in answers[name]:
-            break
-    failed = {name for name, message in answers.items() if "record" in message}
-    if not failed:
-        duet.greet_spares()  # before the first timed round
-        return None, None, {name: message["ready"] for name, message in answers.items()}
-    records: dict[str, dict | None] = {name: answers[name]["record"] for name in failed}
-    for name in {"a", "b"} - failed:
-        if name not in answers and name == "a":  # B failed before A started: there is no base record
-            records["a"] = None
-            continue
-        if name not in answers:  # the base failed first: this tree's cell still runs, alone
-            send("b", [])
-            answers["b"] = answer("b")
-            if "record" in answers["b"]:
-                records["b"] = answers["b"]["record"]
-                continue
-        records[name] = _finish(workers[name], progress, solo=True)
-    duet.renew()
-    return records["a"], records["b"], None
-
-
-def _staggered(workers: dict[str, Worker], order: tuple[str, str], answer: Callable[..., dict]) -> dict[str, dict]:
-    """Both sides, sent their jobs with holds (perfgate.measure.duet), to their warm state: they build, compute
-    the reference and warm up eager at once; then each side's first compiled call, in `order`, with the other
-    held (a kernel's launch configs are timed at its first call, and two sides timing them beside each other
-    picked apart: docs/gate.md "Process pairs"); then both at once again, but for a stream model, whose later
-    shapes compile in its warm-up: it holds no more and goes to its warm state in its turn. {side: its "ready",
-    or its record where it failed}. One after the other, preparing took 443 s of a cold A/A's 662 s of cells, 242
-    s of a warm one's 425 s, where the sides prepared at once (4xH200 ae952505, 2026-11-28)."""
-    turn = ("hold", "ready")
-    at = {name: answer(name, turn) for name in order}  # each held before its first compiled call, or ended
-    for name in order:  # one side's first compiled call at a time, the other held (or ended)
-        if "hold" in at[name]:
-            workers[name].send({"op": "go"})
-            at[name] = answer(name, turn)  # held after that call, or ready (a stream model), or ended
-    held = [name for name in order if "hold" in at[name]]
-    for name in held:  # both on at once
-        workers[name].send({"op": "go"})
-    for name in held:
-        at[name] = answer(name)
-    return at
-
-
-def _alone(duet: Duet, job_b, progress) -> dict | None:
-    """B's record of the cell from a fresh worker of B's alone (the last pair ended), timed as a solo cell; None
-    where that worker is gone too."""
-    try:
-        (worker,) = duet.start(duet.sides[1])
-        worker.send({"job": json.loads(job_b.to_json()), "peers": []})
-        answer = worker.expect("ready", job_b.limit_s, progress)
-        return answer["record"] if "record" in answer else _finish(worker, progress, solo=True)
-    except WorkerGone:
-        return None
-    finally:
-        duet.renew()
-
-
 def _lap() -> Callable[[], float]:
     """A stopwatch: each call returns the seconds since the previous one (the first, since its creation)."""
     last = [time.monotonic()]
@@ -339,17 +246,13 @@ def _counted_red(record_a: dict | None, record_b: dict | None) -> bool:
     return any(c["outcome"] == "regression" for c in counted)
 
 
-def _other(side: str) -> str:
-    return "b" if side == "a" else "a"
-
-
 def _salvage(duet: Duet, side: Side, progress) -> dict | None:
     """The record of `side`'s cell from the rounds it served, where its worker still runs; else None."""
     worker = duet.workers.get(side.name)
     if worker is None or worker.popen.poll() is not None:
         return None
     try:
-        return _finish(worker, progress)
+        return finish(worker, progress)
     except WorkerGone:
         return None
 
@@ -409,13 +312,3 @@ def _look_once(
         pair("host", {"op": "host"}, wanted["host"])
     if "device" in wanted and ready["a"].get("device_clock") and ready["b"].get("device_clock"):
         pair("device", {"op": "device", "rounds": DEVICE_ROUNDS, "relayout": layouts}, wanted["device"])
-
-
-def _finish(worker: Worker, progress, solo: bool = False) -> dict:
-    """The worker's record of its cell, asking for it unless already asked. What a side does after its rounds
-    (counts, the host probe, FLOPs, the record) is timed against nothing of the other side's, so where both
-    sides prepared at once they also finish at once (~25 s of the warm tier's minute of finishing, 23ebdea2).
-    Not so where the cache was cold: B then times a warm compile, which A's counting pass would slow."""
-    if not worker.finish_asked:
-        worker.send({"op": "finish", "solo": solo})
-    return worker.expect("record", START_LIMIT_S + ROUND_LIMIT_S, progress)["record"]

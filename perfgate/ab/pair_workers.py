@@ -22,6 +22,7 @@ from perfgate.ab.sides import Side
 PROTOCOL = 1  # the worker's (perfgate.measure.duet.PROTOCOL); one of another is refused
 WORKER_MODULE = "perfgate.measure.duet"
 START_LIMIT_S = 300.0  # a worker's interpreter start and imports
+ROUND_LIMIT_S = 300.0  # one request's answer
 
 
 class WorkerGone(RuntimeError):
@@ -267,3 +268,13 @@ def layouts_of(duet: Duet, variant: str) -> bool:
 def hello_of(worker: Worker) -> dict:
     """What the worker's engine said it can do when it started ({} from a test's stand-in)."""
     return (getattr(worker, "hello", None) or {}).get("hello", {})
+
+
+def finish(worker: Worker, progress: Callable[[str], None], solo: bool = False) -> dict:
+    """The worker's record of its cell, asking for it unless already asked. What a side does after its rounds
+    (counts, the host probe, FLOPs, the record) is timed against nothing of the other side's, so where both
+    sides prepared at once they also finish at once (~25 s of the warm tier's minute of finishing, 23ebdea2).
+    Not so where the cache was cold: B then times a warm compile, which A's counting pass would slow."""
+    if not worker.finish_asked:
+        worker.send({"op": "finish", "solo": solo})
+    return worker.expect("record", START_LIMIT_S + ROUND_LIMIT_S, progress)["record"]

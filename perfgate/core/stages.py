@@ -18,8 +18,9 @@ STAGES: dict[str, str] = {
     "build": "seeded weights, batches, the eager and compiled sides",
     "reference": "the fp64 (else strict fp32) steps numerics judges against: read from the reference cache, or "
     "computed (and stored)",
-    "held": "a paired side's wait while the other side makes its first compiled call, whose launch-config "
-    "picks want the GPU to itself (perfgate.ab.duet: a cold first process pair)",
+    "held": "a paired side's wait for its turn: its first compiled call, which times the kernels' launch "
+    "configs, and the other side's run with the GPU to themselves (perfgate.ab.pair_prepare: a cold first "
+    "process pair)",
     "compile": "the first compiled call (cold, or from a kept cache: compile_cache_hits says which)",
     "numerics": "eager's and compiled's captured steps, and the judge",
     "warmup": "both sides' steps until steady",

@@ -168,11 +168,11 @@ def _measure(
 
 
 def _held(run: CellRun, hold: Callable[[str], None] | None, point: str) -> None:
-    """Stage "held": wait for the coordinator's word at `point`, where it gives the other side's first compiled
-    call the GPU to itself (perfgate.ab.duet._staggered)."""
+    """Stage "held": wait for the coordinator's word at `point`, which gives each side's first compiled call the
+    GPU to itself in turn (perfgate.ab.pair_prepare)."""
     if hold is None:
         return
-    run.clock.enter("held", f"{run.id}: held at {point!r} while the other side compiles")
+    run.clock.enter("held", f"{run.id}: held at {point!r} for its turn")
     hold(point)
 
 

@@ -17,7 +17,7 @@ so that the two sides' rounds alternate a fraction of a second apart on one GPU:
 A job sent with "hold": true waits for {"op": "go"} at each point it announces with {"hold": point}: before its
 first compiled call ("compile") and, for a cell of one timed batch, after it ("compiled"), so that the coordinator
 gives each side's first compiled call, whose launch-config picks are timed, the GPU to itself while the two
-sides build and warm up at once (perfgate.ab.duet._staggered).
+sides build and warm up at once (perfgate.ab.pair_prepare).
 
 The rounds it served become the record's own wall, host and device clocks (solo: the other side failed, so
 the cell times itself as usual); of the wall rounds, those that stepped both sides (the record's speedup pairs
