@@ -296,11 +296,16 @@ def test_a_baseline_base_and_precompile_set_in_a_config_file_are_read_as_the_ses
     assert not deal_args.paired_in(deal_args.configured([], where=below))
     (tmp_path / "pyproject.toml").write_text("[tool.perfgate\n")  # unreadable: each session refuses it by name
     assert deal_args.configured(["perftests"], where=below) == ["perftests"]
-    inherited = deal_args.refused(["perftests"], ["--perf-history=h.db", "--perf-results=r.jsonl"])
+    inherited = deal_args.refused(["perftests"], ["--perf-history=h.db", "--perf-results=r.jsonl", "-n", "4"])
     assert inherited == [
         "--perf-history=h.db (set in pyproject.toml or PYTEST_ADDOPTS): add the run's records once: "
-        "perfgate history add DIR/results.jsonl"
+        "perfgate history add DIR/results.jsonl",
+        "-n (set in pyproject.toml or PYTEST_ADDOPTS): a dealt session is one process a GPU: deal is the parallelism",
     ]  # deal's own --perf-results overrides a config file's
+    assert deal_args.refused(["perftests", "-n", "0"], ["-n", "auto"]) == []  # the command line's xdist off wins
+    assert deal_args.refused(["perftests", "-n0"]) == [] and deal_args.refused(["--numprocesses=2"])
+    assert deal_args.baseline_in(["--perf-baseline=b", "--perf-baseline="]) is None  # a file's switched off
+    assert deal_args.paired_in(["--perf-b-python", "/opt/new/bin/python"]) and deal_args.gated(["--perf-baseline=b"])
 
 
 def test_a_baseline_from_the_config_file_judges_the_merged_report_data_parallel_cells_included(tmp_path, monkeypatch):
@@ -311,6 +316,7 @@ def test_a_baseline_from_the_config_file_judges_the_merged_report_data_parallel_
     write_baseline(baseline_path(baselines, *key), build_baseline(syn.runs(3, first_seed=21))[key])
     (tmp_path / "pyproject.toml").write_text(f'[tool.perfgate]\nbaseline = "{baselines}"\n')
     monkeypatch.chdir(tmp_path)
+    assert "--perf-report" in deal.Session("shard", "0", (), tmp_path, ("x",)).args(["perftests"])  # gated there
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
     monkeypatch.setenv("LEAVE_OUT", DATA_PARALLEL_LEFT_OUT)
     paired = {"against": "origin/main", "outcome": "ok", "duets": 1, "looks": 1, "rules": []}

@@ -16,8 +16,8 @@ import numpy  # noqa: F401
 
 import perfgate
 from perfgate.core import record_schema
+from perfgate.core.pyproject import tomllib  # tomli below Python 3.11
 from perfgate.core.record import FIELDS, RECORD_SCHEMA
-from perfgate.plugin.config_file import tomllib  # tomli below Python 3.11
 
 REPO = Path(__file__).resolve().parents[1]
 PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())

@@ -245,6 +245,17 @@ DATA_PARALLEL_LEFT_OUT = "data-parallel cell(s) left out"
 # them), whatever --perf-precompile reaches it from a config file; a shard's own precompile would remove the
 # launch-config picks other shards' cells had just timed.
 DEALT_ENV = "PERFGATE_DEALT"
+# Options the plugin (perfgate.plugin.options) and `perfgate deal` both read. The paired mode's: side A's, then
+# side B's where it is not this checkout (perfgate.plugin.against).
+PAIRED_OPTIONS = (
+    "--perf-against",
+    "--perf-against-python",
+    "--perf-against-env",
+    "--perf-b-rev",
+    "--perf-b-python",
+    "--perf-b-env",
+)
+MAX_PRECOMPILE = 256  # --perf-precompile: processes compiling at once
 
 
 def ddp_worlds(phase: str, device_kind: str) -> tuple[int, ...]:

@@ -34,12 +34,12 @@ from typing import Sequence
 
 from perfgate.core import exits
 from perfgate.core.children import die_with_parent
-from perfgate.core.matrix import DATA_PARALLEL_LEFT_OUT, DEALT_ENV
+from perfgate.core.matrix import DATA_PARALLEL_LEFT_OUT, DEALT_ENV, MAX_PRECOMPILE
 from perfgate.faces.deal_args import (
-    MAX_PRECOMPILE,
     PRECOMPILE,
     baseline_in,
     configured,
+    gated,
     paired_in,
     precompile_of,
     refused,
@@ -67,7 +67,7 @@ class Session:
 
     def args(self, pytest_args: Sequence[str]) -> list[str]:
         results = ["--perf-results", str(self.out / "results.jsonl")]
-        if any(a.startswith(("--perf-baseline", "--perf-against")) for a in pytest_args):  # a gated run reports
+        if gated(configured(pytest_args)):  # a gated run reports, wherever its baseline or base was set
             results += ["--perf-report", str(self.out)]
         return [sys.executable, "-m", "pytest", *pytest_args, *self.extra, *results]
 
@@ -355,17 +355,16 @@ def cmd_deal(args: argparse.Namespace) -> int:
         return run_sessions(shards, pytest_args)[0][0]
     try:
         with _signals_raise():  # a signal between the sessions, or while merging and judging: no half report
-            return _deal(shards, pytest_args, out)
+            return _deal(shards, pytest_args, out, seen)
     except _Signalled:
         print("perfgate deal: interrupted: the run is not judged (exit 2)", file=sys.stderr)
         return exits.UNUSABLE
 
 
-def _deal(shards: list[Session], pytest_args: Sequence[str], out: Path) -> int:
+def _deal(shards: list[Session], pytest_args: Sequence[str], out: Path, seen: Sequence[str]) -> int:
     """The precompile, the shards, then the data-parallel cells they left out, then the run's one report and
-    exit."""
+    exit. `seen`: the options as the sessions read them, a config file's included (deal_args.configured)."""
     started = time.monotonic()
-    seen = configured(pytest_args)  # the options as the sessions read them, a config file's included
     workers, _ = precompile_of(seen)
     _, dealt_args = precompile_of(pytest_args)  # one set in a config file: dealt sessions skip it (DEALT_ENV)
     first = [precompile_session(shards, workers, out)] if workers else []

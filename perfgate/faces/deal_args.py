@@ -1,6 +1,6 @@
 """What `perfgate deal` reads of the pytest arguments it deals: the options it sets per session or refuses, the
 precompile it runs once, and the baseline and base side its one report judges against, each read where the
-sessions' pytest reads it. Imports neither torch nor pytest (perfgate.plugin.config_file only when called)."""
+sessions' pytest reads it (`configured`). Imports neither torch nor pytest."""
 
 from __future__ import annotations
 
@@ -8,6 +8,9 @@ import os
 import shlex
 from pathlib import Path
 from typing import Sequence
+
+from perfgate.core import pyproject
+from perfgate.core.matrix import MAX_PRECOMPILE, PAIRED_OPTIONS
 
 # Set per session by deal itself.
 OWNED = ("--perf-shard", "--perf-results", "--perf-report", "--perf-data-parallel")
@@ -21,30 +24,25 @@ NOT_SHARED = {
     "-n": "a dealt session is one process a GPU: deal is the parallelism",
     "--numprocesses": "a dealt session is one process a GPU: deal is the parallelism",
 }
+XDIST = ("-n", "--numprocesses")
 PRECOMPILE = "--perf-precompile"
-MAX_PRECOMPILE = 256  # perfgate.plugin.options.MAX_PRECOMPILE, without importing pytest here
 
 
 def configured(pytest_args: Sequence[str], where: Path | None = None) -> list[str]:
     """The arguments every dealt session's pytest reads, in its order, a later one winning: the [tool.perfgate]
-    table (perfgate.plugin.config_file) and [tool.pytest.ini_options] addopts of the nearest pyproject.toml at or
+    table (perfgate.core.pyproject) and [tool.pytest.ini_options] addopts of the nearest pyproject.toml at or
     above `where` (the working directory, where the sessions run: the rootdir pytest finds in the common case),
     then PYTEST_ADDOPTS, then `pytest_args`. A table that cannot be read is left out: each session refuses it by
-    name. A --perf-baseline set in [tool.perfgate] judged the shards but not the merged report, which then named
-    the data-parallel cells unjudged."""
+    name. Not read: addopts of a pytest.ini, tox.ini or setup.cfg, a rootdir other than that file's folder
+    (--rootdir, -c), and -o addopts=. A --perf-baseline set in [tool.perfgate] had judged the shards but not the
+    merged report, which then named the data-parallel cells unjudged."""
     start = where or Path.cwd()
     found = next((d / "pyproject.toml" for d in (start, *start.parents) if (d / "pyproject.toml").is_file()), None)
     from_file: list[str] = []
     if found is not None:
-        from perfgate.plugin import config_file
-
         try:
-            table = config_file.settings(found)
-            from_file = config_file.as_args(table, {config_file.PREFIX + key for key in table}, found)
-            ini = config_file.tomllib.loads(found.read_text(encoding="utf-8"))
-            addopts = ini.get("tool", {}).get("pytest", {}).get("ini_options", {}).get("addopts", [])
-            from_file += shlex.split(addopts) if isinstance(addopts, str) else [str(a) for a in addopts]
-        except Exception:  # noqa: BLE001 - a bad table is each session's to refuse, by name
+            from_file = pyproject.as_args(pyproject.settings(found)) + pyproject.addopts(found)
+        except ValueError:  # a bad table is each session's to refuse, by name
             from_file = []
     return [*from_file, *shlex.split(os.environ.get("PYTEST_ADDOPTS", "")), *pytest_args]
 
@@ -82,26 +80,52 @@ def precompile_of(pytest_args: Sequence[str]) -> tuple[int | None, list[str]]:
 
 def refused(pytest_args: Sequence[str], inherited: Sequence[str] = ()) -> list[str]:
     """Why each option deal cannot pass to several sessions is refused: one line each. `inherited`: the options
-    the sessions read before `pytest_args` (configured's), where one deal sets is overridden by deal's own, and
-    one no session may write alone is refused too, saying where it came from."""
+    the sessions read before `pytest_args` (configured's), where one deal sets is overridden by deal's own, one
+    the command line gives again is overridden by it, and one no session may write alone is refused too, saying
+    where it came from. xdist off (-n 0) is no parallelism: it passes."""
     lines = []
-    for arg, own in [*((a, False) for a in inherited), *((a, True) for a in pytest_args)]:
-        name = arg.split("=", 1)[0]
-        name = "-n" if name.startswith("-n") and not name.startswith("--") else name  # -n2 as -n 2
-        if name in OWNED and own:
-            lines.append(f"{arg}: deal sets {', '.join(OWNED)} for each session")
-        elif name in NOT_SHARED:
-            where = "" if own else " (set in pyproject.toml or PYTEST_ADDOPTS)"
-            lines.append(f"{arg}{where}: {NOT_SHARED[name]}")
+    given = {_name(arg) for arg in pytest_args}
+    for args, own in ((list(inherited), False), (list(pytest_args), True)):
+        for i, arg in enumerate(args):
+            name = _name(arg)
+            if (not own and name in given) or (name in XDIST and _value(args, i) == "0"):
+                continue
+            if name in OWNED and own:
+                lines.append(f"{arg}: deal sets {', '.join(OWNED)} for each session")
+            elif name in NOT_SHARED:
+                where = "" if own else " (set in pyproject.toml or PYTEST_ADDOPTS)"
+                lines.append(f"{arg}{where}: {NOT_SHARED[name]}")
     return lines
 
 
+def _value(args: Sequence[str], i: int) -> str | None:
+    """The value of the option at args[i]: after its "=", joined to a short option (-n2), or the next arg."""
+    arg = args[i]
+    if "=" in arg:
+        return arg.split("=", 1)[1]
+    if not arg.startswith("--") and len(arg) > 2:
+        return arg[2:]
+    return args[i + 1] if i + 1 < len(args) else None
+
+
+def _name(arg: str) -> str:
+    """An option's name: -n2 as -n, --perf-baseline=b as --perf-baseline."""
+    name = arg.split("=", 1)[0]
+    return "-n" if name.startswith("-n") and not name.startswith("--") else name
+
+
 def baseline_in(pytest_args: Sequence[str]) -> str | None:
-    """--perf-baseline's value in the pytest args (either spelling; the last, as pytest reads it), else None."""
+    """--perf-baseline's value in the pytest args (either spelling; the last, as pytest reads it), else None: an
+    empty one too, which is how a command line switches off a config file's."""
     values, _ = option(pytest_args, "--perf-baseline")
-    return values[-1] if values else None
+    return (values[-1] or None) if values else None
 
 
 def paired_in(pytest_args: Sequence[str]) -> bool:
-    """Whether the sessions measure each cell beside a base side (--perf-against, -python, -env)."""
-    return any(arg.startswith("--perf-against") for arg in pytest_args)
+    """Whether the sessions measure each cell beside another side (perfgate.core.matrix.PAIRED_OPTIONS)."""
+    return any(_name(arg) in PAIRED_OPTIONS for arg in pytest_args)
+
+
+def gated(pytest_args: Sequence[str]) -> bool:
+    """Whether the sessions judge what they measure (a baseline, or a side to pair with): each then reports."""
+    return baseline_in(pytest_args) is not None or paired_in(pytest_args)

@@ -17,7 +17,7 @@ import pytest
 
 from perfgate.ab import sides
 from perfgate.ab.sides import Side, SideError
-from perfgate.plugin.options import PAIRED_OPTIONS
+from perfgate.core.matrix import PAIRED_OPTIONS
 
 OPTIONS = PAIRED_OPTIONS[:3]
 # Side B's, where it is not this checkout as this pytest runs it: a revision (a bisection's step), another

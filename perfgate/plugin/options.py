@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from perfgate.core import matrix, zoo
-from perfgate.core.matrix import check_names, split_csv
+from perfgate.core.matrix import MAX_PRECOMPILE, PAIRED_OPTIONS, check_names, split_csv
 from perfgate.plugin.selection import Selection
 
 ISOLATE = ("gpu", "all", "off")  # --perf-isolate: which cells run in a child process of their own
@@ -24,16 +24,6 @@ MAX_PARTS = 1000  # --perf-shard and --perf-rotate N: the whole matrix holds a f
 MAX_ROUNDS = 1000  # --perf-min/max-rounds: 25x the GPU default of 40, minutes of timing per cell
 MAX_ROUND_MS = 10_000.0  # --perf-round-ms: 200x the GPU default of 50 ms
 MAX_CELL_TIMEOUT_S = 86_400.0  # --perf-cell-timeout: a day; max-autotune's default is 2400 s
-MAX_PRECOMPILE = 256  # --perf-precompile: processes compiling at once
-# The paired mode's options (perfgate.plugin.against): side A's, then side B's where it is not this checkout.
-PAIRED_OPTIONS = (
-    "--perf-against",
-    "--perf-against-python",
-    "--perf-against-env",
-    "--perf-b-rev",
-    "--perf-b-python",
-    "--perf-b-env",
-)
 
 
 def add(parser: pytest.Parser) -> None:
