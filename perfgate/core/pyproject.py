@@ -27,10 +27,10 @@ def document(pyproject: Path) -> dict:
         raise ValueError(f"{pyproject}: cannot read {TABLE}: {err}") from None
 
 
-def settings(pyproject: Path) -> dict:
-    """The [tool.perfgate] table of `pyproject` ({} when there is none, or no file); ValueError where the file
-    cannot be read or the table is no table."""
-    table = document(pyproject).get("tool", {}).get("perfgate", {})
+def settings(pyproject: Path, parsed: dict | None = None) -> dict:
+    """The [tool.perfgate] table of `pyproject` ({} when there is none, or no file; `parsed`: its document, read
+    already); ValueError where the file cannot be read or the table is no table."""
+    table = (document(pyproject) if parsed is None else parsed).get("tool", {}).get("perfgate", {})
     if not isinstance(table, dict):
         raise ValueError(f"{pyproject}: {TABLE} must be a table of option names")
     return table
@@ -50,7 +50,7 @@ def as_args(table: dict) -> list[str]:
     return [f"{PREFIX}{key}={option_text(key, value)}" for key, value in table.items()]
 
 
-def addopts(pyproject: Path) -> list[str]:
-    """[tool.pytest.ini_options] addopts, as arguments (ValueError where the file cannot be read)."""
-    given = document(pyproject).get("tool", {}).get("pytest", {}).get("ini_options", {}).get("addopts", [])
+def addopts(parsed: dict) -> list[str]:
+    """A parsed pyproject.toml's [tool.pytest.ini_options] addopts, as arguments."""
+    given = parsed.get("tool", {}).get("pytest", {}).get("ini_options", {}).get("addopts", [])
     return shlex.split(given) if isinstance(given, str) else [str(arg) for arg in given]

@@ -41,7 +41,8 @@ def configured(pytest_args: Sequence[str], where: Path | None = None) -> list[st
     from_file: list[str] = []
     if found is not None:
         try:
-            from_file = pyproject.as_args(pyproject.settings(found)) + pyproject.addopts(found)
+            parsed = pyproject.document(found)
+            from_file = pyproject.as_args(pyproject.settings(found, parsed)) + pyproject.addopts(parsed)
         except ValueError:  # a bad table is each session's to refuse, by name
             from_file = []
     return [*from_file, *shlex.split(os.environ.get("PYTEST_ADDOPTS", "")), *pytest_args]
