@@ -395,13 +395,19 @@ def test_a_first_pair_prepares_at_once_only_where_the_cache_holds_the_picks(monk
     assert summary["prepared"][0]["together"] is picked and all(p["together"] for p in summary["prepared"][1:])
 
 
-@pytest.mark.parametrize("holds", [False, True], ids=["engine-without-holds", "engines-that-hold"])
-def test_a_cold_first_pair_compiles_in_turn_where_both_engines_can_hold(monkeypatch, holds):
+@pytest.mark.parametrize(
+    "holds, asked, staggered",
+    [(False, "", False), (True, "", True), (True, "sequential", False)],
+    ids=["engine-without-holds", "engines-that-hold", "sequential-asked"],
+)
+def test_a_cold_first_pair_compiles_in_turn_where_both_engines_can_hold(monkeypatch, holds, asked, staggered):
     """Without the picks in the cache, a first pair's two sides build and warm up eager at once and take turns
     only for their first compiled calls, where both engines can hold a job (their hello says so); a base whose
-    engine cannot prepares wholly before B. A later pair prepares at once."""
+    engine cannot, or PERFGATE_PAIRED_PREPARE=sequential (to time the two ways on one machine), prepares wholly
+    before B. A later pair prepares at once."""
+    monkeypatch.setenv("PERFGATE_PAIRED_PREPARE", asked)
     _record_b, _record_a, summary = _measured_red(monkeypatch, died_in_pair2=False, holds=holds)
-    assert summary["prepared"][0] == {"first": "a", "together": False, **({"staggered": True} if holds else {})}
+    assert summary["prepared"][0] == {"first": "a", "together": False, **({"staggered": True} if staggered else {})}
     assert all(p == {"first": p["first"], "together": True} for p in summary["prepared"][1:])
 
 

@@ -28,8 +28,8 @@ from typing import Callable
 
 from perfgate.ab import looks, paired, paired_work
 from perfgate.ab.looks import CLOCKS
-from perfgate.ab.pair_prepare import alone, other, prepare
-from perfgate.ab.pair_workers import ROUND_LIMIT_S, Duet, Worker, WorkerGone, finish, holds, layouts_of, steps_sides
+from perfgate.ab.pair_prepare import alone, how_of, other, prepare
+from perfgate.ab.pair_workers import ROUND_LIMIT_S, Duet, Worker, WorkerGone, finish, layouts_of, steps_sides
 from perfgate.ab.sides import Side
 
 WALL_PAIRS = 12  # wall round pairs a look; a round is ~50 ms of each of eager and compiled
@@ -120,21 +120,21 @@ def measure(
                 for side in ("eager", "compiled"):
                     rounds[clock][s][side].append([])
         first = duet.first if summary["duets"] % 2 else other(duet.first)
-        # How the two sides prepare (perfgate.ab.pair_prepare.HOW). A planted fault (--perf-inject) sizes itself on
-        # the cell's own step time after warm-up: that wants the machine to itself, so one side after the other.
-        # Where the cache lacks the cell's launch-config picks (this session's precompile removed its own), each
-        # side would time the candidates at its first call beside the other and pick apart: in the cold A/As to
-        # 2026-11-28, 10 first pairs of cells precompiled that session, and no later pair nor any warm run's, had a
-        # Triton kernel 15-40 % apart between the sides (resnet50 infer's compiled GPU step +3.5 % on 2xH200
-        # b0663377, +2.0 and +3.0 % on 23ebdea2 and 2aa41d77): their device rules' unsure A/A cells. So their first
-        # compiled calls take turns, where both engines can hold a job, and B loads the picks A made alone.
-        together = (picked or summary["duets"] > 1) and job_b.options.fault is None
+        # How the two sides prepare (pair_prepare.how_of). Where the cache lacks the cell's launch-config picks
+        # (this session's precompile removed its own), each side would time the candidates at its first call beside
+        # the other and pick apart: in the cold A/As to 2026-11-28, 10 first pairs of cells precompiled that
+        # session, and no later pair nor any warm run's, had a Triton kernel 15-40 % apart between the sides
+        # (resnet50 infer's compiled GPU step +3.5 % on 2xH200 b0663377, +2.0 and +3.0 % on 23ebdea2 and
+        # 2aa41d77): their device rules' unsure A/A cells. So their first compiled calls take turns, and B loads
+        # the picks A made alone.
+        fault = job_b.options.fault is not None
+        together = (picked or summary["duets"] > 1) and not fault
         prepared.append({"first": first, "together": together})
         lap()
         try:
-            how = "together" if together else "sequential"
-            if not together and job_b.options.fault is None and holds(duet):
-                how, prepared[-1]["staggered"] = "staggered", True
+            how = how_of(duet, together, fault)
+            if how == "staggered":
+                prepared[-1]["staggered"] = True
             record_a, record_b, ready = prepare(duet, job_a, job_b, progress, first, how)
         except WorkerGone as err:
             duet.renew()

@@ -14,12 +14,37 @@ sent, in one of three ways (HOW), and what is left where a side fails before its
 from __future__ import annotations
 
 import json
+import os
 import time
 from typing import Callable
 
-from perfgate.ab.pair_workers import Duet, Worker, WorkerGone, finish
+from perfgate.ab.pair_workers import Duet, Worker, WorkerGone, finish, holds
 
 HOW = ("sequential", "staggered", "together")
+# "sequential": a cold first pair one side after the other, as before staggered prepares, so that one machine can
+# time the two ways (tools/probes/paired_chain.sh aa_cold_seq); unset or "staggered": the default.
+PREPARE_ENV = "PERFGATE_PAIRED_PREPARE"
+PREPARE_CHOICES = ("staggered", "sequential")
+
+
+def prepare_choice() -> str:
+    """PREPARE_ENV's value, checked (ValueError naming the valid ones): the plugin checks it before any cell."""
+    value = os.environ.get(PREPARE_ENV) or PREPARE_CHOICES[0]
+    if value not in PREPARE_CHOICES:
+        raise ValueError(f"{PREPARE_ENV}={value!r}: valid values are {', '.join(PREPARE_CHOICES)}")
+    return value
+
+
+def how_of(duet: Duet, cached: bool, fault: bool) -> str:
+    """How a process pair prepares (HOW): with a planted fault, which sizes itself on the cell's own step after
+    warm-up and wants the machine to itself, one side after the other; where the shared cache holds the cell's
+    compiles and launch-config picks (`cached`: an earlier run's, or a later pair), together; else staggered,
+    where both engines can hold a job and PREPARE_ENV leaves it so."""
+    if fault:
+        return "sequential"
+    if cached:
+        return "together"
+    return "staggered" if prepare_choice() == "staggered" and holds(duet) else "sequential"
 
 
 def prepare(

@@ -16,6 +16,8 @@
 # an earlier step on this machine filled, e.g. nightly4.sh's .perfgate/n4/cache, whose precompile markers
 # then spare the chains their own compiles). deal*: the PR workflow's gate step itself (perfgate deal over the
 # chain's GPUs, an A/A; deal_plant with the device plant), e.g. start 0,1,2,3 "deal_cold deal_warm deal_plant".
+# aa_cold_seq: aa_cold with a cold first pair's sides one after the other (PERFGATE_PAIRED_PREPARE=sequential), to
+# time the two ways of preparing on one host: start 0 "aa_cold" 1 "aa_cold_seq" (each chain its own empty cache).
 set -u
 top=${CHAIN_TOP:-$PWD/.perfgate}
 if [ "$1" = deal ]; then  # deal K GPUS NAME ARGS...: the PR tier paired as the PR workflow runs it, perfgate deal
@@ -73,6 +75,8 @@ if [ "$1" = start ]; then
       for s in $STEPS; do
         case $s in
           aa_cold|aa_warm) $me step $K $GPU $s --perf-precompile 4 --perf-baseline baselines --perf-report "$CHAIN/$s" ;;
+          aa_cold_seq) PERFGATE_PAIRED_PREPARE=sequential $me step $K $GPU $s --perf-precompile 4 \
+            --perf-baseline baselines --perf-report "$CHAIN/$s" ;;
           device_plant) $me step $K $GPU $s --perf-precompile 4 --perf-inject device_slow:1.5 ;;
           device_plant_shard) $me step $K $GPU $s --perf-precompile 4 --perf-inject device_slow:1.5 \
             --perf-shard $(( K + 1 ))/$CHAINS ;;
