@@ -292,6 +292,8 @@ def test_a_baseline_base_and_precompile_set_in_a_config_file_are_read_as_the_ses
     seen = deal_args.configured(["perftests", "--perf-baseline", "b3"], where=below)
     assert deal_args.baseline_in(seen) == "b3" and deal_args.paired_in(seen) and deal_args.precompile_of(seen)[0] == 4
     assert deal_args.baseline_in(deal_args.configured(["perftests"], where=below)) == "b2"
+    monkeypatch.setenv("PYTEST_ADDOPTS", "-k 'unclosed")  # pytest's to refuse in each session, not deal's to crash on
+    assert deal_args.configured(["perftests"], where=below)[-1:] == ["perftests"]
     monkeypatch.delenv("PYTEST_ADDOPTS")
     assert not deal_args.paired_in(deal_args.configured([], where=below))
     (tmp_path / "pyproject.toml").write_text("[tool.perfgate\n")  # unreadable: each session refuses it by name

@@ -45,7 +45,11 @@ def configured(pytest_args: Sequence[str], where: Path | None = None) -> list[st
             from_file = pyproject.as_args(pyproject.settings(found, parsed)) + pyproject.addopts(parsed)
         except ValueError:  # a bad table is each session's to refuse, by name
             from_file = []
-    return [*from_file, *shlex.split(os.environ.get("PYTEST_ADDOPTS", "")), *pytest_args]
+    try:
+        addopts = shlex.split(os.environ.get("PYTEST_ADDOPTS", ""))
+    except ValueError:  # an unclosed quote: each session's pytest refuses it, naming it
+        addopts = []
+    return [*from_file, *addopts, *pytest_args]
 
 
 def option(pytest_args: Sequence[str], name: str) -> tuple[list[str], list[str]]:
