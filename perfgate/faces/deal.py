@@ -40,6 +40,7 @@ from perfgate.faces.deal_args import (
     baseline_in,
     configured,
     gated,
+    inherited,
     paired_in,
     precompile_of,
     refused,
@@ -340,8 +341,9 @@ def cmd_deal(args: argparse.Namespace) -> int:
     if not pytest_args:
         print('perfgate deal: give the pytest args after --, e.g. -- perftests -m "gpu and pr"', file=sys.stderr)
         return exits.UNUSABLE
-    seen = configured(pytest_args)
-    reasons = refused(pytest_args, seen[: len(seen) - len(pytest_args)])
+    before = inherited()
+    seen = [*before, *pytest_args]  # as the sessions read them (deal_args.configured)
+    reasons = refused(pytest_args, before)
     if reasons:
         print("\n".join(f"perfgate deal: {line}" for line in reasons), file=sys.stderr)
         return exits.UNUSABLE

@@ -29,13 +29,18 @@ PRECOMPILE = "--perf-precompile"
 
 
 def configured(pytest_args: Sequence[str], where: Path | None = None) -> list[str]:
-    """The arguments every dealt session's pytest reads, in its order, a later one winning: the [tool.perfgate]
-    table (perfgate.core.pyproject) and [tool.pytest.ini_options] addopts of the nearest pyproject.toml at or
-    above `where` (the working directory, where the sessions run: the rootdir pytest finds in the common case),
-    then PYTEST_ADDOPTS, then `pytest_args`. A table that cannot be read is left out: each session refuses it by
-    name. Not read: addopts of a pytest.ini, tox.ini or setup.cfg, a rootdir other than that file's folder
-    (--rootdir, -c), and -o addopts=. A --perf-baseline set in [tool.perfgate] had judged the shards but not the
+    """The arguments every dealt session's pytest reads, in its order, a later one winning: what it inherits
+    (`inherited`), then `pytest_args`. A --perf-baseline set in [tool.perfgate] had judged the shards but not the
     merged report, which then named the data-parallel cells unjudged."""
+    return [*inherited(where), *pytest_args]
+
+
+def inherited(where: Path | None = None) -> list[str]:
+    """The arguments a session's pytest reads before its command line: the [tool.perfgate] table
+    (perfgate.core.pyproject) and [tool.pytest.ini_options] addopts of the nearest pyproject.toml at or above
+    `where` (the working directory, where the sessions run: the rootdir pytest finds in the common case), then
+    PYTEST_ADDOPTS. A table that cannot be read is left out: each session refuses it by name. Not read: addopts of
+    a pytest.ini, tox.ini or setup.cfg, a rootdir other than that file's folder (--rootdir, -c), and -o addopts=."""
     start = where or Path.cwd()
     found = next((d / "pyproject.toml" for d in (start, *start.parents) if (d / "pyproject.toml").is_file()), None)
     from_file: list[str] = []
@@ -49,7 +54,7 @@ def configured(pytest_args: Sequence[str], where: Path | None = None) -> list[st
         addopts = shlex.split(os.environ.get("PYTEST_ADDOPTS", ""))
     except ValueError:  # an unclosed quote: each session's pytest refuses it, naming it
         addopts = []
-    return [*from_file, *addopts, *pytest_args]
+    return [*from_file, *addopts]
 
 
 def option(pytest_args: Sequence[str], name: str) -> tuple[list[str], list[str]]:
@@ -85,7 +90,7 @@ def precompile_of(pytest_args: Sequence[str]) -> tuple[int | None, list[str]]:
 
 def refused(pytest_args: Sequence[str], inherited: Sequence[str] = ()) -> list[str]:
     """Why each option deal cannot pass to several sessions is refused: one line each. `inherited`: the options
-    the sessions read before `pytest_args` (configured's), where one deal sets is overridden by deal's own, one
+    the sessions read before `pytest_args` (`inherited`), where one deal sets is overridden by deal's own, one
     the command line gives again is overridden by it, and one no session may write alone is refused too, saying
     where it came from. xdist off (-n 0) is no parallelism: it passes."""
     lines = []
