@@ -18,6 +18,9 @@
 # chain's GPUs, an A/A; deal_plant with the device plant), e.g. start 0,1,2,3 "deal_cold deal_warm deal_plant".
 # aa_cold_seq: aa_cold with a cold first pair's sides one after the other (PERFGATE_PAIRED_PREPARE=sequential), to
 # time the two ways of preparing on one host: start 0 "aa_cold" 1 "aa_cold_seq" (each chain its own empty cache).
+# rl_study: the host-bound cells (RL_K) with tools/probes/round_lengths.py (paired wall rounds of 12.5, 25, 50 and
+# 100 ms before each cell's first look, which then takes 50 ms rounds); their A/A with paired wall rounds of 12 ms
+# (rl_short*), 50 ms (rl_gate*: the gate to 2026-11-28) and the gate's own 25 ms (rl_new*).
 set -u
 top=${CHAIN_TOP:-$PWD/.perfgate}
 if [ "$1" = deal ]; then  # deal K GPUS NAME ARGS...: the PR tier paired as the PR workflow runs it, perfgate deal
@@ -69,6 +72,7 @@ if [ "$1" = start ]; then
     cpus=""; [ "$chains" -gt 1 ] && cpus="$(( first * share ))-$(( (first + n) * share - 1 ))"
     chain=$top/pchain$k; mkdir -p "$chain"; rm -f "$chain/done"; cp "$top/machine.txt" "$chain/machine.txt"
     CHAIN_TOP=$top SRC=$src K=$k CHAINS=$chains GPU=$gpu STEPS=$steps CHAIN=$chain CPUS=$cpus HOST_K=${HOST_K:-(resnet50 and train) or (segformer_b2 and infer)} \
+    RL_K=${RL_K:-(resnet50 and train) or segformer_b2 or vit_b16} \
     setsid nohup bash -c '
       cd "$SRC" && export CHAIN_TOP
       me=tools/probes/paired_chain.sh
@@ -84,6 +88,11 @@ if [ "$1" = start ]; then
           deal_plant) $me deal $K $GPU $s --perf-inject device_slow:1.5 ;;
           deal*) $me deal $K $GPU $s ;;
           host_plant) $me step $K $GPU $s -k "$HOST_K" --perf-precompile 4 --perf-inject host_slow:15 ;;
+          rl_study) ROUND_LENGTHS_OUT="$CHAIN/round_lengths.jsonl" $me step $K $GPU $s -k "$RL_K" --perf-precompile 4 \
+            --perf-round-ms 100 -p tools.probes.round_lengths ;;
+          rl_short*) $me step $K $GPU $s -k "$RL_K" --perf-precompile 4 --perf-round-ms 24 ;;
+          rl_gate*) $me step $K $GPU $s -k "$RL_K" --perf-precompile 4 --perf-round-ms 100 ;;
+          rl_new*) $me step $K $GPU $s -k "$RL_K" --perf-precompile 4 ;;
           graph_plant) $me step $K $GPU $s -k "$HOST_K" --perf-precompile 4 --perf-inject graph_break ;;
           ddp2) $me ddp $K $GPU $s -k "ddp and not ddp4 and amp_bf16 and inductor" ;;
           cupti) for t in 0 1; do  # docs/ddp.md: is compiled autograd'"'"'s one-device step slowed by the profiler?
