@@ -451,3 +451,23 @@ def test_a_base_that_runs_out_of_memory_says_the_sides_may_not_fit():
     record_b, _record_a, summary = _measured_out_of_memory("a")
     assert record_b["status"] == "ok" and summary["outcome"] == "unsure"
     assert summary["error"].startswith("side A failed") and duet.TOGETHER in summary["error"]
+
+
+def test_a_gpu_wall_round_is_half_an_unpaired_one_and_a_cpu_round_whole():
+    """Shorter paired rounds reach a host-bound step's floor more often for the seconds (duet.ROUND_SHARE); the CPU
+    tier's wall line was set on whole rounds. --perf-round-ms sets both (the plan's round)."""
+    from dataclasses import replace
+
+    from perfgate.core.job import Job, RunOptions
+    from perfgate.core.matrix import Cell
+
+    gpu = Job(Cell("mlp", "train", "aot_eager", "fp32", "gpu"), RunOptions(device="cuda"), tf32=False)
+    cpu = replace(gpu, cell=replace(gpu.cell, device_kind="cpu"))
+    longer = replace(gpu, options=replace(gpu.options, plan=gpu.options.plan.replace(target_round_ms=100.0)))
+    assert (duet_module.round_ms(gpu), duet_module.round_ms(cpu), duet_module.round_ms(longer)) == (25.0, 50.0, 50.0)
+    # A look keeps the seconds of 12 whole rounds in more, shorter ones: 3 steps x 20 pairs for 5 steps x 12.
+    assert duet_module.wall_rounds({"eager_ms": 30.0, "compiled_ms": 11.0}, gpu) == (3, 20)
+    assert duet_module.wall_rounds({"eager_ms": 9.0, "compiled_ms": 6.3}, gpu) == (4, 24)  # 8 steps x 12
+    assert duet_module.wall_rounds({"eager_ms": 90.0, "compiled_ms": 60.0}, gpu) == (1, 12)  # one step either way
+    assert duet_module.wall_rounds({"eager_ms": 9.0, "compiled_ms": 6.3}, cpu) == (8, 12)  # the CPU tier's whole
+    assert duet_module.wall_rounds({"eager_ms": 30.0, "compiled_ms": 11.0, "stream": 8}, gpu) == (8, 12)

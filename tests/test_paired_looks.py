@@ -125,7 +125,9 @@ def test_device_rounds_take_fresh_memory_layouts_on_both_sides_or_neither(base_r
     assert [m["relayout"] for m in asked] == [expected] * 2
 
 
-def _looked_at(older_base: bool, wanted: dict, eager_pairs: int = duet.WALL_PAIRS) -> tuple[dict, list[dict]]:
+def _looked_at(
+    older_base: bool, wanted: dict, eager_pairs: int = duet.WALL_PAIRS, pairs: int = duet.WALL_PAIRS
+) -> tuple[dict, list[dict]]:
     """(rounds, requests) of one look over two fake workers, side A's engine older than per-side stepping where
     `older_base`: its hello does not say wall_sides."""
     asked: list[dict] = []
@@ -142,26 +144,35 @@ def _looked_at(older_base: bool, wanted: dict, eager_pairs: int = duet.WALL_PAIR
 
     pair = type("Pair", (), {"sides": ("A", "B"), "worker": lambda self, side: Worker(side)})()
     rounds = {clock: {s: {"eager": [[]], "compiled": [[]]} for s in "ab"} for clock in duet.CLOCKS}
-    duet._look_once(pair, rounds, 2, random.Random(0), {}, wanted, dict.fromkeys(duet.CLOCKS, 0.0), {}, eager_pairs)
+    spent = dict.fromkeys(duet.CLOCKS, 0.0)
+    duet._look_once(pair, rounds, 2, random.Random(0), {}, wanted, spent, {}, eager_pairs, pairs=pairs)
     return rounds, asked
 
 
+@pytest.mark.parametrize("pairs, shown", [(12, 4), (20, 7), (24, 8)], ids=["12-pairs", "20-pairs", "24-pairs"])
 @pytest.mark.parametrize(
     "older_base, eager_judged",
     [(False, False), (True, False), (False, True)],
     ids=["pr-gate", "base-predates-it", "ab-judges-eager"],
 )
-def test_a_first_look_steps_eager_in_a_few_pairs_where_its_wall_step_is_only_shown(older_base, eager_judged):
+def test_a_first_look_steps_eager_in_a_few_pairs_where_its_wall_step_is_only_shown(
+    older_base, eager_judged, pairs, shown
+):
     """The PR gate shows eager's wall step and never judges it: of a first look's wall round pairs, eager runs in
-    EAGER_SHOWN_PAIRS (the records' own speedup and the shown change), compiled in all. A base whose engine
-    steps both sides whatever it is asked, and an A/B that judges eager, step it in every pair."""
-    eager_pairs = duet.WALL_PAIRS if eager_judged else duet.EAGER_SHOWN_PAIRS
-    rounds, asked = _looked_at(older_base, {"wall": {"eager", "compiled"}}, eager_pairs)
-    stepped_eager = duet.WALL_PAIRS if older_base or eager_judged else duet.EAGER_SHOWN_PAIRS
+    EAGER_SHOWN_PAIRS of WALL_PAIRS, spread over the look (the records' own speedup and the shown change),
+    compiled in all; a look of shorter rounds and more pairs (duet.wall_rounds) keeps that share. A base whose
+    engine steps both sides whatever it is asked, and an A/B that judges eager, step it in every pair."""
+    rounds, asked = _looked_at(
+        older_base, {"wall": {"eager", "compiled"}}, duet.eager_pairs(pairs, 0, eager_judged), pairs
+    )
+    stepped_eager = pairs if older_base or eager_judged else shown
     for s in "ab":
-        assert len(rounds["wall"][s]["compiled"][0]) == duet.WALL_PAIRS
+        assert len(rounds["wall"][s]["compiled"][0]) == pairs
         assert len(rounds["wall"][s]["eager"][0]) == stepped_eager
-    assert sum("eager" in m["sides"] for m in asked) == 2 * stepped_eager
+    asked_eager = [i for i, m in enumerate(asked[::2]) if "eager" in m["sides"]]
+    assert len(asked_eager) == stepped_eager
+    if not (older_base or eager_judged):  # spread over the look, not bunched at its start
+        assert asked_eager[-1] >= pairs - pairs // shown - 1
 
 
 @pytest.mark.parametrize("older_base", [False, True], ids=["both-engines-step-one-side", "base-predates-it"])

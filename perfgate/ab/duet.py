@@ -32,7 +32,16 @@ from perfgate.ab.pair_prepare import alone, how_of, other, prepare
 from perfgate.ab.pair_workers import ROUND_LIMIT_S, Duet, Worker, WorkerGone, finish, layouts_of, steps_sides
 from perfgate.ab.sides import Side
 
-WALL_PAIRS = 12  # wall round pairs a look; a round is ~50 ms of each of eager and compiled
+# Wall round pairs a look, of rounds as long as an unpaired cell's (the plan's target_round_ms, 50 ms unless
+# --perf-round-ms); on a GPU a paired round lasts ROUND_SHARE of that, and a look takes as many more pairs, up to
+# twice as many, as keep its seconds (wall_rounds).
+WALL_PAIRS = 12
+# A host-bound step's figure is the minimum of its rounds, and many short rounds reach its floor more often than
+# a few long ones in the same seconds: rounds of four lengths alternated in each cell's process pair (one H200
+# each, 2026-11-28, tools/probes/round_lengths.py) gave the narrowest line at ~25 ms where a step is short
+# (segformer_b2 infer +-2.7 % at 24 ms, +-7.9 % at 43 ms; docs/gate.md "Round length"). The CPU tier keeps whole
+# rounds: its wall line (paired.CPU_WALL_LINE) was set on them.
+ROUND_SHARE = 0.5
 # Of a first look's wall round pairs, those that step eager too where its wall step is shown, not judged (the PR
 # gate), spread over the look: they give the records their own wall speedup (from 4 round pairs, not 12) and the
 # verdict eager's shown change. Eager's rounds were 52-58 % of the first looks' wall seconds, 59-71 s of a
@@ -63,6 +72,29 @@ TOGETHER = (
     "perfgate ab --processes N"
 )
 NO_ROOM = f"side B ran out of memory beside side A (its record is its own, measured alone); {TOGETHER}"
+
+
+def round_ms(job) -> float:
+    """The paired wall round's length, ms: ROUND_SHARE of the plan's round on a GPU, the whole of it on a CPU."""
+    share = ROUND_SHARE if job.cell.device_kind == "gpu" else 1.0
+    return job.options.plan.target_round_ms * share
+
+
+def wall_rounds(ready: dict, job) -> tuple[int, int]:
+    """(steps a wall round, round pairs a look) for side B's warm state `ready`: rounds of round_ms, and as many
+    pairs as keep a look's seconds those of WALL_PAIRS rounds of the plan's length, from WALL_PAIRS (a step that
+    fills the shorter round alone) to twice that."""
+    plan = job.options.plan
+    steps = steps_per_round(ready, round_ms(job), plan.max_steps_per_round)
+    whole = steps_per_round(ready, plan.target_round_ms, plan.max_steps_per_round)
+    return steps, max(WALL_PAIRS, min(2 * WALL_PAIRS, round(WALL_PAIRS * whole / steps)))
+
+
+def eager_pairs(pairs: int, look: int, eager_wall: bool) -> int:
+    """Of a look's `pairs` wall round pairs, those that step eager where it is wanted: EAGER_SHOWN_PAIRS of
+    WALL_PAIRS in a first look where its wall step is shown, not judged; every pair where it is judged (or
+    after the first look, where only an unsure eager rule wants it)."""
+    return round(EAGER_SHOWN_PAIRS * pairs / WALL_PAIRS) if look == 0 and not eager_wall else pairs
 
 
 def steps_per_round(ready: dict, target_ms: float, max_steps: int) -> int:
@@ -154,7 +186,8 @@ def measure(
                 record_b = alone(duet, job_b, progress) or record_b
                 summary["error"] = NO_ROOM
             break
-        steps = steps_per_round(ready["b"], job_b.options.plan.target_round_ms, job_b.options.plan.max_steps_per_round)
+        steps, pairs = wall_rounds(ready["b"], job_b)
+        summary.setdefault("wall_pairs", []).append(pairs)
         if layouts is None:  # decided on the first pair, for every look and pair of the cell: one set of rules
             devices = all(ready[s].get("device_clock") for s in "ab")
             layouts = devices and layouts_of(duet, job_b.cell.variant)
@@ -164,8 +197,8 @@ def measure(
             for look in range(LOOKS):
                 summary["looks"] += 1
                 wanted = looks.wanted(comparisons, look, calling)
-                eager_pairs = EAGER_SHOWN_PAIRS if look == 0 and not eager_wall else WALL_PAIRS
-                _look_once(duet, rounds, steps, rng, ready, wanted, by_clock, kernels[-1], eager_pairs, layouts)
+                eager = eager_pairs(pairs, look, eager_wall)
+                _look_once(duet, rounds, steps, rng, ready, wanted, by_clock, kernels[-1], eager, layouts, pairs)
                 judged = looks.judge(rounds, confidence, job_b.cell.device_kind, eager_wall, layouts)
                 comparisons = looks.settle_others(judged, before, calling)
                 if looks.decided(comparisons, calling):
@@ -277,15 +310,17 @@ def _look_once(
     kernels: dict,
     eager_pairs: int = WALL_PAIRS,
     layouts: bool = False,
+    pairs: int = WALL_PAIRS,
 ) -> None:
     """One look: the round pairs of each clock in `wanted` ({clock: the sides whose rounds it wants}), their
     seconds added to `spent` by clock, and each worker's latest kernel table (the device clock's) in `kernels`.
-    A wall round steps only the wanted sides (after the first look, most often the compiled step alone), and
-    eager in `eager_pairs` of the look's wall round pairs, spread over it, where compiled is wanted too."""
+    A look takes `pairs` wall round pairs (wall_rounds); a wall round steps only the wanted sides (after the first
+    look, most often the compiled step alone), and eager in `eager_pairs` of them, spread over the look, where
+    compiled is wanted too."""
     workers = {"a": duet.worker(duet.sides[0]), "b": duet.worker(duet.sides[1])}
     if not all(steps_sides(w) for w in workers.values()):  # a base on an older engine steps both sides: so does B
         wanted = {**wanted, **({"wall": {"eager", "compiled"}} if "wall" in wanted else {})}
-        eager_pairs = WALL_PAIRS
+        eager_pairs = pairs
 
     def pair(clock: str, request: dict, sides) -> None:
         t0 = time.monotonic()
@@ -304,9 +339,9 @@ def _look_once(
                 rounds[clock][s][side][-1].extend(values)
 
     sides = sorted(wanted.get("wall", ()))
-    stride = max(1, WALL_PAIRS // max(1, eager_pairs))  # eager's pairs spread over the look: 0, 3, 6, 9 of 12
-    for i in range(WALL_PAIRS if sides else 0):
-        now = sides if i % stride == 0 or "compiled" not in sides else ["compiled"]
+    eager_at = {round(k * pairs / max(1, eager_pairs)) for k in range(eager_pairs)}  # spread: 0, 3, 6, 9 of 12
+    for i in range(pairs if sides else 0):
+        now = sides if i in eager_at or "compiled" not in sides else ["compiled"]
         pair("wall", {"op": "wall", "steps": steps, "first": rng.choice(("eager", "compiled")), "sides": now}, now)
     for _ in range(HOST_PAIRS if "host" in wanted else 0):
         pair("host", {"op": "host"}, wanted["host"])

@@ -56,13 +56,15 @@ def rejudge(record: dict, eager_wall: bool = False) -> tuple[str, int, int]:
     def outcome() -> str:  # the cell's, from what the looks so far settled and the counts
         return paired.worst([c.outcome for c in paired.settled(comparisons)] + counted)
 
-    for d in range(1, min(duet.DUETS, len(rounds["wall"]["b"]["compiled"])) + 1):
+    # Each process pair's wall round pairs a look (duet.wall_rounds); a record before 2026-11-28 night took 12.
+    wall_pairs = p.get("wall_pairs") or [duet.WALL_PAIRS] * duet.DUETS
+    for d in range(1, min(duet.DUETS, len(rounds["wall"]["b"]["compiled"]), len(wall_pairs)) + 1):
         pairs, seen = d, None
         # A third pair's looks decide only the rules that called for it; the others keep what two pairs read.
         calling, before = looks.calling_rules(comparisons, d), comparisons
         for look in range(1, duet.LOOKS + 1):
             cut = {
-                "wall": prefix(rounds, "wall", d, duet.WALL_PAIRS * look),
+                "wall": prefix(rounds, "wall", d, wall_pairs[d - 1] * look),
                 "device": prefix(rounds, "device", d, duet.DEVICE_ROUNDS * look),
                 "host": prefix(rounds, "host", d, duet.HOST_PAIRS),
             }
