@@ -465,9 +465,11 @@ def test_a_gpu_wall_round_is_half_an_unpaired_one_and_a_cpu_round_whole():
     cpu = replace(gpu, cell=replace(gpu.cell, device_kind="cpu"))
     longer = replace(gpu, options=replace(gpu.options, plan=gpu.options.plan.replace(target_round_ms=100.0)))
     assert (duet_module.round_ms(gpu), duet_module.round_ms(cpu), duet_module.round_ms(longer)) == (25.0, 50.0, 50.0)
-    # A look keeps the seconds of 12 whole rounds in more, shorter ones: 3 steps x 20 pairs for 5 steps x 12.
-    assert duet_module.wall_rounds({"eager_ms": 30.0, "compiled_ms": 11.0}, gpu) == (3, 20)
-    assert duet_module.wall_rounds({"eager_ms": 9.0, "compiled_ms": 6.3}, gpu) == (4, 24)  # 8 steps x 12
-    assert duet_module.wall_rounds({"eager_ms": 90.0, "compiled_ms": 60.0}, gpu) == (1, 12)  # one step either way
-    assert duet_module.wall_rounds({"eager_ms": 9.0, "compiled_ms": 6.3}, cpu) == (8, 12)  # the CPU tier's whole
-    assert duet_module.wall_rounds({"eager_ms": 30.0, "compiled_ms": 11.0, "stream": 8}, gpu) == (8, 12)
+    # A look keeps the seconds of 12 whole rounds in more, shorter ones (at most 24): 2 steps x 24 for 5 x 12.
+    shape = duet_module.wall_shape
+    assert shape({"eager_ms": 30.0, "compiled_ms": 11.0}, gpu) == (2, 24)
+    assert shape({"eager_ms": 9.0, "compiled_ms": 6.3}, gpu) == (4, 24)  # 8 steps x 12
+    assert shape({"eager_ms": 30.0, "compiled_ms": 22.0}, gpu) == (1, 24)  # the nearest count: 22 ms, not 44
+    assert shape({"eager_ms": 90.0, "compiled_ms": 60.0}, gpu) == (1, 12)  # one step either way
+    assert shape({"eager_ms": 30.0, "compiled_ms": 11.0, "stream": 8}, gpu) == (8, 12)  # whole passes
+    assert shape({"eager_ms": 9.0, "compiled_ms": 6.1}, cpu) == (9, 12)  # the CPU tier's whole round: ceil(50 / 6.1)

@@ -160,7 +160,7 @@ def test_a_first_look_steps_eager_in_a_few_pairs_where_its_wall_step_is_only_sho
 ):
     """The PR gate shows eager's wall step and never judges it: of a first look's wall round pairs, eager runs in
     EAGER_SHOWN_PAIRS of WALL_PAIRS, spread over the look (the records' own speedup and the shown change),
-    compiled in all; a look of shorter rounds and more pairs (duet.wall_rounds) keeps that share. A base whose
+    compiled in all; a look of shorter rounds and more pairs (duet.wall_shape) keeps that share. A base whose
     engine steps both sides whatever it is asked, and an A/B that judges eager, step it in every pair."""
     rounds, asked = _looked_at(
         older_base, {"wall": {"eager", "compiled"}}, duet.eager_pairs(pairs, 0, eager_judged), pairs
@@ -393,6 +393,8 @@ def test_a_wall_red_takes_three_pairs_unless_a_count_already_shows_the_regressio
     (a count past its band: counts repeat across processes) is red after its first."""
     _record_b, _record_a, summary = _measured_red(monkeypatch, died_in_pair2=False, kernels_b=kernels_b)
     assert summary["duets"] == pairs and summary["outcome"] == outcome
+    # A 10 ms step: rounds of 3 steps (~25 ms), 20 pairs a look for the seconds of 12 rounds of 5 (duet.wall_shape).
+    assert summary["steps_per_round"] == 3 and summary["wall_pairs"] == [20] * pairs
     # Each pair keeps which side prepared first (alternating, A first) and whether the two prepared at once
     # (not in a first pair unless the cache holds the cell's launch-config picks; always in a later one).
     assert summary["prepared"] == [{"first": "ab"[i % 2], "together": i > 0} for i in range(pairs)]

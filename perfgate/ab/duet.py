@@ -34,7 +34,7 @@ from perfgate.ab.sides import Side
 
 # Wall round pairs a look, of rounds as long as an unpaired cell's (the plan's target_round_ms, 50 ms unless
 # --perf-round-ms); on a GPU a paired round lasts ROUND_SHARE of that, and a look takes as many more pairs, up to
-# twice as many, as keep its seconds (wall_rounds).
+# twice as many, as keep its seconds (wall_shape).
 WALL_PAIRS = 12
 # A host-bound step's figure is the minimum of its rounds, and many short rounds reach its floor more often than
 # a few long ones in the same seconds: rounds of four lengths alternated in each cell's process pair (one H200
@@ -43,9 +43,9 @@ WALL_PAIRS = 12
 # rounds: its wall line (paired.CPU_WALL_LINE) was set on them.
 ROUND_SHARE = 0.5
 # Of a first look's wall round pairs, those that step eager too where its wall step is shown, not judged (the PR
-# gate), spread over the look: they give the records their own wall speedup (from 4 round pairs, not 12) and the
-# verdict eager's shown change. Eager's rounds were 52-58 % of the first looks' wall seconds, 59-71 s of a
-# whole-tier A/A's ~500 s of cells (4xH200 2aa41d77).
+# gate), spread over the look: they give the records their own wall speedup (from a third of the look's round
+# pairs, 4-8, not all) and the verdict eager's shown change. Eager's rounds were 52-58 % of the first looks' wall
+# seconds, 59-71 s of a whole-tier A/A's ~500 s of cells (4xH200 2aa41d77).
 EAGER_SHOWN_PAIRS = 4
 # Host round pairs in a process pair's first look (the host clock is shown, never judged: its lines were
 # +-6-23 % under every estimator); a round is 5 single steps of each, its fastest kept. 6 pairs cost 1:22 of
@@ -80,12 +80,13 @@ def round_ms(job) -> float:
     return job.options.plan.target_round_ms * share
 
 
-def wall_rounds(ready: dict, job) -> tuple[int, int]:
-    """(steps a wall round, round pairs a look) for side B's warm state `ready`: rounds of round_ms, and as many
-    pairs as keep a look's seconds those of WALL_PAIRS rounds of the plan's length, from WALL_PAIRS (a step that
-    fills the shorter round alone) to twice that."""
-    plan = job.options.plan
-    steps = steps_per_round(ready, round_ms(job), plan.max_steps_per_round)
+def wall_shape(ready: dict, job) -> tuple[int, int]:
+    """(steps a wall round, round pairs a look) for side B's warm state `ready`: on a GPU the steps nearest round_ms
+    (a step over 17 ms is one step a round, not two), on a CPU the plan's own rule; and as many pairs as keep a
+    look's seconds those of WALL_PAIRS rounds of the plan's length, from WALL_PAIRS (a step that fills the shorter
+    round alone) to twice that."""
+    plan, gpu = job.options.plan, job.cell.device_kind == "gpu"
+    steps = steps_per_round(ready, round_ms(job), plan.max_steps_per_round, nearest=gpu)
     whole = steps_per_round(ready, plan.target_round_ms, plan.max_steps_per_round)
     return steps, max(WALL_PAIRS, min(2 * WALL_PAIRS, round(WALL_PAIRS * whole / steps)))
 
@@ -97,10 +98,13 @@ def eager_pairs(pairs: int, look: int, eager_wall: bool) -> int:
     return round(EAGER_SHOWN_PAIRS * pairs / WALL_PAIRS) if look == 0 and not eager_wall else pairs
 
 
-def steps_per_round(ready: dict, target_ms: float, max_steps: int) -> int:
+def steps_per_round(ready: dict, target_ms: float, max_steps: int, nearest: bool = False) -> int:
+    """Steps a round of `target_ms` takes: at least that long (an unpaired round's rule), or the nearest count
+    (`nearest`); a whole number of passes over a stream model's batches."""
     step_ms = max(min(ready["eager_ms"], ready["compiled_ms"]), 1e-3)
     stream = ready.get("stream", 1)
-    steps = max(1, min(max_steps, math.ceil(target_ms / step_ms)))
+    wanted = math.floor(target_ms / step_ms + 0.5) if nearest else math.ceil(target_ms / step_ms)
+    steps = max(1, min(max_steps, wanted))
     return stream * math.ceil(steps / stream)
 
 
@@ -186,7 +190,7 @@ def measure(
                 record_b = alone(duet, job_b, progress) or record_b
                 summary["error"] = NO_ROOM
             break
-        steps, pairs = wall_rounds(ready["b"], job_b)
+        steps, pairs = wall_shape(ready["b"], job_b)
         summary.setdefault("wall_pairs", []).append(pairs)
         if layouts is None:  # decided on the first pair, for every look and pair of the cell: one set of rules
             devices = all(ready[s].get("device_clock") for s in "ab")
@@ -314,7 +318,7 @@ def _look_once(
 ) -> None:
     """One look: the round pairs of each clock in `wanted` ({clock: the sides whose rounds it wants}), their
     seconds added to `spent` by clock, and each worker's latest kernel table (the device clock's) in `kernels`.
-    A look takes `pairs` wall round pairs (wall_rounds); a wall round steps only the wanted sides (after the first
+    A look takes `pairs` wall round pairs (wall_shape); a wall round steps only the wanted sides (after the first
     look, most often the compiled step alone), and eager in `eager_pairs` of them, spread over the look, where
     compiled is wanted too."""
     workers = {"a": duet.worker(duet.sides[0]), "b": duet.worker(duet.sides[1])}

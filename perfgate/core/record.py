@@ -314,8 +314,8 @@ FIELDS: tuple[Field, ...] = (
         "duets, looks, outcome, rules [{rule, change, lo, hi, outcome, pairs}], the rounds of both sides, counts, "
         "kernels [{pair, side, a_ms, b_ms, moved: [{kernel, a_ms, b_ms}]}] (GPU ms per step), seconds {prepare, "
         "looks, finish: per process pair; wall_rounds, host_rounds, device_rounds; total}, prepared [{first: a|b, "
-        "together, staggered: the first compiled calls in turn}] per process pair, steps_per_round and wall_pairs "
-        "(the wall round pairs a look, per process pair)",
+        "together, staggered: the first compiled calls in turn}] per process pair, steps_per_round (the last "
+        "process pair's wall round) and wall_pairs (the wall round pairs a look, per process pair)",
     ),
     Field(
         "gpu_neighbours",

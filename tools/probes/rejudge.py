@@ -56,7 +56,7 @@ def rejudge(record: dict, eager_wall: bool = False) -> tuple[str, int, int]:
     def outcome() -> str:  # the cell's, from what the looks so far settled and the counts
         return paired.worst([c.outcome for c in paired.settled(comparisons)] + counted)
 
-    # Each process pair's wall round pairs a look (duet.wall_rounds); a record before 2026-11-28 night took 12.
+    # Each process pair's wall round pairs a look (duet.wall_shape); a record before 2026-11-28 night took 12.
     wall_pairs = p.get("wall_pairs") or [duet.WALL_PAIRS] * duet.DUETS
     for d in range(1, min(duet.DUETS, len(rounds["wall"]["b"]["compiled"]), len(wall_pairs)) + 1):
         pairs, seen = d, None

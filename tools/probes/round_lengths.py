@@ -1,9 +1,10 @@
 """A pytest plugin for the probe of the paired wall round's length (`-p tools.probes.round_lengths`, with
 ROUND_LENGTHS_OUT=FILE.jsonl): before each paired cell's first look, its two workers serve compiled wall rounds of
-several lengths (a quarter, half, once and twice the gate's ~50 ms), in random order, B and A in random order
-within each pair, each length given the measuring time of BLOCK round pairs of the gate's own length. One line a
-cell: its step, the gate's steps a round, and every pair (seconds since the study began, steps, A's and B's ms a
-step). The look then runs as the gate's does.
+several lengths (a quarter, half, once and twice the engine's round: give `--perf-round-ms 100` for the 50 ms
+paired rounds of before, as paired_chain.sh's rl_study does), in random order, B and A in random order within
+each pair: each length at most as long as the engine's the seconds of BLOCK of its round pairs, the longer one
+BLOCK pairs (twice those seconds). One line a cell: its step, the engine's steps a round, and every pair (seconds
+since the study began, steps, A's and B's ms a step). The look then runs as the engine's does.
 
 Why: a host-bound step's wall figure is the minimum of its rounds, and on a noisy host its fastest round stood
 alone (one H200 603b4790, 2026-11-28: the next was 5-9 % slower), so a look's interval of the minimum spanned the
