@@ -39,7 +39,7 @@ WALL_PAIRS = 12
 # A host-bound step's figure is the minimum of its rounds, and many short rounds reach its floor more often than
 # a few long ones in the same seconds: rounds of four lengths alternated in each cell's process pair (one H200
 # each, 2026-11-28, tools/probes/round_lengths.py) gave the narrowest line at ~25 ms where a step is short
-# (segformer_b2 infer +-2.7 % at 24 ms, +-7.9 % at 43 ms; docs/gate.md "Round length"). The CPU tier keeps whole
+# (segformer_b2 infer +-2.8 % at 24 ms, +-7.9 % at 43 ms; docs/gate.md "Round length"). The CPU tier keeps whole
 # rounds: its wall line (paired.CPU_WALL_LINE) was set on them.
 ROUND_SHARE = 0.5
 # Of a first look's wall round pairs, those that step eager too where its wall step is shown, not judged (the PR

@@ -2,7 +2,7 @@
 ROUND_LENGTHS_OUT=FILE.jsonl): before each paired cell's first look, its two workers serve compiled wall rounds of
 several lengths (a quarter, half, once and twice the engine's round: give `--perf-round-ms 100` for the 50 ms
 paired rounds of before, as paired_chain.sh's rl_study does), in random order, B and A in random order within
-each pair: each length at most as long as the engine's the seconds of BLOCK of its round pairs, the longer one
+each pair. A length up to the engine's gets the seconds of BLOCK of the engine's round pairs; the longer one gets
 BLOCK pairs (twice those seconds). One line a cell: its step, the engine's steps a round, and every pair (seconds
 since the study began, steps, A's and B's ms a step). The look then runs as the engine's does.
 
@@ -69,11 +69,16 @@ if "ROUND_LENGTHS_OUT" in os.environ:
 
 
 def analyse(path: str, seed: int = 0) -> None:
-    """For each cell and length: the minimum's paired 99.17 % bootstrap half-width over the rounds that fit the
-    seconds of 12 gate-length round pairs (a look), drawn as consecutive runs of pairs many times; how often a
-    round lies within 1 % of its side's floor; and A/A change of the whole study's minima."""
+    """For each cell and length: the half-width of the engine's own interval for the compiled wall rule (the
+    minimum, a paired bootstrap at a look's confidence: perfgate.ab.paired.compare) over the rounds that fit the
+    seconds of 12 round pairs of the engine's length (a look), drawn as consecutive runs of pairs many times; how
+    often a round lies within 1 % of its side's floor; and A/A change of the whole study's minima."""
     import numpy as np
 
+    from perfgate.ab import duet, paired
+
+    rule, confidence = paired.RULES[0], paired.look_confidence(duet.JUDGED_LOOKS)
+    assert rule.key == "compiled_ms"
     rng = np.random.default_rng(seed)
     for line in open(path):
         cell = json.loads(line)
@@ -86,11 +91,9 @@ def analyse(path: str, seed: int = 0) -> None:
             halves, changes = [], []
             for start in rng.integers(0, max(1, len(a) - per_look + 1), 200):
                 x, y = a[start : start + per_look], b[start : start + per_look]
-                idx = rng.integers(0, len(x), (2000, len(x)))
-                r = y[idx].min(1) / x[idx].min(1) - 1
-                lo, hi = np.percentile(r, [0.4167, 99.5833])
-                halves.append((hi - lo) / 2)
-                changes.append(y.min() / x.min() - 1)
+                got_rule = paired.compare([x], [y], rule, confidence, seed=int(start))
+                halves.append(got_rule.halfwidth)
+                changes.append(got_rule.change)
             near = np.mean(np.concatenate([a / a.min(), b / b.min()]) < 1.01)
             print(
                 f"  {n:3d} steps x {len(a):3d} pairs: look half-width median {100 * np.median(halves):5.2f} %"
