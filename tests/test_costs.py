@@ -3,6 +3,8 @@
 import json
 from pathlib import Path
 
+import pytest
+
 from perfgate.core.matrix import Cell
 from perfgate.plan import costs
 
@@ -203,7 +205,7 @@ def test_a_session_reads_the_costs_history_once(tmp_path, monkeypatch):
     from perfgate.store import history
 
     db = tmp_path / "h.sqlite"
-    db.write_bytes(b"")
+    db.write_bytes(b"SQLite format 3\x00")
     reads = []
     monkeypatch.setattr(history, "records", lambda path: reads.append(path) or [])
     session = SessionPlan()
@@ -212,3 +214,64 @@ def test_a_session_reads_the_costs_history_once(tmp_path, monkeypatch):
     session.expected_costs([cell])
     session.timed_costs([cell])
     assert session.expected_costs([cell])[cell.id] == costs.prior_s(cell) and reads == [str(db)]
+
+
+def _paired(cell: str, total: float) -> dict:
+    return {"cell": cell, "status": "ok", "reason": "", "wall_s": total / 3, "paired": {"seconds": {"total": total}}}
+
+
+def test_a_kept_caches_costs_are_each_cells_latest_seconds_in_its_own_sides_scale():
+    """A paired cell's line holds both sides and every process pair (cell_seconds), read back over
+    PAIRED_OVER_OWN as the history and the priors give a cell's own seconds; a cell's cost is the median of its
+    latest KEPT_PER_CELL lines; a checkpoint, a skip and a torn line are no cost."""
+    checkpoint = {"cell": "a", "status": "failed", "wall_s": 9.0, "reason": "did not finish: the process ended"}
+    skipped = {"cell": "a", "status": "skipped", "wall_s": 1.0, "reason": "no CUDA"}
+    assert costs.cost_line(checkpoint) is None and costs.cost_line(skipped) is None
+    assert costs.cost_line(_paired("a", 135.0)) == {"cell": "a", "seconds": 135.0, "paired": True}
+    solo = {"cell": "b", "status": "ok", "reason": "", "wall_s": 40.0}
+    assert costs.cost_line(solo) == {"cell": "b", "seconds": 40.0, "paired": False}
+    lines = [costs.cost_line(_paired("a", s)) for s in (1000.0, 1000.0, 1000.0, 135.0, 135.0, 270.0, 270.0, 270.0)]
+    assert costs.kept_costs([*lines, costs.cost_line(solo)]) == {"a": 200.0, "b": 40.0}  # 270 / 1.35
+    assert len(costs.latest_lines(lines)) == costs.KEPT_PER_CELL and costs.latest_lines(lines)[-1] == lines[-1]
+
+
+def test_a_costs_file_leaves_out_what_is_no_cost(tmp_path):
+    path = tmp_path / costs.KEPT_COSTS
+    good = {"cell": "a", "seconds": 12.5, "paired": True}
+    bad = [{"cell": "b", "seconds": -1}, {"cell": "c", "seconds": True}, {"cell": 3, "seconds": 1}, [1, 2]]
+    path.write_text("\n".join([json.dumps(good), *map(json.dumps, bad), '{"cell": "d", "sec', "NaN"]) + "\n")
+    assert costs.cost_lines(path) == [good] and costs.cost_lines(tmp_path / "none.jsonl") == []
+
+
+def test_a_dealt_runs_copy_of_the_kept_costs_trims_the_caches_file_once_it_grew(tmp_path):
+    """The copy holds each cell's latest lines; the cache's own file is cut to them only past four times as
+    many, so a file a few runs long is never rewritten."""
+    cache, copy = tmp_path / "cache", tmp_path / "out" / costs.KEPT_COSTS
+    assert not costs.snapshot(cache, copy) and not copy.exists()  # no costs kept yet: the priors deal
+    cache.mkdir()
+    line = {"cell": "a", "seconds": 10.0, "paired": False}
+    (cache / costs.KEPT_COSTS).write_text((json.dumps(line) + "\n") * 8)
+    assert costs.snapshot(cache, copy) and len(costs.cost_lines(copy)) == costs.KEPT_PER_CELL
+    assert len(costs.cost_lines(cache / costs.KEPT_COSTS)) == 8  # under 4x: left alone
+    (cache / costs.KEPT_COSTS).write_text((json.dumps(line) + "\n") * 21)
+    assert costs.snapshot(cache, copy) and len(costs.cost_lines(cache / costs.KEPT_COSTS)) == costs.KEPT_PER_CELL
+
+
+def test_a_session_keeps_each_cells_seconds_in_its_cache_and_reads_a_costs_file_as_its_history(tmp_path):
+    from types import SimpleNamespace
+
+    from perfgate.plugin.session_plan import SessionPlan
+
+    cell = _cell()
+    keeper = SessionPlan()
+    keeper.config = SimpleNamespace(getoption=lambda name: str(tmp_path) if name == "--perf-cache-dir" else None)
+    keeper.keep_cost(_paired(cell.id, 81.0))
+    keeper.keep_cost({"cell": cell.id, "status": "skipped", "reason": "no CUDA", "wall_s": 0.0})
+    kept = tmp_path / costs.KEPT_COSTS
+    assert costs.cost_lines(kept) == [{"cell": cell.id, "seconds": 81.0, "paired": True}]
+    reader = SessionPlan()
+    reader.config = SimpleNamespace(getoption=lambda name: str(kept) if name == "--perf-costs" else None)
+    assert reader.expected_costs([cell])[cell.id] == pytest.approx(60.0)  # 81 s, both sides, over 1.35
+    nowhere = SessionPlan()
+    nowhere.config = SimpleNamespace(getoption=lambda name: None)
+    nowhere.keep_cost(_paired(cell.id, 81.0))  # no kept cache: nothing written, nothing raised

@@ -17,6 +17,7 @@ from perfgate.cli import main
 from perfgate.core.matrix import DATA_PARALLEL_LEFT_OUT
 from perfgate.faces import deal
 from perfgate.judge.baseline import baseline_path, build_baseline, write_baseline
+from perfgate.plan import costs
 
 import synthetic as syn
 
@@ -328,3 +329,21 @@ def test_a_baseline_from_the_config_file_judges_the_merged_report_data_parallel_
     assert main(["deal", "--out", "out", "--", "perftests", "--perf-against", "origin/main"]) == 0
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     assert report["exit_code"] == 0 and not (report.get("paired") or {}).get("unjudged")
+
+
+@pytest.mark.parametrize("given", [[], ["--perf-costs", "mine.sqlite"]], ids=["kept", "given"])
+def test_the_shards_deal_by_a_copy_of_the_costs_their_kept_cache_holds(tmp_path, monkeypatch, given):
+    """Dealt by the priors per phase, two H200s' warm shards took 4:44 and 2:36: a cache restored on the runner
+    holds what each cell cost there, and every shard deals by one copy of it taken before they start (their
+    own lines, appended as they run, must not make them deal apart). A --perf-costs the sessions read wins."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / costs.KEPT_COSTS).write_text(json.dumps({"cell": "a", "seconds": 9.0, "paired": True}) + "\n")
+    _stand_in(monkeypatch, {"shard 1/2": syn.run(9)[:5], "shard 2/2": syn.run(9)[5:]}, {})
+    assert main(["deal", "--out", "out", "--", "perftests", "--perf-cache-dir", "c", *given]) == 0
+    for shard in ("shard-0", "shard-1"):
+        args = next(line for line in (tmp_path / "out" / shard / "log.txt").read_text().splitlines() if "args:" in line)
+        copied = f"--perf-costs {Path('out') / costs.KEPT_COSTS}" in args
+        assert copied == (not given) and ("mine.sqlite" in args) == bool(given)
+    assert costs.cost_lines(tmp_path / "out" / costs.KEPT_COSTS) == ([] if given else costs.cost_lines("c/costs.jsonl"))

@@ -91,10 +91,16 @@ def test_a_file_where_a_folder_is_wanted_is_refused_before_the_first_cell(here, 
         options.check(FakeConfig(**{option: "f"}))
 
 
-@pytest.mark.parametrize("option", ["costs", "history"])
-def test_a_text_file_as_a_history_database_is_refused_not_an_internal_error(here, option):
+@pytest.mark.parametrize(
+    "option, says",
+    [
+        ("costs", "neither a history database nor a costs file"),  # a costs file is JSON lines
+        ("history", "history database t.txt: file is not a database"),
+    ],
+)
+def test_a_text_file_as_a_history_database_is_refused_not_an_internal_error(here, option, says):
     (here / "t.txt").write_text("hello\n")
-    with pytest.raises(ValueError, match=f"--perf-{option}=t.txt: history database t.txt: file is not a database"):
+    with pytest.raises(ValueError, match=f"--perf-{option}=t.txt: {says}"):
         options.check(FakeConfig(**{option: "t.txt"}))
 
 

@@ -273,6 +273,8 @@ def test_precompiled_cells_find_their_compiles_and_their_records_say_so(suite, t
     (record,) = _records(results)
     assert record["compile_cache_hits"] > 0 and record["compile_cache_misses"] == 0
     assert record["process"] == "pytest"  # the PR workflow's way: precompiled in children, measured in pytest
+    (kept,) = (tmp_path / "c" / "costs.jsonl").read_text().splitlines()  # what a later dealt run deals by
+    assert json.loads(kept) == {"cell": record["cell"], "paired": False, "seconds": round(record["wall_s"], 2)}
 
 
 def test_loadgroup_hands_out_the_dearest_cells_first():

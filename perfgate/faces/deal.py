@@ -8,7 +8,9 @@ Each shard is `pytest PYTEST_ARGS --perf-shard K/N --perf-data-parallel without`
 share whatever PYTEST_ARGS share (the base's worktree of --perf-against, the --perf-cache-dir). Each writes
 DIR/shard-K/ (results, report, log). A --perf-precompile N among them runs once, before the shards, on every
 dealt GPU (DIR/precompile/). Data-parallel cells need several GPUs: where a shard left some out, one more
-session runs them on every dealt GPU once the shards are done (DIR/data-parallel/). Then DIR/results.jsonl holds
+session runs them on every dealt GPU once the shards are done (DIR/data-parallel/). The shards deal themselves by
+DIR/costs.jsonl, a copy of the seconds each cell took in the --perf-cache-dir's earlier runs, where it holds any
+(perfgate.plan.costs.snapshot), else by the priors. Then DIR/results.jsonl holds
 every session's records, and DIR/report.md and report.json the run's one report: where the sessions' options
 give --perf-baseline (PYTEST_ARGS, PYTEST_ADDOPTS or pyproject.toml: perfgate.faces.deal_args.configured),
 `perfgate compare` over them (a paired record keeps its verdict on the clocks, so the baseline judges what
@@ -41,10 +43,12 @@ from perfgate.faces.deal_args import (
     configured,
     gated,
     inherited,
+    option,
     paired_in,
     precompile_of,
     refused,
 )
+from perfgate.plan import costs
 
 NO_CELLS = 5  # pytest.ExitCode.NO_TESTS_COLLECTED, without importing pytest here
 STOP_S = 120.0  # an interrupted session's close: its verdict, report and workers' exit (a GPU context's release ~20 s)
@@ -293,7 +297,7 @@ def _left_out_data_parallel(shards: Sequence[Session]) -> bool:
 
 def _clear(out: Path, sessions: Sequence[Session]) -> None:
     """An earlier run's outputs in DIR: the plugin appends to a results file, and a merge must hold this run's."""
-    for path in (out / "results.jsonl", out / "report.md", out / "report.json"):
+    for path in (out / "results.jsonl", out / "report.md", out / "report.json", out / costs.KEPT_COSTS):
         path.unlink(missing_ok=True)
     for folder in {s.out for s in sessions} | {out / "data-parallel"}:
         shutil.rmtree(folder, ignore_errors=True)
@@ -378,6 +382,7 @@ def _deal(shards: list[Session], pytest_args: Sequence[str], out: Path, seen: Se
             _report(sessions, codes, time.monotonic() - started)
             return exits.UNUSABLE
         pytest_args = dealt_args
+    pytest_args = [*pytest_args, *_kept_costs(seen, out)]
     sessions += shards
     more, interrupted = run_sessions(shards, pytest_args)
     codes += more
@@ -393,6 +398,21 @@ def _deal(shards: list[Session], pytest_args: Sequence[str], out: Path, seen: Se
     if merged is None:
         return exits.combined([*ran, exits.UNUSABLE])  # nothing measured: never a pass
     return exits.combined([*ran, _judge(merged, baseline_in(seen), paired_in(seen), out)])
+
+
+def _kept_costs(seen: Sequence[str], out: Path) -> list[str]:
+    """--perf-costs DIR/costs.jsonl: a copy of the kept cache's costs (perfgate.plan.costs.snapshot), which every
+    shard deals by alike, taken while no session runs; none where the sessions read a --perf-costs already or the
+    cache holds no costs."""
+    caches, _ = option(seen, "--perf-cache-dir")
+    if option(seen, "--perf-costs")[0] or not (caches and caches[-1]):
+        return []
+    copy = out / costs.KEPT_COSTS
+    try:
+        return ["--perf-costs", str(copy)] if costs.snapshot(caches[-1], copy) else []
+    except OSError as err:  # an unwritable DIR: the shards deal by the priors
+        print(f"perfgate deal: the cells' kept costs not copied to {copy}: {err}", file=sys.stderr)
+        return []
 
 
 def _own(code: int) -> int:

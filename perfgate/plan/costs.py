@@ -22,8 +22,12 @@ moved cells mid-pass would run some twice and some never.
 
 from __future__ import annotations
 
+import json
+import math
+import os
 import statistics
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Collection, Iterable, Mapping, Sequence
 
 from perfgate.core.record_reading import unfinished
@@ -98,6 +102,99 @@ def warm_prior_s(cell) -> float:
 # on 2xH200 23ebdea2, 1.32 and 1.14 on 4xH200 2aa41d77 (2026-11-27). The opening line and the ETA of a paired
 # run use it; the costs themselves stay each cell's own, as the shards and the nightly's slices deal them.
 PAIRED_OVER_OWN = 1.35
+
+
+# A kept compile cache (--perf-cache-dir) keeps the seconds each cell took there: KEPT_COSTS, one JSON line a
+# finished cell, {"cell", "seconds", "paired"} (cell_seconds: a paired cell's both sides and every process pair).
+# `perfgate deal` deals its shards by a copy of it taken before they start (--perf-costs), so a runner whose cache
+# was restored deals by what its cells cost there: dealt by the priors per phase, two H200s' warm shards took 4:44
+# and 2:36 (8316f553, 2026-11-29), the slower one holding the captioner's train cell (118 s, both sides) and a
+# second process pair. A copy, because its shards deal themselves and must read the same costs.
+KEPT_COSTS = "costs.jsonl"
+KEPT_PER_CELL = 5  # a cell's latest lines that its cost is the median of
+
+
+def cost_line(record: dict) -> dict | None:
+    """The kept cache's line for a finished cell's record, or None (a checkpoint, a skip, no seconds)."""
+    seconds = cell_seconds(record)
+    if record.get("status") not in ("ok", "failed") or unfinished(record) or not seconds > 0:
+        return None
+    return {"cell": record["cell"], "seconds": round(float(seconds), 2), "paired": bool(record.get("paired"))}
+
+
+def cost_lines(path: str | os.PathLike) -> list[dict]:
+    """A costs file's lines, oldest first; a line that is no cost (torn by a killed writer, edited) is left out,
+    and a file that is not there has none."""
+    try:
+        text = Path(path).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return []
+    lines = []
+    for raw in text.splitlines():
+        try:
+            line = json.loads(raw)
+        except ValueError:
+            continue
+        if not isinstance(line, dict):
+            continue
+        seconds = _seconds(line.get("seconds"))
+        if isinstance(line.get("cell"), str) and seconds is not None:
+            lines.append({"cell": line["cell"], "seconds": seconds, "paired": line.get("paired") is True})
+    return lines
+
+
+def _seconds(value) -> float | None:
+    """A line's seconds: a finite number above 0, else None."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0:
+        return float(value)
+    return None
+
+
+def kept_costs(lines: Iterable[dict]) -> dict[str, float]:
+    """{cell id: seconds} from a costs file's lines: the median of a cell's latest KEPT_PER_CELL, in its own
+    side's seconds as the history and the priors give them (a paired cell's over PAIRED_OVER_OWN), so that
+    cells priced from either compare."""
+    seen: dict[str, list[float]] = {}
+    for line in lines:
+        seen.setdefault(line["cell"], []).append(line["seconds"] / (PAIRED_OVER_OWN if line["paired"] else 1.0))
+    return {cell: statistics.median(values[-KEPT_PER_CELL:]) for cell, values in seen.items()}
+
+
+def latest_lines(lines: Sequence[dict]) -> list[dict]:
+    """The lines kept_costs reads (each cell's latest KEPT_PER_CELL), in their order: a costs file trimmed."""
+    counted: dict[str, int] = {}
+    kept = []
+    for line in reversed(lines):
+        counted[line["cell"]] = counted.get(line["cell"], 0) + 1
+        if counted[line["cell"]] <= KEPT_PER_CELL:
+            kept.append(line)
+    return kept[::-1]
+
+
+def snapshot(cache_dir: str | os.PathLike, dest: Path) -> bool:
+    """A dealt run's copy of the kept cache's costs at `dest` (each cell's latest lines), for its shards'
+    --perf-costs; whether there was one. The cache's own file is trimmed to them where it grew past four times
+    as many: a line a session appends in that moment is lost, a cost and no measurement."""
+    path = Path(cache_dir) / KEPT_COSTS
+    lines = cost_lines(path)
+    kept = latest_lines(lines)
+    if not kept:
+        return False
+    _write_lines(dest, kept)
+    if len(lines) > 4 * len(kept):
+        try:
+            _write_lines(path, kept)
+        except OSError:
+            pass  # a read-only cache: its file keeps growing, read all the same
+    return True
+
+
+def _write_lines(path: Path, lines: Sequence[dict]) -> None:
+    """The lines written whole, then moved into place: a reader never sees half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}")
+    temporary.write_text("".join(json.dumps(line, sort_keys=True) + "\n" for line in lines), encoding="utf-8")
+    os.replace(temporary, path)
 
 
 def known_costs(records: Iterable[dict]) -> dict[str, float]:

@@ -13,6 +13,7 @@ import pytest
 
 from perfgate.core import matrix, zoo
 from perfgate.core.matrix import MAX_PRECOMPILE, PAIRED_OPTIONS, check_names, split_csv
+from perfgate.plan.costs import KEPT_COSTS
 from perfgate.plugin.selection import Selection
 
 ISOLATE = ("gpu", "all", "off")  # --perf-isolate: which cells run in a child process of their own
@@ -170,9 +171,9 @@ def add(parser: pytest.Parser) -> None:
     group.addoption(
         "--perf-costs",
         metavar="DB",
-        help="a history database to estimate each cell's wall "
-        "seconds from, for --perf-shard (shards of equal cost) and the ETA lines (default: "
-        "--perf-history's database, else priors per variant)",
+        help="a history database, or a costs file (perfgate deal's copy of the one a --perf-cache-dir keeps), to "
+        "estimate each cell's wall seconds from, for --perf-shard (shards of equal cost) and the ETA lines "
+        "(default: --perf-history's database, else priors per variant)",
     )
     group.addoption(
         "--perf-profile",
@@ -201,8 +202,8 @@ def check(config: pytest.Config) -> Selection:
     costs_db = opt("--perf-costs")
     if costs_db is not None and not Path(costs_db).is_file():
         raise ValueError(
-            f"--perf-costs={costs_db}: no such history database (make one with "
-            f"`perfgate history add` or --perf-history)"
+            f"--perf-costs={costs_db}: no such history database or costs file (make one with "
+            f"`perfgate history add` or --perf-history; a --perf-cache-dir keeps a costs file, {KEPT_COSTS})"
         )
     limit = opt("--perf-cell-timeout")
     if limit is not None and not (math.isfinite(limit) and 0 < limit <= MAX_CELL_TIMEOUT_S):
@@ -296,6 +297,16 @@ def check_histories(costs_db: str | None, history_db: str | None) -> None:
     shards' costs at collection, or written at the end, it was an INTERNALERROR."""
     from perfgate.store import history
 
+    if costs_db and Path(costs_db).is_file() and not history.is_database(costs_db):
+        from perfgate.plan.costs import cost_lines
+
+        text = Path(costs_db).read_text(encoding="utf-8", errors="replace")
+        if text.strip() and not cost_lines(costs_db):
+            raise ValueError(
+                f"--perf-costs={costs_db}: neither a history database nor a costs file (JSON lines of "
+                f'{{"cell": id, "seconds": s}}, as a --perf-cache-dir keeps in {KEPT_COSTS})'
+            )
+        costs_db = None  # a costs file: no database to check
     for option, value in (("--perf-costs", costs_db), ("--perf-history", history_db)):
         if value and Path(value).is_file():
             try:

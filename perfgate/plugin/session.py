@@ -192,6 +192,7 @@ class PerfSession(CellRunner, SessionPlan):
         sink = BenchmarkSink(benchmark, cell)
         record = self._run(spec, cell)
         self.ran[cell.id] = (spec, cell)
+        self.keep_cost(record)
         if self.progress is not None and self.worker is None:  # under xdist the controller counts
             done = self.progress.finish(
                 cell.id, cell_seconds(record), self.expected.get(cell.id, 0.0), gpus_held(record)

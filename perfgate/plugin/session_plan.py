@@ -18,16 +18,36 @@ class SessionPlan:
     _history: dict[str, float] | None = None  # history_costs, once read
 
     def history_costs(self) -> dict[str, float]:
-        """{cell id: median wall seconds} in the --perf-costs (else --perf-history) database, for the cells that
-        ran there. Read once a session: the shard hook, the xdist order, the plan and the precompile all price by
-        it, and the controller appends to the history only at the session's end."""
+        """{cell id: median wall seconds} in the --perf-costs (else --perf-history) database or costs file, for
+        the cells that ran there. Read once a session: the shard hook, the xdist order, the plan and the precompile
+        all price by it, and the controller appends to the history only at the session's end."""
         if self._history is None:
             from perfgate.plan import costs
             from perfgate.store import history
 
             db = self.config.getoption("--perf-costs") or self.config.getoption("--perf-history")
-            self._history = costs.known_costs(history.records(db)) if db and Path(db).is_file() else {}
+            if not (db and Path(db).is_file()):
+                self._history = {}
+            elif history.is_database(db):
+                self._history = costs.known_costs(history.records(db))
+            else:  # a costs file (perf deal's copy of a kept cache's)
+                self._history = costs.kept_costs(costs.cost_lines(db))
         return self._history
+
+    def keep_cost(self, record: dict) -> None:
+        """A finished cell's seconds, appended to the kept cache's costs file (perfgate.plan.costs.KEPT_COSTS),
+        which the next dealt run on this runner deals its shards by. One that cannot be written costs only that."""
+        from perfgate.plan import costs
+
+        cache_dir = self.config.getoption("--perf-cache-dir")
+        line = costs.cost_line(record) if cache_dir else None
+        if line is not None:
+            from perfgate.core.records_file import append_record
+
+            try:
+                append_record(Path(cache_dir) / costs.KEPT_COSTS, line)
+            except OSError:
+                pass
 
     def expected_costs(self, cells: list[Cell], warm: Collection[str] = ()) -> dict[str, float]:
         """Expected wall seconds per cell: the costs history's median where the cell ran, else a prior per

@@ -140,6 +140,16 @@ def _check_schema(conn: sqlite3.Connection, path: Path) -> None:
         raise HistoryError(f"history database {path} has schema {row and row['value']}, expected {HISTORY_SCHEMA}")
 
 
+def is_database(path: str | os.PathLike) -> bool:
+    """Whether the file begins as an SQLite database does (a history, or another program's database), not as
+    the JSON lines of a costs file (perfgate.plan.costs.KEPT_COSTS)."""
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(16) == b"SQLite format 3\x00"
+    except OSError:
+        return False
+
+
 def check(db_path: str | os.PathLike) -> None:
     """Raise HistoryError unless `db_path` is a history a reader can use (the plugin's start-up check)."""
     with _connect(db_path, create=False):
