@@ -104,6 +104,20 @@ def test_a_text_file_as_a_history_database_is_refused_not_an_internal_error(here
         options.check(FakeConfig(**{option: "t.txt"}))
 
 
+def test_a_costs_file_is_taken_and_its_lines_past_reading_are_left_out(here):
+    """A kept cache's costs file, which CI restores run after run: a line no parser can read (an int past float's
+    range, nesting past the parser's depth) is no cost and no crash; an empty file is a file of no costs."""
+    huge = '{"cell": "a", "seconds": 1' + "0" * 400 + "}"
+    good = '{"cell": "b", "seconds": 3.5, "paired": false}'
+    (here / "costs.jsonl").write_text("\n".join([huge, _deep("object"), good]) + "\n")
+    (here / "empty.jsonl").write_text("")
+    for name in ("costs.jsonl", "empty.jsonl"):
+        options.check(FakeConfig(costs=name))
+    from perfgate.plan.costs import cost_lines
+
+    assert cost_lines(here / "costs.jsonl") == [{"cell": "b", "seconds": 3.5, "paired": False}]
+
+
 def _deep(kind: str) -> str:
     return "[" * DEEP + "]" * DEEP if kind == "array" else '{"a":' * DEEP + "1" + "}" * DEEP
 

@@ -196,6 +196,19 @@ def test_a_kept_caches_markers_change_no_shard(suite, tmp_path):
     assert after == before
 
 
+def test_shards_dealt_by_one_costs_file_split_the_matrix_without_overlap(suite, tmp_path):
+    """perfgate deal's way: every shard reads one copy of the kept cache's costs (--perf-costs FILE), a slow cell
+    among them, and the shards still cover every cell once, the slow cell's shard holding fewer."""
+    everything = _collected(suite)
+    slow = next(line for line in sorted(everything) if "test_train_step[" in line)
+    model, variant, precision = slow.split("[")[1].rstrip("]").split("-")
+    kept = tmp_path / "costs.jsonl"
+    kept.write_text(json.dumps({"cell": f"{model}-train-{variant}-{precision}", "seconds": 1e5, "paired": True}))
+    shards = [_collected(suite, f"--perf-shard={i}/2", f"--perf-costs={kept}") for i in (1, 2)]
+    assert not shards[0] & shards[1] and shards[0] | shards[1] == everything
+    assert min(len(shard) for shard in shards if slow in shard) == 1  # it outweighs every other cell
+
+
 def test_rotation_slices_cover_the_matrix_once_and_shards_split_a_slice(suite):
     """The nightly's two levels: --perf-rotate K/3 over three nights, --perf-shard I/2 over two runners."""
     slices = [_collected(suite, f"--perf-rotate={k}/3") for k in (1, 2, 3)]

@@ -37,18 +37,18 @@ from typing import Sequence
 from perfgate.core import exits
 from perfgate.core.children import die_with_parent
 from perfgate.core.matrix import DATA_PARALLEL_LEFT_OUT, DEALT_ENV, MAX_PRECOMPILE
+from perfgate.core.output import OutputError
 from perfgate.faces.deal_args import (
     PRECOMPILE,
     baseline_in,
     configured,
     gated,
     inherited,
-    option,
+    kept_costs,
     paired_in,
     precompile_of,
     refused,
 )
-from perfgate.plan import costs
 
 NO_CELLS = 5  # pytest.ExitCode.NO_TESTS_COLLECTED, without importing pytest here
 STOP_S = 120.0  # an interrupted session's close: its verdict, report and workers' exit (a GPU context's release ~20 s)
@@ -297,7 +297,7 @@ def _left_out_data_parallel(shards: Sequence[Session]) -> bool:
 
 def _clear(out: Path, sessions: Sequence[Session]) -> None:
     """An earlier run's outputs in DIR: the plugin appends to a results file, and a merge must hold this run's."""
-    for path in (out / "results.jsonl", out / "report.md", out / "report.json", out / costs.KEPT_COSTS):
+    for path in (out / "results.jsonl", out / "report.md", out / "report.json"):
         path.unlink(missing_ok=True)
     for folder in {s.out for s in sessions} | {out / "data-parallel"}:
         shutil.rmtree(folder, ignore_errors=True)
@@ -324,7 +324,6 @@ def _judge(merged: Path, baseline: str | None, paired_run: bool, out: Path) -> i
     if not paired_run:
         return exits.PASS
     from perfgate.ab.verdict import PairedVerdict
-    from perfgate.core.output import OutputError
     from perfgate.core.records_file import RecordFileError, load_records
 
     try:  # each cell's final record, as each session judged it: a checkpoint is no verdict
@@ -382,7 +381,7 @@ def _deal(shards: list[Session], pytest_args: Sequence[str], out: Path, seen: Se
             _report(sessions, codes, time.monotonic() - started)
             return exits.UNUSABLE
         pytest_args = dealt_args
-    pytest_args = [*pytest_args, *_kept_costs(seen, out)]
+    pytest_args = [*pytest_args, *kept_costs(seen, out)]
     sessions += shards
     more, interrupted = run_sessions(shards, pytest_args)
     codes += more
@@ -398,21 +397,6 @@ def _deal(shards: list[Session], pytest_args: Sequence[str], out: Path, seen: Se
     if merged is None:
         return exits.combined([*ran, exits.UNUSABLE])  # nothing measured: never a pass
     return exits.combined([*ran, _judge(merged, baseline_in(seen), paired_in(seen), out)])
-
-
-def _kept_costs(seen: Sequence[str], out: Path) -> list[str]:
-    """--perf-costs DIR/costs.jsonl: a copy of the kept cache's costs (perfgate.plan.costs.snapshot), which every
-    shard deals by alike, taken while no session runs; none where the sessions read a --perf-costs already or the
-    cache holds no costs."""
-    caches, _ = option(seen, "--perf-cache-dir")
-    if option(seen, "--perf-costs")[0] or not (caches and caches[-1]):
-        return []
-    copy = out / costs.KEPT_COSTS
-    try:
-        return ["--perf-costs", str(copy)] if costs.snapshot(caches[-1], copy) else []
-    except OSError as err:  # an unwritable DIR: the shards deal by the priors
-        print(f"perfgate deal: the cells' kept costs not copied to {copy}: {err}", file=sys.stderr)
-        return []
 
 
 def _own(code: int) -> int:

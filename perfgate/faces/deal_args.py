@@ -1,16 +1,20 @@
 """What `perfgate deal` reads of the pytest arguments it deals: the options it sets per session or refuses, the
-precompile it runs once, and the baseline and base side its one report judges against, each read where the
-sessions' pytest reads it (`configured`). Imports neither torch nor pytest."""
+precompile it runs once, the baseline and base side its one report judges against, each read where the
+sessions' pytest reads it (`configured`), and the kept cache's costs its shards deal by. Imports neither torch
+nor pytest."""
 
 from __future__ import annotations
 
 import os
 import shlex
+import sys
 from pathlib import Path
 from typing import Sequence
 
 from perfgate.core import pyproject
 from perfgate.core.matrix import MAX_PRECOMPILE, PAIRED_OPTIONS
+from perfgate.core.output import OutputError
+from perfgate.plan import costs
 
 # Set per session by deal itself.
 OWNED = ("--perf-shard", "--perf-results", "--perf-report", "--perf-data-parallel")
@@ -139,3 +143,18 @@ def paired_in(pytest_args: Sequence[str]) -> bool:
 def gated(pytest_args: Sequence[str]) -> bool:
     """Whether the sessions judge what they measure (a baseline, or a side to pair with): each then reports."""
     return baseline_in(pytest_args) is not None or paired_in(pytest_args)
+
+
+def kept_costs(seen: Sequence[str], out: Path) -> list[str]:
+    """--perf-costs DIR/costs.jsonl: a copy of the kept cache's costs (perfgate.plan.costs.snapshot), which every
+    shard deals by alike, taken while no session runs; none where the sessions read a --perf-costs already or the
+    cache holds no costs, and none that cannot be made (the shards then deal by the priors)."""
+    caches, _ = option(seen, "--perf-cache-dir")
+    if option(seen, "--perf-costs")[0] or not (caches and caches[-1]):
+        return []
+    copy = out / costs.KEPT_COSTS
+    try:
+        return ["--perf-costs", str(copy)] if costs.snapshot(caches[-1], copy) else []
+    except (OSError, OutputError) as err:
+        print(f"perfgate deal: the shards deal by the priors, the kept costs not copied: {err}", file=sys.stderr)
+        return []

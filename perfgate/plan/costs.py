@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Collection, Iterable, Mapping, Sequence
 
+from perfgate.core.output import OutputError, write_atomic
 from perfgate.core.record_reading import unfinished
 
 if TYPE_CHECKING:
@@ -123,17 +124,34 @@ def cost_line(record: dict) -> dict | None:
 
 
 def cost_lines(path: str | os.PathLike) -> list[dict]:
-    """A costs file's lines, oldest first; a line that is no cost (torn by a killed writer, edited) is left out,
-    and a file that is not there has none."""
+    """A costs file's lines, oldest first; a line that is no cost (torn by a killed writer, edited, nested past
+    the parser's depth) is left out, and a file that is not there has none. A file that cannot be read raises
+    OSError."""
+    if not Path(path).is_file():
+        return []
+    return parse_cost_lines(Path(path).read_text(encoding="utf-8", errors="replace"))
+
+
+def costs_file_problem(path: str | os.PathLike) -> str:
+    """Why a file given as --perf-costs that is no database is no costs file either, or "" (an empty file is
+    one of no costs)."""
     try:
         text = Path(path).read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return []
+    except OSError as err:
+        return f"cannot read it: {err.strerror or err}"
+    if text.strip() and not parse_cost_lines(text):
+        shape = '{"cell": id, "seconds": s}'
+        return f"neither a history database nor a costs file (JSON lines of {shape}, as a --perf-cache-dir keeps)"
+    return ""
+
+
+def parse_cost_lines(text: str) -> list[dict]:
+    """cost_lines of a costs file's text."""
     lines = []
     for raw in text.splitlines():
         try:
             line = json.loads(raw)
-        except ValueError:
+        except (ValueError, RecursionError):
             continue
         if not isinstance(line, dict):
             continue
@@ -145,9 +163,13 @@ def cost_lines(path: str | os.PathLike) -> list[dict]:
 
 def _seconds(value) -> float | None:
     """A line's seconds: a finite number above 0, else None."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0:
-        return float(value)
-    return None
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return None
+    try:
+        seconds = float(value)  # an int past float's range: OverflowError
+    except OverflowError:
+        return None
+    return seconds if math.isfinite(seconds) and seconds > 0 else None
 
 
 def kept_costs(lines: Iterable[dict]) -> dict[str, float]:
@@ -174,27 +196,21 @@ def latest_lines(lines: Sequence[dict]) -> list[dict]:
 def snapshot(cache_dir: str | os.PathLike, dest: Path) -> bool:
     """A dealt run's copy of the kept cache's costs at `dest` (each cell's latest lines), for its shards'
     --perf-costs; whether there was one. The cache's own file is trimmed to them where it grew past four times
-    as many: a line a session appends in that moment is lost, a cost and no measurement."""
+    as many: a line a session appends in that moment is lost, a cost and no measurement. Raises OutputError
+    where `dest` cannot be written, OSError where the cache's file cannot be read."""
     path = Path(cache_dir) / KEPT_COSTS
     lines = cost_lines(path)
     kept = latest_lines(lines)
     if not kept:
         return False
-    _write_lines(dest, kept)
+    text = "".join(json.dumps(line, sort_keys=True) + "\n" for line in kept)
+    write_atomic(dest, text)
     if len(lines) > 4 * len(kept):
         try:
-            _write_lines(path, kept)
-        except OSError:
+            write_atomic(path, text)
+        except OutputError:
             pass  # a read-only cache: its file keeps growing, read all the same
     return True
-
-
-def _write_lines(path: Path, lines: Sequence[dict]) -> None:
-    """The lines written whole, then moved into place: a reader never sees half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.{os.getpid()}")
-    temporary.write_text("".join(json.dumps(line, sort_keys=True) + "\n" for line in lines), encoding="utf-8")
-    os.replace(temporary, path)
 
 
 def known_costs(records: Iterable[dict]) -> dict[str, float]:

@@ -298,14 +298,10 @@ def check_histories(costs_db: str | None, history_db: str | None) -> None:
     from perfgate.store import history
 
     if costs_db and Path(costs_db).is_file() and not history.is_database(costs_db):
-        from perfgate.plan.costs import cost_lines
+        from perfgate.plan.costs import costs_file_problem
 
-        text = Path(costs_db).read_text(encoding="utf-8", errors="replace")
-        if text.strip() and not cost_lines(costs_db):
-            raise ValueError(
-                f"--perf-costs={costs_db}: neither a history database nor a costs file (JSON lines of "
-                f'{{"cell": id, "seconds": s}}, as a --perf-cache-dir keeps in {KEPT_COSTS})'
-            )
+        if problem := costs_file_problem(costs_db):
+            raise ValueError(f"--perf-costs={costs_db}: {problem}")
         costs_db = None  # a costs file: no database to check
     for option, value in (("--perf-costs", costs_db), ("--perf-history", history_db)):
         if value and Path(value).is_file():
