@@ -312,19 +312,19 @@ def _look_once(
     wanted: dict[str, set[str]],
     spent: dict,
     kernels: dict,
-    eager_pairs: int = WALL_PAIRS,
+    with_eager: int = WALL_PAIRS,
     layouts: bool = False,
     pairs: int = WALL_PAIRS,
 ) -> None:
     """One look: the round pairs of each clock in `wanted` ({clock: the sides whose rounds it wants}), their
     seconds added to `spent` by clock, and each worker's latest kernel table (the device clock's) in `kernels`.
     A look takes `pairs` wall round pairs (wall_shape); a wall round steps only the wanted sides (after the first
-    look, most often the compiled step alone), and eager in `eager_pairs` of them, spread over the look, where
+    look, most often the compiled step alone), and eager in `with_eager` of them, spread over the look, where
     compiled is wanted too."""
     workers = {"a": duet.worker(duet.sides[0]), "b": duet.worker(duet.sides[1])}
     if not all(steps_sides(w) for w in workers.values()):  # a base on an older engine steps both sides: so does B
         wanted = {**wanted, **({"wall": {"eager", "compiled"}} if "wall" in wanted else {})}
-        eager_pairs = pairs
+        with_eager = pairs
 
     def pair(clock: str, request: dict, sides) -> None:
         t0 = time.monotonic()
@@ -343,7 +343,7 @@ def _look_once(
                 rounds[clock][s][side][-1].extend(values)
 
     sides = sorted(wanted.get("wall", ()))
-    eager_at = {round(k * pairs / max(1, eager_pairs)) for k in range(eager_pairs)}  # spread: 0, 3, 6, 9 of 12
+    eager_at = {round(k * pairs / max(1, with_eager)) for k in range(with_eager)}  # spread: 0, 3, 6, 9 of 12
     for i in range(pairs if sides else 0):
         now = sides if i in eager_at or "compiled" not in sides else ["compiled"]
         pair("wall", {"op": "wall", "steps": steps, "first": rng.choice(("eager", "compiled")), "sides": now}, now)

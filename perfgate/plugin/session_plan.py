@@ -30,7 +30,7 @@ class SessionPlan:
                 self._history = {}
             elif history.is_database(db):
                 self._history = costs.known_costs(history.records(db))
-            else:  # a costs file (perf deal's copy of a kept cache's)
+            else:  # a costs file (perfgate deal's copy of a kept cache's)
                 self._history = costs.kept_costs(costs.cost_lines(db))
         return self._history
 

@@ -18,6 +18,8 @@
 # chain's GPUs, an A/A; deal_plant with the device plant), e.g. start 0,1,2,3 "deal_cold deal_warm deal_plant".
 # aa_cold_seq: aa_cold with a cold first pair's sides one after the other (PERFGATE_PAIRED_PREPARE=sequential), to
 # time the two ways of preparing on one host: start 0 "aa_cold" 1 "aa_cold_seq" (each chain its own empty cache).
+# DEAL_K: the deal steps' cells (-k), e.g. DEAL_K="gpt2 or vit_b16" start 0,1 "deal_cold deal_warm": is a warm deal
+# dealt by the kept cache's costs (costs.jsonl; each shard's log says how many cells it priced from them)?
 # rl_study: the host-bound cells (RL_K) with tools/probes/round_lengths.py (paired wall rounds of 12.5, 25, 50 and
 # 100 ms before each cell's first look, which then takes 50 ms rounds); their A/A with paired wall rounds of 12 ms
 # (rl_short*), 50 ms (rl_gate*: the gate to 2026-11-28) and the gate's own 25 ms (rl_new*).
@@ -30,7 +32,8 @@ if [ "$1" = deal ]; then  # deal K GPUS NAME ARGS...: the PR tier paired as the 
   t0=$SECONDS
   CUDA_VISIBLE_DEVICES=$gpu timeout 1500 python3 -m perfgate deal --gpus all --out "$chain/$name" -- perftests \
     -m "gpu and pr" -p no:randomly --perf-against-env PERFGATE_SIDE=base --perf-isolate off \
-    --perf-cache-dir "${PCACHE:-$top/pcache$k}" --perf-precompile 4 --perf-baseline baselines "$@" > "$chain/$name.log" 2>&1
+    --perf-cache-dir "${PCACHE:-$top/pcache$k}" --perf-precompile 4 --perf-baseline baselines ${DEAL_K:+-k "$DEAL_K"} "$@" \
+    > "$chain/$name.log" 2>&1
   rc=$?
   cp "$chain/$name/results.jsonl" "$chain/$name.jsonl" 2>/dev/null
   cat "$chain/$name"/shard-*/results.against.jsonl > "$chain/$name.against.jsonl" 2>/dev/null
