@@ -172,18 +172,18 @@ def _seconds(value) -> float | None:
     return seconds if math.isfinite(seconds) and seconds > 0 else None
 
 
-def kept_costs(lines: Iterable[dict]) -> dict[str, float]:
-    """{cell id: seconds} from a costs file's lines: the median of a cell's latest KEPT_PER_CELL, in its own
+def kept_costs(lines: Sequence[dict]) -> dict[str, float]:
+    """{cell id: seconds} from a costs file's lines: the median of a cell's latest (latest_lines), in its own
     side's seconds as the history and the priors give them (a paired cell's over PAIRED_OVER_OWN), so that
     cells priced from either compare."""
     seen: dict[str, list[float]] = {}
-    for line in lines:
+    for line in latest_lines(lines):
         seen.setdefault(line["cell"], []).append(line["seconds"] / (PAIRED_OVER_OWN if line["paired"] else 1.0))
-    return {cell: statistics.median(values[-KEPT_PER_CELL:]) for cell, values in seen.items()}
+    return {cell: statistics.median(values) for cell, values in seen.items()}
 
 
 def latest_lines(lines: Sequence[dict]) -> list[dict]:
-    """The lines kept_costs reads (each cell's latest KEPT_PER_CELL), in their order: a costs file trimmed."""
+    """Each cell's latest KEPT_PER_CELL lines, in their order: what kept_costs reads, and a costs file trimmed."""
     counted: dict[str, int] = {}
     kept = []
     for line in reversed(lines):
