@@ -6,6 +6,7 @@ import json
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -53,6 +54,9 @@ def test_paired_run_on_two_trees(suite):
     (picked,) = (suite.path / "kept" / "perfgate-picked").glob("cpu-mlp-infer-aot_eager-fp32.*.json")
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=suite.path, capture_output=True, text=True).stdout
     assert json.loads(picked.read_text())["pair"] == f"{head[:12]} | this tree"
+    # One kept cache and one reference cache for both sides: side A starts in the base's worktree, where the
+    # relative "kept" and the default reference cache would be folders of their own (options.anchor_folders).
+    assert not [p.name for p in suite.path.glob(".perfgate/against-*/*") if p.name in ("kept", ".perfgate")]
     slowed = suite.runpytest_subprocess(*PAIRED, f"--perf-inject=host_slow:{CPU_PLANT_PCT}")
     assert slowed.ret == 1, slowed.stdout.str()[-3000:]
     slowed.stdout.fnmatch_lines(
@@ -302,6 +306,41 @@ def test_side_b_may_be_a_revision_beside_side_a(tmp_path):
     assert against.base_side(config()) is None
     with pytest.raises(SideError, match="--perf-b-rev is empty"):
         against.tree_side(config(perf_against="HEAD", perf_b_rev=" "))
+
+
+def test_a_suite_below_its_checkouts_top_is_each_sides_same_folder(tmp_path):
+    """pytest's rootdir in a subfolder of the repository (a monorepo; a copy of the tree inside another
+    checkout): side B is that folder, not the checkout's top, and a revision's side is the same folder of its
+    worktree. Both sides starting in the top ran the top's code for this tree."""
+    from perfgate.plugin import against
+
+    suite_dir = tmp_path / "perf"
+    suite_dir.mkdir()
+    (suite_dir / "f").write_text("x")
+    for args in (["init", "-q"], ["add", "-A"], ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "one"]):
+        subprocess.run(["git", *args], cwd=tmp_path, check=True)
+    option = type("O", (), {"numprocesses": None})()
+    given = {"--perf-against": "HEAD"}
+    config = type("C", (), {"getoption": lambda self, n: given.get(n), "rootpath": suite_dir, "option": option})()
+    a, b = against.base_side(config), against.tree_side(config)
+    assert b.root == str(suite_dir)
+    assert a.root.endswith("/perf") and (Path(a.root) / "f").read_text() == "x" and a.root != b.root
+
+
+@pytest.mark.parametrize("given", ["kept", "sub/kept", "off"])
+def test_the_folders_a_cells_process_uses_are_absolute_from_where_pytest_started(given, tmp_path):
+    """A paired side's worker starts in its own tree: a relative --perf-cache-dir, --perf-reference-cache or
+    --perf-profile is made absolute from pytest's starting folder, so that both sides use one. "off" (no reference
+    cache) stays off; an absolute folder stays as given."""
+    from perfgate.plugin import options
+
+    started = tmp_path / "checkout"
+    values = {"perf_cache_dir": given, "perf_reference_cache": given, "perf_profile": str(tmp_path / "p")}
+    config = type("C", (), {"option": type("O", (), values)(), "invocation_params": type("I", (), {"dir": started})})()
+    options.anchor_folders(config)
+    assert config.option.perf_cache_dir == str(started / given)
+    assert config.option.perf_reference_cache == ("off" if given == "off" else str(started / given))
+    assert config.option.perf_profile == str(tmp_path / "p")
 
 
 def test_judging_eager_wall_without_a_pairing_is_said_to_do_nothing():

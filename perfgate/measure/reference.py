@@ -41,7 +41,6 @@ REFERENCE_FORMAT = 2
 # A reference larger than this (fp64 bytes) is computed each time rather than written: gpt2_xl's two steps
 # would be ~25 GB.
 MAX_STORED_BYTES = 8 * 2**30
-DEFAULT_DIR = str(Path(".perfgate") / "reference")
 
 
 def kinds(precision: str) -> tuple[str, ...]:

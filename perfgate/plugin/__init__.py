@@ -15,7 +15,6 @@ import os
 
 import pytest
 
-from perfgate.ab import sides
 from perfgate.core import exits
 from perfgate.core.matrix import DATA_PARALLEL_LEFT_OUT, DEALT_ENV, UnknownNameError
 from perfgate.plugin import against, config_file, options, selection
@@ -49,6 +48,7 @@ def pytest_configure(config: pytest.Config) -> None:
             f"{config.rootpath / 'pyproject.toml'}: {config_file.TABLE} is read only where pytest loads perfgate "
             "before the conftests: install perfgate (its pytest11 entry point), or pass -p perfgate.plugin"
         )
+    options.anchor_folders(config)
     try:
         chosen = options.check(config)
         base = against.base_side(config)  # --perf-against: checked (and checked out) before any cell
@@ -61,7 +61,7 @@ def pytest_configure(config: pytest.Config) -> None:
             base,
             perf.results_path,
             config.getoption("--perf-cache-dir"),
-            sides.repo_root(str(config.rootpath)),
+            str(config.rootpath),
             tree,
             eager_wall=config.getoption("--perf-judge-eager-wall"),
         )

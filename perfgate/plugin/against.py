@@ -46,10 +46,14 @@ def tree_side(config: pytest.Config) -> Side:
 def _side(config: pytest.Config, name: str, options: tuple[str, str, str]) -> Side:
     opt = config.getoption
     rev_option, python_option, env_option = options
-    here = sides.repo_root(str(config.rootpath))
-    root, revision = here, ""
+    # This tree is pytest's rootdir, which may sit below the checkout's top (a suite in a subfolder of a
+    # larger repository, or a copy of the tree inside another checkout): a revision's side is that same folder
+    # of its worktree. Started in the checkout's top instead, this tree's worker ran that folder's code.
+    root, revision = str(config.rootpath), ""
     if opt(rev_option) is not None:
-        root, revision = sides.checkout(rev_option, opt(rev_option), here, Path(here) / ".perfgate")
+        here = sides.repo_root(root)
+        tree, revision = sides.checkout(rev_option, opt(rev_option), here, Path(here) / ".perfgate")
+        root = str(Path(tree) / Path(root).resolve().relative_to(Path(here).resolve()))
     python = sys.executable
     if opt(python_option) is not None:
         python = sides.check_python(python_option, opt(python_option))

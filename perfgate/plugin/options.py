@@ -25,6 +25,10 @@ MAX_PARTS = 1000  # --perf-shard and --perf-rotate N: the whole matrix holds a f
 MAX_ROUNDS = 1000  # --perf-min/max-rounds: 25x the GPU default of 40, minutes of timing per cell
 MAX_ROUND_MS = 10_000.0  # --perf-round-ms: 200x the GPU default of 50 ms
 MAX_CELL_TIMEOUT_S = 86_400.0  # --perf-cell-timeout: a day; max-autotune's default is 2400 s
+REFERENCE_CACHE = str(Path(".perfgate") / "reference")  # --perf-reference-cache's default
+# The folders a cell's process uses (config.option's names): a paired side's worker starts in its own tree (a
+# base revision's worktree), so a relative one would be another folder there (anchor_folders).
+FOLDERS = ("perf_cache_dir", "perf_reference_cache", "perf_profile")
 
 
 def add(parser: pytest.Parser) -> None:
@@ -65,6 +69,7 @@ def add(parser: pytest.Parser) -> None:
     group.addoption(
         "--perf-reference-cache",
         metavar="DIR",
+        default=REFERENCE_CACHE,
         help="keep the fp64 reference steps numerics judges against here, keyed by everything they "
         "depend on, so later runs read them instead of computing them; off: compute them in every "
         "cell (default .perfgate/reference)",
@@ -182,6 +187,17 @@ def add(parser: pytest.Parser) -> None:
         "chrome traces of eager and compiled steps and TORCH_LOGS graph_breaks,recompiles,"
         "perf_hints (the gate writes them for flagged cells on its own)",
     )
+
+
+def anchor_folders(config: pytest.Config) -> None:
+    """Make the FOLDERS options absolute, from where pytest was started: a paired side's worker starts in its
+    own tree, where a relative folder is another one. Given `--perf-cache-dir kept`, side A (the base's
+    worktree under .perfgate/) compiled into a cache of its own, so the two sides shared no compile and each
+    timed its own launch configs; and side A never read the references the precompile stored."""
+    for dest in FOLDERS:
+        value = getattr(config.option, dest, None)
+        if value and not (dest == "perf_reference_cache" and value == "off"):
+            setattr(config.option, dest, str(Path(config.invocation_params.dir) / value))
 
 
 def check(config: pytest.Config) -> Selection:

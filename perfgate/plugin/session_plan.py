@@ -145,7 +145,7 @@ class SessionPlan:
 
         from perfgate.core import zoo
         from perfgate.core.records_file import precompile_path
-        from perfgate.measure import precompile, precompiled, reference
+        from perfgate.measure import precompile, precompiled
         from perfgate.plan.costs import hms, precompile_shares
 
         workers = self.config.getoption("--perf-precompile")
@@ -167,7 +167,7 @@ class SessionPlan:
         shares = precompile_shares(cells_left, self.expected_costs(cells_left), workers)
         registry = zoo.load(self.registry)
         limit = max(sum(self.time_limit_s(registry[c.model], c) for c in share) for share in shares if share)
-        references = self.config.getoption("--perf-reference-cache") or reference.DEFAULT_DIR
+        references = self.config.getoption("--perf-reference-cache")
         results = precompile.run(
             shares,
             cache_dir=cache_dir,

@@ -129,7 +129,6 @@ class CellRunner:
         from perfgate.core.fault import parse as parse_fault
         from perfgate.core.job import RunOptions
         from perfgate.core.timing_plan import CPU_PLAN, GPU_PLAN
-        from perfgate.measure import reference
 
         opt = self.config.getoption
         overrides = {
@@ -140,7 +139,7 @@ class CellRunner:
         plan = (GPU_PLAN if cell.device_kind == "gpu" else CPU_PLAN).replace(
             **{key: value for key, value in overrides.items() if value is not None}
         )
-        references = opt("--perf-reference-cache") or reference.DEFAULT_DIR
+        references = opt("--perf-reference-cache")
         return RunOptions(
             device=device,
             plan=plan,
