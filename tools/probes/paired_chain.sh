@@ -36,7 +36,8 @@ if [ "$1" = deal ]; then  # deal K GPUS NAME ARGS...: the PR tier paired as the 
     > "$chain/$name.log" 2>&1
   rc=$?
   cp "$chain/$name/results.jsonl" "$chain/$name.jsonl" 2>/dev/null
-  cat "$chain/$name"/shard-*/results.against.jsonl > "$chain/$name.against.jsonl" 2>/dev/null
+  # one GPU: one session, its side A records in the run folder; several: a shard folder each
+  cat "$chain/$name"/results.against.jsonl "$chain/$name"/shard-*/results.against.jsonl > "$chain/$name.against.jsonl" 2>/dev/null
   echo "$(date -u +%T) end $name rc=$rc in $((SECONDS - t0)) s" >> "$chain/log.txt"
   exit 0
 fi
