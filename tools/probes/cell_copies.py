@@ -1,0 +1,139 @@
+"""Is a host-bound cell's process effect set by how that process built the cell, not by the process itself?
+
+Over every committed paired A/A record (2026-11-27 to 29), the B/A floor ratio of a cell's last process pair and
+of the next cell's first pair, which the same two worker processes measure, are uncorrelated (compiled wall
+r = +0.05, host clock r = +0.03, 277 links; where the first read beyond +-5 %, the next had the same sign in 52 %):
+a process is not slow for its life. host_copies.py's synthetic stack showed no effect at all. So this probe
+builds a real cell COPIES times in each of PROCESSES processes (its own compiled side each: weights, optimizer,
+dynamo's guards and inductor's wrapper, each built after a block of junk that shifts it), and alternates rounds
+over processes and copies in random order, as the paired engine alternates its sides. A figure is a copy's
+fastest round (ms per step). Copies within a process that spread as widely as the processes' cells do mean the
+effect is the build's layout, and fresh builds in one process would sample it; copies that agree mean it is
+something else of that cell's time in the process.
+
+    python3 tools/probes/cell_copies.py > copies.json
+    CELL_DEVICE=cpu CELL_PHASE=infer CELL_PRECISION=fp32 python3 tools/probes/cell_copies.py   (a CPU check)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+PROCESSES = int(os.environ.get("CELL_PROCESSES", "2"))
+COPIES = int(os.environ.get("CELL_COPIES", "4"))
+ROUNDS = int(os.environ.get("CELL_ROUNDS", "30"))
+STEPS = int(os.environ.get("CELL_STEPS", "1"))  # a round: resnet50 train's ~28 ms step on an H200
+WARM = 15
+MODEL = os.environ.get("CELL_MODEL", "resnet50")
+PHASE = os.environ.get("CELL_PHASE", "train")
+PRECISION = os.environ.get("CELL_PRECISION", "amp_bf16")
+DEVICE = os.environ.get("CELL_DEVICE", "cuda")
+# 1: each copy its own load of the compiled code (inductor's in-process caches cleared between copies). On the
+# H200 85d87eda the copies of one process shared that load, and segformer_b2 infer's two processes read 4.25 %
+# apart with each one's copies within 2.3-3.4 %: is the effect in the loaded code?
+FRESH_CODE = os.environ.get("CELL_FRESH_CODE") == "1"
+CACHE = os.environ.get("CELL_CACHE") or os.path.join(tempfile.gettempdir(), "perfgate-cell-copies-cache")
+
+
+def worker() -> None:
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))  # the zoo
+    import torch
+    from torch._inductor.utils import clear_caches
+
+    from perfgate.core import zoo
+    from perfgate.core.matrix import Cell
+    from perfgate.measure.compile_cache import compile_cache
+    from perfgate.measure.devices import start_cell
+    from perfgate.measure.steps import cell_batches, compiled_side, initial_state, sync
+
+    for name in ("recompile_limit", "cache_size_limit"):  # a copy is a new module: dynamo compiles it again
+        if hasattr(torch._dynamo.config, name):
+            setattr(torch._dynamo.config, name, 64)
+    kind = "cpu" if DEVICE == "cpu" else "gpu"
+    cell = Cell(MODEL, PHASE, "inductor_default", PRECISION, device_kind=kind, tier="pr")
+    spec = zoo.load(zoo.DEFAULT)[MODEL]
+    device = start_cell("cpu" if kind == "cpu" else "cuda:0", True)
+    size = spec.size(cell)
+    junk, sides = [], []
+    with compile_cache(CACHE, PRECISION):
+        state = initial_state(spec, size, 0, device)
+        _, batches, _ = cell_batches(spec, cell, size, 0, device)
+        for n in range(COPIES):
+            junk.append([bytearray(4096 * (n + 1)) for _ in range(64)] + [torch.empty(1024 * (n + 1))])
+            side = compiled_side(spec, cell, size, state, device, None)
+            for _ in range(WARM):
+                side.step(batches[0])
+            sync(device)
+            sides.append(side)
+            if FRESH_CODE:  # the next copy loads inductor's generated code from disk again, not this process's module
+                clear_caches()
+        print("ready", flush=True)
+        for line in sys.stdin:
+            side = sides[int(line)]
+            t0 = time.perf_counter()
+            for _ in range(STEPS):
+                side.step(batches[0])
+            sync(device)
+            print(f"{(time.perf_counter() - t0) / STEPS * 1e3:.5f}", flush=True)
+
+
+def main() -> None:
+    rng = random.Random(0)
+    started = time.monotonic()
+    procs = [
+        subprocess.Popen([sys.executable, __file__, "worker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        for _ in range(PROCESSES)
+    ]
+    for p in procs:
+        line = p.stdout.readline().strip()
+        assert line == "ready", f"a worker said {line!r}"
+    built_s = time.monotonic() - started
+    ms = [[[] for _ in range(COPIES)] for _ in procs]
+    turns = [(p, c) for p in range(PROCESSES) for c in range(COPIES)]
+    for _ in range(ROUNDS):
+        for p, c in rng.sample(turns, len(turns)):
+            procs[p].stdin.write(f"{c}\n")
+            procs[p].stdin.flush()
+            ms[p][c].append(float(procs[p].stdout.readline()))
+    for p in procs:
+        p.stdin.close()
+        p.wait()
+    floors = [[min(rounds) for rounds in copies] for copies in ms]
+    # What chance gives a floor: each copy's odd and even rounds, their floors' spread (% of the lower)
+    halves = [100 * abs(min(r[0::2]) / min(r[1::2]) - 1) for copies in ms for r in copies]
+    within = [100 * (max(f) / min(f) - 1) for f in floors]
+    by_process = [statistics.median(f) for f in floors]
+    between = 100 * (max(by_process) / min(by_process) - 1)
+    for p, f in enumerate(floors):
+        print(f"process {p}: copies {' '.join(f'{x:.3f}' for x in f)} ms; spread {within[p]:.2f} %", file=sys.stderr)
+    print(
+        f"copies within a process: {statistics.median(within):.2f} % (median spread); processes: {between:.2f} %; "
+        f"a copy's odd against even rounds: median {statistics.median(halves):.2f} %, max {max(halves):.2f} %; "
+        f"built in {built_s:.0f} s",
+        file=sys.stderr,
+    )
+    cell = f"{MODEL}-{PHASE}-inductor_default-{PRECISION} on {DEVICE}" + (", fresh code a copy" if FRESH_CODE else "")
+    print(
+        json.dumps(
+            {
+                "cell": cell,
+                "floors_ms": floors,
+                "within_pct": within,
+                "between_pct": between,
+                "halves_pct": halves,
+                "built_s": round(built_s, 1),
+                "rounds": ms,
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    worker() if sys.argv[1:] == ["worker"] else main()
