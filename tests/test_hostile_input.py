@@ -17,7 +17,7 @@ import pytest
 
 from perfgate.cli import main
 from perfgate.judge.baseline import build_baseline, write_baseline
-from perfgate.plugin import options
+from perfgate.plugin import folders, options
 from perfgate.store import history
 
 import synthetic as syn
@@ -297,7 +297,7 @@ def test_a_dir_that_is_a_symlink_to_a_file_or_a_broken_one_says_so(tmp_path, run
     assert f"{tmp_path / 'd'} {said}" in err and "File exists" not in err
     if link == "broken":  # and the plugin refuses it before the first cell, where it failed at the end
         with pytest.raises(ValueError, match="--perf-save-baseline=.*: is a broken symbolic link"):
-            options.check_outputs(str(results), str(tmp_path / "d"), None, None)
+            folders.check_outputs(str(results), str(tmp_path / "d"), None, None)
 
 
 suite = tiny_suite.fixture()

@@ -325,6 +325,11 @@ def test_a_suite_below_its_checkouts_top_is_each_sides_same_folder(tmp_path):
     a, b = against.base_side(config), against.tree_side(config)
     assert b.root == str(suite_dir)
     assert a.root.endswith("/perf") and (Path(a.root) / "f").read_text() == "x" and a.root != b.root
+    # A suite folder the revision lacks (untracked, or added since) is a usage error naming it, not a crash
+    (tmp_path / "new").mkdir()
+    config.rootpath = tmp_path / "new"
+    with pytest.raises(SideError, match="--perf-against 'HEAD': that revision has no new/"):
+        against.base_side(config)
 
 
 @pytest.mark.parametrize("given", ["kept", "sub/kept", "off"])
@@ -332,15 +337,30 @@ def test_the_folders_a_cells_process_uses_are_absolute_from_where_pytest_started
     """A paired side's worker starts in its own tree: a relative --perf-cache-dir, --perf-reference-cache or
     --perf-profile is made absolute from pytest's starting folder, so that both sides use one. "off" (no reference
     cache) stays off; an absolute folder stays as given."""
-    from perfgate.plugin import options
+    from perfgate.plugin import folders
 
     started = tmp_path / "checkout"
-    values = {"perf_cache_dir": given, "perf_reference_cache": given, "perf_profile": str(tmp_path / "p")}
-    config = type("C", (), {"option": type("O", (), values)(), "invocation_params": type("I", (), {"dir": started})})()
-    options.anchor_folders(config)
+    config = _folders_config(started, perf_cache_dir=given, perf_reference_cache=given, perf_profile=str(tmp_path))
+    folders.anchor(config)
     assert config.option.perf_cache_dir == str(started / given)
     assert config.option.perf_reference_cache == ("off" if given == "off" else str(started / given))
-    assert config.option.perf_profile == str(tmp_path / "p")
+    assert config.option.perf_profile == str(tmp_path)
+
+
+@pytest.mark.parametrize("option", ["--perf-cache-dir", "--perf-reference-cache", "--perf-profile"])
+def test_a_blank_folder_is_refused_by_name(option, tmp_path):
+    """An unset shell variable: a blank --perf-cache-dir meant cold compiles, a blank reference cache wrote
+    references into each side's working folder."""
+    from perfgate.plugin import folders
+
+    config = _folders_config(tmp_path, **{option.lstrip("-").replace("-", "_"): " "})
+    with pytest.raises(ValueError, match=f"{option}=' ' is empty: give a folder"):
+        folders.anchor(config)
+
+
+def _folders_config(started, **given):
+    values = {"perf_cache_dir": None, "perf_reference_cache": None, "perf_profile": None, **given}
+    return type("C", (), {"option": type("O", (), values)(), "invocation_params": type("I", (), {"dir": started})})()
 
 
 def test_judging_eager_wall_without_a_pairing_is_said_to_do_nothing():

@@ -128,10 +128,14 @@ def import_path(side: Side, here_root: str, path: list[str]) -> list[str]:
     an installation (site-packages, the standard library): a test's registry directory, say. The side's own
     interpreter brings its own packages."""
     prefixes = {sys.prefix, sys.base_prefix, sys.exec_prefix}
-    keep = [side.root]
+    keep, here = [side.root], os.path.realpath(here_root)  # a symlinked checkout is still this tree
     for entry in path:
         entry = os.path.abspath(entry or os.getcwd())
-        if entry == here_root or "-packages" in entry or any(entry.startswith(p + os.sep) for p in prefixes):
+        if (
+            os.path.realpath(entry) == here
+            or "-packages" in entry
+            or any(entry.startswith(p + os.sep) for p in prefixes)
+        ):
             continue
         if entry not in keep:
             keep.append(entry)

@@ -17,7 +17,7 @@ import pytest
 
 from perfgate.core import exits
 from perfgate.core.matrix import DATA_PARALLEL_LEFT_OUT, DEALT_ENV, UnknownNameError
-from perfgate.plugin import against, config_file, options, selection
+from perfgate.plugin import against, config_file, folders, options, selection
 from perfgate.plugin.session import PerfSession
 
 SESSION_KEY = pytest.StashKey[PerfSession]()
@@ -48,8 +48,8 @@ def pytest_configure(config: pytest.Config) -> None:
             f"{config.rootpath / 'pyproject.toml'}: {config_file.TABLE} is read only where pytest loads perfgate "
             "before the conftests: install perfgate (its pytest11 entry point), or pass -p perfgate.plugin"
         )
-    options.anchor_folders(config)
     try:
+        folders.anchor(config)  # first: every later check and every process reads the folders absolute
         chosen = options.check(config)
         base = against.base_side(config)  # --perf-against: checked (and checked out) before any cell
         tree = against.tree_side(config) if base is not None else None  # --perf-b-*: likewise

@@ -53,7 +53,13 @@ def _side(config: pytest.Config, name: str, options: tuple[str, str, str]) -> Si
     if opt(rev_option) is not None:
         here = sides.repo_root(root)
         tree, revision = sides.checkout(rev_option, opt(rev_option), here, Path(here) / ".perfgate")
-        root = str(Path(tree) / Path(root).resolve().relative_to(Path(here).resolve()))
+        inside = Path(root).resolve().relative_to(Path(here).resolve())
+        root = str(Path(tree) / inside)
+        if not Path(root).is_dir():  # pytest's rootdir is untracked there, or was added since
+            raise SideError(
+                f"{rev_option} {opt(rev_option)!r}: that revision has no {inside}/, the folder pytest runs this "
+                f"suite from ({config.rootpath}); run from a folder that both revisions hold"
+            )
     python = sys.executable
     if opt(python_option) is not None:
         python = sides.check_python(python_option, opt(python_option))

@@ -6,7 +6,6 @@ naming the valid ones, before any cell runs.
 from __future__ import annotations
 
 import math
-import os
 from pathlib import Path
 
 import pytest
@@ -14,6 +13,7 @@ import pytest
 from perfgate.core import matrix, zoo
 from perfgate.core.matrix import MAX_PRECOMPILE, PAIRED_OPTIONS, check_names, split_csv
 from perfgate.plan.costs import KEPT_COSTS
+from perfgate.plugin.folders import REFERENCE_CACHE, check_folders, check_outputs
 from perfgate.plugin.selection import Selection
 
 ISOLATE = ("gpu", "all", "off")  # --perf-isolate: which cells run in a child process of their own
@@ -25,10 +25,6 @@ MAX_PARTS = 1000  # --perf-shard and --perf-rotate N: the whole matrix holds a f
 MAX_ROUNDS = 1000  # --perf-min/max-rounds: 25x the GPU default of 40, minutes of timing per cell
 MAX_ROUND_MS = 10_000.0  # --perf-round-ms: 200x the GPU default of 50 ms
 MAX_CELL_TIMEOUT_S = 86_400.0  # --perf-cell-timeout: a day; max-autotune's default is 2400 s
-REFERENCE_CACHE = str(Path(".perfgate") / "reference")  # --perf-reference-cache's default
-# The folders a cell's process uses (config.option's names): a paired side's worker starts in its own tree (a
-# base revision's worktree), so a relative one would be another folder there (anchor_folders).
-FOLDERS = ("perf_cache_dir", "perf_reference_cache", "perf_profile")
 
 
 def add(parser: pytest.Parser) -> None:
@@ -189,17 +185,6 @@ def add(parser: pytest.Parser) -> None:
     )
 
 
-def anchor_folders(config: pytest.Config) -> None:
-    """Make the FOLDERS options absolute, from where pytest was started: a paired side's worker starts in its
-    own tree, where a relative folder is another one. Given `--perf-cache-dir kept`, side A (the base's
-    worktree under .perfgate/) compiled into a cache of its own, so the two sides shared no compile and each
-    timed its own launch configs; and side A never read the references the precompile stored."""
-    for dest in FOLDERS:
-        value = getattr(config.option, dest, None)
-        if value and not (dest == "perf_reference_cache" and value == "off"):
-            setattr(config.option, dest, str(Path(config.invocation_params.dir) / value))
-
-
 def check(config: pytest.Config) -> Selection:
     """Refuse options that cannot mean what they say (ValueError, naming the valid values); return the cells
     --perf-models, --perf-variants, --perf-precisions, --perf-rotate and --perf-shard select."""
@@ -251,39 +236,6 @@ def check(config: pytest.Config) -> Selection:
     )
 
 
-def check_outputs(results: str | None, save_dir: str | None, report_dir: str | None, history_db: str | None) -> None:
-    """Refuse, before the first cell runs, an output that cannot be written: a directory given for a file, a
-    file for a directory, a place that is read-only. Found at the first cell's append, it failed that cell
-    after it ran (exit 1, read as a regression); found at the end, it lost the gate's report."""
-    _writable("--perf-results", results or str(Path(".perfgate") / "results.jsonl"), want_dir=False)
-    for option, value, want_dir in (
-        ("--perf-save-baseline", save_dir, True),
-        ("--perf-report", report_dir, True),
-        ("--perf-history", history_db, False),
-    ):
-        if value:
-            _writable(option, value, want_dir)
-
-
-def _writable(option: str, value: str, want_dir: bool) -> None:
-    path = Path(value)
-    if path.is_symlink() and not path.exists():  # found at the end, where it failed with "File exists"
-        raise ValueError(f"{option}={value}: is a broken symbolic link (to {os.readlink(path)})")
-    if path.exists() and path.is_dir() != want_dir:
-        raise ValueError(
-            f"{option}={value}: is a {'directory' if path.is_dir() else 'file'}; give a "
-            f"{'directory' if want_dir else 'file'} there"
-        )
-    if path.exists():
-        place = path
-    else:  # the nearest folder that exists: perfgate makes the rest
-        place = next(p for p in path.absolute().parents if p.exists())
-        if not place.is_dir():
-            raise ValueError(f"{option}={value}: {place} is a file, so nothing can be made under it")
-    if not os.access(place, os.W_OK | (os.X_OK if place.is_dir() else 0)):
-        raise ValueError(f"{option}={value}: {place} cannot be written (read-only, or not yours)")
-
-
 def _names(option: str, text: str | None) -> list[str] | None:
     """A comma-separated list of names; None where the option is not given. Given, it names one at least:
     `--perf-models ""` (an unset shell variable) ran every model while ",,," ran none (exit 5)."""
@@ -293,19 +245,6 @@ def _names(option: str, text: str | None) -> list[str] | None:
     if not names:
         raise ValueError(f"{option}={text!r} names nothing; name one or more, or leave the option out for all")
     return names
-
-
-def check_folders(profile: str | None, cache_dir: str | None, references: str | None) -> None:
-    """Refuse, before the first cell, a file where a directory is wanted: found by the cell, it failed every
-    cell with NotADirectoryError (exit 1, read as a regression), and a reference cache under a file was
-    silently never used."""
-    for option, value in (
-        ("--perf-profile", profile),
-        ("--perf-cache-dir", cache_dir),
-        ("--perf-reference-cache", None if references == "off" else references),
-    ):
-        if value:
-            _writable(option, value, want_dir=True)
 
 
 def check_histories(costs_db: str | None, history_db: str | None) -> None:

@@ -1,9 +1,8 @@
 """Is a host-bound cell's process effect set by how that process built the cell, not by the process itself?
 
-Over every committed paired A/A record (2026-11-27 to 29), the B/A floor ratio of a cell's last process pair and
-of the next cell's first pair, which the same two worker processes measure, are uncorrelated (compiled wall
-r = +0.05, host clock r = +0.03, 277 links; where the first read beyond +-5 %, the next had the same sign in 52 %):
-a process is not slow for its life. host_copies.py's synthetic stack showed no effect at all. So this probe
+A cell's last process pair and the next cell's first, which the same two worker processes measure, read their
+B/A floor ratios uncorrelated over the committed A/A records (tools/probes/worker_links.py): no sign that a
+process is slow for its life. host_copies.py's synthetic stack showed no effect at all. So this probe
 builds a real cell COPIES times in each of PROCESSES processes (its own compiled side each: weights, optimizer,
 dynamo's guards and inductor's wrapper, each built after a block of junk that shifts it), and alternates rounds
 over processes and copies in random order, as the paired engine alternates its sides. A figure is a copy's

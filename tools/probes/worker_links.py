@@ -51,19 +51,20 @@ def links(paths: list[str]) -> tuple[dict, dict, int]:
             records = [json.loads(line) for line in open(path)]
         except (OSError, ValueError):
             continue
-        records = sorted(
-            (r for r in records if (r.get("paired") or {}).get("rounds") and r["started_at"] >= KEPT_SINCE),
-            key=lambda r: r["started_at"],
-        )
-        if len(records) < 3:
-            continue
-        used += 1
+        # Every paired record in order, a failed or broken one kept as a gap: the workers may have been renewed
+        # there (a side that died), so no link crosses it.
+        records = sorted((r for r in records if r.get("started_at", "") >= KEPT_SINCE), key=lambda r: r["started_at"])
         cells = []
         for r in records:
+            paired = r.get("paired") or {}
             try:
-                cells.append({c: floor_ratios(r["paired"]["rounds"], c) for c in CLOCKS})
+                whole = r.get("status") == "ok" and "error" not in paired
+                cells.append({c: floor_ratios(paired["rounds"], c) for c in CLOCKS} if whole else None)
             except (KeyError, TypeError):
                 cells.append(None)
+        if sum(cell is not None for cell in cells) < 3:
+            continue
+        used += 1
         for this, after in zip(cells, cells[1:]):
             for c in CLOCKS:
                 if this and after and this[c][-1] is not None and after[c][0] is not None:
