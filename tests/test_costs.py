@@ -1,14 +1,18 @@
 """Cell costs: priors, the history's medians, shards of equal cost, and the ETA."""
 
 import json
+import math
 from pathlib import Path
 
 import pytest
 
+from perfgate.core import zoo
 from perfgate.core.matrix import Cell
 from perfgate.plan import costs
 
 import synthetic as syn
+
+GPT2_COST = zoo.load(zoo.DEFAULT)["gpt2"].cost  # _cell's model's weight on its prior (ModelSpec.cost)
 
 
 def _cell(model="gpt2", phase="train", variant="inductor_default", kind="gpu"):
@@ -37,6 +41,41 @@ def test_the_pr_tiers_priors_are_within_a_fifth_of_its_measured_cells():
     cells = [Cell(*cell_id.split("-")[:3], "amp_bf16", "gpu", "pr") for cell_id in measured]
     planned = sum(costs.expected_s(cells, {}).values())
     assert len(measured) == 12 and abs(planned / sum(measured.values()) - 1) < 0.2
+
+
+def test_a_models_cost_weighs_its_cells_prior_and_never_the_history():
+    cells = [_cell(), _cell(model="vit_b16"), _cell(model="bert")]
+    expected = costs.expected_s(cells, {cells[0].id: 20.0}, weights={"gpt2": 3.0, "vit_b16": 0.5})
+    assert expected == {
+        cells[0].id: 20.0,  # the history knows it: its weight does not apply
+        cells[1].id: costs.prior_s(cells[1]) * 0.5,
+        cells[2].id: costs.prior_s(cells[2]),  # a model the weights do not name: the phase's prior
+    }
+
+
+def test_the_zoos_costs_bring_each_pr_cells_prior_nearer_what_it_measured():
+    """ModelSpec.cost, set from paired H200 records (perfgate.plan.costs.prior_s), against another machine's unpaired
+    cells (the H100 lease BG's warm PR tier, 2026-11-26): each cell's prior over its measured seconds, the run's
+    overall scale taken out, spreads half as widely (rms of the log 0.29, against 0.51 with no weights)."""
+    runs = Path(__file__).resolve().parents[1] / "baselines" / "runs"
+    with open(runs / "h100-20261126-BG-pr-warm.jsonl") as fh:
+        measured = costs.known_costs(json.loads(line) for line in fh)
+    cells = [Cell(*cell_id.split("-")[:3], "amp_bf16", "gpu", "pr") for cell_id in measured]
+
+    def spread(weights) -> float:
+        logs = [math.log(e / measured[i]) for i, e in costs.expected_s(cells, {}, weights=weights).items()]
+        return math.sqrt(sum((x - sum(logs) / len(logs)) ** 2 for x in logs) / len(logs))
+
+    weights = {name: spec.cost for name, spec in zoo.load(zoo.DEFAULT).items()}
+    assert spread(weights) < 0.35 < 0.45 < spread(None)
+
+
+@pytest.mark.parametrize("cost", [0, -1.0, float("nan"), float("inf"), "2"])
+def test_a_models_cost_that_weighs_nothing_is_refused_by_name(cost):
+    from dataclasses import replace
+
+    with pytest.raises(ValueError, match=f"model 'gpt2': cost={cost!r}; give a finite number"):
+        replace(zoo.load(zoo.DEFAULT)["gpt2"], cost=cost)
 
 
 def test_known_costs_are_medians_of_finished_records_only():
@@ -183,13 +222,15 @@ def test_a_session_prices_warm_the_cells_its_kept_cache_will_hold_and_deals_shar
 
     def plan(**options) -> SessionPlan:
         session = SessionPlan()
+        session.registry = zoo.DEFAULT
         session.config = SimpleNamespace(getoption=lambda name: options.get(name.removeprefix("--perf-")))
         return session
 
     precompiling = plan(**{"cache-dir": str(tmp_path), "precompile": 4})
     assert precompiling.compiles_held([autotune, aot]) == {autotune.id}
-    assert precompiling.timed_costs([autotune])[autotune.id] == costs.warm_prior_s(autotune)
-    assert precompiling.expected_costs([autotune])[autotune.id] == costs.prior_s(autotune)  # shards, precompile
+    assert precompiling.timed_costs([autotune])[autotune.id] == costs.warm_prior_s(autotune, GPT2_COST)
+    # shards and the precompile: cold
+    assert precompiling.expected_costs([autotune])[autotune.id] == costs.prior_s(autotune, GPT2_COST)
     after_its_step = plan(**{"cache-dir": str(tmp_path)})  # the nightly's -n 4 run after its precompile step
     assert after_its_step.compiles_held([autotune]) == set()
     precompiled.mark([{"cell": autotune.id, "status": "ok"}], str(tmp_path), {autotune.id: "0" * 64})
@@ -209,11 +250,12 @@ def test_a_session_reads_the_costs_history_once(tmp_path, monkeypatch):
     reads = []
     monkeypatch.setattr(history, "records", lambda path: reads.append(path) or [])
     session = SessionPlan()
+    session.registry = zoo.DEFAULT
     session.config = SimpleNamespace(getoption=lambda name: str(db) if name == "--perf-costs" else None)
     cell = _cell()
     session.expected_costs([cell])
     session.timed_costs([cell])
-    assert session.expected_costs([cell])[cell.id] == costs.prior_s(cell) and reads == [str(db)]
+    assert session.expected_costs([cell])[cell.id] == costs.prior_s(cell, GPT2_COST) and reads == [str(db)]
 
 
 def _paired(cell: str, total: float) -> dict:
@@ -270,6 +312,7 @@ def test_a_session_keeps_each_cells_seconds_in_its_cache_and_reads_a_costs_file_
     kept = tmp_path / costs.KEPT_COSTS
     assert costs.cost_lines(kept) == [{"cell": cell.id, "seconds": 81.0, "paired": True}]
     reader = SessionPlan()
+    reader.registry = zoo.DEFAULT
     reader.config = SimpleNamespace(getoption=lambda name: str(kept) if name == "--perf-costs" else None)
     assert reader.expected_costs([cell])[cell.id] == pytest.approx(60.0)  # 81 s, both sides, over 1.35
     nowhere = SessionPlan()

@@ -141,6 +141,9 @@ class ModelSpec:
     lr: float = 1e-4
     speedup_threshold: float | None = None  # gate override (fraction); None = the gate's default
     time_limit_s: float | None = None  # an isolated cell's time limit, s; None = the variant's default
+    # A cell's seconds against its phase's prior (perfgate.plan.costs.prior_s), where no costs history knows the
+    # cell: what a cold run's shards and its precompile's processes are dealt by. 1.0: the phase's typical model.
+    cost: float = 1.0
     cpu_variants: tuple[str, ...] = ("inductor_default",)
     cpu_phases: tuple[str, ...] = ("train", "infer")
     regional: bool = False  # repeated transformer blocks worth compiling alone
@@ -152,6 +155,10 @@ class ModelSpec:
     stream: int = 1
 
     def __post_init__(self):
+        if not (isinstance(self.cost, (int, float)) and 0 < self.cost < float("inf")):
+            raise ValueError(
+                f"model {self.name!r}: cost={self.cost!r}; give a finite number of times its phase's prior, > 0"
+            )
         missing = [p for p in PRECISIONS if p not in self.tolerances]
         if missing:
             raise ValueError(f"model {self.name!r}: no tolerance for precision(s) {missing}")

@@ -174,7 +174,7 @@ def add(parser: pytest.Parser) -> None:
         metavar="DB",
         help="a history database, or a costs file (perfgate deal's copy of the one a --perf-cache-dir keeps), to "
         "estimate each cell's wall seconds from, for --perf-shard (shards of equal cost) and the ETA lines "
-        "(default: --perf-history's database, else priors per variant)",
+        "(default: --perf-history's database, else priors per variant and model)",
     )
     group.addoption(
         "--perf-profile",

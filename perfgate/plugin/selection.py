@@ -124,7 +124,7 @@ def _cell_param(item) -> Cell | None:
 
 def shard(items: list, costs: dict[str, float], index: int, count: int) -> tuple[list, list]:
     """Deal cells into shards of near-equal expected cost (perfgate.plan.costs.deal: the history's wall seconds,
-    else priors per variant), independent of collection order. Items that are not cells stay in shard 1."""
+    else priors per variant and model), independent of collection order. Items that are not cells stay in shard 1."""
     from perfgate.plan.costs import shard_of
 
     mine = shard_of(sorted(costs), costs, index, count)

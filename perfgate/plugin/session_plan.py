@@ -16,6 +16,7 @@ class SessionPlan:
     picked cells (PerfSession.__init__), and asks its CellRunner where each cell runs."""
 
     _history: dict[str, float] | None = None  # history_costs, once read
+    _model_costs: dict[str, float] | None = None  # model_costs, once read
 
     def history_costs(self) -> dict[str, float]:
         """{cell id: median wall seconds} in the --perf-costs (else --perf-history) database or costs file, for
@@ -55,7 +56,15 @@ class SessionPlan:
         the same, so shards are dealt by these with nothing `warm`."""
         from perfgate.plan import costs
 
-        return costs.expected_s(cells, self.history_costs(), warm)
+        return costs.expected_s(cells, self.history_costs(), warm, self.model_costs())
+
+    def model_costs(self) -> dict[str, float]:
+        """{model: its ModelSpec.cost}, the weight of a cell's prior where no history knows the cell."""
+        if self._model_costs is None:
+            from perfgate.core import zoo
+
+            self._model_costs = {name: spec.cost for name, spec in zoo.load(self.registry).items()}
+        return self._model_costs
 
     def timed_costs(self, cells: list[Cell]) -> dict[str, float]:
         """expected_costs, where a cell whose compiles the kept cache will hold costs its warm prior: what the
@@ -94,7 +103,7 @@ class SessionPlan:
         return (
             f"perfgate: {len(cells)} cell(s) planned ({gpus} on a GPU), about "
             f"{hms(sum(self.expected.values()))} expected {how}: {self.costs_known} from the "
-            f"costs history, {len(cells) - self.costs_known} from priors per variant (perfgate.plan.costs)"
+            f"costs history, {len(cells) - self.costs_known} from priors per variant and model (perfgate.plan.costs)"
         )
 
     def cache_keys(self, cells: list[Cell]) -> dict[str, str]:
