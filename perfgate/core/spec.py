@@ -141,8 +141,9 @@ class ModelSpec:
     lr: float = 1e-4
     speedup_threshold: float | None = None  # gate override (fraction); None = the gate's default
     time_limit_s: float | None = None  # an isolated cell's time limit, s; None = the variant's default
-    # A cell's seconds against its phase's prior (perfgate.plan.costs.prior_s), where no costs history knows the
-    # cell: what a cold run's shards and its precompile's processes are dealt by. 1.0: the phase's typical model.
+    # A GPU cell's seconds against its phase's prior (perfgate.plan.costs.prior_s), which weighs the prior where no
+    # costs history knows the cell: a cold run's shards, its precompile's processes and its ETA. 1.0: the phase's
+    # typical model; the zoo's figures: docs/options.md, "What a run expects to cost". CPU cells go unweighted.
     cost: float = 1.0
     cpu_variants: tuple[str, ...] = ("inductor_default",)
     cpu_phases: tuple[str, ...] = ("train", "infer")
@@ -155,7 +156,7 @@ class ModelSpec:
     stream: int = 1
 
     def __post_init__(self):
-        if not (isinstance(self.cost, (int, float)) and 0 < self.cost < float("inf")):
+        if isinstance(self.cost, bool) or not (isinstance(self.cost, (int, float)) and 0 < self.cost < float("inf")):
             raise ValueError(
                 f"model {self.name!r}: cost={self.cost!r}; give a finite number of times its phase's prior, > 0"
             )

@@ -71,16 +71,6 @@ def rotation_weight(cell) -> float:
     return COLD_PRIOR_S[(cell.device_kind, cell.phase)] * VARIANT_FACTOR.get(cell.variant, 1.0)
 
 
-# A model's weight on its phase's prior (ModelSpec.cost, set in the zoo): each PR cell's paired seconds over its
-# phase's mean in the A/As of 2026-11-28/29 (H100s and H200s; both sides, every process pair), and its precompile
-# seconds likewise: captioner 1.6-1.8 (compile 1.7: its stream of 8 lengths), segformer_b2 1.3 (1.2), upernet_convnext_t
-# 0.9-1.2 (1.1), gpt2 0.8 (0.8), resnet50 0.7 (0.7), vit_b16 0.4-0.5 (0.5). Replayed on the 11 cold paired runs
-# of 12 cells they came from, dealing by them shortened the longest of 4 shards by 24 s on average (10 runs of 11)
-# and of 2 by 13 s (8 of 11; 80 s longer on 23ebdea2, where a cell's extra process pairs fell on the heavier
-# shard), and the longest of 4 precompile shares on the H200 73f9268b from 186 to 155 s. On another machine's
-# unpaired cells (tests/test_costs.py) they halved the spread of each cell's prior over what it took.
-
-
 def prior_s(cell, weight: float = 1.0) -> float:
     """A cell's expected seconds when it has never run; `weight`: its model's cost (ModelSpec.cost)."""
     return rotation_weight(cell) * (GPU_NOW if cell.device_kind == "gpu" else 1.0) * weight
@@ -237,12 +227,15 @@ def expected_s(
     cells: Iterable, known: Mapping[str, float], warm: Collection[str] = (), weights: Mapping[str, float] | None = None
 ) -> dict[str, float]:
     """{cell id: expected seconds}: the history's median where there is one, else the prior (the warm prior for
-    the cells in `warm`, whose compiles a kept cache will hold when they run) times its model's weight
-    (`weights`: model name -> ModelSpec.cost; 1 for a model it does not name)."""
+    the cells in `warm`, whose compiles a kept cache will hold when they run), a GPU cell's times its model's
+    weight (`weights`: model name -> ModelSpec.cost, measured on GPUs; 1 for a model it does not name)."""
     weights = weights or {}
+
+    def weight(cell) -> float:
+        return weights.get(cell.model, 1.0) if cell.device_kind == "gpu" else 1.0
+
     return {
-        cell.id: known.get(cell.id)
-        or (warm_prior_s if cell.id in warm else prior_s)(cell, weights.get(cell.model, 1.0))
+        cell.id: known.get(cell.id) or (warm_prior_s if cell.id in warm else prior_s)(cell, weight(cell))
         for cell in cells
     }
 

@@ -52,14 +52,16 @@ class SessionPlan:
 
     def expected_costs(self, cells: list[Cell], warm: Collection[str] = ()) -> dict[str, float]:
         """Expected wall seconds per cell: the costs history's median where the cell ran, else a prior per
-        variant (perfgate.plan.costs; the warm prior for the ids in `warm`). Every shard of a split run must read
-        the same, so shards are dealt by these with nothing `warm`."""
+        variant weighted by its model's cost (perfgate.plan.costs; the warm prior for the ids in `warm`). Every
+        shard of a split run must read the same, so shards are dealt by these with nothing `warm`."""
         from perfgate.plan import costs
 
-        return costs.expected_s(cells, self.history_costs(), warm, self.model_costs())
+        known = self.history_costs()
+        weights = self.model_costs() if any(cell.id not in known for cell in cells) else {}
+        return costs.expected_s(cells, known, warm, weights)
 
     def model_costs(self) -> dict[str, float]:
-        """{model: its ModelSpec.cost}, the weight of a cell's prior where no history knows the cell."""
+        """{model: its ModelSpec.cost}, the weight of a cell's prior where no history knows the cell; read once."""
         if self._model_costs is None:
             from perfgate.core import zoo
 

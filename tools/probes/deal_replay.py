@@ -61,7 +61,8 @@ def main(directory: Path, lost_s: list[float]) -> None:
     for record in sorted(finals.values(), key=lambda r: collected.index(r["cell"])):
         cell = Cell(record["model"], record["phase"], record["variant"], record["precision"], record["device_kind"])
         units.append(Unit(cell))
-        priors[cell.id], warm[cell.id] = prior_s(cell), warm_prior_s(cell)
+        weight = zoo.load(zoo.DEFAULT)[cell.model].cost if cell.device_kind == "gpu" else 1.0  # as the session's
+        priors[cell.id], warm[cell.id] = prior_s(cell, weight), warm_prior_s(cell, weight)
         lost = not record.get("stages")
         seconds[cell.id] = (lost_s.pop(0) if lost_s else priors[cell.id]) if lost else record["wall_s"]
     mean = sum(seconds.values()) / workers

@@ -75,6 +75,7 @@ def balance(directory: Path) -> None:
     )
 
     def against_priors(records: list[dict], what: str) -> None:
+        # The priors unweighted by the models' costs (ModelSpec.cost came later): docs/matrix.md quotes these.
         priors = sum(
             prior_s(Cell(r["model"], r["phase"], r["variant"], r["precision"], r["device_kind"])) for r in records
         )
