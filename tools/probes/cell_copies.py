@@ -18,9 +18,6 @@ from __future__ import annotations
 
 import json
 import os
-import random
-import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -84,54 +81,13 @@ def worker() -> None:
 
 
 def main() -> None:
-    rng = random.Random(0)
+    from host_copies import alternate, spreads  # this folder is the script's: sys.path[0]
+
     started = time.monotonic()
-    procs = [
-        subprocess.Popen([sys.executable, __file__, "worker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        for _ in range(PROCESSES)
-    ]
-    for p in procs:
-        line = p.stdout.readline().strip()
-        assert line == "ready", f"a worker said {line!r}"
-    built_s = time.monotonic() - started
-    ms = [[[] for _ in range(COPIES)] for _ in procs]
-    turns = [(p, c) for p in range(PROCESSES) for c in range(COPIES)]
-    for _ in range(ROUNDS):
-        for p, c in rng.sample(turns, len(turns)):
-            procs[p].stdin.write(f"{c}\n")
-            procs[p].stdin.flush()
-            ms[p][c].append(float(procs[p].stdout.readline()))
-    for p in procs:
-        p.stdin.close()
-        p.wait()
-    floors = [[min(rounds) for rounds in copies] for copies in ms]
-    # What chance gives a floor: each copy's odd and even rounds, their floors' spread (% of the lower)
-    halves = [100 * abs(min(r[0::2]) / min(r[1::2]) - 1) for copies in ms for r in copies]
-    within = [100 * (max(f) / min(f) - 1) for f in floors]
-    by_process = [statistics.median(f) for f in floors]
-    between = 100 * (max(by_process) / min(by_process) - 1)
-    for p, f in enumerate(floors):
-        print(f"process {p}: copies {' '.join(f'{x:.3f}' for x in f)} ms; spread {within[p]:.2f} %", file=sys.stderr)
-    print(
-        f"copies within a process: {statistics.median(within):.2f} % (median spread); processes: {between:.2f} %; "
-        f"a copy's odd against even rounds: median {statistics.median(halves):.2f} %, max {max(halves):.2f} %; "
-        f"built in {built_s:.0f} s",
-        file=sys.stderr,
-    )
+    ms = alternate(__file__, PROCESSES, COPIES, ROUNDS)
+    print(f"built and timed in {time.monotonic() - started:.0f} s", file=sys.stderr)
     cell = f"{MODEL}-{PHASE}-inductor_default-{PRECISION} on {DEVICE}" + (", fresh code a copy" if FRESH_CODE else "")
-    print(
-        json.dumps(
-            {
-                "cell": cell,
-                "floors_ms": floors,
-                "within_pct": within,
-                "between_pct": between,
-                "halves_pct": halves,
-                "built_s": round(built_s, 1),
-                "rounds": ms,
-            }
-        )
-    )
+    print(json.dumps({"cell": cell, **spreads(ms), "rounds": ms}))
 
 
 if __name__ == "__main__":

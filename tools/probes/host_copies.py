@@ -55,17 +55,21 @@ def worker() -> None:
             print(f"{(time.perf_counter() - t0) / STEPS * 1e3:.5f}", flush=True)
 
 
-def main() -> None:
+def alternate(script: str, processes: int, copies: int, rounds: int) -> list[list[list[float]]]:
+    """Start `processes` workers of `script` (each says "ready" once its copies are built), then ask their copies
+    for rounds in random order, every copy of every process once a pass, `rounds` passes. Returns each process's
+    copies' ms per step, round by round (cell_copies.py runs its copies through this too)."""
     rng = random.Random(0)
     procs = [
-        subprocess.Popen([sys.executable, __file__, "worker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        for _ in range(PROCESSES)
+        subprocess.Popen([sys.executable, script, "worker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        for _ in range(processes)
     ]
     for p in procs:
-        assert p.stdout.readline().strip() == "ready"
-    ms = [[[] for _ in range(COPIES)] for _ in procs]
-    turns = [(p, c) for p in range(PROCESSES) for c in range(COPIES)]
-    for _ in range(ROUNDS):
+        line = p.stdout.readline().strip()
+        assert line == "ready", f"a worker said {line!r}"
+    ms: list[list[list[float]]] = [[[] for _ in range(copies)] for _ in procs]
+    turns = [(p, c) for p in range(processes) for c in range(copies)]
+    for _ in range(rounds):
         for p, c in rng.sample(turns, len(turns)):
             procs[p].stdin.write(f"{c}\n")
             procs[p].stdin.flush()
@@ -73,20 +77,31 @@ def main() -> None:
     for p in procs:
         p.stdin.close()
         p.wait()
+    return ms
+
+
+def spreads(ms: list[list[list[float]]]) -> dict:
+    """Each copy's floor (its fastest round, ms), and spreads in % of the floor: the copies' within each process,
+    the processes' (each its copies' median), and what chance gives a floor (each copy's odd against its even
+    rounds), said on stderr."""
     floors = [[min(rounds) for rounds in copies] for copies in ms]
-    # Spreads in % of the floor: the copies' within each process, and the processes' (each its copies' median)
     within = [100 * (max(f) / min(f) - 1) for f in floors]
     by_process = [statistics.median(f) for f in floors]
     between = 100 * (max(by_process) / min(by_process) - 1)
+    halves = [100 * abs(min(r[0::2]) / min(r[1::2]) - 1) for copies in ms for r in copies]
     for p, f in enumerate(floors):
         print(f"process {p}: copies {' '.join(f'{x:.4f}' for x in f)} ms; spread {within[p]:.2f} %", file=sys.stderr)
     print(
-        f"copies within a process: {statistics.median(within):.2f} % (median spread); processes: {between:.2f} %",
+        f"copies within a process: {statistics.median(within):.2f} % (median spread); processes: {between:.2f} %; "
+        f"a copy's odd against even rounds: median {statistics.median(halves):.2f} %, max {max(halves):.2f} %",
         file=sys.stderr,
     )
-    print(
-        json.dumps({"device": DEVICE, "floors_ms": floors, "within_pct": within, "between_pct": between, "rounds": ms})
-    )
+    return {"floors_ms": floors, "within_pct": within, "between_pct": between, "halves_pct": halves}
+
+
+def main() -> None:
+    ms = alternate(__file__, PROCESSES, COPIES, ROUNDS)
+    print(json.dumps({"device": DEVICE, **spreads(ms), "rounds": ms}))
 
 
 if __name__ == "__main__":
