@@ -148,6 +148,23 @@ def test_fewer_than_2_processes_owned_options_and_bad_env_are_refused(tmp_path, 
     assert not (tmp_path / "ab").exists()
 
 
+def test_every_process_of_both_sides_reads_one_reference_cache_where_the_run_started(tmp_path):
+    """Each side's pytest starts in its own tree: its default reference cache would be a folder of its own there
+    (a bisect probe's worktree, removed with the probe). A user's own is kept; a manifest from before the key
+    "cwd" runs as it did."""
+    runs = process_turns(2)
+    manifest = {"common_args": ["perftests"], "sides": {s: {"python": "py", "args": []} for s in "AB"}, "cwd": "/w"}
+    cache = "--perf-reference-cache=" + str(Path("/w") / ".perfgate" / "reference")
+    assert all(command(manifest, tmp_path, r)[-1] == cache for r in runs)
+    manifest["sides"]["B"]["args"] = ["--perf-reference-cache=off"]
+    assert [cache in command(manifest, tmp_path, r) for r in runs] == [r["side"] == "A" for r in runs]
+    manifest["common_args"] = ["perftests", "--perf-reference-cache", "refs"]
+    assert not any(cache in command(manifest, tmp_path, r) for r in runs)
+    del manifest["cwd"]
+    manifest["common_args"] = ["perftests"]
+    assert not any(cache in command(manifest, tmp_path, r) for r in runs)
+
+
 def test_a_sides_first_process_precompiles_and_its_first_calls_are_read_back(tmp_path):
     """Without running anything: only a side's first process gets --perf-precompile, and the verdict reads
     its precompile's first calls (ok lines only; no file, or a broken one, gives none)."""

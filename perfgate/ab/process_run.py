@@ -51,6 +51,7 @@ from perfgate.ab.process_manifest import (
 from perfgate.ab.process_rows import AB_SIDES, ABReport, Process
 from perfgate.ab.process_verdict import judge_ab
 from perfgate.core import exits
+from perfgate.core.job import REFERENCE_CACHE
 from perfgate.core.output import OutputError
 from perfgate.core.records_file import RecordFileError, load_records, precompile_path
 
@@ -76,6 +77,14 @@ def command(manifest: dict, out: Path, run: dict) -> list[str]:
     # Its first process also compiles the side's cells several at once before timing them (a run from before
     # this key compiled each cell in its own turn).
     precompile = [f"--perf-precompile={run['precompile']}"] if run.get("precompile") else []
+    # Each side's pytest starts in its own tree, where the default reference cache is a folder of its own (and a
+    # bisect probe's worktree goes with the probe): one where the run started serves both sides and every probe,
+    # each reference keyed by everything it depends on (perfgate.measure.reference). A user's own is kept.
+    given = [*manifest["common_args"], *side["args"]]
+    own = any(arg.partition("=")[0] == "--perf-reference-cache" for arg in given)
+    references = (
+        [] if own or "cwd" not in manifest else [f"--perf-reference-cache={Path(manifest['cwd']) / REFERENCE_CACHE}"]
+    )
     return [
         side["python"],
         "-m",
@@ -86,6 +95,7 @@ def command(manifest: dict, out: Path, run: dict) -> list[str]:
         f"--perf-cache-dir={(out / 'cache' / run['side']).resolve()}",
         *numerics,
         *precompile,
+        *references,
     ]
 
 

@@ -13,10 +13,15 @@ from __future__ import annotations
 import dataclasses
 import json
 from dataclasses import dataclass
+from pathlib import Path
 
 from perfgate.core.fault import Fault
 from perfgate.core.matrix import DEFAULT_TIME_LIMIT_S, WARM_COMPILE, Cell
 from perfgate.core.timing_plan import TimingPlan
+
+# --perf-reference-cache's default, from where pytest starts (the plugin makes it absolute; the process engine
+# hands each side's pytest one where the run started, perfgate.ab.process_run).
+REFERENCE_CACHE = str(Path(".perfgate") / "reference")
 
 # What a process does with a job: measure the cell; compile it into a kept cache and store its reference
 # (--perf-precompile); or time a compile from cache artifacts in a fresh process (--perf-warm-compile artifacts).

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-REFERENCE_CACHE = str(Path(".perfgate") / "reference")  # --perf-reference-cache's default
 # The folders a cell's process uses, by config.option name. A paired side's worker starts in its own tree (a base
 # revision's worktree), where a relative folder is another one (anchor).
 FOLDERS = {

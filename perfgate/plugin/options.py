@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 
 from perfgate.core import matrix, zoo
+from perfgate.core.job import REFERENCE_CACHE
 from perfgate.core.matrix import MAX_PRECOMPILE, PAIRED_OPTIONS, check_names, split_csv
 from perfgate.plan.costs import KEPT_COSTS
-from perfgate.plugin.folders import REFERENCE_CACHE, check_folders, check_outputs
+from perfgate.plugin.folders import check_folders, check_outputs
 from perfgate.plugin.selection import Selection
 
 ISOLATE = ("gpu", "all", "off")  # --perf-isolate: which cells run in a child process of their own
