@@ -49,6 +49,8 @@ def worker() -> None:
     from perfgate.measure.devices import start_cell
     from perfgate.measure.steps import cell_batches, compiled_side, initial_state, sync
 
+    from host_copies import serve  # this folder is the script's: sys.path[0]
+
     for name in ("recompile_limit", "cache_size_limit"):  # a copy is a new module: dynamo compiles it again
         if hasattr(torch._dynamo.config, name):
             setattr(torch._dynamo.config, name, 64)
@@ -70,14 +72,7 @@ def worker() -> None:
             sides.append(side)
             if FRESH_CODE:  # the next copy loads inductor's generated code from disk again, not this process's module
                 clear_caches()
-        print("ready", flush=True)
-        for line in sys.stdin:
-            side = sides[int(line)]
-            t0 = time.perf_counter()
-            for _ in range(STEPS):
-                side.step(batches[0])
-            sync(device)
-            print(f"{(time.perf_counter() - t0) / STEPS * 1e3:.5f}", flush=True)
+        serve(lambda copy: sides[copy].step(batches[0]), lambda: sync(device), STEPS)
 
 
 def main() -> None:

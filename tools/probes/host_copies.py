@@ -23,6 +23,7 @@ import statistics
 import subprocess
 import sys
 import time
+from typing import Callable
 
 LAYERS, WIDTH, STEPS, ROUNDS = 60, 64, 20, 30
 PROCESSES = int(os.environ.get("HOST_PROCESSES", "4"))
@@ -45,14 +46,20 @@ def worker() -> None:
             for _ in range(50):
                 model(x)
         sync()
-        print("ready", flush=True)
-        for line in sys.stdin:
-            model = models[int(line)]
-            t0 = time.perf_counter()
-            for _ in range(STEPS):
-                model(x)
-            sync()
-            print(f"{(time.perf_counter() - t0) / STEPS * 1e3:.5f}", flush=True)
+        serve(lambda copy: models[copy](x), sync, STEPS)
+
+
+def serve(step: Callable[[int], object], sync: Callable[[], object], steps: int) -> None:
+    """A worker's side of alternate(): say "ready", then for each copy index read on stdin, take `steps` of that
+    copy's steps and answer its ms per step (cell_copies.py's workers serve through this too)."""
+    print("ready", flush=True)
+    for line in sys.stdin:
+        copy = int(line)
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            step(copy)
+        sync()
+        print(f"{(time.perf_counter() - t0) / steps * 1e3:.5f}", flush=True)
 
 
 def alternate(script: str, processes: int, copies: int, rounds: int) -> list[list[list[float]]]:

@@ -20,6 +20,8 @@
 # time the two ways of preparing on one host: start 0 "aa_cold" 1 "aa_cold_seq" (each chain its own empty cache).
 # DEAL_K: the deal steps' cells (-k), e.g. DEAL_K="gpt2 or vit_b16" start 0,1 "deal_cold deal_warm": is a warm deal
 # dealt by the kept cache's costs (costs.jsonl; each shard's log says how many cells it priced from them)?
+# copies: tools/probes/cell_copies.py on a host-bound cell (COPIES_MODEL/PHASE/STEPS, default segformer_b2 infer,
+# 2 steps a round), 3 processes x 4 copies, with one load of inductor's code a process and then one a copy.
 # rl_study: the host-bound cells (RL_K) with tools/probes/round_lengths.py (paired wall rounds of 12.5, 25, 50 and
 # 100 ms before each cell's first look, which then takes 50 ms rounds); their A/A with paired wall rounds of 12 ms
 # (rl_short*), 50 ms (rl_gate*: the gate to 2026-11-28) and the gate's own 25 ms (rl_new*).
@@ -99,6 +101,14 @@ if [ "$1" = start ]; then
           rl_new*) $me step $K $GPU $s -k "$RL_K" --perf-precompile 4 ;;
           graph_plant) $me step $K $GPU $s -k "$HOST_K" --perf-precompile 4 --perf-inject graph_break ;;
           ddp2) $me ddp $K $GPU $s -k "ddp and not ddp4 and amp_bf16 and inductor" ;;
+          copies) for fresh in 0 1; do  # docs/gate.md "Process pairs": does loading the code again resample the effect?
+              echo "$(date -u +%T) start copies CELL_FRESH_CODE=$fresh" >> "$CHAIN/log.txt"
+              CUDA_VISIBLE_DEVICES=${GPU%%,*} CELL_MODEL=${COPIES_MODEL:-segformer_b2} CELL_PHASE=${COPIES_PHASE:-infer} \
+                CELL_STEPS=${COPIES_STEPS:-2} CELL_PROCESSES=3 CELL_FRESH_CODE=$fresh CELL_CACHE="$CHAIN/copies-cache" \
+                timeout 400 ${CPUS:+taskset -c $CPUS} python3 tools/probes/cell_copies.py \
+                > "$CHAIN/copies$fresh.json" 2> "$CHAIN/copies$fresh.log"
+              rc=$?; echo "$(date -u +%T) end copies CELL_FRESH_CODE=$fresh rc=$rc" >> "$CHAIN/log.txt"
+            done ;;
           cupti) for t in 0 1; do  # docs/ddp.md: is compiled autograd'"'"'s one-device step slowed by the profiler?
               echo "$(date -u +%T) start cupti TEARDOWN_CUPTI=$t" >> "$CHAIN/log.txt"
               CUDA_VISIBLE_DEVICES=${GPU%%,*} PROBE_WORLD=1 TEARDOWN_CUPTI=$t timeout 600 ${CPUS:+taskset -c $CPUS} \
