@@ -12,12 +12,14 @@ something else of that cell's time in the process.
 
     python3 tools/probes/cell_copies.py > copies.json
     CELL_DEVICE=cpu CELL_PHASE=infer CELL_PRECISION=fp32 python3 tools/probes/cell_copies.py   (a CPU check)
+    CELL_SEEDS=7,7,7,7,r,r,r,r CELL_COPIES=1 python3 tools/probes/cell_copies.py   (one string hash seed or each its own)
 """
 
 from __future__ import annotations
 
 import json
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -35,6 +37,11 @@ DEVICE = os.environ.get("CELL_DEVICE", "cuda")
 # H200 85d87eda the copies of one process shared that load, and segformer_b2 infer's two processes read 4.25 %
 # apart with each one's copies within 2.3-3.4 %: is the effect in the loaded code?
 FRESH_CODE = os.environ.get("CELL_FRESH_CODE") == "1"
+# One entry a process (host_copies.launch): "0,0,0,0,r,r,r,r" starts four with one string hash seed and four with
+# their own. Do processes that share the seed share the floor? Sets CELL_PROCESSES to its length.
+SEEDS = [s for s in os.environ.get("CELL_SEEDS", "").split(",") if s] or None
+if SEEDS:
+    PROCESSES = len(SEEDS)
 CACHE = os.environ.get("CELL_CACHE") or os.path.join(tempfile.gettempdir(), "perfgate-cell-copies-cache")
 
 
@@ -79,10 +86,18 @@ def main() -> None:
     from host_copies import alternate, spreads  # this folder is the script's: sys.path[0]
 
     started = time.monotonic()
-    ms = alternate(__file__, PROCESSES, COPIES, ROUNDS)
+    ms = alternate(__file__, PROCESSES, COPIES, ROUNDS, SEEDS)
     print(f"built and timed in {time.monotonic() - started:.0f} s", file=sys.stderr)
     cell = f"{MODEL}-{PHASE}-inductor_default-{PRECISION} on {DEVICE}" + (", fresh code a copy" if FRESH_CODE else "")
-    print(json.dumps({"cell": cell, **spreads(ms), "rounds": ms}))
+    found = spreads(ms)
+    if SEEDS:  # the processes' spread (each its copies' median floor) among those started alike
+        groups = {
+            seed: [statistics.median(found["floors_ms"][n]) for n, s in enumerate(SEEDS) if s == seed] for seed in SEEDS
+        }
+        found["seed_groups_pct"] = {seed: 100 * (max(f) / min(f) - 1) for seed, f in groups.items() if len(f) > 1}
+        for seed, pct in found["seed_groups_pct"].items():
+            print(f"processes started with seed {seed}: {pct:.2f} % apart", file=sys.stderr)
+    print(json.dumps({"cell": cell, "seeds": SEEDS, **found, "rounds": ms}))
 
 
 if __name__ == "__main__":

@@ -62,15 +62,34 @@ def serve(step: Callable[[int], object], sync: Callable[[], object], steps: int)
         print(f"{(time.perf_counter() - t0) / steps * 1e3:.5f}", flush=True)
 
 
-def alternate(script: str, processes: int, copies: int, rounds: int) -> list[list[list[float]]]:
+def launch(seed: str) -> tuple[list[str], dict[str, str]]:
+    """A worker's command prefix and environment for one entry of a seeds list: "r" leaves Python's string hash
+    seed random, a number fixes PYTHONHASHSEED to it, and a trailing "R" starts the worker with no address-space
+    randomization (setarch -R)."""
+    prefix = ["setarch", os.uname().machine, "-R"] if seed.endswith("R") else []
+    value = seed.rstrip("R")
+    if value != "r" and not value.isdigit():
+        raise SystemExit(f"a seed is 'r' or a whole number, either with 'R' after it; got {seed!r}")
+    env = dict(os.environ)
+    env.pop("PYTHONHASHSEED", None)
+    if value != "r":
+        env["PYTHONHASHSEED"] = value
+    return prefix, env
+
+
+def alternate(
+    script: str, processes: int, copies: int, rounds: int, seeds: list[str] | None = None
+) -> list[list[list[float]]]:
     """Start `processes` workers of `script` (each says "ready" once its copies are built), then ask their copies
-    for rounds in random order, every copy of every process once a pass, `rounds` passes. Returns each process's
-    copies' ms per step, round by round (cell_copies.py runs its copies through this too)."""
+    for rounds in random order, every copy of every process once a pass, `rounds` passes. `seeds`, one a
+    process, sets how each starts (launch()). Returns each process's copies' ms per step, round by round
+    (cell_copies.py runs its copies through this too)."""
     rng = random.Random(0)
-    procs = [
-        subprocess.Popen([sys.executable, script, "worker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        for _ in range(processes)
-    ]
+    procs = []
+    for n in range(processes):
+        prefix, env = launch(seeds[n] if seeds else "r")
+        command = [*prefix, sys.executable, script, "worker"]
+        procs.append(subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env))
     for p in procs:
         line = p.stdout.readline().strip()
         assert line == "ready", f"a worker said {line!r}"

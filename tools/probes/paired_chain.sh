@@ -22,6 +22,8 @@
 # dealt by the kept cache's costs (costs.jsonl; each shard's log says how many cells it priced from them)?
 # copies: tools/probes/cell_copies.py on a host-bound cell (COPIES_MODEL/PHASE/STEPS, default segformer_b2 infer,
 # 2 steps a round), 3 processes x 4 copies, with one load of inductor's code a process and then one a copy.
+# seeds: the same cell in 12 processes x 2 copies, four started with string hash seed 7, four with 8, four each
+# its own (SEEDS): do processes that share a seed share a floor?
 # rl_study: the host-bound cells (RL_K) with tools/probes/round_lengths.py (paired wall rounds of 12.5, 25, 50 and
 # 100 ms before each cell's first look, which then takes 50 ms rounds); their A/A with paired wall rounds of 12 ms
 # (rl_short*), 50 ms (rl_gate*: the gate to 2026-11-28) and the gate's own 25 ms (rl_new*).
@@ -109,6 +111,12 @@ if [ "$1" = start ]; then
                 > "$CHAIN/copies$fresh.json" 2> "$CHAIN/copies$fresh.log"
               rc=$?; echo "$(date -u +%T) end copies CELL_FRESH_CODE=$fresh rc=$rc" >> "$CHAIN/log.txt"
             done ;;
+          seeds) echo "$(date -u +%T) start seeds" >> "$CHAIN/log.txt"  # is the process effect the string hash seed?
+              CUDA_VISIBLE_DEVICES=${GPU%%,*} CELL_MODEL=${COPIES_MODEL:-segformer_b2} CELL_PHASE=${COPIES_PHASE:-infer} \
+                CELL_STEPS=${COPIES_STEPS:-2} CELL_COPIES=2 CELL_ROUNDS=60 CELL_SEEDS=${SEEDS:-7,7,7,7,8,8,8,8,r,r,r,r} \
+                CELL_CACHE="$CHAIN/copies-cache" timeout 400 ${CPUS:+taskset -c $CPUS} python3 tools/probes/cell_copies.py \
+                > "$CHAIN/seeds.json" 2> "$CHAIN/seeds.log"
+              echo "$(date -u +%T) end seeds rc=$?" >> "$CHAIN/log.txt" ;;
           cupti) for t in 0 1; do  # docs/ddp.md: is compiled autograd'"'"'s one-device step slowed by the profiler?
               echo "$(date -u +%T) start cupti TEARDOWN_CUPTI=$t" >> "$CHAIN/log.txt"
               CUDA_VISIBLE_DEVICES=${GPU%%,*} PROBE_WORLD=1 TEARDOWN_CUPTI=$t timeout 600 ${CPUS:+taskset -c $CPUS} \
