@@ -13,6 +13,7 @@ something else of that cell's time in the process.
     python3 tools/probes/cell_copies.py > copies.json
     CELL_DEVICE=cpu CELL_PHASE=infer CELL_PRECISION=fp32 python3 tools/probes/cell_copies.py   (a CPU check)
     CELL_SEEDS=7,7,7,7,r,r,r,r CELL_COPIES=1 python3 tools/probes/cell_copies.py   (one string hash seed or each its own)
+    CELL_MODES=plain,plain,counts,counts python3 tools/probes/cell_copies.py   (what the engine's worker did first)
 """
 
 from __future__ import annotations
@@ -42,6 +43,21 @@ FRESH_CODE = os.environ.get("CELL_FRESH_CODE") == "1"
 SEEDS = [s for s in os.environ.get("CELL_SEEDS", "").split(",") if s] or None
 if SEEDS:
     PROCESSES = len(SEEDS)
+# One entry a process: what it does to each copy once built and warm, before its timed rounds, as the paired
+# engine's worker does in a cell's preparation. plain: nothing; counts: the engine's counts stage
+# (perfgate.measure.counts.count_side: sys.monitoring or sys.setprofile, a torch.profiler session with CUPTI, the
+# instruction counters); profiler: that profiler session alone; monitor: the Python-call hook alone. The engine's
+# A/A process pairs read host-bound compiled wall floors 13 % apart (rms) where this probe's plain processes read
+# about 1 %: does something the worker did before its rounds leave a process slower?
+MODES = [m for m in os.environ.get("CELL_MODES", "").split(",") if m] or None
+MODE_CHOICES = ("plain", "counts", "profiler", "monitor")
+if MODES:
+    bad = [m for m in MODES if m not in MODE_CHOICES]
+    if bad:
+        raise SystemExit(f"CELL_MODES: {bad[0]!r} is not one of {', '.join(MODE_CHOICES)}")
+    if SEEDS and len(SEEDS) != len(MODES):
+        raise SystemExit(f"CELL_SEEDS has {len(SEEDS)} entries and CELL_MODES {len(MODES)}: one each a process")
+    PROCESSES = len(MODES)
 CACHE = os.environ.get("CELL_CACHE") or os.path.join(tempfile.gettempdir(), "perfgate-cell-copies-cache")
 
 
@@ -79,25 +95,69 @@ def worker() -> None:
             sides.append(side)
             if FRESH_CODE:  # the next copy loads inductor's generated code from disk again, not this process's module
                 clear_caches()
+        prepared(sides, batches[0], device)
         serve(lambda copy: sides[copy].step(batches[0]), lambda: sync(device), STEPS)
 
 
+def prepared(sides: list, batch, device) -> None:
+    """Each copy given this worker's mode (CELL_WORKER_MODE, one of MODE_CHOICES), then warmed again."""
+    from perfgate.measure import counts
+    from perfgate.measure.steps import sync
+
+    mode = os.environ.get("CELL_WORKER_MODE", "plain")
+    for side in sides:
+        step = lambda _i, side=side: side.step(batch)  # noqa: E731
+        if mode == "counts":
+            counts.count_side(step, counts.STEPS, device, [])
+        elif mode == "profiler":
+            counts.profiled(step, counts.STEPS, device)
+        elif mode == "monitor":
+            counts.python_calls(step, counts.STEPS, device)
+        for _ in range(WARM):
+            side.step(batch)
+    sync(device)
+
+
 def main() -> None:
-    from host_copies import alternate, spreads  # this folder is the script's: sys.path[0]
+    from host_copies import alternate, components, spreads  # this folder is the script's: sys.path[0]
 
     started = time.monotonic()
-    ms = alternate(__file__, PROCESSES, COPIES, ROUNDS, SEEDS)
+    envs = [{"CELL_WORKER_MODE": m} for m in MODES] if MODES else None
+    ms = alternate(__file__, PROCESSES, COPIES, ROUNDS, SEEDS, envs)
     print(f"built and timed in {time.monotonic() - started:.0f} s", file=sys.stderr)
     cell = f"{MODEL}-{PHASE}-inductor_default-{PRECISION} on {DEVICE}" + (", fresh code a copy" if FRESH_CODE else "")
-    found = spreads(ms)
-    if SEEDS:  # the processes' spread (each its copies' median floor) among those started alike
-        groups = {
-            seed: [statistics.median(found["floors_ms"][n]) for n, s in enumerate(SEEDS) if s == seed] for seed in SEEDS
+    found = {**spreads(ms), "components_pct": components(ms)}
+    labels = [f"{s}/{m}" for s, m in zip(SEEDS or ["r"] * PROCESSES, MODES or ["plain"] * PROCESSES)]
+    if SEEDS or MODES:  # each group of processes started alike: its floor against the fastest group's, its spread
+        found["groups"] = groups(ms, labels)
+    print(json.dumps({"cell": cell, "seeds": SEEDS, "modes": MODES, **found, "rounds": ms}))
+
+
+def groups(ms: list[list[list[float]]], labels: list[str]) -> dict:
+    """{label: its processes' median floor in % above the fastest group's, their spread in %, and the group's
+    own chance, build and process components}, said on stderr."""
+    from host_copies import components
+
+    medians = {
+        label: statistics.median(min(r) for n, copies in enumerate(ms) if labels[n] == label for r in copies)
+        for label in labels
+    }
+    fastest = min(medians.values())
+    found = {}
+    for label in dict.fromkeys(labels):
+        own = [copies for n, copies in enumerate(ms) if labels[n] == label]
+        floors = [statistics.median(min(r) for r in copies) for copies in own]
+        found[label] = {
+            "above_fastest_pct": 100 * (medians[label] / fastest - 1),
+            "spread_pct": 100 * (max(floors) / min(floors) - 1),
+            "components_pct": components(own, label) if len(own) > 1 else None,
         }
-        found["seed_groups_pct"] = {seed: 100 * (max(f) / min(f) - 1) for seed, f in groups.items() if len(f) > 1}
-        for seed, pct in found["seed_groups_pct"].items():
-            print(f"processes started with seed {seed}: {pct:.2f} % apart", file=sys.stderr)
-    print(json.dumps({"cell": cell, "seeds": SEEDS, **found, "rounds": ms}))
+        print(
+            f"processes {label}: {found[label]['above_fastest_pct']:.2f} % above the fastest group, "
+            f"{found[label]['spread_pct']:.2f} % apart",
+            file=sys.stderr,
+        )
+    return found
 
 
 if __name__ == "__main__":

@@ -78,16 +78,22 @@ def launch(seed: str) -> tuple[list[str], dict[str, str]]:
 
 
 def alternate(
-    script: str, processes: int, copies: int, rounds: int, seeds: list[str] | None = None
+    script: str,
+    processes: int,
+    copies: int,
+    rounds: int,
+    seeds: list[str] | None = None,
+    envs: list[dict[str, str]] | None = None,
 ) -> list[list[list[float]]]:
     """Start `processes` workers of `script` (each says "ready" once its copies are built), then ask their copies
     for rounds in random order, every copy of every process once a pass, `rounds` passes. `seeds`, one a
-    process, sets how each starts (launch()). Returns each process's copies' ms per step, round by round
+    process, sets how each starts (launch()), and `envs` adds variables to each one's environment. Returns each process's copies' ms per step, round by round
     (cell_copies.py runs its copies through this too)."""
     rng = random.Random(0)
     procs = []
     for n in range(processes):
         prefix, env = launch(seeds[n] if seeds else "r")
+        env.update(envs[n] if envs else {})
         command = [*prefix, sys.executable, script, "worker"]
         procs.append(subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env))
     for p in procs:
@@ -125,9 +131,34 @@ def spreads(ms: list[list[list[float]]]) -> dict:
     return {"floors_ms": floors, "within_pct": within, "between_pct": between, "halves_pct": halves}
 
 
+def components(ms: list[list[list[float]]], label: str = "all processes") -> dict:
+    """The floor's spread split by where it arises (sd in % of the floor, a nested analysis of variance): each
+    copy's odd rounds and even rounds give two floors of one build (chance), the copies of a process differ by
+    their builds (build), and the processes by what each shares across its copies (process). A component
+    below what chance explains reads 0."""
+    import math
+
+    halves = [[[100 * math.log(min(r[0::2])), 100 * math.log(min(r[1::2]))] for r in copies] for copies in ms]
+    n_copies = len(halves[0])
+    chance_var = statistics.mean((a - b) ** 2 / 2 for copies in halves for a, b in copies)
+    copy_means = [[(a + b) / 2 for a, b in copies] for copies in halves]
+    # one copy a process: no build term to see, the copy's floor varies by chance alone
+    within_var = statistics.mean(statistics.variance(c) for c in copy_means) if n_copies > 1 else chance_var / 2
+    build_var = within_var - chance_var / 2
+    process_means = [statistics.mean(c) for c in copy_means]
+    between_var = statistics.variance(process_means) if len(process_means) > 1 else 0.0
+    process_var = between_var - within_var / n_copies
+    found = {
+        k: math.sqrt(max(v, 0.0)) for k, v in (("chance", chance_var), ("build", build_var), ("process", process_var))
+    }
+    parts = ", ".join(f"{k} {v:.2f} %" for k, v in found.items())
+    print(f"{label}: a floor's sd over half the rounds, by source: {parts}", file=sys.stderr)
+    return found
+
+
 def main() -> None:
     ms = alternate(__file__, PROCESSES, COPIES, ROUNDS)
-    print(json.dumps({"device": DEVICE, **spreads(ms), "rounds": ms}))
+    print(json.dumps({"device": DEVICE, **spreads(ms), "components_pct": components(ms), "rounds": ms}))
 
 
 if __name__ == "__main__":
