@@ -46,11 +46,13 @@ if SEEDS:
 # One entry a process: what it does to each copy once built and warm, before its timed rounds, as the paired
 # engine's worker does in a cell's preparation. plain: nothing; counts: the engine's counts stage
 # (perfgate.measure.counts.count_side: sys.monitoring or sys.setprofile, a torch.profiler session with CUPTI, the
-# instruction counters); profiler: that profiler session alone; monitor: the Python-call hook alone. The engine's
+# instruction counters); profiler: that profiler session alone; monitor: the Python-call hook alone; layout: the
+# device rounds' fresh layout (perfgate.measure.layout: the allocator's cache emptied, a pad held, then given
+# back and emptied again). The engine's
 # A/A process pairs read host-bound compiled wall floors 13 % apart (rms) where this probe's plain processes read
 # about 1 %: does something the worker did before its rounds leave a process slower?
 MODES = [m for m in os.environ.get("CELL_MODES", "").split(",") if m] or None
-MODE_CHOICES = ("plain", "counts", "profiler", "monitor")
+MODE_CHOICES = ("plain", "counts", "profiler", "monitor", "layout")
 if MODES:
     bad = [m for m in MODES if m not in MODE_CHOICES]
     if bad:
@@ -113,6 +115,13 @@ def prepared(sides: list, batch, device) -> None:
             counts.profiled(step, counts.STEPS, device)
         elif mode == "monitor":
             counts.python_calls(step, counts.STEPS, device)
+        elif mode == "layout" and device.type == "cuda":
+            from perfgate.measure.layout import Relayout
+
+            relayout = Relayout(device)
+            relayout()
+            step(0)
+            relayout.release()
         for _ in range(WARM):
             side.step(batch)
     sync(device)

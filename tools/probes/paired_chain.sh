@@ -24,8 +24,9 @@
 # 2 steps a round), 3 processes x 4 copies, with one load of inductor's code a process and then one a copy.
 # seeds: the same cell in 12 processes x 2 copies, four started with string hash seed 7, four with 8, four each
 # its own (SEEDS): do processes that share a seed share a floor?
-# modes: host-bound cells (MODES_CELLS) in 16 processes x 2 copies, four each plain, or first given the engine's
-# counts stage, its profiler session alone, or its Python-call hook alone (MODES): does that leave a process slow?
+# modes: host-bound cells (MODES_CELLS) in processes of 2 copies, four each plain, or first given the engine's
+# counts stage, its profiler session alone, its Python-call hook alone, or a fresh layout: does that leave a
+# process slow?
 # rl_study: the host-bound cells (RL_K) with tools/probes/round_lengths.py (paired wall rounds of 12.5, 25, 50 and
 # 100 ms before each cell's first look, which then takes 50 ms rounds); their A/A with paired wall rounds of 12 ms
 # (rl_short*), 50 ms (rl_gate*: the gate to 2026-11-28) and the gate's own 25 ms (rl_new*).
@@ -119,12 +120,14 @@ if [ "$1" = start ]; then
                 CELL_CACHE="$CHAIN/copies-cache" timeout 400 ${CPUS:+taskset -c $CPUS} python3 tools/probes/cell_copies.py \
                 > "$CHAIN/seeds.json" 2> "$CHAIN/seeds.log"
               echo "$(date -u +%T) end seeds rc=$?" >> "$CHAIN/log.txt" ;;
-          modes) for cell in ${MODES_CELLS:-segformer_b2:infer:2 resnet50:train:1}; do  # model:phase:steps a round
-              IFS=: read -r model phase steps <<< "$cell"
+          modes) four() { printf "$1,%.0s" 1 2 3 4; }  # 20 processes of segformer_b2 infer, 8 of resnet50 train
+              all=$(four plain)$(four counts)$(four profiler)$(four monitor)$(four layout)
+              for cell in ${MODES_CELLS:-segformer_b2:infer:2:${all%,} resnet50:train:1:$(four plain)$(four counts)}; do
+              IFS=: read -r model phase steps cell_modes <<< "$cell"  # model:phase:steps a round:modes
               echo "$(date -u +%T) start modes $model $phase" >> "$CHAIN/log.txt"
               # one process compiles first, so that the 16 then load it rather than compile it at once
               for procs in warm all; do
-                [ $procs = warm ] && modes=plain rounds=2 || modes=${MODES:-plain,plain,plain,plain,counts,counts,counts,counts,profiler,profiler,profiler,profiler,monitor,monitor,monitor,monitor} rounds=40
+                [ $procs = warm ] && modes=plain rounds=2 || modes=${cell_modes%,} rounds=40
                 CUDA_VISIBLE_DEVICES=${GPU%%,*} CELL_MODEL=$model CELL_PHASE=$phase CELL_STEPS=$steps CELL_COPIES=2 \
                   CELL_ROUNDS=$rounds CELL_MODES=$modes CELL_CACHE="$CHAIN/copies-cache" timeout 400 \
                   ${CPUS:+taskset -c $CPUS} python3 tools/probes/cell_copies.py \
