@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
@@ -184,3 +186,17 @@ def test_the_device_clocks_seconds_are_its_steps_of_both_sides():
     assert clocks.device_seconds(130.0, 90.0, stream=8) == pytest.approx(
         clocks.PROFILER_S + clocks.PROFILED_STEP * steps_s
     )
+
+
+def test_every_profiler_session_detaches_cupti_unless_the_environment_says_otherwise(monkeypatch):
+    """Kineto leaves CUPTI attached unless TEARDOWN_CUPTI=1, and the wall rounds after a session would run
+    slower for it (perfgate.measure.env.detach_cupti); a user's or torch's own setting is kept."""
+    from perfgate.measure import counts
+
+    monkeypatch.delenv("TEARDOWN_CUPTI", raising=False)
+    counts.profiled(lambda _i: torch.ones(2) * 2, 1, torch.device("cpu"))
+    assert os.environ["TEARDOWN_CUPTI"] == "1"
+    monkeypatch.setenv("TEARDOWN_CUPTI", "0")  # torch's, for CUDA graphs on a CUDA that cannot take CUPTI again
+    with clocks.profiler([torch.profiler.ProfilerActivity.CPU]):
+        pass
+    assert os.environ["TEARDOWN_CUPTI"] == "0"

@@ -134,7 +134,7 @@ FIELDS: tuple[Field, ...] = (
         dict,
         check="object",
         doc="{fingerprint, gpu, driver, cuda, torch, triton, transformers, timm, "
-        "python, host, tf32, cpu_model, cpu_cores, gpu_sms}: perfgate.measure.env",
+        "python, host, tf32, cpu_model, cpu_cores, gpu_sms, cupti_teardown}: perfgate.measure.env",
     ),
     Field("started_at", str, column=True, doc="ISO-8601 UTC time the cell started"),
     Field("wall_s", float, "s", ">= 0", doc="the whole cell, its process's start included (schema 8 on)"),

@@ -30,6 +30,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from perfgate.core.record import error_line
+from perfgate.measure.env import detach_cupti
 from perfgate.measure.record_builder import DeviceClock
 from perfgate.measure.timing import Rounds
 
@@ -150,6 +151,13 @@ def round_labels(rounds: int) -> list[str]:
     return [f"{LABEL}:{side}:{i}" for i in range(rounds) for side in (SIDES if i % 2 == 0 else tuple(reversed(SIDES)))]
 
 
+def profiler(activities: list[ProfilerActivity]) -> profile:
+    """A torch.profiler session that detaches CUPTI as it ends (perfgate.measure.env.detach_cupti): every
+    profiler session of a measuring process opens here, so no wall round after one runs with CUPTI attached."""
+    detach_cupti()
+    return profile(activities=activities)
+
+
 def profiled_rounds(
     eager: Callable[[int], object],
     compiled: Callable[[int], object],
@@ -169,7 +177,7 @@ def profiled_rounds(
     sides, labels = {"eager": eager, "compiled": compiled}, round_labels(rounds)
     spans = [x for label in labels for x in ((f"{GAP}:{label}", label) if before_round else (label,))]
     torch.cuda.synchronize(device)
-    with torch.cuda.device(device), profile(activities=[ProfilerActivity.CUDA]) as prof:  # markers go to `device`
+    with torch.cuda.device(device), profiler([ProfilerActivity.CUDA]) as prof:  # markers go to `device`
         for span in spans:
             torch.cuda._sleep(MARK_CYCLES)
             if span.startswith(GAP):

@@ -196,12 +196,14 @@ def _monitored(hook, step: Callable[[int], object], steps: int) -> None:
 def profiled(step: Callable[[int], object], steps: int, device: torch.device, notes=None) -> dict:
     """{ATEN_OPS, LOOKUPS, KERNELS, CUDA_GRAPHS: how many ran in `steps` steps}, from one profiler session;
     kernels and graph replays None off CUDA."""
-    from torch.profiler import ProfilerActivity, profile
+    from torch.profiler import ProfilerActivity
+
+    from perfgate.measure.clocks import profiler
 
     cuda = device.type == "cuda"
     activities = [ProfilerActivity.CPU, *([ProfilerActivity.CUDA] if cuda else [])]
     sync(device)
-    with profile(activities=activities) as prof:
+    with profiler(activities) as prof:
         for i in range(steps):
             step(i)
         sync(device)  # every kernel done, so the profiler has its record

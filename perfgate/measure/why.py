@@ -9,7 +9,9 @@ import os
 from pathlib import Path
 
 import torch
-from torch.profiler import ProfilerActivity, profile
+from torch.profiler import ProfilerActivity
+
+from perfgate.measure.clocks import profiler
 
 # Enough steps to see a steady pattern in the trace, few enough that a trace opens quickly (~MBs).
 PROFILED_STEPS = 3
@@ -66,7 +68,7 @@ def trace(step, path: Path, device: torch.device) -> Path:
     """A torch.profiler chrome trace (open in chrome://tracing or ui.perfetto.dev) of PROFILED_STEPS."""
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     path.parent.mkdir(parents=True, exist_ok=True)
-    with profile(activities=activities) as prof:
+    with profiler(activities) as prof:
         for i in range(PROFILED_STEPS):
             step(i)
         if device.type == "cuda":

@@ -29,7 +29,8 @@
 # process slow?
 # rl_study: the host-bound cells (RL_K) with tools/probes/round_lengths.py (paired wall rounds of 12.5, 25, 50 and
 # 100 ms before each cell's first look, which then takes 50 ms rounds); their A/A with paired wall rounds of 12 ms
-# (rl_short*), 50 ms (rl_gate*: the gate to 2026-11-28) and the gate's own 25 ms (rl_new*).
+# (rl_short*), 50 ms (rl_gate*: the gate to 2026-11-28) and the gate's own 25 ms (rl_new*); rl_new_attached*
+# as rl_new with CUPTI left attached after each profiler session (TEARDOWN_CUPTI=0, as before 2026-11-29).
 set -u
 top=${CHAIN_TOP:-$PWD/.perfgate}
 if [ "$1" = deal ]; then  # deal K GPUS NAME ARGS...: the PR tier paired as the PR workflow runs it, perfgate deal
@@ -103,6 +104,7 @@ if [ "$1" = start ]; then
             --perf-round-ms 100 -p tools.probes.round_lengths ;;
           rl_short*) $me step $K $GPU $s -k "$RL_K" --perf-precompile 4 --perf-round-ms 24 ;;
           rl_gate*) $me step $K $GPU $s -k "$RL_K" --perf-precompile 4 --perf-round-ms 100 ;;
+          rl_new_attached*) TEARDOWN_CUPTI=0 $me step $K $GPU $s -k "$RL_K" --perf-precompile 4 ;;
           rl_new*) $me step $K $GPU $s -k "$RL_K" --perf-precompile 4 ;;
           graph_plant) $me step $K $GPU $s -k "$HOST_K" --perf-precompile 4 --perf-inject graph_break ;;
           ddp2) $me ddp $K $GPU $s -k "ddp and not ddp4 and amp_bf16 and inductor" ;;
@@ -153,7 +155,7 @@ deadline=$(( $(date +%s) + ${WAIT_S:-570} ))
 all_done() { for c in "$top"/pchain*; do [ -f "$c/done" ] || return 1; done; }
 while ! all_done && [ "$(date +%s)" -lt "$deadline" ]; do sleep 5; done
 for c in "$top"/pchain*; do
-  n=${c##*pchain}; tar czf "$OUT/chain$n.tgz" -C "$c" --exclude=engine-overlay .
+  n=${c##*pchain}; tar czf "$OUT/chain$n.tgz" -C "$c" --exclude=engine-overlay --exclude=copies-cache .
   echo "== chain $n"; cat "$c/log.txt"; grep -h "perfgate paired\|: \(unsure\|regression\)\| passed\| failed\|cell(s) in\|precompiled" "$c"/*.log | cut -c1-400 | tail -24
   runs=(); for f in "$c"/*.jsonl; do case $f in *.against.jsonl|*"*.jsonl") ;; *) runs+=("$f") ;; esac; done
   [ ${#runs[@]} -gt 0 ] && python3 tools/probes/paired_summary.py "${runs[@]}" | cut -c1-300
