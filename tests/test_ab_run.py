@@ -291,3 +291,27 @@ def test_the_plan_grows_on_resume_and_crashed_processes_count(tmp_path, capsys):
     assert (tmp_path / "report.md").is_file()
     assert main(["ab", "--judge", str(tmp_path), "--processes", "3"]) == 2
     assert "give no sides, --resume, --processes" in capsys.readouterr().err
+
+
+def test_every_side_detaches_cupti_unless_its_environment_says_otherwise(monkeypatch, tmp_path):
+    """A base revision's perfgate that predates detaching CUPTI would time its host-bound steps with it attached,
+    7-15 % slower than a side that detaches: the engine gives each side's process TEARDOWN_CUPTI=1
+    (perfgate.core.children.MEASURING_ENV), and a side's own setting or this process's wins."""
+    from perfgate.ab import pair_workers
+    from perfgate.ab.process_env import ABEnvironment, side_environ
+    from perfgate.ab.sides import Side
+
+    monkeypatch.setenv("TEARDOWN_CUPTI", "0")
+    monkeypatch.delenv("TEARDOWN_CUPTI")  # absent here, restored by monkeypatch after
+    seen: list[str] = []
+    monkeypatch.setattr(pair_workers.subprocess, "Popen", lambda *_a, **k: seen.append(k["env"]["TEARDOWN_CUPTI"]))
+    pair_workers.Worker(Side("A", str(tmp_path)), tmp_path / "a", [], greet=False)
+    pair_workers.Worker(Side("B", str(tmp_path), env={"TEARDOWN_CUPTI": "0"}), tmp_path / "b", [], greet=False)
+    assert seen == ["1", "0"]
+    assert side_environ(ABEnvironment("A", sys.executable), tmp_path)["TEARDOWN_CUPTI"] == "1"
+    assert (
+        side_environ(ABEnvironment("B", sys.executable, env=(("TEARDOWN_CUPTI", "0"),)), tmp_path)["TEARDOWN_CUPTI"]
+        == "0"
+    )
+    monkeypatch.setenv("TEARDOWN_CUPTI", "2")
+    assert side_environ(ABEnvironment("A", sys.executable), tmp_path)["TEARDOWN_CUPTI"] == "2"

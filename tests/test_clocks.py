@@ -193,7 +193,8 @@ def test_every_profiler_session_detaches_cupti_unless_the_environment_says_other
     slower for it (perfgate.measure.env.detach_cupti); a user's or torch's own setting is kept."""
     from perfgate.measure import counts
 
-    monkeypatch.delenv("TEARDOWN_CUPTI", raising=False)
+    monkeypatch.setenv("TEARDOWN_CUPTI", "0")
+    monkeypatch.delenv("TEARDOWN_CUPTI")  # absent here, and restored after (a delenv of an absent one would not be)
     counts.profiled(lambda _i: torch.ones(2) * 2, 1, torch.device("cpu"))
     assert os.environ["TEARDOWN_CUPTI"] == "1"
     monkeypatch.setenv("TEARDOWN_CUPTI", "0")  # torch's, for CUDA graphs on a CUDA that cannot take CUPTI again

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Callable
 
 from perfgate.ab.sides import Side
+from perfgate.core.children import measuring_environ
 
 PROTOCOL = 1  # the worker's (perfgate.measure.duet.PROTOCOL); one of another is refused
 WORKER_MODULE = "perfgate.measure.duet"
@@ -36,7 +37,7 @@ class Worker:
         directory.mkdir(parents=True, exist_ok=True)
         self.side, self.stderr_path = side, directory / f"{side.name}.stderr"
         path = os.pathsep.join(worker_path(side, pythonpath))
-        env = {**os.environ, **side.env, "PYTHONPATH": path, "PYTHONUNBUFFERED": "1"}
+        env = measuring_environ({**side.env, "PYTHONPATH": path, "PYTHONUNBUFFERED": "1"})
         with self.stderr_path.open("a", encoding="utf-8") as sink:
             self.popen = subprocess.Popen(
                 [side.python, "-m", WORKER_MODULE],

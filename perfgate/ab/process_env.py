@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Sequence
 
 from perfgate.ab import sides
+from perfgate.core.children import measuring_environ
 
 # Options the A/B run sets for every process itself: a side or the common args must not.
 OWNED_OPTIONS = ("--perf-results", "--perf-cache-dir", "--perf-baseline", "--perf-precompile")
@@ -208,7 +209,7 @@ def side_root(repo: Path | None, cwd: Path, worktree: Path | None) -> Path:
 def side_environ(side: ABEnvironment, import_root: Path) -> dict[str, str]:
     """The process environment of a side: ours, its extra variables, and `import_root` first on PYTHONPATH so
     its perfgate and fixtures are the revision's (a venv's editable install of another checkout loses)."""
-    env = {**os.environ, **dict(side.env)}
+    env = measuring_environ(dict(side.env))  # CUPTI detached even where the revision's perfgate would not
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(import_root), env.get("PYTHONPATH")]))
     return env
 

@@ -9,6 +9,7 @@ import socket
 
 import torch
 
+from perfgate.core.children import MEASURING_ENV
 from perfgate.core.host import gpu_query, package_version
 
 
@@ -61,15 +62,14 @@ def fingerprint(gpu: str | None, torch_version: str, cuda: str | None) -> str:
 
 def detach_cupti() -> str:
     """Have Kineto detach CUPTI as each profiler session ends, unless this process's environment already says
-    otherwise (a user's TEARDOWN_CUPTI, or torch's own 0 for CUDA graphs on a CUDA that cannot take CUPTI again);
+    otherwise (a user's TEARDOWN_CUPTI, or torch's own 0, which it assigns for CUDA graphs on a CUDA before 12.6);
     returns the setting. Kineto leaves CUPTI attached by default (pytorch/pytorch#144455), and its callbacks then
-    slow every later kernel launch: on one H200 (boot 2a1d9f40, 2026-11-29, torch 2.11.0+cu130,
-    tools/probes/cell_copies.py) processes that had run one profiler session issued segformer_b2 infer's
-    compiled step 14.8 % slower than processes that had not, and resnet50 train's 6.7 %, for the rest of their
-    life; detached, 0.0-0.3 % (boot e8a4a0f0). Kineto reads the variable at each teardown, so setting it before
-    a session is enough. Called before every profiler session (perfgate.measure.clocks.profiler) and by
-    environment(), which records it."""
-    return os.environ.setdefault("TEARDOWN_CUPTI", "1")
+    tax every later kernel launch, so a host-bound step timed after a session read slower for the rest of its
+    process (the figures: docs/measuring.md, step 5). Kineto reads the variable at each teardown, so setting it
+    before a session is enough. Called before every profiler session (perfgate.measure.clocks.profiler) and by
+    environment(), which records the setting as the session began; the sides of a paired run get it from their
+    environment too (perfgate.core.children.MEASURING_ENV)."""
+    return os.environ.setdefault("TEARDOWN_CUPTI", MEASURING_ENV["TEARDOWN_CUPTI"])
 
 
 def environment(device: torch.device, tf32: bool) -> dict:
@@ -97,7 +97,8 @@ def environment(device: torch.device, tf32: bool) -> dict:
         "cpu_cores": cpu_cores(),
         "host": socket.gethostname(),
         "tf32": tf32 if on_cuda else None,
-        # 1: CUPTI detached after each profiler session, so the wall clocks that follow run without it
+        # "1": CUPTI detached after each profiler session, so the clocks after one run without it (as the session
+        # began: torch may set "0" later, for a CUDA-graph cell on a CUDA before 12.6)
         "cupti_teardown": detach_cupti() if on_cuda else None,
     }
     env["fingerprint"] = fingerprint(gpu, torch.__version__, env["cuda"])

@@ -50,7 +50,8 @@ if SEEDS:
 # device rounds' fresh layout (perfgate.measure.layout: the allocator's cache emptied, a pad held, then given
 # back and emptied again). The engine's
 # A/A process pairs read host-bound compiled wall floors 13 % apart (rms) where this probe's plain processes read
-# about 1 %: does something the worker did before its rounds leave a process slower?
+# about 1 %: does something the worker did before its rounds leave a process slower? (A profiler session did, with
+# CUPTI left attached: perfgate now detaches it, so TEARDOWN_CUPTI=0 in the environment shows the old way.)
 MODES = [m for m in os.environ.get("CELL_MODES", "").split(",") if m] or None
 MODE_CHOICES = ("plain", "counts", "profiler", "monitor", "layout")
 if MODES:
@@ -143,8 +144,9 @@ def main() -> None:
 
 
 def groups(ms: list[list[list[float]]], labels: list[str]) -> dict:
-    """{label: its processes' median floor in % above the fastest group's, their spread in %, and the group's
-    own chance, build and process components}, said on stderr."""
+    """{label: the median of its copies' floors in % above the fastest group's, its processes' spread in % (each
+    process its copies' median floor), and the group's own chance, build and process components}, said on
+    stderr."""
     from host_copies import components
 
     medians = {

@@ -135,7 +135,8 @@ def components(ms: list[list[list[float]]], label: str = "all processes") -> dic
     """The floor's spread split by where it arises (sd in % of the floor, a nested analysis of variance): each
     copy's odd rounds and even rounds give two floors of one build (chance), the copies of a process differ by
     their builds (build), and the processes by what each shares across its copies (process). A component
-    below what chance explains reads 0."""
+    below what chance explains reads 0; one that these figures cannot tell (build with one copy a process,
+    process with one process) is None."""
     import math
 
     halves = [[[100 * math.log(min(r[0::2])), 100 * math.log(min(r[1::2]))] for r in copies] for copies in ms]
@@ -148,10 +149,12 @@ def components(ms: list[list[list[float]]], label: str = "all processes") -> dic
     process_means = [statistics.mean(c) for c in copy_means]
     between_var = statistics.variance(process_means) if len(process_means) > 1 else 0.0
     process_var = between_var - within_var / n_copies
+    told = {"chance": True, "build": n_copies > 1, "process": len(process_means) > 1}
     found = {
-        k: math.sqrt(max(v, 0.0)) for k, v in (("chance", chance_var), ("build", build_var), ("process", process_var))
+        k: math.sqrt(max(v, 0.0)) if told[k] else None
+        for k, v in (("chance", chance_var), ("build", build_var), ("process", process_var))
     }
-    parts = ", ".join(f"{k} {v:.2f} %" for k, v in found.items())
+    parts = ", ".join(f"{k} {v:.2f} %" if v is not None else f"{k} not told" for k, v in found.items())
     print(f"{label}: a floor's sd over half the rounds, by source: {parts}", file=sys.stderr)
     return found
 

@@ -127,15 +127,15 @@ if [ "$1" = start ]; then
               for cell in ${MODES_CELLS:-segformer_b2:infer:2:${all%,} resnet50:train:1:$(four plain)$(four counts)}; do
               IFS=: read -r model phase steps cell_modes <<< "$cell"  # model:phase:steps a round:modes
               echo "$(date -u +%T) start modes $model $phase" >> "$CHAIN/log.txt"
-              # one process compiles first, so that the 16 then load it rather than compile it at once
+              # one process compiles first, so that the others then load it rather than compile it at once
               for procs in warm all; do
                 [ $procs = warm ] && modes=plain rounds=2 || modes=${cell_modes%,} rounds=40
                 CUDA_VISIBLE_DEVICES=${GPU%%,*} CELL_MODEL=$model CELL_PHASE=$phase CELL_STEPS=$steps CELL_COPIES=2 \
                   CELL_ROUNDS=$rounds CELL_MODES=$modes CELL_CACHE="$CHAIN/copies-cache" timeout 400 \
                   ${CPUS:+taskset -c $CPUS} python3 tools/probes/cell_copies.py \
                   > "$CHAIN/modes-$model-$phase-$procs.json" 2> "$CHAIN/modes-$model-$phase-$procs.log"
+                rc=$?; echo "$(date -u +%T) modes $model $phase $procs rc=$rc" >> "$CHAIN/log.txt"
               done
-              echo "$(date -u +%T) end modes $model $phase rc=$?" >> "$CHAIN/log.txt"
             done ;;
           cupti) for t in 0 1; do  # docs/ddp.md: is compiled autograd'"'"'s one-device step slowed by the profiler?
               echo "$(date -u +%T) start cupti TEARDOWN_CUPTI=$t" >> "$CHAIN/log.txt"
