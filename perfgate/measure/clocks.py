@@ -22,9 +22,10 @@ speedup with an interval. Imports torch (measuring side).
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import time
-from typing import Callable
+from typing import Callable, Iterator
 
 import torch
 from torch.profiler import ProfilerActivity, profile
@@ -151,11 +152,19 @@ def round_labels(rounds: int) -> list[str]:
     return [f"{LABEL}:{side}:{i}" for i in range(rounds) for side in (SIDES if i % 2 == 0 else tuple(reversed(SIDES)))]
 
 
-def profiler(activities: list[ProfilerActivity]) -> profile:
+@contextlib.contextmanager
+def profiler(activities: list[ProfilerActivity]) -> Iterator[profile]:
     """A torch.profiler session that detaches CUPTI as it ends (perfgate.measure.env.detach_cupti): every
-    profiler session of a measuring process opens here, so no wall round after one runs with CUPTI attached."""
+    profiler session of a measuring process opens here, so no wall round after one runs with CUPTI attached.
+    CUPTI is finalized from a callback of a CUDA call after the session (NVIDIA's advice for cuptiFinalize), so
+    one untimed launch here takes that cost, not the first step a clock times next."""
     detach_cupti()
-    return profile(activities=activities)
+    with profile(activities=activities) as prof:
+        yield prof
+    if torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+        torch.cuda._sleep(1)
+        torch.cuda.synchronize()
 
 
 def profiled_rounds(
