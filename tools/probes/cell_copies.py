@@ -129,15 +129,15 @@ def prepared(sides: list, batch, device) -> None:
 
 
 def main() -> None:
-    from host_copies import alternate, components, spreads  # this folder is the script's: sys.path[0]
+    from host_copies import alternate, components, drift, spreads  # this folder is the script's: sys.path[0]
 
     started = time.monotonic()
     envs = [{"CELL_WORKER_MODE": m} for m in MODES] if MODES else None
     ms = alternate(__file__, PROCESSES, COPIES, ROUNDS, SEEDS, envs)
     print(f"built and timed in {time.monotonic() - started:.0f} s", file=sys.stderr)
     cell = f"{MODEL}-{PHASE}-inductor_default-{PRECISION} on {DEVICE}" + (", fresh code a copy" if FRESH_CODE else "")
-    found = {**spreads(ms), "components_pct": components(ms)}
     labels = [f"{s}/{m}" for s, m in zip(SEEDS or ["r"] * PROCESSES, MODES or ["plain"] * PROCESSES)]
+    found = {**spreads(ms), "components_pct": components(ms), "drift": drift(ms, labels)}
     if SEEDS or MODES:  # each group of processes started alike: its floor against the fastest group's, its spread
         found["groups"] = groups(ms, labels)
     print(json.dumps({"cell": cell, "seeds": SEEDS, "modes": MODES, **found, "rounds": ms}))

@@ -159,9 +159,39 @@ def components(ms: list[list[list[float]]], label: str = "all processes") -> dic
     return found
 
 
+def drift(ms: list[list[list[float]]], labels: list[str] | None = None, label: str = "all processes") -> dict:
+    """Does a process keep its offset over the run? Each process's floor (its copies' mean log floor, less its
+    group's mean, by `labels`) over the first half of the passes against the second, and over the odd passes
+    against the even. Both pairs of halves share the process; only the odd and even ones share their moments. A
+    process effect that stays reads high on both; one that drifts over seconds, high on odd/even alone."""
+    import math
+
+    labels = labels or ["all"] * len(ms)
+
+    def floors(pick) -> list[float]:
+        raw = [statistics.mean(100 * math.log(min(pick(r))) for r in copies) for copies in ms]
+        groups = {g: statistics.mean(x for x, h in zip(raw, labels) if h == g) for g in labels}
+        return [x - groups[h] for x, h in zip(raw, labels)]
+
+    def corr(x: list[float], y: list[float]) -> float | None:
+        return statistics.correlation(x, y) if len(x) > 2 and len(set(x)) > 1 and len(set(y)) > 1 else None
+
+    found = {
+        "time_halves_r": corr(floors(lambda r: r[: len(r) // 2]), floors(lambda r: r[len(r) // 2 :])),
+        "odd_even_r": corr(floors(lambda r: r[0::2]), floors(lambda r: r[1::2])),
+    }
+    parts = ", ".join(f"{k} {'-' if v is None else f'{v:+.2f}'}" for k, v in found.items())
+    print(f"{label}: processes' floors against themselves, {parts}", file=sys.stderr)
+    return found
+
+
 def main() -> None:
     ms = alternate(__file__, PROCESSES, COPIES, ROUNDS)
-    print(json.dumps({"device": DEVICE, **spreads(ms), "components_pct": components(ms), "rounds": ms}))
+    print(
+        json.dumps(
+            {"device": DEVICE, **spreads(ms), "components_pct": components(ms), "drift": drift(ms), "rounds": ms}
+        )
+    )
 
 
 if __name__ == "__main__":
