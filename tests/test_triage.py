@@ -62,6 +62,23 @@ def test_each_flagged_cell_is_classified_by_its_evidence(base, case, kind):
         assert "transformers" in line.why and "9.0.0" in line.why
 
 
+def test_a_baseline_measured_with_cupti_left_attached_is_named_as_the_environment(base):
+    """Runs before perfgate detached CUPTI recorded no cupti_teardown; a run that did so differs from them in how
+    its host-bound steps were timed, which the triage says rather than call the change real."""
+    assert "cupti_teardown" not in base["versions"]
+    (line,) = flagged(base, environment={**syn.env(), "cupti_teardown": "1"})
+    assert line.kind == "environment" and "left it attached" in line.why
+    (same,) = flagged(
+        base,
+        environment={**syn.env(), "cupti_teardown": "1"},
+        device_speedup=base["cells"][GPT2]["device_speedup"] * 0.85,
+    )
+    assert same.kind == "environment"
+    later = {**base, "versions": {**base["versions"], "cupti_teardown": "1"}}
+    (line,) = flagged(later, environment={**syn.env(), "cupti_teardown": "1"})
+    assert line.kind != "environment"
+
+
 def test_a_host_side_line_gives_the_host_probes_reading_against_the_baselines(base):
     (line,) = flagged(base, device_speedup=base["cells"][GPT2]["device_speedup"], host_probe_ms=syn.HOST_PROBE_MS * 1.5)
     assert line.kind == "host-side"

@@ -26,7 +26,12 @@ from typing import Sequence
 
 from perfgate.core.matrix import Cell
 
-ENV_KEYS = ("gpu", "driver", "cuda", "torch", "triton", "transformers", "timm", "cpu_model")
+ENV_KEYS = ("gpu", "driver", "cuda", "torch", "triton", "transformers", "timm", "cpu_model", "cupti_teardown")
+# A baseline whose runs did not record it ran before perfgate detached CUPTI after each profiler session
+# (2026-11-29): CUPTI stayed attached, and every host-bound step a process timed after its first cell read slower.
+ATTACHED = (
+    "CUPTI detached after each profiler session; the baseline's runs left it attached (perfgate before 2026-11-29)"
+)
 # perftests/test_compile_speedup.py's test per phase (tests/test_triage.py keeps this true)
 PERF_TESTS = "perftests/test_compile_speedup.py"
 TEST_OF_PHASE = {"train": "test_train_step", "infer": "test_infer_step", "ddp": "test_ddp_train_step"}
@@ -90,6 +95,8 @@ def env_differences(record: dict, baseline: dict) -> list[str]:
         for k in ENV_KEYS
         if k != "cpu_model" and versions.get(k) is not None and k in env and str(versions[k]) != str(env[k])
     ]
+    if env.get("cupti_teardown") == "1" and "cupti_teardown" not in versions and versions:
+        diffs.append(ATTACHED)
     hosts = baseline.get("host_cpus") or []
     if hosts and env.get("cpu_model") and env["cpu_model"] not in hosts:
         diffs.append(f"host CPU {env['cpu_model']} (baseline: {', '.join(hosts)})")
