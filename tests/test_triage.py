@@ -74,6 +74,8 @@ def test_a_baseline_measured_with_cupti_left_attached_is_named_as_the_environmen
         device_speedup=base["cells"][GPT2]["device_speedup"] * 0.85,
     )
     assert same.kind == "environment"
+    (broken,) = flagged(base, environment={**syn.env(), "cupti_teardown": "1"}, speedup=None, graph_breaks=2)
+    assert broken.kind == "real"  # no clock tripped: how CUPTI was left does not explain a graph break
     later = {**base, "versions": {**base["versions"], "cupti_teardown": "1"}}
     (line,) = flagged(later, environment={**syn.env(), "cupti_teardown": "1"})
     assert line.kind != "environment"

@@ -117,10 +117,11 @@ def classify(row, record: dict, baseline: dict, findings=()) -> tuple[str, str]:
 
 
 def _classify(row, record: dict, baseline: dict) -> tuple[str, str]:
-    diffs = env_differences(record, baseline)
+    timed = [m for m in row.tripped if m in TIMED]
+    # how CUPTI was left changes the clocks alone: a graph break or more memory is no less real for it
+    diffs = [d for d in env_differences(record, baseline) if timed or d != ATTACHED]
     if diffs:
         return "environment", "; ".join(diffs)
-    timed = [m for m in row.tripped if m in TIMED]
     if not timed:
         return "real", f"{', '.join(row.tripped) or row.verdict} moved (not a timing)"
     device = next((c for c in (row.clock(m) for m in GPU_WORK_RATIOS) if c is not None and c.change is not None), None)
