@@ -48,12 +48,14 @@ if SEEDS:
 # (perfgate.measure.counts.count_side: sys.monitoring or sys.setprofile, a torch.profiler session with CUPTI, the
 # instruction counters); profiler: that profiler session alone; monitor: the Python-call hook alone; layout: the
 # device rounds' fresh layout (perfgate.measure.layout: the allocator's cache emptied, a pad held, then given
-# back and emptied again). The engine's
+# back and emptied again); eager: an eager side built beside the copies, one eager step untimed ahead of each
+# round, as the engine's worker alternates eager and compiled rounds; pinned: every thread of the worker on
+# CELL_PIN_CPUS (default 2,3), the same CPUs for every pinned worker. The engine's
 # A/A process pairs read host-bound compiled wall floors 13 % apart (rms) where this probe's plain processes read
 # about 1 %: does something the worker did before its rounds leave a process slower? (A profiler session did, with
 # CUPTI left attached: perfgate now detaches it, so TEARDOWN_CUPTI=0 in the environment shows the old way.)
 MODES = [m for m in os.environ.get("CELL_MODES", "").split(",") if m] or None
-MODE_CHOICES = ("plain", "counts", "profiler", "monitor", "layout")
+MODE_CHOICES = ("plain", "counts", "profiler", "monitor", "layout", "eager", "pinned")
 if MODES:
     bad = [m for m in MODES if m not in MODE_CHOICES]
     if bad:
@@ -98,12 +100,30 @@ def worker() -> None:
             sides.append(side)
             if FRESH_CODE:  # the next copy loads inductor's generated code from disk again, not this process's module
                 clear_caches()
-        prepared(sides, batches[0], device)
-        serve(lambda copy: sides[copy].step(batches[0]), lambda: sync(device), STEPS)
+        before = prepared(sides, batches[0], device, lambda: build_eager(spec, cell, size, state, device))
+        serve(lambda copy: sides[copy].step(batches[0]), lambda: sync(device), STEPS, before)
 
 
-def prepared(sides: list, batch, device) -> None:
-    """Each copy given this worker's mode (CELL_WORKER_MODE, one of MODE_CHOICES), then warmed again."""
+def build_eager(spec, cell, size, state, device):
+    """The cell's eager side, as the engine's worker holds it beside the compiled one."""
+    from perfgate.measure.steps import Side, build_model
+
+    return Side(spec, build_model(spec, size, state, device), cell.phase, cell.precision, device)
+
+
+def pin_all_threads(cpus: set[int]) -> None:
+    """Every thread of this process (autograd's device threads too) onto `cpus`."""
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            os.sched_setaffinity(int(tid), cpus)
+        except OSError:  # a thread that ended meanwhile
+            continue
+
+
+def prepared(sides: list, batch, device, eager_side):
+    """Each copy given this worker's mode (CELL_WORKER_MODE, one of MODE_CHOICES), then warmed again. Returns what
+    runs ahead of each timed round: an eager step for mode "eager" (its side built by `eager_side()`), else
+    None."""
     from perfgate.measure import counts
     from perfgate.measure.steps import sync
 
@@ -126,6 +146,15 @@ def prepared(sides: list, batch, device) -> None:
         for _ in range(WARM):
             side.step(batch)
     sync(device)
+    if mode == "pinned":  # every pinned worker on the same CPUs: what one CPU's state does, it does to all
+        pin_all_threads({int(c) for c in os.environ.get("CELL_PIN_CPUS", "2,3").split(",")})
+    if mode == "eager":
+        eager = eager_side()
+        for _ in range(WARM):
+            eager.step(batch)
+        sync(device)
+        return lambda: eager.step(batch)
+    return None
 
 
 def main() -> None:

@@ -49,12 +49,21 @@ def worker() -> None:
         serve(lambda copy: models[copy](x), sync, STEPS)
 
 
-def serve(step: Callable[[int], object], sync: Callable[[], object], steps: int) -> None:
+def serve(
+    step: Callable[[int], object],
+    sync: Callable[[], object],
+    steps: int,
+    before: Callable[[], object] | None = None,
+) -> None:
     """A worker's side of alternate(): say "ready", then for each copy index read on stdin, take `steps` of that
-    copy's steps and answer its ms per step (cell_copies.py's workers serve through this too)."""
+    copy's steps and answer its ms per step (cell_copies.py's workers serve through this too). `before`, where
+    given, runs ahead of each round, untimed."""
     print("ready", flush=True)
     for line in sys.stdin:
         copy = int(line)
+        if before is not None:
+            before()
+            sync()
         t0 = time.perf_counter()
         for _ in range(steps):
             step(copy)

@@ -26,7 +26,10 @@
 # its own (SEEDS): do processes that share a seed share a floor?
 # modes: host-bound cells (MODES_CELLS) in processes of 2 copies, four each plain, or first given the engine's
 # counts stage, its profiler session alone, its Python-call hook alone, or a fresh layout: does that leave a
-# process slow?
+# process slow? The next question (the engine's A/A sides differ by a median 4-6 %, the probe's processes by ~1 %):
+#   MODES_CELLS="segformer_b2:infer:2:$(printf 'plain,%.0s' 1 2 3 4 5 6)$(printf 'eager,%.0s' 1 2 3 4 5 6)$(printf \
+#   'pinned,%.0s' 1 2 3 4 5 6)" paired_chain.sh start 0 "modes": do eager rounds between compiled ones, or one
+#   CPU set for every worker, change the process spread?
 # rl_study: the host-bound cells (RL_K) with tools/probes/round_lengths.py (paired wall rounds of 12.5, 25, 50 and
 # 100 ms before each cell's first look, which then takes 50 ms rounds); their A/A with paired wall rounds of 12 ms
 # (rl_short*), 50 ms (rl_gate*: the gate to 2026-11-28) and the gate's own 25 ms (rl_new*); rl_new_attached*
