@@ -31,7 +31,7 @@ FORMATS = ("csv", "v3", "pytest-benchmark", "openmetrics")
 SUFFIX = {"csv": ".csv", "v3": ".json", "pytest-benchmark": ".json", "openmetrics": ".txt"}
 # The environment's keys a dashboard filters on (perfgate.measure.env.environment), in this order.
 ENV_KEYS: tuple[str, ...] = ("fingerprint", "gpu", "gpu_count", "driver", "cuda", "torch", "triton", "transformers")
-ENV_KEYS += ("timm", "python", "cpu_model", "cpu_cores", "host")
+ENV_KEYS += ("timm", "python", "cpu_model", "cpu_cores", "host", "cupti_teardown")  # the last: how CUPTI was left
 SCALARS = tuple(f for f in FIELDS if f.type in (str, int, float))
 # Units that say how a cell was run, not what it measured: they go with the benchmark's description, not as metrics.
 SETUP_UNITS = ("steps", "rounds", "samples", "ranks")
