@@ -130,8 +130,18 @@ def night(commit, **env) -> dict:
         (night("aaa111"), night("bbb222", transformers="5.18.0"), "--rule speedup --processes 3 --"),
         (night("aaa111"), night("aaa111"), "the machine moved, not the code"),
         (night(None), night("bbb222"), "no commits recorded"),
+        (night("aaa111"), night("bbb222", cupti_teardown="1"), "host-bound steps timed another way, no code"),
+        (night("aaa111"), night("bbb222", cupti_teardown="1", torch="2.12.0"), "versions moved: torch 2.11.0 → 2.12.0"),
     ],
-    ids=["commits-differ", "versions-moved", "versions-moved-processes", "same-commit", "no-commit"],
+    ids=[
+        "commits-differ",
+        "versions-moved",
+        "versions-moved-processes",
+        "same-commit",
+        "no-commit",
+        "cupti-detached",
+        "cupti-and-torch",
+    ],
 )
 def test_a_nightly_change_point_names_the_command_that_would_settle_it(good, bad, words):
     from perfgate.judge.triage import bisect_hint

@@ -193,12 +193,17 @@ def bisect_hint(
         f"last good {good['date']} ({(good.get('commit') or 'unknown')[:12]}), first bad {bad['date']} "
         f"({(bad.get('commit') or 'unknown')[:12]})"
     )
-    moved = [
-        f"{k} {good['env'][k]} → {bad['env'][k]}"
-        for k in ENV_KEYS
-        if (good.get("env") or {}).get(k) != (bad.get("env") or {}).get(k) and k != "cpu_model"
+    changed = [
+        k for k in ENV_KEYS if (good.get("env") or {}).get(k) != (bad.get("env") or {}).get(k) and k != "cpu_model"
     ]
+    moved = [f"{k} {good['env'].get(k)} → {bad['env'].get(k)}" for k in changed if k != "cupti_teardown"]
     select = ["--", *selection(bad), "-p", "no:randomly"]
+    if "cupti_teardown" in changed and not moved:  # perfgate's own measuring changed between the nights
+        return (
+            f"{nights}; CUPTI was left attached after profiler sessions on one night and detached on the other "
+            "(perfgate from 2026-11-29, docs/measuring.md step 5): host-bound steps timed another way, no code "
+            "to bisect"
+        )
     if moved:
         return (
             f"{nights}; versions moved: {'; '.join(moved)}: bisect the releases between, e.g. perfgate "
