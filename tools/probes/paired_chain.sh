@@ -91,6 +91,14 @@ if [ "$1" = start ]; then
     setsid nohup bash -c '
       cd "$SRC" && export CHAIN_TOP
       me=tools/probes/paired_chain.sh
+      copies_run() {  # copies_run NAME VAR=VALUE...: tools/probes/cell_copies.py under the chain, its JSON NAME.json
+        name=$1; shift
+        echo "$(date -u +%T) start $name $*" >> "$CHAIN/log.txt"
+        env CUDA_VISIBLE_DEVICES=${GPU%%,*} CELL_MODEL=${COPIES_MODEL:-segformer_b2} CELL_PHASE=${COPIES_PHASE:-infer} \
+          CELL_STEPS=${COPIES_STEPS:-2} CELL_CACHE="$CHAIN/copies-cache" "$@" timeout 400 ${CPUS:+taskset -c $CPUS} \
+          python3 tools/probes/cell_copies.py > "$CHAIN/$name.json" 2> "$CHAIN/$name.log"
+        echo "$(date -u +%T) end $name rc=$?" >> "$CHAIN/log.txt"
+      }
       for s in $STEPS; do
         case $s in
           aa_cold|aa_warm) $me step $K $GPU $s --perf-precompile 4 --perf-baseline baselines --perf-report "$CHAIN/$s" ;;
@@ -112,34 +120,19 @@ if [ "$1" = start ]; then
           graph_plant) $me step $K $GPU $s -k "$HOST_K" --perf-precompile 4 --perf-inject graph_break ;;
           ddp2) $me ddp $K $GPU $s -k "ddp and not ddp4 and amp_bf16 and inductor" ;;
           copies) for fresh in 0 1; do  # docs/gate.md "Process pairs": does loading the code again resample the effect?
-              echo "$(date -u +%T) start copies CELL_FRESH_CODE=$fresh" >> "$CHAIN/log.txt"
-              CUDA_VISIBLE_DEVICES=${GPU%%,*} CELL_MODEL=${COPIES_MODEL:-segformer_b2} CELL_PHASE=${COPIES_PHASE:-infer} \
-                CELL_STEPS=${COPIES_STEPS:-2} CELL_PROCESSES=3 CELL_FRESH_CODE=$fresh CELL_CACHE="$CHAIN/copies-cache" \
-                timeout 400 ${CPUS:+taskset -c $CPUS} python3 tools/probes/cell_copies.py \
-                > "$CHAIN/copies$fresh.json" 2> "$CHAIN/copies$fresh.log"
-              rc=$?; echo "$(date -u +%T) end copies CELL_FRESH_CODE=$fresh rc=$rc" >> "$CHAIN/log.txt"
+              copies_run copies$fresh CELL_PROCESSES=3 CELL_FRESH_CODE=$fresh
             done ;;
-          seeds) echo "$(date -u +%T) start seeds" >> "$CHAIN/log.txt"  # is the process effect the string hash seed?
-              CUDA_VISIBLE_DEVICES=${GPU%%,*} CELL_MODEL=${COPIES_MODEL:-segformer_b2} CELL_PHASE=${COPIES_PHASE:-infer} \
-                CELL_STEPS=${COPIES_STEPS:-2} CELL_COPIES=2 CELL_ROUNDS=60 CELL_SEEDS=${SEEDS:-7,7,7,7,8,8,8,8,r,r,r,r} \
-                CELL_CACHE="$CHAIN/copies-cache" timeout 400 ${CPUS:+taskset -c $CPUS} python3 tools/probes/cell_copies.py \
-                > "$CHAIN/seeds.json" 2> "$CHAIN/seeds.log"
-              echo "$(date -u +%T) end seeds rc=$?" >> "$CHAIN/log.txt" ;;
+          seeds) copies_run seeds CELL_COPIES=2 CELL_ROUNDS=60 CELL_SEEDS=${SEEDS:-7,7,7,7,8,8,8,8,r,r,r,r} ;;
           modes) four() { printf "$1,%.0s" 1 2 3 4; }  # 20 processes of segformer_b2 infer, 8 of resnet50 train
               all=$(four plain)$(four counts)$(four profiler)$(four monitor)$(four layout)
               for cell in ${MODES_CELLS:-segformer_b2:infer:2:${all%,} resnet50:train:1:$(four plain)$(four counts)}; do
-              IFS=: read -r model phase steps cell_modes <<< "$cell"  # model:phase:steps a round:modes
-              echo "$(date -u +%T) start modes $model $phase" >> "$CHAIN/log.txt"
-              # one process compiles first, so that the others then load it rather than compile it at once
-              for procs in warm all; do
-                [ $procs = warm ] && modes=plain rounds=2 || modes=${cell_modes%,} rounds=40
-                CUDA_VISIBLE_DEVICES=${GPU%%,*} CELL_MODEL=$model CELL_PHASE=$phase CELL_STEPS=$steps CELL_COPIES=2 \
-                  CELL_ROUNDS=$rounds CELL_MODES=$modes CELL_CACHE="$CHAIN/copies-cache" timeout 400 \
-                  ${CPUS:+taskset -c $CPUS} python3 tools/probes/cell_copies.py \
-                  > "$CHAIN/modes-$model-$phase-$procs.json" 2> "$CHAIN/modes-$model-$phase-$procs.log"
-                rc=$?; echo "$(date -u +%T) modes $model $phase $procs rc=$rc" >> "$CHAIN/log.txt"
-              done
-            done ;;
+                IFS=: read -r model phase steps cell_modes <<< "$cell"  # model:phase:steps a round:modes
+                # one process compiles first, so that the others then load it rather than compile it at once
+                copies_run modes-$model-$phase-warm CELL_MODEL=$model CELL_PHASE=$phase CELL_STEPS=$steps CELL_COPIES=2 \
+                  CELL_ROUNDS=2 CELL_MODES=plain
+                copies_run modes-$model-$phase-all CELL_MODEL=$model CELL_PHASE=$phase CELL_STEPS=$steps CELL_COPIES=2 \
+                  CELL_ROUNDS=40 CELL_MODES=${cell_modes%,}
+              done ;;
           cupti) for t in 0 1; do  # docs/ddp.md: is compiled autograd'"'"'s one-device step slowed by the profiler?
               echo "$(date -u +%T) start cupti TEARDOWN_CUPTI=$t" >> "$CHAIN/log.txt"
               CUDA_VISIBLE_DEVICES=${GPU%%,*} PROBE_WORLD=1 TEARDOWN_CUPTI=$t timeout 600 ${CPUS:+taskset -c $CPUS} \
