@@ -30,6 +30,9 @@
 #   MODES_CELLS="segformer_b2:infer:2:$(printf 'plain,%.0s' 1 2 3 4 5 6)$(printf 'eager,%.0s' 1 2 3 4 5 6)$(printf \
 #   'pinned,%.0s' 1 2 3 4 5 6)" paired_chain.sh start 0 "modes": do eager rounds between compiled ones, or one
 #   CPU set for every worker, change the process spread?
+# duet: tools/probes/duet_floor.py, the engine's own side workers of a host-bound cell, 8 a run, their wall rounds
+# alternated in random order (DUET_RUNS: model:phase:modes items; DUET_PREPARE=all prepares them at once): do they
+# spread as the engine's pairs (4-6 %) or as cell_copies' processes (~1 %)?
 # rl_study: the host-bound cells (RL_K) with tools/probes/round_lengths.py (paired wall rounds of 12.5, 25, 50 and
 # 100 ms before each cell's first look, which then takes 50 ms rounds); their A/A with paired wall rounds of 12 ms
 # (rl_short*), 50 ms (rl_gate*: the gate to 2026-11-28) and the gate's own 25 ms (rl_new*); rl_new_attached*
@@ -133,6 +136,16 @@ if [ "$1" = start ]; then
                 copies_run modes-$model-$phase-all CELL_MODEL=$model CELL_PHASE=$phase CELL_STEPS=$steps CELL_COPIES=2 \
                   CELL_ROUNDS=40 CELL_MODES=${cell_modes%,}
               done ;;
+          duet) eight() { printf "$1,%.0s" 1 2 3 4 5 6 7 8; }  # tools/probes/duet_floor.py: the engine'"'"'s own workers
+              for item in ${DUET_RUNS:-resnet50:train:$(eight plain) segformer_b2:infer:$(eight plain)}; do
+                IFS=: read -r model phase modes <<< "$item"; modes=${modes%,}
+                tag=$model-$phase-$(echo "$modes" | tr , "\n" | sort | uniq -c | awk "{printf \"%s%s\", \$2, \$1}")
+                echo "$(date -u +%T) start duet $item" >> "$CHAIN/log.txt"
+                CUDA_VISIBLE_DEVICES=${GPU%%,*} DUET_CELL=$model:$phase DUET_MODES=$modes DUET_CACHE="$CHAIN/duet-cache" \
+                  timeout 400 ${CPUS:+taskset -c $CPUS} python3 tools/probes/duet_floor.py > "$CHAIN/duet-$tag.json" \
+                  2> "$CHAIN/duet-$tag.log"
+                echo "$(date -u +%T) end duet $item rc=$?" >> "$CHAIN/log.txt"
+              done ;;
           cupti) for t in 0 1; do  # docs/ddp.md: is compiled autograd'"'"'s one-device step slowed by the profiler?
               echo "$(date -u +%T) start cupti TEARDOWN_CUPTI=$t" >> "$CHAIN/log.txt"
               CUDA_VISIBLE_DEVICES=${GPU%%,*} PROBE_WORLD=1 TEARDOWN_CUPTI=$t timeout 600 ${CPUS:+taskset -c $CPUS} \
@@ -151,7 +164,7 @@ deadline=$(( $(date +%s) + ${WAIT_S:-570} ))
 all_done() { for c in "$top"/pchain*; do [ -f "$c/done" ] || return 1; done; }
 while ! all_done && [ "$(date +%s)" -lt "$deadline" ]; do sleep 5; done
 for c in "$top"/pchain*; do
-  n=${c##*pchain}; tar czf "$OUT/chain$n.tgz" -C "$c" --exclude=engine-overlay --exclude=copies-cache .
+  n=${c##*pchain}; tar czf "$OUT/chain$n.tgz" -C "$c" --exclude=engine-overlay --exclude=copies-cache --exclude=duet-cache .
   echo "== chain $n"; cat "$c/log.txt"; grep -h "perfgate paired\|: \(unsure\|regression\)\| passed\| failed\|cell(s) in\|precompiled" "$c"/*.log | cut -c1-400 | tail -24
   runs=(); for f in "$c"/*.jsonl; do case $f in *.against.jsonl|*"*.jsonl") ;; *) runs+=("$f") ;; esac; done
   [ ${#runs[@]} -gt 0 ] && python3 tools/probes/paired_summary.py "${runs[@]}" | cut -c1-300
