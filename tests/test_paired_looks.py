@@ -354,6 +354,7 @@ def _measured_red(
             return {key: {"eager": 20.0, "compiled": 12.0 if slow else 10.0}}
 
     workers = {"a": Worker("a"), "b": Worker("b")}
+    monkeypatch.delenv("PERFGATE_PAIRED_PIN", raising=False)  # the fake workers' pids are no workers' to pin
     fake = type("Duet", (), {})()
     fake.sides, fake.first, fake.notes = (Side("A", "."), Side("B", ".")), "a", {}
     fake.worker = lambda side: workers[side.name.lower()]

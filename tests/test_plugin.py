@@ -71,11 +71,21 @@ def test_bad_options_name_the_value_and_the_valid_ones(suite, option, valid):
     assert valid in out.stderr.str()
 
 
-def test_a_paired_prepare_the_engine_has_no_way_for_is_refused_naming_the_ways(suite, monkeypatch):
-    monkeypatch.setenv("PERFGATE_PAIRED_PREPARE", "together")
+@pytest.mark.parametrize(
+    "variable, value, valid",
+    [
+        ("PERFGATE_PAIRED_PREPARE", "together", "staggered, sequential"),
+        ("PERFGATE_PAIRED_PIN", "all", "off, shared"),
+    ],
+    ids=["prepare", "pin"],
+)
+def test_a_paired_engine_setting_it_has_no_way_for_is_refused_naming_the_ways(
+    suite, monkeypatch, variable, value, valid
+):
+    monkeypatch.setenv(variable, value)
     out = suite.runpytest_inprocess("--collect-only", "--perf-against-env=X=1")
     assert out.ret == pytest.ExitCode.USAGE_ERROR
-    assert "PERFGATE_PAIRED_PREPARE='together': valid values are staggered, sequential" in out.stderr.str()
+    assert f"{variable}={value!r}: valid values are {valid}" in out.stderr.str()
 
 
 @pytest.mark.parametrize(

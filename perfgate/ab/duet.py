@@ -26,7 +26,7 @@ import time
 from dataclasses import replace
 from typing import Callable
 
-from perfgate.ab import looks, paired, paired_work
+from perfgate.ab import looks, paired, paired_work, pinning
 from perfgate.ab.looks import CLOCKS
 from perfgate.ab.pair_prepare import alone, how_of, other, prepare
 from perfgate.ab.pair_workers import ROUND_LIMIT_S, Duet, Worker, WorkerGone, finish, layouts_of, steps_sides
@@ -198,15 +198,17 @@ def measure(
         try:
             # A third pair decides only the rules that called for it; the others keep what two pairs read.
             calling, before = looks.calling_rules(comparisons, summary["duets"]), comparisons
-            for look in range(LOOKS):
-                summary["looks"] += 1
-                wanted = looks.wanted(comparisons, look, calling)
-                eager = eager_pairs(pairs, look, eager_wall)
-                _look_once(duet, rounds, steps, rng, ready, wanted, by_clock, kernels[-1], eager, layouts, pairs)
-                judged = looks.judge(rounds, confidence, job_b.cell.device_kind, eager_wall, layouts)
-                comparisons = looks.settle_others(judged, before, calling)
-                if looks.decided(comparisons, calling):
-                    break
+            with _rounds_pinned(duet, summary):
+                for look in range(LOOKS):
+                    summary["looks"] += 1
+                    wanted = looks.wanted(comparisons, look, calling)
+                    eager = eager_pairs(pairs, look, eager_wall)
+                    _look_once(duet, rounds, steps, rng, ready, wanted, by_clock, kernels[-1], eager, layouts, pairs)
+                    kind, pinned = job_b.cell.device_kind, bool(summary["pinned"])
+                    judged = looks.judge(rounds, confidence, kind, eager_wall, layouts, pinned)
+                    comparisons = looks.settle_others(judged, before, calling)
+                    if looks.decided(comparisons, calling):
+                        break
             seconds["looks"].append(lap())
             if together:  # both finish at once: see pair_workers.finish
                 for side in (a, b):
@@ -244,7 +246,7 @@ def measure(
         prepared=prepared,
         rules=[c.as_json() for c in verdicts],
         layouts=bool(layouts),
-        estimator=paired.estimators(bool(layouts)),
+        estimator=paired.estimators(bool(layouts), bool(summary.get("pinned"))),
         rounds=rounds,
         note="; ".join(filter(None, notes)),
         seconds={
@@ -270,6 +272,14 @@ def _lap() -> Callable[[], float]:
         return out
 
     return lap
+
+
+def _rounds_pinned(duet: Duet, summary: dict) -> pinning.Pinned:
+    """Both workers on one CPU set for their rounds where PERFGATE_PAIRED_PIN=shared (perfgate.ab.pinning), the
+    set kept in the summary ("pinned": [] where not pinned)."""
+    pinned = pinning.Pinned([duet.worker(side).popen.pid for side in duet.sides], pinning.rounds_cpus())
+    summary["pinned"] = sorted(pinned.cpus)
+    return pinned
 
 
 def _both_ok(record_a: dict | None, record_b: dict | None) -> bool:

@@ -72,12 +72,17 @@ def decided(comparisons: list[paired.Comparison], calling: set | None = None) ->
 
 
 def judge(
-    rounds: dict, confidence: float, device_kind: str, eager_wall: bool = False, layouts: bool = False
+    rounds: dict,
+    confidence: float,
+    device_kind: str,
+    eager_wall: bool = False,
+    layouts: bool = False,
+    pinned: bool = False,
 ) -> list[paired.Comparison]:
     """Every rule of the cell (paired.rules_for) over the rounds so far ({clock: {"a"|"b": {side: [rounds of
     each process pair]}}}), where both sides have some."""
     out = []
-    for rule in paired.rules_for(device_kind, eager_wall, layouts):
+    for rule in paired.rules_for(device_kind, eager_wall, layouts, pinned):
         data = rounds[rule.clock.name]
         a, b = data["a"][rule.side], data["b"][rule.side]
         if sum(len(x) for x in a) and sum(len(x) for x in b):

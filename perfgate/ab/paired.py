@@ -67,6 +67,13 @@ ESTIMATORS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "mean": lambda rounds: np.mean(rounds, axis=-1),
 }
 DEFAULT_ESTIMATOR = "min"
+# A figure of B against A from the round pairs themselves: the median of log(B / A) over pairs. Where both
+# sides' rounds run on one CPU set (perfgate.ab.pinning), a CPU's slow spell hits a pair's two rounds alike and
+# the ratio cancels it, where each side's minimum waits for a fast moment of its own, which pinned workers
+# rarely had (docs/gate.md "Process pairs"). The wall and host rules take it where the rounds were pinned
+# (rules_for's `pinned`).
+PAIRED_ESTIMATORS = ("pair_median",)
+PINNED_WALL_ESTIMATOR = "pair_median"
 
 
 @dataclass(frozen=True)
@@ -132,23 +139,30 @@ RULES: tuple[PairedRule, ...] = (
 CPU_WALL_LINE = 0.40
 
 
-def rules_for(device_kind: str, eager_wall: bool = False, layouts: bool = True) -> tuple[PairedRule, ...]:
+def rules_for(
+    device_kind: str, eager_wall: bool = False, layouts: bool = True, pinned: bool = False
+) -> tuple[PairedRule, ...]:
     """The rules of a cell on `device_kind` ("gpu" or "cpu"). `eager_wall`: eager's wall step judged too, as an
     A/B of two environments wants (`perfgate ab`: an upgrade's slower dispatcher or allocator slows eager's host
     path with the same counts and GPU work, and shows on no other judged rule). `layouts`: whether the device
     rounds ran in fresh memory layouts; where not, the device rules take the minimum and each pair must show a
-    regression, as before layouts (a base whose engine predates them, a CUDA-graph variant, an old record)."""
+    regression, as before layouts (a base whose engine predates them, a CUDA-graph variant, an old record).
+    `pinned`: both sides' rounds ran on one CPU set (perfgate.ab.pinning): the wall and host rules take the
+    paired median (PINNED_WALL_ESTIMATOR)."""
     rules = tuple(replace(r, judged=True) if eager_wall and r.clock is WALL else r for r in RULES)
     if not layouts:
         rules = tuple(replace(r, estimator=DEFAULT_ESTIMATOR, pooled=False) if r.pooled else r for r in rules)
+    if pinned:
+        rules = tuple(replace(r, estimator=PINNED_WALL_ESTIMATOR) if r.clock in (WALL, HOST) else r for r in rules)
     if device_kind == "gpu":
         return rules
     return tuple(replace(r, threshold=CPU_WALL_LINE) if r.clock is WALL else r for r in rules)
 
 
-def estimators(layouts: bool = True) -> str:
+def estimators(layouts: bool = True, pinned: bool = False) -> str:
     """The estimators in words, for a summary and a report: "min (device: mean)"."""
-    others = {r.clock.name: r.estimator for r in rules_for("gpu", layouts=layouts) if r.estimator != DEFAULT_ESTIMATOR}
+    rules = rules_for("gpu", layouts=layouts, pinned=pinned)
+    others = {r.clock.name: r.estimator for r in rules if r.estimator != DEFAULT_ESTIMATOR}
     named = ", ".join(f"{clock}: {name}" for clock, name in others.items())
     return f"{DEFAULT_ESTIMATOR} ({named})" if named else DEFAULT_ESTIMATOR
 
@@ -217,12 +231,14 @@ def compare(
     est(B) / est(A) - 1 over all rounds and its interval a percentile bootstrap that resamples pairs within
     each duet."""
     estimator = estimator or rule.estimator
-    if estimator not in ESTIMATORS:
-        raise ValueError(f"estimator {estimator!r}; valid: {', '.join(ESTIMATORS)}")
-    est = ESTIMATORS[estimator]
+    if estimator not in ESTIMATORS and estimator not in PAIRED_ESTIMATORS:
+        raise ValueError(f"estimator {estimator!r}; valid: {', '.join([*ESTIMATORS, *PAIRED_ESTIMATORS])}")
     groups = [(np.asarray(x, float), np.asarray(y, float)) for x, y in zip(a, b) if len(x) and len(x) == len(y)]
     if not groups:
         raise ValueError(f"no round pairs for {rule.key}")
+    if estimator == "pair_median":
+        return _pair_median(groups, rule, confidence, seed)
+    est = ESTIMATORS[estimator]
     if estimator == "mean":
         change, lo, hi = mean_interval(groups, confidence)
         outcome = outcome_of(lo, hi, rule.threshold) if rule.judged else "shown"
@@ -241,6 +257,21 @@ def compare(
     lo, hi = (float(v) for v in np.percentile(ratios, [tail, 100 - tail]))
     outcome = outcome_of(lo, hi, rule.threshold) if rule.judged else "shown"
     return Comparison(rule, change, lo, hi, outcome, len(a_all), confidence)
+
+
+def _pair_median(
+    groups: Sequence[tuple[np.ndarray, np.ndarray]], rule: PairedRule, confidence: float, seed: int
+) -> Comparison:
+    """B against A as the median over round pairs of log(B / A), with a percentile bootstrap that resamples the
+    pairs within each process pair."""
+    logs = [np.log(y / x) for x, y in groups]
+    rng = np.random.default_rng(seed)
+    picks = np.concatenate([g[rng.integers(0, len(g), size=(RESAMPLES, len(g)))] for g in logs], axis=1)
+    tail = (1 - confidence) / 2 * 100
+    lo, hi = (math.expm1(float(v)) for v in np.percentile(np.median(picks, axis=1), [tail, 100 - tail]))
+    change = math.expm1(float(np.median(np.concatenate(logs))))
+    outcome = outcome_of(lo, hi, rule.threshold) if rule.judged else "shown"
+    return Comparison(rule, change, lo, hi, outcome, sum(len(g) for g in logs), confidence)
 
 
 def mean_interval(groups: Sequence[tuple[np.ndarray, np.ndarray]], confidence: float) -> tuple[float, float, float]:

@@ -315,7 +315,8 @@ FIELDS: tuple[Field, ...] = (
         "kernels [{pair, side, a_ms, b_ms, moved: [{kernel, a_ms, b_ms}]}] (GPU ms per step), seconds {prepare, "
         "looks, finish: per process pair; wall_rounds, host_rounds, device_rounds; total}, prepared [{first: a|b, "
         "together, staggered: the first compiled calls in turn}] per process pair, steps_per_round (the last "
-        "process pair's wall round) and wall_pairs (the wall round pairs a look, per process pair)",
+        "process pair's wall round), wall_pairs (the wall round pairs a look, per process pair) and pinned (the "
+        "CPUs both sides' rounds ran on, perfgate.ab.pinning; [] where not pinned)",
     ),
     Field(
         "gpu_neighbours",

@@ -216,8 +216,10 @@ def check(config: pytest.Config) -> Selection:
     check_precompile(opt("--perf-precompile"), opt("--perf-cache-dir"), getattr(config.option, "numprocesses", None))
     if any(opt(name) is not None for name in PAIRED_OPTIONS):
         from perfgate.ab.pair_prepare import prepare_choice
+        from perfgate.ab.pinning import pin_choice
 
-        prepare_choice()  # the paired engine's PERFGATE_PAIRED_PREPARE, checked before any cell
+        prepare_choice()  # the paired engine's PERFGATE_PAIRED_PREPARE and PERFGATE_PAIRED_PIN, checked before any cell
+        pin_choice()
     check_outputs(opt("--perf-results"), opt("--perf-save-baseline"), opt("--perf-report"), opt("--perf-history"))
     check_folders(opt("--perf-profile"), opt("--perf-cache-dir"), opt("--perf-reference-cache"))
     check_histories(costs_db, opt("--perf-history"))

@@ -8,7 +8,9 @@ sooner or later than the records' engine did, a clock may be judged on rounds th
 
     python tools/probes/rejudge.py [--eager-wall] baselines/runs/paired/h200x4-20261127-2aa41d77-aa-warm.jsonl ...
 
---eager-wall: eager's wall step judged too, as `perfgate ab` judges it (paired.rules_for).
+--eager-wall: eager's wall step judged too, as `perfgate ab` judges it (paired.rules_for). --pinned / --unpinned:
+the wall and host rules judged as for rounds on one CPU set (paired.PINNED_WALL_ESTIMATOR) or not, whatever the
+record's `paired.pinned` says: how would the other estimator have read these rounds?
 """
 
 from __future__ import annotations
@@ -38,15 +40,17 @@ def took_layouts(p: dict) -> bool:
     return bool(p.get("layouts", p.get("estimator") == "min (device: mean)"))
 
 
-def rejudge(record: dict, eager_wall: bool = False) -> tuple[str, int, int]:
+def rejudge(record: dict, eager_wall: bool = False, pinned: bool | None = None) -> tuple[str, int, int]:
     """(outcome, looks, process pairs) under this tree's rules. A record whose engine stopped on an error (a side
     failed) stays unsure; a look the records hold no new rounds for is not taken (the engine then stopped); an
     outcome that would want a look or a process pair the records lack says so ("unsure, wants look 2 of pair 1",
-    "regression, wants pair 3"). `eager_wall`: eager's wall step judged too."""
+    "regression, wants pair 3"). `eager_wall`: eager's wall step judged too. `pinned`: the wall estimator as for
+    pinned rounds or not (None: as the record's rounds ran)."""
     p = record["paired"]
     if p.get("error"):
         return "unsure", p.get("looks", 0), p.get("duets", 0)
     rounds, kind = p["rounds"], record.get("device_kind", "gpu")
+    pinned = bool(p.get("pinned")) if pinned is None else pinned
     confidence = paired.look_confidence(duet.JUDGED_LOOKS)
     taken = pairs = 0  # looks taken, process pairs
     comparisons: list = []
@@ -72,7 +76,7 @@ def rejudge(record: dict, eager_wall: bool = False) -> tuple[str, int, int]:
                 # on the replay is no longer the engine's
                 return f"{outcome()}, wants look {look} of pair {d}", taken, pairs
             seen, taken = cut, taken + 1
-            judged = looks.judge(cut, confidence, kind, eager_wall, layouts=took_layouts(p))
+            judged = looks.judge(cut, confidence, kind, eager_wall, layouts=took_layouts(p), pinned=pinned)
             comparisons = looks.settle_others(judged, before, calling)
             if looks.decided(comparisons, calling):
                 break
@@ -83,7 +87,7 @@ def rejudge(record: dict, eager_wall: bool = False) -> tuple[str, int, int]:
     return outcome(), taken, pairs
 
 
-def main(paths: list[str], eager_wall: bool = False) -> None:
+def main(paths: list[str], eager_wall: bool = False, pinned: bool | None = None) -> None:
     for path in paths:
         tally: dict[str, int] = {}
         lines = []
@@ -92,7 +96,7 @@ def main(paths: list[str], eager_wall: bool = False) -> None:
             if not record.get("paired") or "rounds" not in record["paired"]:
                 continue
             was = record["paired"]["outcome"]
-            now, taken, pairs = rejudge(record, eager_wall)
+            now, taken, pairs = rejudge(record, eager_wall, pinned)
             tally[now] = tally.get(now, 0) + 1
             if now != was or taken != record["paired"]["looks"]:
                 lines.append(
@@ -105,4 +109,6 @@ def main(paths: list[str], eager_wall: bool = False) -> None:
 
 if __name__ == "__main__":
     args = sys.argv[1:]
-    main([a for a in args if a != "--eager-wall"], "--eager-wall" in args)
+    flags = {"--eager-wall", "--pinned", "--unpinned"}
+    pinned = True if "--pinned" in args else False if "--unpinned" in args else None
+    main([a for a in args if a not in flags], "--eager-wall" in args, pinned)

@@ -1,0 +1,83 @@
+"""Both sides' workers on one CPU set while their rounds alternate (PERFGATE_PAIRED_PIN=shared), so that a
+round of A and the round of B beside it run on the same cores. Off by default until a GPU A/A shows it earns
+its place. Imports no torch.
+
+Why (docs/gate.md "Process pairs", measured with tools/probes/duet_floor.py): on the H200 machines a CPU's
+speed moves on its own over seconds, so a worker whose main thread sits on a slow CPU reads every round slow
+for 10-20 s while the other side, on another CPU, does not. Workers that share two CPUs share those spells, and
+the median of their paired round ratios (paired.PAIRED_ESTIMATORS) cancels them. The two sides never run at
+once (the coordinator asks one, then the other), so sharing two CPUs costs neither any speed.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Iterable
+
+PIN_ENV = "PERFGATE_PAIRED_PIN"
+PIN_CHOICES = ("off", "shared")
+ROUND_CPUS = 2  # a side's main thread and one for its helpers (the CUDA driver's, autograd's device thread)
+
+
+def pin_choice() -> str:
+    """PIN_ENV's value, checked (ValueError naming the valid ones): the plugin checks it before any cell."""
+    value = os.environ.get(PIN_ENV) or PIN_CHOICES[0]
+    if value not in PIN_CHOICES:
+        raise ValueError(f"{PIN_ENV}={value!r}: valid values are {', '.join(PIN_CHOICES)}")
+    return value
+
+
+def round_cpus(allowed: Iterable[int]) -> frozenset[int]:
+    """The CPUs both sides' rounds run on: the last ROUND_CPUS of `allowed` (this process's, a dealt shard's
+    share), away from CPU 0, where the kernel takes most device interrupts; none where `allowed` has no more
+    than that (pinning would change nothing)."""
+    cpus = sorted(allowed)
+    return frozenset(cpus[-ROUND_CPUS:]) if len(cpus) > ROUND_CPUS else frozenset()
+
+
+def rounds_cpus() -> frozenset[int]:
+    """The CPUs a process pair's rounds run on: round_cpus of this process's own where PIN_ENV says "shared",
+    else none."""
+    if pin_choice() != "shared" or not hasattr(os, "sched_getaffinity"):
+        return frozenset()
+    return round_cpus(os.sched_getaffinity(0))
+
+
+def _threads(pid: int) -> list[int]:
+    try:
+        return [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+    except OSError:  # the process ended, or no /proc here
+        return []
+
+
+class Pinned:
+    """A context: every thread of each process in `pids` on `cpus` inside it, and back on the CPUs each had when
+    it ends (a thread started inside it, on its process's first). Where `cpus` is empty or the host cannot pin
+    (no sched_setaffinity, no /proc), nothing changes and `cpus` reads empty."""
+
+    def __init__(self, pids: Iterable[int], cpus: frozenset[int]):
+        self.pids, self.saved = list(pids), {}
+        can = bool(cpus) and hasattr(os, "sched_setaffinity") and all(_threads(p) for p in self.pids)
+        self.cpus = cpus if can else frozenset()
+
+    def __enter__(self) -> "Pinned":
+        for pid in self.pids if self.cpus else ():
+            for tid in _threads(pid):
+                try:
+                    self.saved[tid] = os.sched_getaffinity(tid)
+                    os.sched_setaffinity(tid, self.cpus)
+                except OSError:  # a thread that ended meanwhile
+                    continue
+        return self
+
+    def __exit__(self, *_exc) -> None:
+        for pid in self.pids if self.cpus else ():
+            first = self.saved.get(pid)
+            for tid in _threads(pid):
+                back = self.saved.get(tid, first)
+                if back is None:
+                    continue
+                try:
+                    os.sched_setaffinity(tid, back)
+                except OSError:
+                    continue

@@ -1,0 +1,137 @@
+"""Both sides' workers on one CPU set for their rounds (PERFGATE_PAIRED_PIN=shared): the set chosen, every thread
+of each worker moved onto it and back, the paired median that judges their wall rounds, and off by default."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from perfgate.ab import duet, looks, paired, pinning
+from perfgate.core.clocks import WALL
+
+can_pin = pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="this platform cannot pin threads")
+
+# A child with two threads; a line on its stdin starts a third (one born while pinned).
+CHILD = """
+import sys, threading, time
+threading.Thread(target=time.sleep, args=(60,), daemon=True).start()
+print("up", flush=True)
+sys.stdin.readline()
+threading.Thread(target=time.sleep, args=(60,), daemon=True).start()
+print("more", flush=True)
+sys.stdin.readline()
+"""
+
+
+@pytest.fixture
+def child():
+    proc = subprocess.Popen([sys.executable, "-c", CHILD], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "up"
+    yield proc
+    proc.kill()
+    proc.wait()
+
+
+def _affinities(pid: int) -> dict[int, set[int]]:
+    return {int(t): os.sched_getaffinity(int(t)) for t in os.listdir(f"/proc/{pid}/task")}
+
+
+def test_off_unless_asked_and_a_bad_value_names_the_valid_ones(monkeypatch):
+    monkeypatch.delenv(pinning.PIN_ENV, raising=False)
+    assert pinning.pin_choice() == "off" and pinning.rounds_cpus() == frozenset()
+    monkeypatch.setenv(pinning.PIN_ENV, "all")
+    with pytest.raises(ValueError, match="PERFGATE_PAIRED_PIN='all': valid values are off, shared"):
+        pinning.pin_choice()
+
+
+@pytest.mark.parametrize(
+    "allowed, expected",
+    [(range(16), {14, 15}), ({0, 3, 9}, {3, 9}), ({0, 1}, set()), ({5}, set())],
+    ids=["last-two-of-16", "a-shards-share", "two-cpus-nothing-to-gain", "one-cpu"],
+)
+def test_the_rounds_take_the_last_two_cpus_of_this_process(allowed, expected):
+    assert pinning.round_cpus(allowed) == frozenset(expected)
+
+
+@can_pin
+def test_every_thread_is_pinned_inside_and_back_after_with_one_born_inside(child):
+    before = _affinities(child.pid)
+    cpu = min(os.sched_getaffinity(0))
+    with pinning.Pinned([child.pid], frozenset({cpu})) as pinned:
+        assert pinned.cpus == {cpu}
+        assert all(cpus == {cpu} for cpus in _affinities(child.pid).values()) and len(before) == 2
+        child.stdin.write("\n")
+        child.stdin.flush()
+        assert child.stdout.readline().strip() == "more"
+    after = _affinities(child.pid)
+    assert len(after) == 3 and all(cpus == before[child.pid] for cpus in after.values())
+
+
+def test_nothing_moves_where_no_cpu_set_was_chosen_or_the_process_is_gone(child):
+    assert pinning.Pinned([child.pid], frozenset()).cpus == frozenset()
+    assert pinning.Pinned([10**7], frozenset({0})).cpus == frozenset()  # no such process: nothing to pin
+
+
+@can_pin
+def test_the_engine_pins_both_workers_for_their_rounds_where_asked(child, monkeypatch):
+    worker = type("W", (), {"popen": child})()
+    fake = type("Duet", (), {"sides": (type("S", (), {"name": "A"})(), type("S", (), {"name": "B"})())})()
+    fake.worker = lambda _side: worker
+    cpu = min(os.sched_getaffinity(0))
+    monkeypatch.setattr(pinning, "rounds_cpus", lambda: frozenset({cpu}))
+    summary: dict = {}
+    with duet._rounds_pinned(fake, summary):
+        assert all(cpus == {cpu} for cpus in _affinities(child.pid).values())
+    assert summary["pinned"] == [cpu]
+    monkeypatch.undo()
+    monkeypatch.delenv(pinning.PIN_ENV, raising=False)
+    with duet._rounds_pinned(fake, summary):
+        pass
+    assert summary["pinned"] == []
+
+
+def _pairs(n: int, change: float, seed: int) -> tuple[list[float], list[float]]:
+    """Round pairs on a level that moves from pair to pair by up to 20 %, shared by a pair's two rounds (a CPU's
+    slow spell hits both pinned sides), B `change` slower; and one fast moment, 25 % under the levels, that
+    only A's round of its pair caught."""
+    rng = np.random.default_rng(seed)
+    level = 13.0 * (1 + 0.2 * rng.random(n))
+    jitter = 1 + 0.01 * rng.standard_normal((2, n))
+    a, b = level * jitter[0], level * (1 + change) * jitter[1]
+    a[n // 3] = 10.0
+    return list(a), list(b)
+
+
+def test_the_paired_median_cancels_what_both_sides_shared_where_the_minimum_reads_a_regression():
+    rule = paired.PairedRule(WALL, "compiled", 0.05)
+    a, b = _pairs(24, 0.0, 1)
+    by_median = paired.compare([a], [b], rule, 0.99, estimator="pair_median")
+    assert by_median.outcome == "ok" and by_median.halfwidth < 0.015 and abs(by_median.change) < 0.01
+    assert paired.compare([a], [b], rule, 0.99, estimator="min").change > 0.25  # B's floor never met A's moment
+    slower = paired.compare([a], [list(np.array(b) * 1.08)], rule, 0.99, estimator="pair_median")
+    assert slower.outcome == "regression" and slower.pairs == 24
+
+
+def test_pinned_rounds_are_judged_by_the_paired_median_on_the_wall_and_host_clocks():
+    rules = {(r.clock.name, r.side): r.estimator for r in paired.rules_for("gpu", pinned=True)}
+    assert rules[("wall", "compiled")] == rules[("host", "eager")] == "pair_median"
+    assert rules[("device", "compiled")] == "mean"
+    assert all(r.estimator != "pair_median" for r in paired.rules_for("gpu"))
+    assert paired.estimators(pinned=True) == "min (wall: pair_median, device: mean, host: pair_median)"
+    a, b = _pairs(24, 0.0, 2)
+    rounds = {
+        "wall": {"a": {"compiled": [a], "eager": [a]}, "b": {"compiled": [b], "eager": [b]}},
+        "host": {"a": {"compiled": [], "eager": []}, "b": {"compiled": [], "eager": []}},
+        "device": {"a": {"compiled": [], "eager": []}, "b": {"compiled": [], "eager": []}},
+    }
+    judged = {c.rule.key: c for c in looks.judge(rounds, 0.99, "gpu", pinned=True)}
+    assert judged["compiled_ms"].rule.estimator == "pair_median" and judged["compiled_ms"].outcome == "ok"
+
+
+def test_an_unknown_estimator_names_the_paired_one_too():
+    with pytest.raises(ValueError, match="valid: min, q10, q25, median, mean, pair_median"):
+        paired.compare([[1.0]], [[1.0]], paired.RULES[0], 0.95, estimator="mode")
