@@ -315,11 +315,13 @@ def _measured_red(
     outvoted: bool = False,
     picked: bool = False,
     holds: bool = False,
+    pin: bool = False,
 ) -> tuple:
     """duet.measure of one cell whose wall rule reads a regression at every look, over two fake workers whose
     records carry `kernels_b` compiled kernels on B against A's 100; B's worker dies in pair 2's rounds where
     `died_in_pair2`. `outvoted`: judged for real instead, B's compiled step 20 % slower in pair 1 alone; returns
-    the workers' requests too."""
+    the workers' requests too. `pin`: PERFGATE_PAIRED_PIN=shared (the caller fakes perfgate.ab.pinning.Pinned:
+    the fake workers' pids are no workers' to move)."""
     from perfgate.ab.sides import Side
     from perfgate.core.clocks import WALL
     from perfgate.core.job import Job, RunOptions
@@ -354,7 +356,10 @@ def _measured_red(
             return {key: {"eager": 20.0, "compiled": 12.0 if slow else 10.0}}
 
     workers = {"a": Worker("a"), "b": Worker("b")}
-    monkeypatch.delenv("PERFGATE_PAIRED_PIN", raising=False)  # the fake workers' pids are no workers' to pin
+    if pin:
+        monkeypatch.setenv("PERFGATE_PAIRED_PIN", "shared")
+    else:
+        monkeypatch.delenv("PERFGATE_PAIRED_PIN", raising=False)
     fake = type("Duet", (), {})()
     fake.sides, fake.first, fake.notes = (Side("A", "."), Side("B", ".")), "a", {}
     fake.worker = lambda side: workers[side.name.lower()]
@@ -438,3 +443,36 @@ def test_a_wall_red_the_next_two_pairs_read_ok_against_is_outvoted_with_whole_re
     third = [m for m in sent[start:] if m.get("op") == "wall"]
     assert third and any("eager" in m["sides"] for m in third)
     assert sent[-1] == {"op": "finish", "solo": False}
+
+
+def test_pinned_rounds_are_judged_by_the_paired_median_and_the_record_says_on_which_cpus(monkeypatch):
+    """Under PERFGATE_PAIRED_PIN=shared each process pair's two workers are pinned for their looks (and only
+    then), the wall rule is judged by the paired median, and the summary names the CPUs and the estimator."""
+    from perfgate.ab import pinning
+
+    entered = []
+
+    class Pinned:
+        def __init__(self, pids, cpus):
+            self.pids, self.cpus = pids, cpus
+
+        def __enter__(self):
+            entered.append((tuple(self.pids), sorted(self.cpus)))
+            return self
+
+        def __exit__(self, *_exc):
+            entered.append("left")
+
+    monkeypatch.setattr(pinning, "Pinned", Pinned)
+    monkeypatch.setattr(pinning, "round_cpus", lambda _allowed: frozenset({14, 15}))
+    _record_b, _record_a, summary, _workers = _measured_red(monkeypatch, False, outvoted=True, pin=True)
+    assert entered == [((1, 2), [14, 15]), "left"] * summary["duets"]
+    assert summary["pinned"] == [14, 15] and summary["estimator"] == "pair_median (device: min)"
+    wall = next(r for r in summary["rules"] if r["rule"] == "compiled_ms")
+    assert wall["estimator"] == "pair_median"
+    entered.clear()
+    _record_b, _record_a, summary, _workers = _measured_red(monkeypatch, False, outvoted=True)
+    assert entered == [((1, 2), []), "left"] * summary["duets"] and summary["pinned"] == []
+    assert summary["estimator"] == "min"  # no device clock in these fake workers' cells: no layouts
+    wall = next(r for r in summary["rules"] if r["rule"] == "compiled_ms")
+    assert wall["estimator"] == "min"

@@ -13,7 +13,10 @@ import pytest
 from perfgate.ab import duet, looks, paired, pinning
 from perfgate.core.clocks import WALL
 
-can_pin = pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="this platform cannot pin threads")
+can_pin = pytest.mark.skipif(
+    not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2,
+    reason="pinning is seen only where threads can be moved and this process has 2 CPUs or more",
+)
 
 # A child with two threads; a line on its stdin starts a third (one born while pinned).
 CHILD = """
@@ -58,17 +61,18 @@ def test_the_rounds_take_the_last_two_cpus_of_this_process(allowed, expected):
 
 
 @can_pin
-def test_every_thread_is_pinned_inside_and_back_after_with_one_born_inside(child):
+def test_every_thread_is_pinned_inside_its_main_one_on_the_lowest_cpu_and_all_back_after(child):
     before = _affinities(child.pid)
-    cpu = min(os.sched_getaffinity(0))
-    with pinning.Pinned([child.pid], frozenset({cpu})) as pinned:
-        assert pinned.cpus == {cpu}
-        assert all(cpus == {cpu} for cpus in _affinities(child.pid).values()) and len(before) == 2
+    cpus = frozenset(sorted(os.sched_getaffinity(0))[-2:])
+    with pinning.Pinned([child.pid, child.pid], cpus) as pinned:  # both sides' pids: one process, saved once
+        assert pinned.cpus == cpus and len(before) == 2
+        inside = _affinities(child.pid)
+        assert inside.pop(child.pid) == {min(cpus)} and all(c == cpus for c in inside.values())
         child.stdin.write("\n")
         child.stdin.flush()
-        assert child.stdout.readline().strip() == "more"
+        assert child.stdout.readline().strip() == "more"  # a thread born inside
     after = _affinities(child.pid)
-    assert len(after) == 3 and all(cpus == before[child.pid] for cpus in after.values())
+    assert len(after) == 3 and all(c == before[child.pid] for c in after.values())
 
 
 def test_nothing_moves_where_no_cpu_set_was_chosen_or_the_process_is_gone(child):
@@ -77,19 +81,39 @@ def test_nothing_moves_where_no_cpu_set_was_chosen_or_the_process_is_gone(child)
 
 
 @can_pin
-def test_the_engine_pins_both_workers_for_their_rounds_where_asked(child, monkeypatch):
+def test_a_main_thread_that_would_not_move_leaves_every_thread_where_it_was(child, monkeypatch):
+    """A cgroup without the chosen CPUs refuses them: the rounds are then not pinned, and said so, so that they
+    are never judged as pinned ones."""
+    before = _affinities(child.pid)
+    real = os.sched_setaffinity
+
+    def refuse_main(tid, cpus):
+        if tid == child.pid and len(cpus) == 1:
+            raise OSError(22, "Invalid argument")
+        real(tid, cpus)
+
+    monkeypatch.setattr(os, "sched_setaffinity", refuse_main)
+    with pinning.Pinned([child.pid], frozenset(sorted(os.sched_getaffinity(0))[-2:])) as pinned:
+        assert pinned.cpus == frozenset() and _affinities(child.pid) == before
+
+
+@can_pin
+@pytest.mark.parametrize("kind", ["gpu", "cpu"])
+def test_the_engine_pins_a_gpu_cells_two_workers_for_their_rounds_where_asked(child, monkeypatch, kind):
+    """A CPU cell is never pinned: its thread pool wants every core."""
     worker = type("W", (), {"popen": child})()
     fake = type("Duet", (), {"sides": (type("S", (), {"name": "A"})(), type("S", (), {"name": "B"})())})()
     fake.worker = lambda _side: worker
-    cpu = min(os.sched_getaffinity(0))
-    monkeypatch.setattr(pinning, "rounds_cpus", lambda: frozenset({cpu}))
-    summary: dict = {}
-    with duet._rounds_pinned(fake, summary):
-        assert all(cpus == {cpu} for cpus in _affinities(child.pid).values())
-    assert summary["pinned"] == [cpu]
-    monkeypatch.undo()
-    monkeypatch.delenv(pinning.PIN_ENV, raising=False)
-    with duet._rounds_pinned(fake, summary):
+    before = _affinities(child.pid)
+    cpus = frozenset(sorted(os.sched_getaffinity(0))[-2:])
+    monkeypatch.setattr(pinning, "rounds_cpus", lambda: cpus)
+    summary: dict = {"duets": 1}
+    with duet._rounds_pinned(fake, summary, kind):
+        assert (_affinities(child.pid)[child.pid] == {min(cpus)}) is (kind == "gpu")
+    assert summary["pinned"] == (sorted(cpus) if kind == "gpu" else []) and _affinities(child.pid) == before
+    monkeypatch.setattr(pinning, "rounds_cpus", lambda: frozenset())  # a second process pair that could not pin
+    summary["duets"] = 2
+    with duet._rounds_pinned(fake, summary, kind):
         pass
     assert summary["pinned"] == []
 
@@ -121,7 +145,7 @@ def test_pinned_rounds_are_judged_by_the_paired_median_on_the_wall_and_host_cloc
     assert rules[("wall", "compiled")] == rules[("host", "eager")] == "pair_median"
     assert rules[("device", "compiled")] == "mean"
     assert all(r.estimator != "pair_median" for r in paired.rules_for("gpu"))
-    assert paired.estimators(pinned=True) == "min (wall: pair_median, device: mean, host: pair_median)"
+    assert paired.estimators(pinned=True) == "pair_median (device: mean)"
     a, b = _pairs(24, 0.0, 2)
     rounds = {
         "wall": {"a": {"compiled": [a], "eager": [a]}, "b": {"compiled": [b], "eager": [b]}},

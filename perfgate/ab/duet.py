@@ -23,8 +23,9 @@ from __future__ import annotations
 import math
 import random
 import time
+from contextlib import contextmanager
 from dataclasses import replace
-from typing import Callable
+from typing import Callable, Iterator
 
 from perfgate.ab import looks, paired, paired_work, pinning
 from perfgate.ab.looks import CLOCKS
@@ -198,13 +199,14 @@ def measure(
         try:
             # A third pair decides only the rules that called for it; the others keep what two pairs read.
             calling, before = looks.calling_rules(comparisons, summary["duets"]), comparisons
-            with _rounds_pinned(duet, summary):
+            kind = job_b.cell.device_kind
+            with _rounds_pinned(duet, summary, kind):
+                pinned = bool(summary["pinned"])
                 for look in range(LOOKS):
                     summary["looks"] += 1
                     wanted = looks.wanted(comparisons, look, calling)
                     eager = eager_pairs(pairs, look, eager_wall)
                     _look_once(duet, rounds, steps, rng, ready, wanted, by_clock, kernels[-1], eager, layouts, pairs)
-                    kind, pinned = job_b.cell.device_kind, bool(summary["pinned"])
                     judged = looks.judge(rounds, confidence, kind, eager_wall, layouts, pinned)
                     comparisons = looks.settle_others(judged, before, calling)
                     if looks.decided(comparisons, calling):
@@ -274,12 +276,16 @@ def _lap() -> Callable[[], float]:
     return lap
 
 
-def _rounds_pinned(duet: Duet, summary: dict) -> pinning.Pinned:
-    """Both workers on one CPU set for their rounds where PERFGATE_PAIRED_PIN=shared (perfgate.ab.pinning), the
-    set kept in the summary ("pinned": [] where not pinned)."""
-    pinned = pinning.Pinned([duet.worker(side).popen.pid for side in duet.sides], pinning.rounds_cpus())
-    summary["pinned"] = sorted(pinned.cpus)
-    return pinned
+@contextmanager
+def _rounds_pinned(duet: Duet, summary: dict, device_kind: str) -> Iterator[None]:
+    """Both workers of a GPU cell on one CPU set for their rounds where PERFGATE_PAIRED_PIN=shared
+    (perfgate.ab.pinning; a CPU cell's thread pool wants every core). The summary's "pinned" is the set where
+    every process pair's rounds ran on it, else []."""
+    cpus = pinning.rounds_cpus() if device_kind == "gpu" else frozenset()
+    with pinning.Pinned([duet.worker(side).popen.pid for side in duet.sides], cpus) as pinned:
+        same = summary["duets"] == 1 or summary.get("pinned") == sorted(pinned.cpus)
+        summary["pinned"] = sorted(pinned.cpus) if same else []
+        yield
 
 
 def _both_ok(record_a: dict | None, record_b: dict | None) -> bool:

@@ -72,8 +72,8 @@ DEFAULT_ESTIMATOR = "min"
 # the ratio cancels it, where each side's minimum waits for a fast moment of its own, which pinned workers
 # rarely had (docs/gate.md "Process pairs"). The wall and host rules take it where the rounds were pinned
 # (rules_for's `pinned`).
-PAIRED_ESTIMATORS = ("pair_median",)
-PINNED_WALL_ESTIMATOR = "pair_median"
+PAIR_MEDIAN = "pair_median"
+PAIRED_ESTIMATORS = (PAIR_MEDIAN,)
 
 
 @dataclass(frozen=True)
@@ -148,23 +148,24 @@ def rules_for(
     rounds ran in fresh memory layouts; where not, the device rules take the minimum and each pair must show a
     regression, as before layouts (a base whose engine predates them, a CUDA-graph variant, an old record).
     `pinned`: both sides' rounds ran on one CPU set (perfgate.ab.pinning): the wall and host rules take the
-    paired median (PINNED_WALL_ESTIMATOR)."""
+    paired median (PAIR_MEDIAN)."""
     rules = tuple(replace(r, judged=True) if eager_wall and r.clock is WALL else r for r in RULES)
     if not layouts:
         rules = tuple(replace(r, estimator=DEFAULT_ESTIMATOR, pooled=False) if r.pooled else r for r in rules)
     if pinned:
-        rules = tuple(replace(r, estimator=PINNED_WALL_ESTIMATOR) if r.clock in (WALL, HOST) else r for r in rules)
+        rules = tuple(replace(r, estimator=PAIR_MEDIAN) if r.clock in (WALL, HOST) else r for r in rules)
     if device_kind == "gpu":
         return rules
     return tuple(replace(r, threshold=CPU_WALL_LINE) if r.clock is WALL else r for r in rules)
 
 
 def estimators(layouts: bool = True, pinned: bool = False) -> str:
-    """The estimators in words, for a summary and a report: "min (device: mean)"."""
-    rules = rules_for("gpu", layouts=layouts, pinned=pinned)
-    others = {r.clock.name: r.estimator for r in rules if r.estimator != DEFAULT_ESTIMATOR}
-    named = ", ".join(f"{clock}: {name}" for clock, name in others.items())
-    return f"{DEFAULT_ESTIMATOR} ({named})" if named else DEFAULT_ESTIMATOR
+    """The estimators in words, for a summary and a report: the wall clock's, then any other clock's own,
+    "min (device: mean)"."""
+    by_clock = {r.clock.name: r.estimator for r in rules_for("gpu", layouts=layouts, pinned=pinned)}
+    head = by_clock[WALL.name]
+    named = ", ".join(f"{clock}: {name}" for clock, name in by_clock.items() if name != head)
+    return f"{head} ({named})" if named else head
 
 
 @dataclass(frozen=True)
@@ -202,6 +203,7 @@ class Comparison:
             "by_pair": [round(x, 5) for x in self.by_pair],
             "by_pair_outcomes": list(self.by_pair_outcomes),
             "pooled": self.rule.pooled,
+            "estimator": self.rule.estimator,
         }
 
 
@@ -236,7 +238,7 @@ def compare(
     groups = [(np.asarray(x, float), np.asarray(y, float)) for x, y in zip(a, b) if len(x) and len(x) == len(y)]
     if not groups:
         raise ValueError(f"no round pairs for {rule.key}")
-    if estimator == "pair_median":
+    if estimator == PAIR_MEDIAN:
         return _pair_median(groups, rule, confidence, seed)
     est = ESTIMATORS[estimator]
     if estimator == "mean":

@@ -4,7 +4,7 @@ its place. Imports no torch.
 
 Why (docs/gate.md "Process pairs", measured with tools/probes/duet_floor.py): on the H200 machines a CPU's
 speed moves on its own over seconds, so a worker whose main thread sits on a slow CPU reads every round slow
-for 10-20 s while the other side, on another CPU, does not. Workers that share two CPUs share those spells, and
+for seconds while the other side, on another CPU, does not. Workers that share two CPUs share those spells, and
 the median of their paired round ratios (paired.PAIRED_ESTIMATORS) cancels them. The two sides never run at
 once (the coordinator asks one, then the other), so sharing two CPUs costs neither any speed.
 """
@@ -51,12 +51,15 @@ def _threads(pid: int) -> list[int]:
 
 
 class Pinned:
-    """A context: every thread of each process in `pids` on `cpus` inside it, and back on the CPUs each had when
-    it ends (a thread started inside it, on its process's first). Where `cpus` is empty or the host cannot pin
-    (no sched_setaffinity, no /proc), nothing changes and `cpus` reads empty."""
+    """A context: each process of `pids` on `cpus` inside it, its main thread on the lowest of them (so that both
+    sides' main threads, which issue their steps, share one CPU's state) and every other thread on all of them;
+    and back on the CPUs each thread had when it ends (a thread started inside it, on its main thread's). Where
+    `cpus` is empty, the host cannot pin (no sched_setaffinity, no /proc) or a main thread would not move (a
+    cgroup's CPU set without them), nothing stays moved and `cpus` reads empty: rounds that were not pinned are
+    never judged as if they were."""
 
     def __init__(self, pids: Iterable[int], cpus: frozenset[int]):
-        self.pids, self.saved = list(pids), {}
+        self.pids, self.saved = list(dict.fromkeys(pids)), {}
         can = bool(cpus) and hasattr(os, "sched_setaffinity") and all(_threads(p) for p in self.pids)
         self.cpus = cpus if can else frozenset()
 
@@ -64,11 +67,20 @@ class Pinned:
         for pid in self.pids if self.cpus else ():
             for tid in _threads(pid):
                 try:
-                    self.saved[tid] = os.sched_getaffinity(tid)
-                    os.sched_setaffinity(tid, self.cpus)
-                except OSError:  # a thread that ended meanwhile
+                    self.saved.setdefault(tid, os.sched_getaffinity(tid))
+                    os.sched_setaffinity(tid, {min(self.cpus)} if tid == pid else self.cpus)
+                except OSError:  # a thread that ended meanwhile; a main thread's is checked below
                     continue
+        if self.cpus and not all(self._on_cpus(pid) for pid in self.pids):
+            self.__exit__()
+            self.cpus = frozenset()
         return self
+
+    def _on_cpus(self, pid: int) -> bool:
+        try:
+            return os.sched_getaffinity(pid) == {min(self.cpus)}
+        except OSError:
+            return False
 
     def __exit__(self, *_exc) -> None:
         for pid in self.pids if self.cpus else ():

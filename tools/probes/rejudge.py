@@ -9,7 +9,7 @@ sooner or later than the records' engine did, a clock may be judged on rounds th
     python tools/probes/rejudge.py [--eager-wall] baselines/runs/paired/h200x4-20261127-2aa41d77-aa-warm.jsonl ...
 
 --eager-wall: eager's wall step judged too, as `perfgate ab` judges it (paired.rules_for). --pinned / --unpinned:
-the wall and host rules judged as for rounds on one CPU set (paired.PINNED_WALL_ESTIMATOR) or not, whatever the
+the wall and host rules judged as for rounds on one CPU set (paired.PAIR_MEDIAN) or not, whatever the
 record's `paired.pinned` says: how would the other estimator have read these rounds?
 """
 
