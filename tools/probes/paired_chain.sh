@@ -33,9 +33,10 @@
 # duet: tools/probes/duet_floor.py, the engine's own side workers of a host-bound cell, 8 a run, their wall rounds
 # alternated in random order (DUET_RUNS: model:phase:modes items; DUET_PREPARE=all prepares them at once): do they
 # spread as the engine's pairs (4-6 %) or as cell_copies' processes (~1 %)?
-# aa_pin_cold, aa_pin_warm, rl_pin*: aa_cold, aa_warm and rl_new with both sides' rounds on one CPU set
-# (PERFGATE_PAIRED_PIN=shared, perfgate.ab.pinning), judged by the paired median: e.g. start 0 "rl_new rl_pin
-# rl_new rl_pin" on one machine, then tools/probes/rejudge.py --pinned / --unpinned over both's records.
+# aa_pin_cold, aa_pin_warm, rl_pin*, host_plant_pin: aa_cold, aa_warm, rl_new and host_plant with both sides'
+# rounds on one CPU set (PERFGATE_PAIRED_PIN=shared, perfgate.ab.pinning), judged by the paired median: e.g. start
+# 0 "rl_new rl_pin rl_new2 rl_pin2 host_plant_pin" on one machine, then tools/probes/rejudge.py --pinned /
+# --unpinned over both's records.
 # rl_study: the host-bound cells (RL_K) with tools/probes/round_lengths.py (paired wall rounds of 12.5, 25, 50 and
 # 100 ms before each cell's first look, which then takes 50 ms rounds); their A/A with paired wall rounds of 12 ms
 # (rl_short*), 50 ms (rl_gate*: the gate to 2026-11-28) and the gate's own 25 ms (rl_new*); rl_new_attached*
@@ -119,6 +120,8 @@ if [ "$1" = start ]; then
           deal_plant) $me deal $K $GPU $s --perf-inject device_slow:1.5 ;;
           deal*) $me deal $K $GPU $s ;;
           host_plant) $me step $K $GPU $s -k "$HOST_K" --perf-precompile 4 --perf-inject host_slow:15 ;;
+          host_plant_pin) PERFGATE_PAIRED_PIN=shared $me step $K $GPU $s -k "$HOST_K" --perf-precompile 4 \
+            --perf-inject host_slow:15 ;;
           rl_study) ROUND_LENGTHS_OUT="$CHAIN/round_lengths.jsonl" $me step $K $GPU $s -k "$RL_K" --perf-precompile 4 \
             --perf-round-ms 100 -p tools.probes.round_lengths ;;
           rl_short*) $me step $K $GPU $s -k "$RL_K" --perf-precompile 4 --perf-round-ms 24 ;;
