@@ -29,7 +29,7 @@ def pin_choice() -> str:
 
 def round_cpus(allowed: Iterable[int]) -> frozenset[int]:
     """The CPUs both sides' rounds run on: the last ROUND_CPUS of `allowed` (this process's, a dealt shard's
-    share), away from CPU 0, where the kernel takes most device interrupts; none where `allowed` has no more
+    share), away from CPU 0, which often takes a host's device interrupts; none where `allowed` has no more
     than that (pinning would change nothing)."""
     cpus = sorted(allowed)
     return frozenset(cpus[-ROUND_CPUS:]) if len(cpus) > ROUND_CPUS else frozenset()
