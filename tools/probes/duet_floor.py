@@ -12,8 +12,8 @@ in the session around them (the coordinator, pytest, spare workers starting, the
 One entry of DUET_MODES a worker: plain (as the engine starts it); pin (once ready, every thread of it on
 DUET_PIN_CPUS, default 2,3, the same CPUs for every pinned worker); omp1 (OMP_NUM_THREADS=1). DUET_DEVICE=cpu takes
 the cell's tiny CPU size (a check of the probe here). looks: between every LOOK_PAIRS wall rounds, a host round
-and a device block of 3 rounds in fresh layouts (a profiler session), as the engine's looks serve them. DUET_PREPARE=all prepares the workers after the first at once (default: two at a time, as a
-process pair does).
+and a device block of 3 rounds in fresh layouts (a profiler session), as the engine's looks serve them.
+DUET_PREPARE=all prepares the workers after the first at once (default: two at a time, as a process pair does).
 
     DUET_CELL=resnet50:train DUET_MODES=plain,plain,plain,plain,pin,pin,pin,pin python3 tools/probes/duet_floor.py
 """
@@ -41,9 +41,8 @@ from perfgate.core.matrix import Cell  # noqa: E402
 MODEL, PHASE = os.environ.get("DUET_CELL", "resnet50:train").split(":")
 MODES = [m for m in os.environ.get("DUET_MODES", "plain,plain,plain,plain,plain,plain").split(",") if m]
 MODE_CHOICES = ("plain", "pin", "omp1", "looks")
-LOOK_PAIRS = (
-    12  # a look's wall round pairs (perfgate.ab.duet.WALL_PAIRS); "looks" workers serve host and device between
-)
+# A look's wall round pairs (perfgate.ab.duet.WALL_PAIRS): "looks" workers serve host and device rounds between.
+LOOK_PAIRS = 12
 DEVICE = os.environ.get("DUET_DEVICE", "cuda:0")
 ROUNDS = int(os.environ.get("DUET_ROUNDS", "40"))
 EAGER_EVERY = 3  # a look steps eager in 4 of its 12 wall round pairs (perfgate.ab.duet.eager_pairs)
@@ -64,8 +63,12 @@ def start(mode: str, directory: Path, n: int) -> Worker:
     return Worker(side, directory, import_path(side, ROOT, sys.path), cwd=ROOT)
 
 
-def ready_of(worker: Worker, job: Job) -> dict:
+def send_job(worker: Worker, job: Job) -> None:
     worker.send({"job": json.loads(job.to_json()), "peers": []})
+
+
+def ready_of(worker: Worker) -> dict:
+    """The worker's warm state once its cell is prepared; its progress lines to stderr."""
     message = worker.expect("ready", 900, lambda m: print(m, file=sys.stderr))
     if "ready" not in message:
         raise SystemExit(f"{worker.side.name} ended its cell: {message['record'].get('reason')}")
@@ -88,17 +91,14 @@ def main() -> None:
     directory = Path(tempfile.mkdtemp(prefix="duet-floor-"))
     workers = [start(m, directory, n) for n, m in enumerate(MODES)]
     jobs = [job_for() for _ in MODES]
-    readies = [ready_of(workers[0], jobs[0])]  # the first fills the cache; the rest load it
     at_once = len(MODES) if os.environ.get("DUET_PREPARE") == "all" else 2
-    for k in range(1, len(workers), at_once):
-        group = range(k, min(k + at_once, len(workers)))
+    # The first fills the cache alone; the rest load it, `at_once` at a time.
+    groups = [range(1)] + [range(k, min(k + at_once, len(workers))) for k in range(1, len(workers), at_once)]
+    readies = []
+    for group in groups:
         for n in group:
-            workers[n].send({"job": json.loads(jobs[n].to_json()), "peers": []})
-        for n in group:
-            message = workers[n].expect("ready", 900)
-            if "ready" not in message:
-                raise SystemExit(f"w{n} ended its cell: {message['record'].get('reason')}")
-            readies.append(message["ready"])
+            send_job(workers[n], jobs[n])
+        readies += [ready_of(workers[n]) for n in group]
     prepared_s = time.monotonic() - started
     cpus = {int(c) for c in os.environ.get("DUET_PIN_CPUS", "2,3").split(",")}
     for worker, mode in zip(workers, MODES):
