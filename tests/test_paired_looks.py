@@ -464,7 +464,7 @@ def test_pinned_rounds_are_judged_by_the_paired_median_and_the_record_says_on_wh
             entered.append("left")
 
     monkeypatch.setattr(pinning, "Pinned", Pinned)
-    monkeypatch.setattr(pinning, "round_cpus", lambda _allowed: frozenset({14, 15}))
+    monkeypatch.setattr(pinning, "last_cpus", lambda _allowed: frozenset({14, 15}))
     _record_b, _record_a, summary, _workers = _measured_red(monkeypatch, False, outvoted=True, pin=True)
     assert entered == [((1, 2), [14, 15]), "left"] * summary["duets"]
     assert summary["pinned"] == [14, 15] and summary["estimator"] == "pair_median (device: min)"

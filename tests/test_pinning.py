@@ -57,7 +57,7 @@ def test_off_unless_asked_and_a_bad_value_names_the_valid_ones(monkeypatch):
     ids=["last-two-of-16", "a-shards-share", "two-cpus-nothing-to-gain", "one-cpu"],
 )
 def test_the_rounds_take_the_last_two_cpus_of_this_process(allowed, expected):
-    assert pinning.round_cpus(allowed) == frozenset(expected)
+    assert pinning.last_cpus(allowed) == frozenset(expected)
 
 
 @can_pin

@@ -27,7 +27,7 @@ def pin_choice() -> str:
     return value
 
 
-def round_cpus(allowed: Iterable[int]) -> frozenset[int]:
+def last_cpus(allowed: Iterable[int]) -> frozenset[int]:
     """The CPUs both sides' rounds run on: the last ROUND_CPUS of `allowed` (this process's, a dealt shard's
     share), away from CPU 0, which often takes a host's device interrupts; none where `allowed` has no more
     than that (pinning would change nothing)."""
@@ -36,11 +36,11 @@ def round_cpus(allowed: Iterable[int]) -> frozenset[int]:
 
 
 def rounds_cpus() -> frozenset[int]:
-    """The CPUs a process pair's rounds run on: round_cpus of this process's own where PIN_ENV says "shared",
+    """The CPUs a process pair's rounds run on: last_cpus of this process's own where PIN_ENV says "shared",
     else none."""
     if pin_choice() != "shared" or not hasattr(os, "sched_getaffinity"):
         return frozenset()
-    return round_cpus(os.sched_getaffinity(0))
+    return last_cpus(os.sched_getaffinity(0))
 
 
 def _threads(pid: int) -> list[int]:
