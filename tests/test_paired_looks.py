@@ -356,10 +356,7 @@ def _measured_red(
             return {key: {"eager": 20.0, "compiled": 12.0 if slow else 10.0}}
 
     workers = {"a": Worker("a"), "b": Worker("b")}
-    if pin:
-        monkeypatch.setenv("PERFGATE_PAIRED_PIN", "shared")
-    else:
-        monkeypatch.delenv("PERFGATE_PAIRED_PIN", raising=False)
+    monkeypatch.setenv("PERFGATE_PAIRED_PIN", "shared" if pin else "off")
     fake = type("Duet", (), {})()
     fake.sides, fake.first, fake.notes = (Side("A", "."), Side("B", ".")), "a", {}
     fake.worker = lambda side: workers[side.name.lower()]

@@ -1,5 +1,6 @@
-"""Both sides' workers on one CPU set for their rounds (PERFGATE_PAIRED_PIN=shared): the set chosen, every thread
-of each worker moved onto it and back, the paired median that judges their wall rounds, and off by default."""
+"""Both sides' workers on one CPU set for their rounds (PERFGATE_PAIRED_PIN, "shared" by default): the set
+chosen, every thread of each worker moved onto it and back, the paired median that judges their wall rounds, and
+"off"."""
 
 from __future__ import annotations
 
@@ -43,11 +44,13 @@ def _affinities(pid: int) -> dict[int, set[int]]:
     return {int(t): os.sched_getaffinity(int(t)) for t in os.listdir(f"/proc/{pid}/task")}
 
 
-def test_off_unless_asked_and_a_bad_value_names_the_valid_ones(monkeypatch):
+def test_shared_unless_off_and_a_bad_value_names_the_valid_ones(monkeypatch):
     monkeypatch.delenv(pinning.PIN_ENV, raising=False)
+    assert pinning.pin_choice() == "shared"
+    monkeypatch.setenv(pinning.PIN_ENV, "off")
     assert pinning.pin_choice() == "off" and pinning.rounds_cpus() == frozenset()
     monkeypatch.setenv(pinning.PIN_ENV, "all")
-    with pytest.raises(ValueError, match="PERFGATE_PAIRED_PIN='all': valid values are off, shared"):
+    with pytest.raises(ValueError, match="PERFGATE_PAIRED_PIN='all': valid values are shared, off"):
         pinning.pin_choice()
 
 

@@ -75,7 +75,7 @@ def test_bad_options_name_the_value_and_the_valid_ones(suite, option, valid):
     "variable, value, valid",
     [
         ("PERFGATE_PAIRED_PREPARE", "together", "staggered, sequential"),
-        ("PERFGATE_PAIRED_PIN", "all", "off, shared"),
+        ("PERFGATE_PAIRED_PIN", "all", "shared, off"),
     ],
     ids=["prepare", "pin"],
 )

@@ -1,6 +1,5 @@
-"""Both sides' workers on one CPU set while their rounds alternate (PERFGATE_PAIRED_PIN=shared), so that a
-round of A and the round of B beside it run on the same cores. Off by default until a GPU A/A shows it earns
-its place. Imports no torch.
+"""Both sides' workers on one CPU set while their rounds alternate (PERFGATE_PAIRED_PIN, "shared" unless it
+says "off"), so that a round of A and the round of B beside it run on the same cores. Imports no torch.
 
 Why (docs/gate.md "Process pairs", measured with tools/probes/duet_floor.py): on the H200 machines a CPU's
 speed moves on its own over seconds, so a worker whose main thread sits on a slow CPU reads every round slow
@@ -15,12 +14,13 @@ import os
 from typing import Iterable
 
 PIN_ENV = "PERFGATE_PAIRED_PIN"
-PIN_CHOICES = ("off", "shared")
+PIN_CHOICES = ("shared", "off")  # the first is the default
 ROUND_CPUS = 2  # a side's main thread and one for its helpers (the CUDA driver's, autograd's device thread)
 
 
 def pin_choice() -> str:
-    """PIN_ENV's value, checked (ValueError naming the valid ones): the plugin checks it before any cell."""
+    """PIN_ENV's value, "shared" where unset, checked (ValueError naming the valid ones): the plugin checks it
+    before any cell."""
     value = os.environ.get(PIN_ENV) or PIN_CHOICES[0]
     if value not in PIN_CHOICES:
         raise ValueError(f"{PIN_ENV}={value!r}: valid values are {', '.join(PIN_CHOICES)}")

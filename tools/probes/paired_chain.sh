@@ -33,9 +33,10 @@
 # duet: tools/probes/duet_floor.py, the engine's own side workers of a host-bound cell, 8 a run, their wall rounds
 # alternated in random order (DUET_RUNS: model:phase:modes items; DUET_PREPARE=all prepares them at once): do they
 # spread as the engine's pairs (4-6 %) or as cell_copies' processes (~1 %)?
-# aa_pin_cold, aa_pin_warm, rl_pin*, host_plant_pin: aa_cold, aa_warm, rl_new and host_plant with both sides'
-# rounds on one CPU set (PERFGATE_PAIRED_PIN=shared, perfgate.ab.pinning), judged by the paired median: e.g. start
-# 0 "rl_new rl_pin rl_new2 rl_pin2 host_plant_pin" on one machine, then tools/probes/rejudge.py --pinned /
+# aa_off_cold, aa_off_warm, rl_off*, host_plant_off: aa_cold, aa_warm, rl_new and host_plant with each side's
+# rounds on its own CPUs (PERFGATE_PAIRED_PIN=off), judged by the minimum, as the gate did to 2026-11-29; the
+# *_pin steps name the default (PERFGATE_PAIRED_PIN=shared, perfgate.ab.pinning) as the records of that day do:
+# e.g. start 0 "rl_off rl_new rl_off2 rl_new2 host_plant" on one machine, then tools/probes/rejudge.py --pinned /
 # --unpinned over both's records.
 # rl_study: the host-bound cells (RL_K) with tools/probes/round_lengths.py (paired wall rounds of 12.5, 25, 50 and
 # 100 ms before each cell's first look, which then takes 50 ms rounds); their A/A with paired wall rounds of 12 ms
@@ -110,6 +111,8 @@ if [ "$1" = start ]; then
         case $s in
           aa_pin_cold|aa_pin_warm) PERFGATE_PAIRED_PIN=shared $me step $K $GPU $s --perf-precompile 4 \
             --perf-baseline baselines --perf-report "$CHAIN/$s" ;;
+          aa_off_cold|aa_off_warm) PERFGATE_PAIRED_PIN=off $me step $K $GPU $s --perf-precompile 4 \
+            --perf-baseline baselines --perf-report "$CHAIN/$s" ;;
           aa_cold|aa_warm) $me step $K $GPU $s --perf-precompile 4 --perf-baseline baselines --perf-report "$CHAIN/$s" ;;
           aa_cold_seq) PERFGATE_PAIRED_PREPARE=sequential $me step $K $GPU $s --perf-precompile 4 \
             --perf-baseline baselines --perf-report "$CHAIN/$s" ;;
@@ -122,12 +125,15 @@ if [ "$1" = start ]; then
           host_plant) $me step $K $GPU $s -k "$HOST_K" --perf-precompile 4 --perf-inject host_slow:15 ;;
           host_plant_pin) PERFGATE_PAIRED_PIN=shared $me step $K $GPU $s -k "$HOST_K" --perf-precompile 4 \
             --perf-inject host_slow:15 ;;
+          host_plant_off) PERFGATE_PAIRED_PIN=off $me step $K $GPU $s -k "$HOST_K" --perf-precompile 4 \
+            --perf-inject host_slow:15 ;;
           rl_study) ROUND_LENGTHS_OUT="$CHAIN/round_lengths.jsonl" $me step $K $GPU $s -k "$RL_K" --perf-precompile 4 \
             --perf-round-ms 100 -p tools.probes.round_lengths ;;
           rl_short*) $me step $K $GPU $s -k "$RL_K" --perf-precompile 4 --perf-round-ms 24 ;;
           rl_gate*) $me step $K $GPU $s -k "$RL_K" --perf-precompile 4 --perf-round-ms 100 ;;
           rl_new_attached*) TEARDOWN_CUPTI=0 $me step $K $GPU $s -k "$RL_K" --perf-precompile 4 ;;
           rl_pin*) PERFGATE_PAIRED_PIN=shared $me step $K $GPU $s -k "$RL_K" --perf-precompile 4 ;;
+          rl_off*) PERFGATE_PAIRED_PIN=off $me step $K $GPU $s -k "$RL_K" --perf-precompile 4 ;;
           rl_new*) $me step $K $GPU $s -k "$RL_K" --perf-precompile 4 ;;
           graph_plant) $me step $K $GPU $s -k "$HOST_K" --perf-precompile 4 --perf-inject graph_break ;;
           ddp2) $me ddp $K $GPU $s -k "ddp and not ddp4 and amp_bf16 and inductor" ;;
