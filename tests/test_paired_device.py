@@ -100,7 +100,10 @@ def test_the_report_names_each_cells_own_estimators():
         {"cell": c, "paired": {"outcome": "ok", "rules": [], "against": "base", "estimator": e, "duets": 1, "looks": 1}}
         for c, e in (("a", paired.estimators()), ("b", paired.estimators(layouts=False)))
     ]
-    assert "(min; min (device: mean) of rounds)" in PairedVerdict.of(cells).markdown()
+    assert (
+        "by each side's fastest round; each side's fastest round (device: each side's mean round), with"
+        in PairedVerdict.of(cells).markdown()
+    )
 
 
 def test_a_device_block_one_side_could_not_take_drops_both_sides_rounds():

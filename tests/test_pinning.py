@@ -162,3 +162,28 @@ def test_pinned_rounds_are_judged_by_the_paired_median_on_the_wall_and_host_cloc
 def test_an_unknown_estimator_names_the_paired_one_too():
     with pytest.raises(ValueError, match="valid: min, q10, q25, median, mean, pair_median"):
         paired.compare([[1.0]], [[1.0]], paired.RULES[0], 0.95, estimator="mode")
+
+
+@pytest.mark.parametrize(
+    "text, cpus, expected",
+    [
+        (
+            "pair_median (device: mean)",
+            [14, 15],
+            "the median of the round pairs' B/A ratios, both sides on CPUs 14 and 15 (device: each side's mean round)",
+        ),
+        ("min (device: mean)", [], "each side's fastest round (device: each side's mean round)"),
+        ("min", [], "each side's fastest round"),
+        ("q05", [], "q05"),
+    ],
+    ids=["pinned", "unpinned", "no-layouts", "unknown-name-kept"],
+)
+def test_a_paired_report_says_in_words_how_each_figure_was_taken(text, cpus, expected):
+    from perfgate.ab.verdict import PairedVerdict
+
+    assert paired.estimator_words(text, cpus) == expected
+    summary = {"outcome": "ok", "rules": [], "against": "base", "estimator": text, "pinned": cpus, "duets": 1}
+    assert (
+        f"against the base's, by {expected}, with its interval"
+        in PairedVerdict.of([{"cell": "c", "paired": summary}]).markdown()
+    )

@@ -3,10 +3,14 @@ on one runner, with three outcomes. numpy, and scipy's Student's t.
 
 The noise it must fit (H100 leases, 2026-11-27): a host-bound step has a floor, and the host's stalls only add
 to it. Rounds 0.2 s apart ranged 25.3-41.6 ms; the minimum of 40 rounds repeated across processes within
-0.1-0.2 %, where the medians were 3-4 % apart. So a side's figure for the wall and host clocks is the minimum
-of its rounds (ESTIMATORS; `DEFAULT_ESTIMATOR`), which the stalls do not move, and the change is the ratio of
-B's to A's. Its interval comes from a paired bootstrap: round pairs are resampled together, so a drift that hit
-both sides of a pair stays matched. Rounds from a second process pair (a second duet) are resampled within
+0.1-0.2 %, where the medians were 3-4 % apart. So where each side's rounds run on CPUs of their own, a side's
+figure for the wall and host clocks is the minimum of its rounds (ESTIMATORS; `DEFAULT_ESTIMATOR`), which the
+stalls do not move, and the change is the ratio of B's to A's. Where both sides' rounds share one CPU set (the
+engine's default on a GPU: perfgate.ab.pinning), a CPU's own slow spells over seconds hit a pair's two rounds
+alike, and the change is the median over round pairs of B/A (PAIR_MEDIAN): on an H200 (2026-11-29) its A/A
+lines held the true 0 in 10 of 10 cells where the unpinned minimum's held it in 4 of 10. Either interval comes
+from a paired bootstrap: round pairs are resampled together, so a drift that hit both sides of a pair stays
+matched. Rounds from a second process pair (a second duet) are resampled within
 their own duet. The device clock has no stalls; its rounds each run in a fresh layout of GPU memory, and its
 figure is their mean, with a Welch t interval (mean_interval).
 
@@ -74,6 +78,17 @@ DEFAULT_ESTIMATOR = "min"
 # (rules_for's `pinned`).
 PAIR_MEDIAN = "pair_median"
 PAIRED_ESTIMATORS = (PAIR_MEDIAN,)
+# Each estimator in a report's words (estimator_words).
+ESTIMATOR_WORDS = MappingProxyType(
+    {
+        "min": "each side's fastest round",
+        "q10": "each side's 10th-percentile round",
+        "q25": "each side's 25th-percentile round",
+        "median": "each side's median round",
+        "mean": "each side's mean round",
+        PAIR_MEDIAN: "the median of the round pairs' B/A ratios",
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -166,6 +181,22 @@ def estimators(layouts: bool = True, pinned: bool = False) -> str:
     head = by_clock[WALL.name]
     named = ", ".join(f"{clock}: {name}" for clock, name in by_clock.items() if name != head)
     return f"{head} ({named})" if named else head
+
+
+def estimator_words(estimators_text: str, pinned: Sequence[int] = ()) -> str:
+    """A summary's `estimator` (estimators' "pair_median (device: mean)") in a reader's words, naming the CPUs
+    both sides' rounds shared: "the median of the round pairs' B/A ratios, both sides on CPUs 14 and 15 (device:
+    each side's mean round)". A name it does not know is left as it is."""
+    head, _, rest = estimators_text.partition(" (")
+    words = ESTIMATOR_WORDS.get(head, head)
+    if head == PAIR_MEDIAN and pinned:
+        cpus = [str(c) for c in pinned]
+        words += (
+            f", both sides on CPUs {', '.join(cpus[:-1])} and {cpus[-1]}" if len(cpus) > 1 else f" on CPU {cpus[0]}"
+        )
+    others = [part.split(": ", 1) for part in rest.rstrip(")").split(", ")] if rest else []
+    named = ", ".join(f"{clock}: {ESTIMATOR_WORDS.get(name, name)}" for clock, name in others)
+    return f"{words} ({named})" if named else words
 
 
 @dataclass(frozen=True)

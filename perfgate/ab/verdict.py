@@ -111,9 +111,13 @@ class PairedVerdict:
 
     def _estimators(self) -> str:
         """How the cells' figures were taken, in words: each record's own (the device clock's mean only where
-        its rounds took fresh memory layouts), the cells' words joined where they differ."""
-        words = sorted({summary.get("estimator") or paired.DEFAULT_ESTIMATOR for summary in self.cells.values()})
-        return "; ".join(words)
+        its rounds took fresh memory layouts, the paired median where both sides' rounds shared CPUs), the cells'
+        words joined where they differ."""
+        words = {
+            paired.estimator_words(summary.get("estimator") or paired.DEFAULT_ESTIMATOR, summary.get("pinned") or ())
+            for summary in self.cells.values()
+        }
+        return "; ".join(sorted(words))
 
     def markdown(self) -> str:
         if not self.cells:
@@ -127,7 +131,7 @@ class PairedVerdict:
             f"## Paired timing: {head}",
             "",
             f"Base: {md_text(self._against())}; this tree measured beside it on this runner, rounds alternated. "
-            f"Each figure: this tree's step time against the base's ({self._estimators()} of rounds), "
+            f"Each figure: this tree's step time against the base's, by {self._estimators()}, "
             "with its interval; a rule fails when the interval lies beyond its line, and passes when it lies "
             "inside.",
             "",
