@@ -169,19 +169,25 @@ def test_an_unknown_estimator_names_the_paired_one_too():
     [
         (
             "pair_median (device: mean)",
-            [14, 15],
+            [15, 14],
             "the median of the round pairs' B/A ratios, both sides on CPUs 14 and 15 (device: each side's mean round)",
         ),
+        ("pair_median", [3], "the median of the round pairs' B/A ratios, both sides on CPU 3"),
         ("min (device: mean)", [], "each side's fastest round (device: each side's mean round)"),
+        (
+            "min (device: min, host: q10)",
+            [],
+            "each side's fastest round (device: each side's fastest round, host: each side's 10th-percentile round)",
+        ),
         ("min", [], "each side's fastest round"),
-        ("q05", [], "q05"),
+        ("q05 (odd)", [], "q05 (odd)"),
     ],
-    ids=["pinned", "unpinned", "no-layouts", "unknown-name-kept"],
+    ids=["pinned", "one-cpu", "unpinned", "two-named-clocks", "no-layouts", "unknown-names-kept"],
 )
 def test_a_paired_report_says_in_words_how_each_figure_was_taken(text, cpus, expected):
-    from perfgate.ab.verdict import PairedVerdict
+    from perfgate.ab.verdict import PairedVerdict, estimator_words
 
-    assert paired.estimator_words(text, cpus) == expected
+    assert estimator_words(text, cpus) == expected
     summary = {"outcome": "ok", "rules": [], "against": "base", "estimator": text, "pinned": cpus, "duets": 1}
     assert (
         f"against the base's, by {expected}, with its interval"

@@ -278,7 +278,7 @@ def _lap() -> Callable[[], float]:
 
 @contextmanager
 def _rounds_pinned(duet: Duet, summary: dict, device_kind: str) -> Iterator[None]:
-    """Both workers of a GPU cell on one CPU set for their rounds where PERFGATE_PAIRED_PIN=shared
+    """Both workers of a GPU cell on one CPU set for their rounds unless PERFGATE_PAIRED_PIN=off
     (perfgate.ab.pinning; a CPU cell's thread pool wants every core). The summary's "pinned" is the set where
     every process pair's rounds ran on it, else []."""
     cpus = pinning.rounds_cpus() if device_kind == "gpu" else frozenset()

@@ -7,8 +7,8 @@ to it. Rounds 0.2 s apart ranged 25.3-41.6 ms; the minimum of 40 rounds repeated
 figure for the wall and host clocks is the minimum of its rounds (ESTIMATORS; `DEFAULT_ESTIMATOR`), which the
 stalls do not move, and the change is the ratio of B's to A's. Where both sides' rounds share one CPU set (the
 engine's default on a GPU: perfgate.ab.pinning), a CPU's own slow spells over seconds hit a pair's two rounds
-alike, and the change is the median over round pairs of B/A (PAIR_MEDIAN): on an H200 (2026-11-29) its A/A
-lines held the true 0 in 10 of 10 cells where the unpinned minimum's held it in 4 of 10. Either interval comes
+alike, and the change is the median over round pairs of B/A (PAIR_MEDIAN; its A/A lines against the
+minimum's: docs/gate.md, "Process pairs"). Either interval comes
 from a paired bootstrap: round pairs are resampled together, so a drift that hit both sides of a pair stays
 matched. Rounds from a second process pair (a second duet) are resampled within
 their own duet. The device clock has no stalls; its rounds each run in a fresh layout of GPU memory, and its
@@ -62,7 +62,9 @@ def _quantile(q: float) -> Callable[[np.ndarray], np.ndarray]:
 # tier's train cells (boot c52fb1ac, 2026-11-27, 72 wall round pairs over two process pairs), the paired lines
 # (95 % half-widths) of the compiled wall step were: min +-0.4 to 1.0 %, q10 +-1.8 to 4.3 %, q25 +-3.4 to 7.4 %,
 # median +-6.3 to 8.1 % (resnet50 train, host-bound: 0.7, 4.3, 7.4, 8.1 %). The device clock read +-0.1 to
-# 0.3 % under every estimator. So the minimum it is.
+# 0.3 % under every estimator. So the minimum it is, where each side's rounds run on CPUs of their own: a CPU cell,
+# a session of two CPUs, PERFGATE_PAIRED_PIN=off (pinned rounds take PAIR_MEDIAN below).
+# DEFAULT_ESTIMATOR: a rule's own default, and what a record that names no estimator was judged by.
 ESTIMATORS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "min": lambda rounds: np.min(rounds, axis=-1),
     "q10": _quantile(0.10),
@@ -78,17 +80,6 @@ DEFAULT_ESTIMATOR = "min"
 # (rules_for's `pinned`).
 PAIR_MEDIAN = "pair_median"
 PAIRED_ESTIMATORS = (PAIR_MEDIAN,)
-# Each estimator in a report's words (estimator_words).
-ESTIMATOR_WORDS = MappingProxyType(
-    {
-        "min": "each side's fastest round",
-        "q10": "each side's 10th-percentile round",
-        "q25": "each side's 25th-percentile round",
-        "median": "each side's median round",
-        "mean": "each side's mean round",
-        PAIR_MEDIAN: "the median of the round pairs' B/A ratios",
-    }
-)
 
 
 @dataclass(frozen=True)
@@ -132,7 +123,7 @@ class PairedRule:
 # follows its tensors' addresses both ways, so the rounds sample layouts, not stalls, and a side's figure is their
 # mean, with a t interval (compare). From the 36 layouts of upernet_convnext_t train's compiled step on the H200
 # 1c426606 (2026-11-28), B against A over 3 layouts a side read sd 0.41 % by the mean, 0.53 % by the minimum.
-# Without fresh layouts (rules_for's `layouts`) they are judged as the wall clock is: the minimum, each pair.
+# Without fresh layouts (rules_for's `layouts`) they are judged by each side's minimum, each pair.
 # Simulated from those layouts through the engine's looks and pairs (tools/probes/layout_sim.py; the figures in
 # docs/gate.md, "Process pairs"), the fresh layouts and the pooled mean took a 1.5 % plant from often ok to never.
 RULES: tuple[PairedRule, ...] = (
@@ -181,22 +172,6 @@ def estimators(layouts: bool = True, pinned: bool = False) -> str:
     head = by_clock[WALL.name]
     named = ", ".join(f"{clock}: {name}" for clock, name in by_clock.items() if name != head)
     return f"{head} ({named})" if named else head
-
-
-def estimator_words(estimators_text: str, pinned: Sequence[int] = ()) -> str:
-    """A summary's `estimator` (estimators' "pair_median (device: mean)") in a reader's words, naming the CPUs
-    both sides' rounds shared: "the median of the round pairs' B/A ratios, both sides on CPUs 14 and 15 (device:
-    each side's mean round)". A name it does not know is left as it is."""
-    head, _, rest = estimators_text.partition(" (")
-    words = ESTIMATOR_WORDS.get(head, head)
-    if head == PAIR_MEDIAN and pinned:
-        cpus = [str(c) for c in pinned]
-        words += (
-            f", both sides on CPUs {', '.join(cpus[:-1])} and {cpus[-1]}" if len(cpus) > 1 else f" on CPU {cpus[0]}"
-        )
-    others = [part.split(": ", 1) for part in rest.rstrip(")").split(", ")] if rest else []
-    named = ", ".join(f"{clock}: {ESTIMATOR_WORDS.get(name, name)}" for clock, name in others)
-    return f"{words} ({named})" if named else words
 
 
 @dataclass(frozen=True)

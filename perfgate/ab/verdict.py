@@ -9,10 +9,39 @@ judges the clocks and counts, which do not carry across machines.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Sequence
 
 from perfgate.ab import paired
 from perfgate.core import exits
 from perfgate.render.report import md_text
+
+# Each estimator (paired.ESTIMATORS, paired.PAIR_MEDIAN) in a report's words.
+ESTIMATOR_WORDS = {
+    "min": "each side's fastest round",
+    "q10": "each side's 10th-percentile round",
+    "q25": "each side's 25th-percentile round",
+    "median": "each side's median round",
+    "mean": "each side's mean round",
+    paired.PAIR_MEDIAN: "the median of the round pairs' B/A ratios",
+}
+
+
+def estimator_words(estimators_text: str, pinned: Sequence[int] = ()) -> str:
+    """A summary's `estimator` (paired.estimators' "pair_median (device: mean)") in a reader's words, naming the
+    CPUs both sides' rounds shared where the paired median judged them (the minimum's rounds ran unpinned): "the
+    median of the round pairs' B/A ratios, both sides on CPUs 14 and 15 (device: each side's mean round)". A
+    name or part it does not know is left as it is."""
+    head, _, rest = estimators_text.partition(" (")
+    words = ESTIMATOR_WORDS.get(head, head)
+    if head == paired.PAIR_MEDIAN and pinned:
+        cpus = [str(c) for c in sorted(pinned)]
+        listed = f"s {', '.join(cpus[:-1])} and {cpus[-1]}" if len(cpus) > 1 else f" {cpus[0]}"
+        words += f", both sides on CPU{listed}"
+    named = []
+    for part in rest.removesuffix(")").split(", ") if rest else []:
+        clock, colon, name = part.partition(": ")
+        named.append(f"{clock}: {ESTIMATOR_WORDS.get(name, name)}" if colon else part)
+    return f"{words} ({', '.join(named)})" if named else words
 
 
 @dataclass
@@ -114,7 +143,7 @@ class PairedVerdict:
         its rounds took fresh memory layouts, the paired median where both sides' rounds shared CPUs), the cells'
         words joined where they differ."""
         words = {
-            paired.estimator_words(summary.get("estimator") or paired.DEFAULT_ESTIMATOR, summary.get("pinned") or ())
+            estimator_words(summary.get("estimator") or paired.DEFAULT_ESTIMATOR, summary.get("pinned") or ())
             for summary in self.cells.values()
         }
         return "; ".join(sorted(words))
