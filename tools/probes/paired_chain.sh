@@ -34,10 +34,9 @@
 # alternated in random order (DUET_RUNS: model:phase:modes items; DUET_PREPARE=all prepares them at once): do they
 # spread as the engine's pairs (4-6 %) or as cell_copies' processes (~1 %)?
 # aa_off_cold, aa_off_warm, rl_off*, host_plant_off: aa_cold, aa_warm, rl_new and host_plant with each side's
-# rounds on its own CPUs (PERFGATE_PAIRED_PIN=off), judged by the minimum, as the gate did to 2026-11-29; the
-# *_pin steps name the default (PERFGATE_PAIRED_PIN=shared, perfgate.ab.pinning) as the records of that day do:
-# e.g. start 0 "rl_off rl_new rl_off2 rl_new2 host_plant" on one machine, then tools/probes/rejudge.py --pinned /
-# --unpinned over both's records.
+# rounds on its own CPUs (PERFGATE_PAIRED_PIN=off), judged by the minimum, as the gate did to 2026-11-29 (the
+# other steps pin, perfgate.ab.pinning): e.g. start 0 "rl_off rl_new rl_off2 rl_new2 host_plant" on one machine,
+# then tools/probes/rejudge.py --pinned / --unpinned over both's records.
 # rl_study: the host-bound cells (RL_K) with tools/probes/round_lengths.py (paired wall rounds of 12.5, 25, 50 and
 # 100 ms before each cell's first look, which then takes 50 ms rounds); their A/A with paired wall rounds of 12 ms
 # (rl_short*), 50 ms (rl_gate*: the gate to 2026-11-28) and the gate's own 25 ms (rl_new*); rl_new_attached*
@@ -109,8 +108,6 @@ if [ "$1" = start ]; then
       }
       for s in $STEPS; do
         case $s in
-          aa_pin_cold|aa_pin_warm) PERFGATE_PAIRED_PIN=shared $me step $K $GPU $s --perf-precompile 4 \
-            --perf-baseline baselines --perf-report "$CHAIN/$s" ;;
           aa_off_cold|aa_off_warm) PERFGATE_PAIRED_PIN=off $me step $K $GPU $s --perf-precompile 4 \
             --perf-baseline baselines --perf-report "$CHAIN/$s" ;;
           aa_cold|aa_warm) $me step $K $GPU $s --perf-precompile 4 --perf-baseline baselines --perf-report "$CHAIN/$s" ;;
@@ -123,8 +120,6 @@ if [ "$1" = start ]; then
           deal_plant) $me deal $K $GPU $s --perf-inject device_slow:1.5 ;;
           deal*) $me deal $K $GPU $s ;;
           host_plant) $me step $K $GPU $s -k "$HOST_K" --perf-precompile 4 --perf-inject host_slow:15 ;;
-          host_plant_pin) PERFGATE_PAIRED_PIN=shared $me step $K $GPU $s -k "$HOST_K" --perf-precompile 4 \
-            --perf-inject host_slow:15 ;;
           host_plant_off) PERFGATE_PAIRED_PIN=off $me step $K $GPU $s -k "$HOST_K" --perf-precompile 4 \
             --perf-inject host_slow:15 ;;
           rl_study) ROUND_LENGTHS_OUT="$CHAIN/round_lengths.jsonl" $me step $K $GPU $s -k "$RL_K" --perf-precompile 4 \
@@ -132,7 +127,6 @@ if [ "$1" = start ]; then
           rl_short*) $me step $K $GPU $s -k "$RL_K" --perf-precompile 4 --perf-round-ms 24 ;;
           rl_gate*) $me step $K $GPU $s -k "$RL_K" --perf-precompile 4 --perf-round-ms 100 ;;
           rl_new_attached*) TEARDOWN_CUPTI=0 $me step $K $GPU $s -k "$RL_K" --perf-precompile 4 ;;
-          rl_pin*) PERFGATE_PAIRED_PIN=shared $me step $K $GPU $s -k "$RL_K" --perf-precompile 4 ;;
           rl_off*) PERFGATE_PAIRED_PIN=off $me step $K $GPU $s -k "$RL_K" --perf-precompile 4 ;;
           rl_new*) $me step $K $GPU $s -k "$RL_K" --perf-precompile 4 ;;
           graph_plant) $me step $K $GPU $s -k "$HOST_K" --perf-precompile 4 --perf-inject graph_break ;;

@@ -3,6 +3,8 @@
 # run plain and with both sides' threads on one CPU during their rounds (tools/probes/pin_rounds.py), alternately
 # (MODES, default "plain pinned plain pinned"), on one kept cache (the first run fills it). Per run: each cell's
 # compiled and eager wall change by process pair, and each side's minimum. Records in $OUT/pin.tgz after each run.
+# Both modes turn the engine's own pinning off (PERFGATE_PAIRED_PIN=off, the default since 2026-11-29), so that
+# "plain" is each side on its own CPUs and "pinned" this probe's pinning alone.
 set -u
 r=$PWD/.perfgate/pin; mkdir -p "$r"
 { cat /proc/sys/kernel/random/boot_id; date -u; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
@@ -12,7 +14,7 @@ n=0
 for mode in ${MODES:-plain pinned plain pinned}; do
   n=$((n + 1)); t0=$SECONDS
   plug=(); [ "$mode" = pinned ] && plug=(-p tools.probes.pin_rounds)
-  timeout "${LIMIT:-400}" python3 -m pytest perftests -m "gpu and pr" -p no:randomly "${plug[@]}" \
+  PERFGATE_PAIRED_PIN=off timeout "${LIMIT:-400}" python3 -m pytest perftests -m "gpu and pr" -p no:randomly "${plug[@]}" \
     -k "${K:-(segformer_b2 and train) or (resnet50 and train) or (segformer_b2 and infer) or (gpt2 and infer)}" \
     --perf-isolate off --perf-cache-dir "$PWD/.perfgate/pc" --perf-precompile 4 --perf-against-env PERFGATE_SIDE=base \
     --perf-results "$r/$n-$mode.jsonl" > "$r/$n-$mode.log" 2>&1
