@@ -5,6 +5,8 @@ Why: in the A/As on 2xH200 23ebdea2 (2026-11-27) a host-bound cell's compiled wa
 the two workers of one process pair and 2.6 % in the next (segformer_b2 train). If a worker's floor is set by the
 CPU its threads landed on, both sides on one CPU read alike; the two never run at once (their rounds alternate).
 Affinities are restored after each look, so preparing, counting and finishing run as before.
+Run it with PERFGATE_PAIRED_PIN=off (pin_ab.sh does): the engine's own pinning, the default since 2026-11-29,
+would otherwise move the main threads again inside each look.
 """
 
 import os
