@@ -8,10 +8,9 @@ figure for the wall and host clocks is the minimum of its rounds (ESTIMATORS; `D
 stalls do not move, and the change is the ratio of B's to A's. Where both sides' rounds share one CPU set (the
 engine's default on a GPU: perfgate.ab.pinning), a CPU's own slow spells over seconds hit a pair's two rounds
 alike, and the change is the median over round pairs of B/A (PAIR_MEDIAN; its A/A lines against the
-minimum's: docs/gate.md, "Process pairs"). Either interval comes
-from a paired bootstrap: round pairs are resampled together, so a drift that hit both sides of a pair stays
-matched. Rounds from a second process pair (a second duet) are resampled within
-their own duet. The device clock has no stalls; its rounds each run in a fresh layout of GPU memory, and its
+minimum's: docs/gate.md, "Process pairs"). Either interval comes from a paired bootstrap: round pairs are
+resampled together, so a drift that hit both sides of a pair stays matched. Rounds from a second process pair
+(a second duet) are resampled within their own duet. The device clock has no stalls; its rounds each run in a fresh layout of GPU memory, and its
 figure is their mean, with a Welch t interval (mean_interval).
 
 Outcomes, per rule (clock, side, threshold t on the growth of B's step time):
