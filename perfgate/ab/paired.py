@@ -10,8 +10,8 @@ engine's default on a GPU: perfgate.ab.pinning), a CPU's own slow spells over se
 alike, and the change is the median over round pairs of B/A (PAIR_MEDIAN; its A/A lines against the
 minimum's: docs/gate.md, "Process pairs"). Either interval comes from a paired bootstrap: round pairs are
 resampled together, so a drift that hit both sides of a pair stays matched. Rounds from a second process pair
-(a second duet) are resampled within their own duet. The device clock has no stalls; its rounds each run in a fresh layout of GPU memory, and its
-figure is their mean, with a Welch t interval (mean_interval).
+(a second duet) are resampled within their own duet. The device clock has no stalls; its rounds each run in a
+fresh layout of GPU memory, and its figure is their mean, with a Welch t interval (mean_interval).
 
 Outcomes, per rule (clock, side, threshold t on the growth of B's step time):
 
