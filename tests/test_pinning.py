@@ -54,6 +54,14 @@ def test_shared_unless_off_and_a_bad_value_names_the_valid_ones(monkeypatch):
         pinning.pin_choice()
 
 
+def test_a_session_of_sixteen_cpus_pins_its_rounds_to_the_last_two_unless_told_off(monkeypatch):
+    monkeypatch.delenv(pinning.PIN_ENV, raising=False)
+    monkeypatch.setattr(pinning.os, "sched_getaffinity", lambda pid: set(range(16)), raising=False)
+    assert pinning.rounds_cpus() == frozenset({14, 15})
+    monkeypatch.setenv(pinning.PIN_ENV, "off")
+    assert pinning.rounds_cpus() == frozenset()
+
+
 @pytest.mark.parametrize(
     "allowed, expected",
     [(range(16), {14, 15}), ({0, 3, 9}, {3, 9}), ({0, 1}, set()), ({5}, set())],
