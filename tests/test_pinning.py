@@ -201,3 +201,9 @@ def test_a_paired_report_says_in_words_how_each_figure_was_taken(text, cpus, exp
         f"against the base's, by {expected}, with its interval"
         in PairedVerdict.of([{"cell": "c", "paired": summary}]).markdown()
     )
+
+
+def test_every_estimator_has_report_words():
+    from perfgate.ab.verdict import ESTIMATOR_WORDS
+
+    assert set(ESTIMATOR_WORDS) == set(paired.ESTIMATORS) | set(paired.PAIRED_ESTIMATORS)
