@@ -40,8 +40,8 @@ WALL_PAIRS = 12
 # A host-bound step's figure is the minimum of its rounds, and many short rounds reach its floor more often than
 # a few long ones in the same seconds: rounds of four lengths alternated in each cell's process pair (one H200
 # each, 2026-11-28, tools/probes/round_lengths.py) gave the narrowest line at ~25 ms where a step is short
-# (segformer_b2 infer +-2.8 % at 24 ms, +-7.9 % at 43 ms; docs/gate.md "Round length"). The CPU tier keeps whole
-# rounds: its wall line (paired.CPU_WALL_LINE) was set on them.
+# (segformer_b2 infer +-2.8 % at 24 ms, +-7.9 % at 43 ms; docs/gate-evidence.md "Round length"). The CPU tier
+# keeps whole rounds: its wall line (paired.CPU_WALL_LINE) was set on them.
 ROUND_SHARE = 0.5
 # Of a first look's wall round pairs, those that step eager too where its wall step is shown, not judged (the PR
 # gate), spread over the look: they give the records their own wall speedup (from a third of the look's round
@@ -134,7 +134,7 @@ def measure(
     summary = {"against": a.describe(), "duets": 0, "looks": 0}
     # Each process pair's side prepared first ("a" | "b"), and whether the two prepared at once, kept with the
     # rounds: it was the suspect for the device clock's process effect before that proved to be the memory layout
-    # (docs/gate.md "Process pairs"), and it still orders the processes' own histories.
+    # (docs/gate-evidence.md "Process pairs"), and it still orders the processes' own histories.
     prepared: list[dict] = []
     # Where a paired cell's seconds go, per process pair: both sides to their warm state, their looks, their
     # records. The gate's time target is a sum of these (docs/gate.md "What it costs").

@@ -105,7 +105,7 @@ def _staggered(
     """The sides, sent their jobs with holds (perfgate.measure.duet), to their warm state: they build, compute
     the reference and warm up eager at once; then each side's first compiled call, in `order`, with the other
     held (a kernel's launch configs are timed at its first call, and two sides timing them beside each other
-    picked apart: docs/gate.md "Process pairs"); then both at once again, but for a stream model, whose later
+    picked apart: docs/gate-evidence.md "Process pairs"); then both at once again, but for a stream model, whose later
     shapes compile in its warm-up: it holds no more and goes to its warm state in its turn. {side: its "ready",
     or its record where it failed}. Each side's `limit_s` runs from now, the seconds it was held not counted."""
     deadline = {name: time.monotonic() + limit_s[name] for name in order}

@@ -8,8 +8,8 @@ figure for the wall and host clocks is the minimum of its rounds (ESTIMATORS; `D
 stalls do not move, and the change is the ratio of B's to A's. Where both sides' rounds share one CPU set (the
 engine's default on a GPU: perfgate.ab.pinning), a CPU's own slow spells over seconds hit a pair's two rounds
 alike, and the change is the median over round pairs of B/A (PAIR_MEDIAN; its A/A lines against the
-minimum's: docs/gate.md, "Process pairs"). Either interval comes from a paired bootstrap: round pairs are
-resampled together, so a drift that hit both sides of a pair stays matched. Rounds from a second process pair
+minimum's: docs/gate-evidence.md, "Process pairs"). Either interval comes from a paired bootstrap: round pairs
+are resampled together, so a drift that hit both sides of a pair stays matched. Rounds from a second process pair
 (a second duet) are resampled within their own duet. The device clock has no stalls; its rounds each run in a
 fresh layout of GPU memory, and its figure is their mean, with a Welch t interval (mean_interval).
 
@@ -75,7 +75,7 @@ DEFAULT_ESTIMATOR = "min"
 # A figure of B against A from the round pairs themselves: the median of log(B / A) over pairs. Where both
 # sides' rounds run on one CPU set (perfgate.ab.pinning), a CPU's slow spell hits a pair's two rounds alike and
 # the ratio cancels it, where each side's minimum waits for a fast moment of its own, which pinned workers
-# rarely had (docs/gate.md "Process pairs"). The wall and host rules take it where the rounds were pinned
+# rarely had (docs/gate-evidence.md "Process pairs"). The wall and host rules take it where the rounds were pinned
 # (rules_for's `pinned`).
 PAIR_MEDIAN = "pair_median"
 PAIRED_ESTIMATORS = (PAIR_MEDIAN,)
@@ -124,7 +124,8 @@ class PairedRule:
 # 1c426606 (2026-11-28), B against A over 3 layouts a side read sd 0.41 % by the mean, 0.53 % by the minimum.
 # Without fresh layouts (rules_for's `layouts`) they are judged by each side's minimum, each pair.
 # Simulated from those layouts through the engine's looks and pairs (tools/probes/layout_sim.py; the figures in
-# docs/gate.md, "Process pairs"), the fresh layouts and the pooled mean took a 1.5 % plant from often ok to never.
+# docs/gate-evidence.md, "Process pairs"), the fresh layouts and the pooled mean took a 1.5 % plant from often ok
+# to never.
 RULES: tuple[PairedRule, ...] = (
     PairedRule(WALL, "compiled", 0.05),
     PairedRule(WALL, "eager", 0.05, judged=False),

@@ -1,7 +1,7 @@
 """Both sides' workers on one CPU set while their rounds alternate (PERFGATE_PAIRED_PIN, "shared" unless it
 says "off"), so that a round of A and the round of B beside it run on the same cores. Imports no torch.
 
-Why (docs/gate.md "Process pairs", measured with tools/probes/duet_floor.py): on the H200 machines a CPU's
+Why (docs/gate-evidence.md "Process pairs", measured with tools/probes/duet_floor.py): on the H200 machines a CPU's
 speed moves on its own over seconds, so a worker whose main thread sits on a slow CPU reads every round slow
 for seconds while the other side, on another CPU, does not. Workers that share two CPUs share those spells, and
 the median of their paired round ratios (paired.PAIRED_ESTIMATORS) cancels them. The two sides never run at

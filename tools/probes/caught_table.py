@@ -1,4 +1,4 @@
-"""docs/gate.md's "What it caught" table, counted from the paired runs' records rather than by hand: every B file
+"""docs/gate.md's "What it catches" table, counted from the paired runs' records rather than by hand: every B file
 in baselines/runs/paired/ (a name `KIND-DATE-BOOT8-STEP.jsonl`; `.against.jsonl` files are side A's), each
 cell's paired outcome, by what B carried (the step's name says it), and again for the records whose rounds
 ran pinned (both sides on one CPU set, the default from code f388a2a on).

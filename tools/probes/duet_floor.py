@@ -1,7 +1,7 @@
 """Do the paired engine's own workers spread as cell_copies.py's plain processes do?
 
 cell_copies.py's processes of a host-bound cell read their compiled wall floors about 1 % apart (after the CUPTI
-fix), where the engine's A/A process pairs read a median 4-6 % apart (docs/gate.md "Process pairs"). This probe
+fix), where the engine's A/A process pairs read a median 4-6 % apart (docs/gate-evidence.md "Process pairs"). This probe
 starts WORKERS of the engine's own side process (`python -m perfgate.measure.duet`, perfgate.ab.pair_workers),
 sends each the same cell as a job (its whole preparation: build, compile from the kept cache, numerics, counts,
 warm-up), and then asks each for wall rounds as the coordinator does, every round index over all workers in a

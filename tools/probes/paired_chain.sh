@@ -131,7 +131,7 @@ if [ "$1" = start ]; then
           rl_new*) $me step $K $GPU $s -k "$RL_K" --perf-precompile 4 ;;
           graph_plant) $me step $K $GPU $s -k "$HOST_K" --perf-precompile 4 --perf-inject graph_break ;;
           ddp2) $me ddp $K $GPU $s -k "ddp and not ddp4 and amp_bf16 and inductor" ;;
-          copies) for fresh in 0 1; do  # docs/gate.md "Process pairs": does loading the code again resample the effect?
+          copies) for fresh in 0 1; do  # docs/gate-evidence.md "Process pairs": does loading the code again resample the effect?
               copies_run copies$fresh CELL_PROCESSES=3 CELL_FRESH_CODE=$fresh
             done ;;
           seeds) copies_run seeds CELL_COPIES=2 CELL_ROUNDS=60 CELL_SEEDS=${SEEDS:-7,7,7,7,8,8,8,8,r,r,r,r} ;;
