@@ -464,12 +464,12 @@ def test_pinned_rounds_are_judged_by_the_paired_median_and_the_record_says_on_wh
     monkeypatch.setattr(pinning, "last_cpus", lambda _allowed: frozenset({14, 15}))
     _record_b, _record_a, summary, _workers = _measured_red(monkeypatch, False, outvoted=True, pin=True)
     assert entered == [((1, 2), [14, 15]), "left"] * summary["duets"]
-    assert summary["pinned"] == [14, 15] and summary["estimator"] == "pair_median (device: min)"
+    assert summary["pinned"] == [14, 15] and summary["estimator"] == "pair_median (device: mean)"
     wall = next(r for r in summary["rules"] if r["rule"] == "compiled_ms")
     assert wall["estimator"] == "pair_median"
     entered.clear()
     _record_b, _record_a, summary, _workers = _measured_red(monkeypatch, False, outvoted=True)
     assert entered == [((1, 2), []), "left"] * summary["duets"] and summary["pinned"] == []
-    assert summary["estimator"] == "min"  # no device clock in these fake workers' cells: no layouts
+    assert summary["estimator"] == "min (device: mean)"  # the device's mean with or without fresh layouts
     wall = next(r for r in summary["rules"] if r["rule"] == "compiled_ms")
     assert wall["estimator"] == "min"

@@ -190,7 +190,7 @@ def test_an_unknown_estimator_names_the_paired_one_too():
         ("min", [], "each side's fastest round"),
         ("q05 (odd)", [], "q05 (odd)"),
     ],
-    ids=["pinned", "one-cpu", "unpinned", "two-named-clocks", "no-layouts", "unknown-names-kept"],
+    ids=["pinned", "one-cpu", "unpinned", "two-named-clocks", "a-record-judged-by-min-alone", "unknown-names-kept"],
 )
 def test_a_paired_report_says_in_words_how_each_figure_was_taken(text, cpus, expected):
     from perfgate.ab.verdict import PairedVerdict, estimator_words

@@ -146,6 +146,7 @@ def measure(
     confidence = paired.look_confidence(JUDGED_LOOKS)
     comparisons: list[paired.Comparison] = []
     kernels: list[dict] = []  # each process pair's latest {worker: {side: {kernel: ms per step}}}
+    lost: dict[str, str] = {}  # {clock: why a side could not take its rounds}, where one could not
     kept: tuple[dict | None, dict | None] = (None, None)  # the records of the last pair that finished
     # Whether the device rounds take fresh memory layouts (pair_workers.layouts_of), once the first pair is ready.
     layouts: bool | None = None
@@ -206,8 +207,10 @@ def measure(
                     summary["looks"] += 1
                     wanted = looks.wanted(comparisons, look, calling)
                     eager = eager_pairs(pairs, look, eager_wall)
-                    _look_once(duet, rounds, steps, rng, ready, wanted, by_clock, kernels[-1], eager, layouts, pairs)
-                    judged = looks.judge(rounds, confidence, kind, eager_wall, layouts, pinned)
+                    _look_once(
+                        duet, rounds, steps, rng, ready, wanted, by_clock, kernels[-1], eager, layouts, pairs, lost
+                    )
+                    judged = looks.judge(rounds, confidence, kind, eager_wall, layouts, pinned, lost)
                     comparisons = looks.settle_others(judged, before, calling)
                     if looks.decided(comparisons, calling):
                         break
@@ -218,6 +221,9 @@ def measure(
             record_a, record_b = (finish(duet.worker(side), progress) for side in (a, b))
             kept = (record_a, record_b)
             seconds["finish"].append(lap())
+            if record_a.get("status") != "ok":  # its checks after the rounds (numerics, recompiles, counts) failed:
+                summary["error"] = f"side A failed: {record_a.get('reason')}"  # nothing left to compare B with
+                break
         except WorkerGone as err:
             summary["error"] = str(err)
             if f"side {a.name}" in str(err):  # A gone: B's rounds are still its own record (a hung B is not asked)
@@ -236,6 +242,7 @@ def measure(
     counted = paired_work.counts(record_a, record_b) if _both_ok(record_a, record_b) and "error" not in summary else []
     notes = [
         duet.notes.get("A", ""),
+        *(why for clock, why in lost.items() if any(c.rule.clock.name == clock and not c.pairs for c in verdicts)),
         paired_work.uncounted_alike(record_a, record_b) if _both_ok(record_a, record_b) else "",
     ]
     summary.update(
@@ -331,12 +338,13 @@ def _look_once(
     with_eager: int = WALL_PAIRS,
     layouts: bool = False,
     pairs: int = WALL_PAIRS,
+    lost: dict[str, str] | None = None,
 ) -> None:
     """One look: the round pairs of each clock in `wanted` ({clock: the sides whose rounds it wants}), their
     seconds added to `spent` by clock, and each worker's latest kernel table (the device clock's) in `kernels`.
     A look takes `pairs` wall round pairs (wall_shape); a wall round steps only the wanted sides (after the first
     look, most often the compiled step alone), and eager in `with_eager` of them, spread over the look, where
-    compiled is wanted too."""
+    compiled is wanted too. A clock whose round a side could not take is noted in `lost` with the side's why."""
     workers = {"a": duet.worker(duet.sides[0]), "b": duet.worker(duet.sides[1])}
     if not all(steps_sides(w) for w in workers.values()):  # a base on an older engine steps both sides: so does B
         wanted = {**wanted, **({"wall": {"eager", "compiled"}} if "wall" in wanted else {})}
@@ -348,7 +356,11 @@ def _look_once(
         spent[clock] += time.monotonic() - t0
         # A round one side could not take (its profiler failed: None) pairs with nothing: both sides' are
         # dropped, so each pair's rounds stay matched, round for round, as the judge reads them.
-        if any(m[clock] is None for m in messages.values()):
+        failed = {s: m for s, m in messages.items() if m[clock] is None}
+        for s, m in failed.items():
+            if lost is not None:
+                lost[clock] = f"side {s.upper()}'s {m.get('note') or f'{clock} clock failed'}"
+        if failed:
             return
         for s, message in messages.items():
             got = message[clock]

@@ -5,6 +5,8 @@ torch."""
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 from perfgate.ab import paired
 
 CLOCKS = ("wall", "host", "device")
@@ -78,13 +80,18 @@ def judge(
     eager_wall: bool = False,
     layouts: bool = False,
     pinned: bool = False,
+    lost: Collection[str] = (),
 ) -> list[paired.Comparison]:
     """Every rule of the cell (paired.rules_for) over the rounds so far ({clock: {"a"|"b": {side: [rounds of
-    each process pair]}}}), where both sides have some."""
+    each process pair]}}}), where both sides have some. A judged rule of a clock in `lost` (a side could not
+    take its rounds: its profiler failed) with no round pairs is unsure, never left out: a cell whose device
+    rounds all failed would else be judged by its wall clock alone, and a GPU loss pass."""
     out = []
     for rule in paired.rules_for(device_kind, eager_wall, layouts, pinned):
         data = rounds[rule.clock.name]
         a, b = data["a"][rule.side], data["b"][rule.side]
         if sum(len(x) for x in a) and sum(len(x) for x in b):
             out.append(paired.across_pairs(a, b, rule, confidence))
+        elif rule.judged and rule.clock.name in lost:
+            out.append(paired.Comparison(rule, 0.0, -1.0, 1.0, "unsure", 0, confidence))
     return out

@@ -92,10 +92,12 @@ class Worker:
                     continue
                 chunk = os.read(fd, 1 << 16)
                 if not chunk:
-                    self.popen.wait(timeout=30)
-                    raise WorkerGone(
-                        f"side {self.side.name}'s process ended (exit {self.popen.returncode}){self.last_words()}"
-                    )
+                    try:
+                        self.popen.wait(timeout=30)
+                        ended = f"ended (exit {self.popen.returncode})"
+                    except subprocess.TimeoutExpired:  # a hung teardown (CUDA's, say): gone all the same, and
+                        ended = "closed its output and did not exit in 30 s"  # this side's failure, not the other's
+                    raise WorkerGone(f"side {self.side.name}'s process {ended}{self.last_words()}")
                 self.buffer += chunk
         line, _, self.buffer = self.buffer.partition(b"\n")
         return json.loads(line)

@@ -118,11 +118,14 @@ def _confirm_round(perf: PerfSession, outcome, why_dir: str, profiled: dict[str,
 
 def _exit_with(session, gate_exit: int, paired) -> None:
     """The session's exit status with the gate's and the paired verdict's: a regression shown by either is 1,
-    whatever else the session saw; else the worst of them (2: unsure or unusable, never a pass)."""
+    whatever else the session saw, and so is a session whose own status is 1 (a cell failed: this tree's cell
+    crashed or its numerics failed, which no later unsure may soften into a rerun); else the worst of them (2:
+    unsure or unusable, never a pass)."""
     from perfgate.ab.verdict import combined_exit
 
     code = gate_exit if paired is None else combined_exit(gate_exit, paired)
-    session.exitstatus = code if code == exits.REGRESSION else max(int(session.exitstatus), code)
+    failed = int(session.exitstatus) == int(pytest.ExitCode.TESTS_FAILED)
+    session.exitstatus = exits.REGRESSION if failed or code == exits.REGRESSION else max(int(session.exitstatus), code)
 
 
 def _step(session, perf: PerfSession, what: str, action):
