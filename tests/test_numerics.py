@@ -43,17 +43,37 @@ def test_without_reference_falls_back_to_eager_with_its_own_tolerance():
     assert compare_steps(scaled, eager, None, TOL, "eager")["verdict"] == "fail"
 
 
-def test_parameter_floor_scales_with_the_optimizer_update():
-    """A bias whose update differs by a few AdamW sign flips passes; one that never moved fails."""
-    start = torch.zeros(768, dtype=torch.float64)
+@pytest.mark.parametrize("level", [0.0, 1.0], ids=["bias-at-0", "norm-weight-at-1"])
+def test_parameter_floor_scales_with_the_optimizer_update(level):
+    """A parameter whose update differs by a few AdamW sign flips passes; one that never moved fails, and so
+    does one moved backwards, whatever its own size: a norm weight at 1 took a floor of its own RMS times 1e-3
+    under AMP, five times its two steps' update, and passed stuck or reversed."""
+    start = torch.full((768,), level, dtype=torch.float64)
     ref = start + 2e-4 * torch.sign(torch.randn(768, generator=torch.Generator().manual_seed(1)))
     flipped = ref.clone()
-    flipped[:3] *= -1  # 3 of 768 elements stepped the other way
+    flipped[:3] = 2 * start[:3] - ref[:3]  # 3 of 768 elements stepped the other way
     eager = [{"param.bias": ref.clone()}]
     ok = compare_steps([{"param.bias": flipped}], eager, [{"param.bias": ref}], TOL, "fp64", {"bias": start})
     assert ok["verdict"] == "pass"
     stuck = compare_steps([{"param.bias": start.clone()}], eager, [{"param.bias": ref}], TOL, "fp64", {"bias": start})
     assert stuck["verdict"] == "fail"
+    back = compare_steps([{"param.bias": 2 * start - ref}], eager, [{"param.bias": ref}], TOL, "fp64", {"bias": start})
+    assert back["verdict"] == "fail"
+
+
+@pytest.mark.parametrize("lost_by", ["compiled", "eager"])
+def test_a_gradient_one_side_never_produced_is_judged_as_zeros(lost_by):
+    """A parameter whose .grad the compiled graph left None was not captured, and only the compiled side's
+    tensors were compared: the loss passed unseen. The side that lacks it reads as zeros."""
+    g = torch.Generator().manual_seed(3)
+    grads = {f"grad.{n}": torch.randn(512, generator=g, dtype=torch.float64) for n in ("a", "b")}
+    partial = {"grad.a": grads["grad.a"]}
+    compiled, eager = (partial, grads) if lost_by == "compiled" else (grads, partial)
+    got = compare_steps([compiled], [eager], [eager], TOL, "fp64")  # the fp64 reference runs eager's code
+    assert got["verdict"] == "fail" and got["tensors"] == 2
+    assert got["checks"][0]["name"] == f"step0.grad.b (none on the {lost_by} side: zeros)"
+    zero = {**grads, "grad.b": torch.zeros(512, dtype=torch.float64)}
+    assert compare_steps([partial], [zero], [zero], TOL, "fp64")["verdict"] == "pass"  # None and 0 are one
 
 
 def _gradient_step(bias_eager_noise: float, bias_compiled_noise: float, scale_error: float = 0.0):

@@ -48,8 +48,9 @@ class Tolerance:
 
     compiled passes if  rmse(compiled, ref) <= multiplier * rmse(eager, ref) + floor * rms(ref) + group floor
     Without a higher-precision reference:  rmse(compiled, eager) <= fallback_rtol * rms(eager) + group floor
-    `floor` is relative to the reference's own RMS, so one number serves logits, losses and gradients.
-    Parameters after the optimizer steps also get `update_floor * rms(ref update)`. The group floor is
+    `floor` is relative to the reference's own RMS, so one number serves logits, losses and gradients; for a
+    parameter after the optimizer steps, to its update's (`rms(ref update)`), not its own size. Parameters also
+    get `update_floor * rms(ref update)`. The group floor is
     `floor * rms(all gradients of the step)` for a gradient, `update_floor * rms(all parameter updates of
     the step)` for a parameter, none for outputs and losses. Why the floors: docs/numerics.md.
     """
