@@ -347,3 +347,22 @@ def test_the_shards_deal_by_a_copy_of_the_costs_their_kept_cache_holds(tmp_path,
         copied = f"--perf-costs {Path('out') / costs.KEPT_COSTS}" in args
         assert copied == (not given) and ("mine.sqlite" in args) == bool(given)
     assert costs.cost_lines(tmp_path / "out" / costs.KEPT_COSTS) == ([] if given else costs.cost_lines("c/costs.jsonl"))
+
+
+def test_a_shard_that_crashed_leaves_a_report_that_never_reads_pass(tmp_path, monkeypatch):
+    """Shard 2/2 wrote two records and crashed (exit 3): the merged report judged only what the run kept and read
+    PASS, which the PR workflow posts as its comment. It now says, above its verdict, that the run's exit is 3."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    paired = {"against": "origin/main", "outcome": "ok", "duets": 1, "looks": 1, "rules": []}
+    run = [{**r, "paired": paired} for r in syn.run(9)]
+    _stand_in(monkeypatch, {"shard 1/2": run[:5], "shard 2/2": run[5:7]}, {"shard 2/2": 3})
+    assert main(["deal", "--out", str(tmp_path), "--", "perftests", "--perf-against", "origin/main"]) == 3
+    report = (tmp_path / "report.md").read_text()
+    assert report.startswith("**perfgate deal: exit 3, not this report's 0**") and "shard 2/2 on GPU 1" in report
+    assert json.loads((tmp_path / "report.json").read_text())["exit_code"] == 3
+
+
+def test_an_out_that_names_a_file_is_refused_by_name(tmp_path, capsys):
+    (tmp_path / "out").write_text("")
+    assert main(["deal", "--out", str(tmp_path / "out"), "--", "perftests"]) == 2
+    assert f"--out {tmp_path / 'out'} is a file" in capsys.readouterr().err

@@ -62,7 +62,10 @@ class PairedVerdict:
         return cls(cells, [] if baseline else sorted(alone))
 
     def outcome(self, cell: str) -> str:
-        return self.cells[cell].get("outcome", "unsure")
+        """The cell's paired outcome; one a record could not have had (null, "Regression", "error": a hand-edited
+        or foreign record) is unsure, never a pass."""
+        outcome = self.cells[cell].get("outcome")
+        return outcome if outcome in paired.OUTCOMES else "unsure"
 
     def regressions(self) -> list[str]:
         return [c for c in self.cells if self.outcome(c) == "regression"]

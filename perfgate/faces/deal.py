@@ -37,7 +37,6 @@ from typing import Sequence
 from perfgate.core import exits
 from perfgate.core.children import die_with_parent
 from perfgate.core.matrix import DATA_PARALLEL_LEFT_OUT, DEALT_ENV, MAX_PRECOMPILE
-from perfgate.core.output import OutputError
 from perfgate.faces.deal_args import (
     PRECOMPILE,
     baseline_in,
@@ -49,6 +48,7 @@ from perfgate.faces.deal_args import (
     precompile_of,
     refused,
 )
+from perfgate.faces.deal_outputs import clear, judge, mark_lost, merge
 
 NO_CELLS = 5  # pytest.ExitCode.NO_TESTS_COLLECTED, without importing pytest here
 STOP_S = 120.0  # an interrupted session's close: its verdict, report and workers' exit (a GPU context's release ~20 s)
@@ -295,50 +295,6 @@ def _left_out_data_parallel(shards: Sequence[Session]) -> bool:
     return False
 
 
-def _clear(out: Path, sessions: Sequence[Session]) -> None:
-    """An earlier run's outputs in DIR: the plugin appends to a results file, and a merge must hold this run's."""
-    for path in (out / "results.jsonl", out / "report.md", out / "report.json"):
-        path.unlink(missing_ok=True)
-    for folder in {s.out for s in sessions} | {out / "data-parallel"}:
-        shutil.rmtree(folder, ignore_errors=True)
-
-
-def _merge(sessions: Sequence[Session], out: Path) -> Path | None:
-    """Every session's records in one file, session by session: what the later steps (report, history) read;
-    None where no session wrote one."""
-    texts = [p.read_text(encoding="utf-8") for s in sessions if (p := s.out / "results.jsonl").exists()]
-    if not any(texts):
-        return None
-    merged = out / "results.jsonl"
-    merged.write_text("".join(texts), encoding="utf-8")
-    return merged
-
-
-def _judge(merged: Path, baseline: str | None, paired_run: bool, out: Path) -> int:
-    """The run's one report: compare against the baseline, else the paired verdict over every session (a run
-    neither paired nor gated has none)."""
-    if baseline is not None:
-        from perfgate.faces.compare import compare_files
-
-        return compare_files([str(merged)], baseline, str(out / "report.md"), str(out / "report.json"))
-    if not paired_run:
-        return exits.PASS
-    from perfgate.ab.verdict import PairedVerdict
-    from perfgate.core.records_file import RecordFileError, load_records
-
-    try:  # each cell's final record, as each session judged it: a checkpoint is no verdict
-        paired = PairedVerdict.of(load_records([str(merged)]), baseline=False)
-        if not (paired.cells or paired.unjudged):  # every cell skipped: nothing compared, never a pass
-            return exits.UNUSABLE
-        paired.write_reports(str(out))
-    except (RecordFileError, OutputError) as err:
-        print(f"perfgate deal: no report of the run: {err}", file=sys.stderr)
-        return exits.UNUSABLE
-    # The paired cells' verdicts as one; unjudged cells (no baseline anywhere) are the data-parallel session's own
-    # exit, 2.
-    return PairedVerdict(paired.cells).exit_code
-
-
 def cmd_deal(args: argparse.Namespace) -> int:
     pytest_args = args.pytest_args[1:] if args.pytest_args[:1] == ["--"] else args.pytest_args
     if not pytest_args:
@@ -351,6 +307,9 @@ def cmd_deal(args: argparse.Namespace) -> int:
         print("\n".join(f"perfgate deal: {line}" for line in reasons), file=sys.stderr)
         return exits.UNUSABLE
     out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        print(f"perfgate deal: --out {out} is a file; give a folder for the run's records and report", file=sys.stderr)
+        return exits.UNUSABLE
     try:
         shards = plan(args.gpus, visible_gpus(), cores(sorted(os.sched_getaffinity(0))), out)
     except ValueError as err:
@@ -373,7 +332,7 @@ def _deal(shards: list[Session], pytest_args: Sequence[str], out: Path, seen: Se
     workers, _ = precompile_of(seen)
     _, dealt_args = precompile_of(pytest_args)  # one set in a config file: dealt sessions skip it (DEALT_ENV)
     first = [precompile_session(shards, workers, out)] if workers else []
-    _clear(out, [*first, *shards])
+    clear(out, [s.out for s in (*first, *shards)])
     sessions, codes = list(first), []
     if first:
         codes, interrupted = run_sessions(first, pytest_args)
@@ -392,11 +351,14 @@ def _deal(shards: list[Session], pytest_args: Sequence[str], out: Path, seen: Se
         codes += more
     _report(sessions, codes, time.monotonic() - started)
     # pytest's 5: a session the deal left no cell (more GPUs than cells); the others measured.
-    ran = [_own(code) for code in codes if code != NO_CELLS]
-    merged = _merge(sessions, out)
+    ran = [_own(code) for code in codes if code != NO_CELLS] + [exits.UNUSABLE] * interrupted  # even past exits 0
+    merged = merge([s.out for s in sessions], out)
     if merged is None:
         return exits.combined([*ran, exits.UNUSABLE])  # nothing measured: never a pass
-    return exits.combined([*ran, _judge(merged, baseline_in(seen), paired_in(seen), out)])
+    judged = judge(merged, baseline_in(seen), paired_in(seen), out)
+    final = exits.combined([*ran, judged])
+    mark_lost(out, [(s.where(), c) for s, c in zip(sessions, codes)], judged, final)
+    return final
 
 
 def _own(code: int) -> int:

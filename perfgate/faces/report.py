@@ -8,6 +8,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from perfgate.ab.verdict import PairedVerdict
 from perfgate.core import exits
 from perfgate.core.output import OutputError
 from perfgate.core.records_file import RecordFileError, gated_rounds, latest
@@ -43,6 +44,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         if not (args.html or args.markdown):
             return exits.PASS
         first, again = gated_rounds(every)  # the verdicts the gate gave, confirm round included
+        paired = PairedVerdict.of(records)  # a paired run's clocks, judged B against A as the live gate did
         report = html_report.build(
             records,
             db_path=args.db,
@@ -51,6 +53,7 @@ def cmd_report(args: argparse.Namespace) -> int:
             sources=[Path(p).name for p in args.results],
             title=args.title,
             rounds=(first, confirm_round(again)),
+            paired=paired if paired.cells else None,
         )
         html_report.write(report, args.html, args.markdown)
     except (RecordFileError, history.HistoryError, OutputError) as err:

@@ -17,7 +17,7 @@ from typing import Iterable, Sequence
 
 from perfgate.core import exits
 from perfgate.core.record import TIME_ALONE, nothing_measured
-from perfgate.core.record_reading import process_of, unfiled
+from perfgate.core.record_reading import process_of, unfiled, unfinished
 from perfgate.core.stats import geomean
 from perfgate.core.validate import checked
 from perfgate.judge.advisories import changed_batch_advisory, foreign_cpu_advisory
@@ -336,12 +336,16 @@ class GateOutcome:
 
     reports: list[GateReport]
     errors: list[str]
+    # The cells whose process was stopped mid-cell (a CI step's limit, Ctrl-C), each "cell: where it stopped":
+    # not judged, since nothing of theirs failed that the PR did, and never a pass.
+    unfinished: list[str] = field(default_factory=list)
 
     @property
     def exit_code(self) -> int:
         if self.errors:
             return exits.UNUSABLE
-        return max((r.exit_code for r in self.reports), default=exits.PASS)
+        code = max((r.exit_code for r in self.reports), default=exits.PASS)
+        return code if code == exits.REGRESSION or not self.unfinished else max(code, exits.UNUSABLE)
 
 
 def gate_run(
@@ -354,7 +358,13 @@ def gate_run(
     A run that measured nothing (no record, every cell skipped) cannot be judged (exit 2, with the skip
     reasons), nor can a skipped cell with no environment (no baseline is its own); a skipped cell of a
     known environment that the baseline had ok fails the gate (StatusRule): a selected cell that was not
-    measured never passes. A cell that was not selected is `missing` and allowed (a narrowed run)."""
+    measured never passes. A cell that was not selected is `missing` and allowed (a narrowed run). A cell whose
+    record is the checkpoint of a process stopped mid-cell (`unfinished`) is not judged: the run is unsure (exit
+    2) unless another cell shows a regression, never failed for the stop, which the PR did not make."""
+    cut = [f"{r['cell']}: {r.get('reason')}" for r in records if unfinished(r)]
+    records = [r for r in records if not unfinished(r)]
+    if cut and not records:
+        return GateOutcome([], [f"no cell finished: {'; '.join(cut[:5])}"], cut)
     nothing = nothing_measured(records)
     if nothing:
         return GateOutcome([], [nothing])
@@ -395,4 +405,4 @@ def gate_run(
             report = confirm(report, remeasure(suspects))
         report.baseline_location = str(baseline_location)
         reports.append(report)
-    return GateOutcome(reports, [])
+    return GateOutcome(reports, [], cut)

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
+from perfgate.core import exits
 from perfgate.core.clocks import COUNTS, DEVICE
 from perfgate.core.stats import geomean
 from perfgate.core.text import visible
@@ -198,11 +199,14 @@ def build(
     title: str = "perfgate report",
     rules: Sequence = DEFAULT_RULES,
     rounds: tuple[Sequence[dict], Callable[[list[str]], list[dict]] | None] | None = None,
+    paired=None,
 ) -> Report:
     """The report's content from one merged set of records (one per cell: perfgate.core.records_file.load_records),
     the history database (trends; optional) and a baseline file or directory (verdicts; optional), judged
     by `rules` as gate.gate_run judges them. `rounds`: (the first round's records, the confirm round as
-    gate_run's `remeasure`), where the verdicts must be the gate's own (records_file.gated_rounds)."""
+    gate_run's `remeasure`), where the verdicts must be the gate's own (records_file.gated_rounds). `paired`: a
+    paired run's verdict on the clocks (perfgate.ab.verdict.PairedVerdict, which the face hands in), whose lines
+    head the gate's and whose regression fails the page as the baseline's does: the live gate's exit is both's."""
     notes: list[str] = []
     if db_path and not Path(db_path).is_file():
         notes.append(f"no history database at {db_path}: no trends")
@@ -223,9 +227,9 @@ def build(
         caption,
         list(sources),
         sections,
-        gate_lines=[line for report in gated for line in _gate_lines(report)],
+        gate_lines=[*(paired.lines() if paired is not None else []), *(x for r in gated for x in _gate_lines(r))],
         notes=notes,
-        gate_failed=any(report.exit_code for report in gated),
+        gate_failed=any(r.exit_code for r in gated) or getattr(paired, "exit_code", None) == exits.REGRESSION,
     )
 
 

@@ -28,6 +28,14 @@ def write_reports(outcome, markdown_path: str | None, json_path: str | None, pai
             )
             + "\n"
         )
+    if outcome.unfinished:
+        text = (
+            f"**{len(outcome.unfinished)} cell(s) did not finish** (the run was stopped; not judged, so the run is "
+            "unsure unless a regression shows):\n\n"
+            + "".join(f"- {md_text(line)}\n" for line in outcome.unfinished)
+            + "\n"
+            + text
+        )
     exit_code = outcome.exit_code
     if paired is not None and paired.cells:
         text = paired.markdown() + "\n---\n\n" + text
@@ -40,6 +48,7 @@ def write_reports(outcome, markdown_path: str | None, json_path: str | None, pai
                 "report_schema": 1,
                 "exit_code": exit_code,
                 "errors": list(outcome.errors),
+                "unfinished": list(outcome.unfinished),
                 "reports": [to_json(r) for r in outcome.reports],
                 "paired": paired.as_json() if paired is not None else None,
             },
