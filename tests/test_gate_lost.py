@@ -48,7 +48,23 @@ def test_a_cell_cut_mid_measure_is_not_judged_and_the_run_never_passes(baselines
     text = write_reports(outcome, str(tmp_path / "report.md"), None)
     assert text.startswith("**1 cell(s) did not finish**") and GPT2 in text
     only = gate.gate_run([_cut(r) for r in syn.run(7)], baselines)
-    assert only.exit_code == exits.UNUSABLE and only.errors[0].startswith("no cell finished")
+    assert only.exit_code == exits.UNUSABLE and only.errors[0].startswith("no cell was judged")
+
+
+@pytest.mark.parametrize(
+    "slowed, expected", [(False, exits.BUG), (True, exits.REGRESSION)], ids=["broke-alone-3", "and-a-red-1"]
+)
+def test_a_cell_perfgates_own_engine_failed_to_run_is_a_crash_not_the_prs_regression(baselines, slowed, expected):
+    """The paired engine's own exception made B's record a failed cell, which StatusRule read as the PR's."""
+    overrides = {RESNET: {"speedup": 2.3 * 0.8}} if slowed else {}
+    broke = {"status": "failed", "reason": "perfgate's paired engine failed: KeyError: 'rounds'"}
+    run = [
+        {**r, **broke} if r["cell"] == GPT2 else r
+        for r in syn.run(7, noise=0.005, run_noise=0.002, overrides=overrides)
+    ]
+    outcome = gate.gate_run(run, baselines)
+    assert outcome.exit_code == expected and outcome.broken == [f"{GPT2}: {broke['reason']}"]
+    assert not any(f.cell == GPT2 for report in outcome.reports for f in report.regressions)
 
 
 @pytest.mark.parametrize("outcome", [None, "Regression", "error"], ids=["null", "capitalised", "foreign"])

@@ -126,21 +126,28 @@ def test_a_worker_whose_output_closed_but_whose_process_hangs_is_gone(tmp_path, 
     Hung.stdout.close()
 
 
+OWN_FAILURE = {"cell": "a", "status": "failed", "reason": "numerics: compiled off eager"}
+ENGINE_BROKE = {"cell": "b", "status": "failed", "reason": "perfgate's paired engine failed: KeyError: 'rounds'"}
+
+
 @pytest.mark.parametrize(
-    "session_status, gate_exit, expected",
+    "session_status, gate_exit, records, expected",
     [
-        (1, exits.UNUSABLE, exits.REGRESSION),  # this tree's cell crashed; the paired verdict called it unsure
-        (0, exits.UNUSABLE, exits.UNUSABLE),
-        (0, exits.PASS, exits.PASS),
-        (2, exits.PASS, 2),  # interrupted: pytest's own status stands
+        (1, exits.UNUSABLE, [OWN_FAILURE], exits.REGRESSION),  # the paired verdict called the crashed cell unsure
+        (0, exits.UNUSABLE, [], exits.UNUSABLE),
+        (0, exits.PASS, [], exits.PASS),
+        (2, exits.PASS, [], 2),  # interrupted: pytest's own status stands
+        (1, exits.UNUSABLE, [ENGINE_BROKE], exits.BUG),  # perfgate's own code broke: no verdict on the PR
+        (1, exits.PASS, [ENGINE_BROKE, OWN_FAILURE], exits.REGRESSION),
     ],
-    ids=["failed-cell-stays-1", "unsure-2", "pass-0", "interrupted-2"],
+    ids=["failed-cell-stays-1", "unsure-2", "pass-0", "interrupted-2", "engine-broke-3", "engine-broke-and-red-1"],
 )
-def test_a_session_whose_cell_failed_exits_1_whatever_unsure_was_added(session_status, gate_exit, expected):
+def test_a_session_whose_cell_failed_exits_1_whatever_unsure_was_added(session_status, gate_exit, records, expected):
     """Without a baseline, a crashed B cell is also an unsure paired cell ("side B failed"): the run exited 2,
-    and a CI that reruns on 2 reran a crash that will repeat. A failed cell is a regression."""
+    and a CI that reruns on 2 reran a crash that will repeat. A failed cell is a regression; one that perfgate's
+    own paired engine failed to run is a crash in perfgate (3), never read as the PR's regression."""
     from perfgate.plugin.session_end import _exit_with
 
     session = type("Session", (), {"exitstatus": session_status})()
-    _exit_with(session, gate_exit, None)
+    _exit_with(session, gate_exit, None, records)
     assert session.exitstatus == expected

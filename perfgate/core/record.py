@@ -58,6 +58,7 @@ HOST_ROUNDS_SCHEMA = 4
 # No baseline folds their host clock.
 HOST_AFTER_PROFILER = frozenset({8})
 UNFINISHED = "did not finish"  # a new record's reason until the cell ends
+ENGINE_FAILED = "perfgate's paired engine failed"  # a failed record's reason where perfgate's code broke, not the cell
 # What an unfit record (the `unfit` field) needs to be timed again: every refusal of one says it.
 TIME_ALONE = "without xdist (or one worker per GPU) and with no other process on the GPU"
 # A step whose GPU is busy this much of its wall time is device-bound: its wall time follows the GPU's work.

@@ -6,12 +6,17 @@ was its first compile, does its compiled peak mean today's. Apart from the table
 
 from __future__ import annotations
 
-from perfgate.core.record import COMPILED_PEAK_MISREAD, UNFINISHED
+from perfgate.core.record import COMPILED_PEAK_MISREAD, ENGINE_FAILED, UNFINISHED
 
 
 def unfinished(record: dict) -> bool:
     """A checkpoint whose cell never ended: what its process reached when it was stopped (cell.py)."""
     return record.get("status") == "failed" and str(record.get("reason", "")).startswith(UNFINISHED)
+
+
+def engine_failed(record: dict) -> bool:
+    """A failed record whose cell never ran because perfgate's own paired engine broke: no verdict on the code."""
+    return record.get("status") == "failed" and str(record.get("reason", "")).startswith(ENGINE_FAILED)
 
 
 def unfiled(record: dict) -> bool:

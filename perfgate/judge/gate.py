@@ -17,7 +17,7 @@ from typing import Iterable, Sequence
 
 from perfgate.core import exits
 from perfgate.core.record import TIME_ALONE, nothing_measured
-from perfgate.core.record_reading import process_of, unfiled, unfinished
+from perfgate.core.record_reading import engine_failed, process_of, unfiled, unfinished
 from perfgate.core.stats import geomean
 from perfgate.core.validate import checked
 from perfgate.judge.advisories import changed_batch_advisory, foreign_cpu_advisory
@@ -339,13 +339,17 @@ class GateOutcome:
     # The cells whose process was stopped mid-cell (a CI step's limit, Ctrl-C), each "cell: where it stopped":
     # not judged, since nothing of theirs failed that the PR did, and never a pass.
     unfinished: list[str] = field(default_factory=list)
+    # The cells perfgate's own paired engine failed to run ("cell: the error"): no verdict on the code (exit 3).
+    broken: list[str] = field(default_factory=list)
 
     @property
     def exit_code(self) -> int:
         if self.errors:
             return exits.UNUSABLE
         code = max((r.exit_code for r in self.reports), default=exits.PASS)
-        return code if code == exits.REGRESSION or not self.unfinished else max(code, exits.UNUSABLE)
+        if code == exits.REGRESSION:
+            return code
+        return max(code, exits.UNUSABLE if self.unfinished else code, exits.BUG if self.broken else code)
 
 
 def gate_run(
@@ -360,11 +364,13 @@ def gate_run(
     known environment that the baseline had ok fails the gate (StatusRule): a selected cell that was not
     measured never passes. A cell that was not selected is `missing` and allowed (a narrowed run). A cell whose
     record is the checkpoint of a process stopped mid-cell (`unfinished`) is not judged: the run is unsure (exit
-    2) unless another cell shows a regression, never failed for the stop, which the PR did not make."""
+    2) unless another cell shows a regression, never failed for the stop, which the PR did not make. Nor is one
+    perfgate's own paired engine failed to run (`engine_failed`): a crash in perfgate, exit 3, never a verdict."""
     cut = [f"{r['cell']}: {r.get('reason')}" for r in records if unfinished(r)]
-    records = [r for r in records if not unfinished(r)]
-    if cut and not records:
-        return GateOutcome([], [f"no cell finished: {'; '.join(cut[:5])}"], cut)
+    broken = [f"{r['cell']}: {r.get('reason')}" for r in records if engine_failed(r)]
+    records = [r for r in records if not (unfinished(r) or engine_failed(r))]
+    if (cut or broken) and not records:
+        return GateOutcome([], [f"no cell was judged: {'; '.join((cut + broken)[:5])}"], cut, broken)
     nothing = nothing_measured(records)
     if nothing:
         return GateOutcome([], [nothing])
@@ -405,4 +411,4 @@ def gate_run(
             report = confirm(report, remeasure(suspects))
         report.baseline_location = str(baseline_location)
         reports.append(report)
-    return GateOutcome(reports, [], cut)
+    return GateOutcome(reports, [], cut, broken)

@@ -119,10 +119,10 @@ class Pairing:
                 self.duet, job, progress, picked=picked, eager_wall=self.eager_wall
             )
         except Exception as err:  # noqa: BLE001 - a paired cell that cannot run fails alone, never the session
-            from perfgate.core.record import error_line, failed_record
+            from perfgate.core.record import ENGINE_FAILED, error_line, failed_record
 
             self.duet.renew()
-            return failed_record(job.cell, f"the paired engine could not run the cell: {error_line(err)}", job.run_id)
+            return failed_record(job.cell, f"{ENGINE_FAILED}: {error_line(err)}", job.run_id)
         if record_a is not None:
             append_record(self.against_path, record_builder.in_run(record_a, job.run_id, record_a.get("remeasure", "")))
         record_builder.merge_paired(record_b, summary)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 import traceback
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Sequence
 
 import pytest
 
@@ -44,7 +44,7 @@ def finish(session, perf: PerfSession) -> None:
         interrupted = int(session.exitstatus) == int(pytest.ExitCode.INTERRUPTED)
         outcome = _step(session, perf, "gate the run", lambda: _gate(perf, records, baseline, interrupted))
         if outcome is not None:
-            _exit_with(session, outcome.exit_code, perf.paired)
+            _exit_with(session, outcome.exit_code, perf.paired, records)
     elif perf.pairing is not None:  # paired without a baseline: the clocks alone are judged
         verdict = perf.paired_verdict(records, baseline=False)
         report_dir = config.getoption("--perf-report")
@@ -52,7 +52,7 @@ def finish(session, perf: PerfSession) -> None:
             _step(session, perf, "write the paired report", lambda: verdict.write_reports(report_dir))
         if not verdict.cells and not verdict.unjudged:  # every cell skipped (no CUDA for this torch, say): no pass
             perf.summary.append("perfgate paired: no cell was compared beside the base: nothing judged (exit 2)")
-        _exit_with(session, exits.PASS if verdict.cells else exits.UNUSABLE, verdict)
+        _exit_with(session, exits.PASS if verdict.cells else exits.UNUSABLE, verdict, records)
 
 
 def _gate(perf: PerfSession, records: list[dict], baseline, interrupted: bool):
@@ -116,16 +116,23 @@ def _confirm_round(perf: PerfSession, outcome, why_dir: str, profiled: dict[str,
         outcome.reports[i] = confirm(report, again)
 
 
-def _exit_with(session, gate_exit: int, paired) -> None:
+def _exit_with(session, gate_exit: int, paired, records: Sequence[dict] = ()) -> None:
     """The session's exit status with the gate's and the paired verdict's: a regression shown by either is 1,
     whatever else the session saw, and so is a session whose own status is 1 (a cell failed: this tree's cell
-    crashed or its numerics failed, which no later unsure may soften into a rerun); else the worst of them (2:
-    unsure or unusable, never a pass)."""
+    crashed or its numerics failed, which no later unsure may soften into a rerun), unless every failed cell of
+    `records` is one perfgate's own paired engine failed to run: that is a crash in perfgate, 3, never a verdict.
+    Else the worst of them (2: unsure or unusable, never a pass)."""
     from perfgate.ab.verdict import combined_exit
+    from perfgate.core.record_reading import engine_failed
 
     code = gate_exit if paired is None else combined_exit(gate_exit, paired)
-    failed = int(session.exitstatus) == int(pytest.ExitCode.TESTS_FAILED)
-    session.exitstatus = exits.REGRESSION if failed or code == exits.REGRESSION else max(int(session.exitstatus), code)
+    failed = [r for r in records if r.get("status") == "failed"]
+    ours = bool(failed) and all(engine_failed(r) for r in failed)
+    status = int(session.exitstatus)
+    if code == exits.REGRESSION or (status == int(pytest.ExitCode.TESTS_FAILED) and not ours):
+        session.exitstatus = exits.REGRESSION
+    else:
+        session.exitstatus = max(exits.PASS if ours else status, code, exits.BUG if ours else exits.PASS)
 
 
 def _step(session, perf: PerfSession, what: str, action):

@@ -36,6 +36,14 @@ def write_reports(outcome, markdown_path: str | None, json_path: str | None, pai
             + "\n"
             + text
         )
+    if outcome.broken:
+        text = (
+            f"**{len(outcome.broken)} cell(s) were not measured: perfgate's own paired engine failed** (exit 3, a "
+            "crash in perfgate, never a verdict on the code):\n\n"
+            + "".join(f"- {md_text(line)}\n" for line in outcome.broken)
+            + "\n"
+            + text
+        )
     exit_code = outcome.exit_code
     if paired is not None and paired.cells:
         text = paired.markdown() + "\n---\n\n" + text
@@ -49,6 +57,7 @@ def write_reports(outcome, markdown_path: str | None, json_path: str | None, pai
                 "exit_code": exit_code,
                 "errors": list(outcome.errors),
                 "unfinished": list(outcome.unfinished),
+                "broken": list(outcome.broken),
                 "reports": [to_json(r) for r in outcome.reports],
                 "paired": paired.as_json() if paired is not None else None,
             },
