@@ -184,3 +184,12 @@ def test_a_gpu_judge_that_runs_out_of_memory_judges_on_the_host(monkeypatch):
         on_gpu = compare_steps(compiled, eager, ref, TOL, "fp64", device=torch.device("cuda"))
         assert on_gpu == compare_steps(compiled, eager, ref, TOL, "fp64")
     assert on_gpu["verdict"] == "fail"
+
+
+def test_an_eager_overflow_does_not_wave_the_compiled_tensor_through():
+    """An inf in eager's gradient made its error, and so the limit, infinite: any compiled tensor passed."""
+    compiled, eager, ref = _sides(1e-2, 1e-2, name="grad.w")
+    eager[0]["grad.w"][7] = float("inf")
+    assert compare_steps(compiled, eager, ref, TOL, "fp64")["verdict"] == "pass"
+    garbage = [{"grad.w": 3 * compiled[0]["grad.w"]}]
+    assert compare_steps(garbage, eager, ref, TOL, "fp64")["verdict"] == "fail"
