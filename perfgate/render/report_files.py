@@ -28,22 +28,15 @@ def write_reports(outcome, markdown_path: str | None, json_path: str | None, pai
             )
             + "\n"
         )
-    if outcome.unfinished:
-        text = (
-            f"**{len(outcome.unfinished)} cell(s) did not finish** (the run was stopped; not judged, so the run is "
-            "unsure unless a regression shows):\n\n"
-            + "".join(f"- {md_text(line)}\n" for line in outcome.unfinished)
-            + "\n"
-            + text
-        )
-    if outcome.broken:
-        text = (
-            f"**{len(outcome.broken)} cell(s) were not measured: perfgate's own paired engine failed** (exit 3, a "
-            "crash in perfgate, never a verdict on the code):\n\n"
-            + "".join(f"- {md_text(line)}\n" for line in outcome.broken)
-            + "\n"
-            + text
-        )
+    unjudged = [
+        (outcome.unfinished, "did not finish** (the run was stopped; not judged, so the run is unsure unless a "
+         "regression shows)"),
+        (outcome.broken, "were not measured: perfgate's own paired engine failed** (exit 3, a crash in perfgate, "
+         "never a verdict on the code)"),
+    ]  # fmt: skip
+    for cells, why in unjudged:
+        listed = "".join(f"- {md_text(line)}\n" for line in cells)
+        text = f"**{len(cells)} cell(s) {why}:\n\n{listed}\n{text}" if cells else text
     exit_code = outcome.exit_code
     if paired is not None and paired.cells:
         text = paired.markdown() + "\n---\n\n" + text
