@@ -48,9 +48,8 @@ from perfgate.faces.deal_args import (
     precompile_of,
     refused,
 )
-from perfgate.faces.deal_outputs import clear, judge, mark_lost, merge
+from perfgate.faces.deal_outputs import NO_CELLS, clear, judge, mark_lost, merge
 
-NO_CELLS = 5  # pytest.ExitCode.NO_TESTS_COLLECTED, without importing pytest here
 STOP_S = 120.0  # an interrupted session's close: its verdict, report and workers' exit (a GPU context's release ~20 s)
 
 

@@ -12,7 +12,8 @@ from typing import Sequence
 from perfgate.core import exits
 from perfgate.core.output import OutputError, write_atomic
 
-VERDICTS = (exits.PASS, exits.REGRESSION, exits.UNUSABLE, 5)  # a session's exits that can be its verdict (5: no cells)
+NO_CELLS = 5  # pytest.ExitCode.NO_TESTS_COLLECTED, without importing pytest here: a session dealt no cell
+VERDICTS = (exits.PASS, exits.REGRESSION, exits.UNUSABLE, NO_CELLS)  # a session's exits that can be its verdict
 
 
 def clear(out: Path, folders: Sequence[Path]) -> None:
