@@ -366,3 +366,15 @@ def test_an_out_that_names_a_file_is_refused_by_name(tmp_path, capsys):
     (tmp_path / "out").write_text("")
     assert main(["deal", "--out", str(tmp_path / "out"), "--", "perftests"]) == 2
     assert f"--out {tmp_path / 'out'} is a file" in capsys.readouterr().err
+
+
+def test_one_gpu_leaves_no_earlier_runs_report_behind(tmp_path, monkeypatch):
+    """On one GPU deal is the plain run, which wrote into DIR over an earlier run's files: a run that died before
+    its report left the old PASS for the workflow's comment step to post, and appended to the old records."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    for name in ("report.md", "report.json", "results.jsonl"):
+        (tmp_path / name).write_text("an earlier run's\n")
+    _stand_in(monkeypatch, {"the run": []}, {"the run": 4})
+    assert main(["deal", "--out", str(tmp_path), "--", "perftests", "--perf-against", "origin/main"]) == 4
+    assert not any((tmp_path / name).exists() for name in ("report.md", "report.json"))
+    assert (tmp_path / "results.jsonl").read_text() == ""  # the stand-in's own, appended to nothing earlier

@@ -314,7 +314,8 @@ def cmd_deal(args: argparse.Namespace) -> int:
     except ValueError as err:
         print(f"perfgate deal: {err}", file=sys.stderr)
         return exits.UNUSABLE
-    if len(shards) == 1 and shards[0].plain:
+    if len(shards) == 1 and shards[0].plain:  # its records and report in DIR are this run's, or none
+        clear(out, [])
         return run_sessions(shards, pytest_args)[0][0]
     try:
         with _signals_raise():  # a signal between the sessions, or while merging and judging: no half report
