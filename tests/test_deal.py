@@ -42,6 +42,8 @@ with open(os.path.join(out, "results.jsonl"), "a") as f:
     f.writelines(json.dumps(r) + "\\n" for r in records)
 time.sleep(wait)
 print("ended at", time.time(), flush=True)
+if code < 0:  # killed by signal -code
+    os.kill(os.getpid(), -code)
 sys.exit(code)
 """
 
@@ -164,6 +166,7 @@ def test_the_data_parallel_cells_a_shard_left_out_run_after_on_every_gpu(tmp_pat
     assert "perfgate paired: on 0,1" in log and "--perf-data-parallel only" in log
     assert "data-parallel cells on GPU 0,1" in capsys.readouterr().out
     assert json.loads((tmp_path / "report.json").read_text())["paired"]["unjudged"] == [ddp["cell"]]
+    assert not (tmp_path / "report.md").read_text().startswith("**perfgate deal")  # its 2 is a verdict, not a loss
 
 
 def test_a_run_neither_paired_nor_gated_writes_no_verdict(tmp_path, monkeypatch):
@@ -349,17 +352,22 @@ def test_the_shards_deal_by_a_copy_of_the_costs_their_kept_cache_holds(tmp_path,
     assert costs.cost_lines(tmp_path / "out" / costs.KEPT_COSTS) == ([] if given else costs.cost_lines("c/costs.jsonl"))
 
 
-def test_a_shard_that_crashed_leaves_a_report_that_never_reads_pass(tmp_path, monkeypatch):
-    """Shard 2/2 wrote two records and crashed (exit 3): the merged report judged only what the run kept and read
-    PASS, which the PR workflow posts as its comment. It now says, above its verdict, that the run's exit is 3."""
+@pytest.mark.parametrize(
+    "code, exit, says", [(3, 3, "exit 3"), (-9, 2, "killed by signal 9")], ids=["crashed", "killed"]
+)
+def test_a_shard_that_crashed_leaves_a_report_that_never_reads_pass(tmp_path, monkeypatch, code, exit, says):
+    """Shard 2/2 wrote two records and crashed, or was killed: the merged report judged only what the run kept
+    and read PASS, which the PR workflow posts as its comment. It now says, above its verdict, the run's exit."""
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
     paired = {"against": "origin/main", "outcome": "ok", "duets": 1, "looks": 1, "rules": []}
     run = [{**r, "paired": paired} for r in syn.run(9)]
-    _stand_in(monkeypatch, {"shard 1/2": run[:5], "shard 2/2": run[5:7]}, {"shard 2/2": 3})
-    assert main(["deal", "--out", str(tmp_path), "--", "perftests", "--perf-against", "origin/main"]) == 3
+    _stand_in(monkeypatch, {"shard 1/2": run[:5], "shard 2/2": run[5:7]}, {"shard 2/2": code})
+    assert main(["deal", "--out", str(tmp_path), "--", "perftests", "--perf-against", "origin/main"]) == exit
     report = (tmp_path / "report.md").read_text()
-    assert report.startswith("**perfgate deal: exit 3, not this report's 0**") and "shard 2/2 on GPU 1" in report
-    assert json.loads((tmp_path / "report.json").read_text())["exit_code"] == 3
+    assert report.startswith(f"**perfgate deal: exit {exit}, not this report's 0**")
+    banner = report.splitlines()[0]
+    assert "shard 2/2 on GPU 1" in banner and says in banner and "shard 1/2" not in banner
+    assert json.loads((tmp_path / "report.json").read_text())["exit_code"] == exit
 
 
 def test_an_out_that_names_a_file_is_refused_by_name(tmp_path, capsys):

@@ -65,6 +65,11 @@ def test_a_cell_perfgates_own_engine_failed_to_run_is_a_crash_not_the_prs_regres
     outcome = gate.gate_run(run, baselines)
     assert outcome.exit_code == expected and outcome.broken == [f"{GPT2}: {broke['reason']}"]
     assert not any(f.cell == GPT2 for report in outcome.reports for f in report.regressions)
+    every = gate.gate_run([{**r, **broke} for r in syn.run(7)], baselines)  # nothing judged, and perfgate broke
+    assert every.exit_code == exits.BUG and len(every.broken) == len(run)
+    skipped = [{**r, **broke} if r["cell"] == GPT2 else {**r, "status": "skipped", "reason": "no CUDA"} for r in run]
+    alone = gate.gate_run(skipped, baselines)  # the rest skipped: still a crash, and the broken cell named
+    assert alone.exit_code == exits.BUG and alone.broken == [f"{GPT2}: {broke['reason']}"]
 
 
 @pytest.mark.parametrize("outcome", [None, "Regression", "error"], ids=["null", "capitalised", "foreign"])

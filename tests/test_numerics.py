@@ -193,3 +193,6 @@ def test_an_eager_overflow_does_not_wave_the_compiled_tensor_through():
     assert compare_steps(compiled, eager, ref, TOL, "fp64")["verdict"] == "pass"
     garbage = [{"grad.w": 3 * compiled[0]["grad.w"]}]
     assert compare_steps(garbage, eager, ref, TOL, "fp64")["verdict"] == "fail"
+    # Without a reference eager is the truth, and its group floor too: neither may turn infinite.
+    both = [{"grad.w": garbage[0]["grad.w"], "grad.v": torch.ones(4)}]
+    assert compare_steps(both, [{**eager[0], "grad.v": torch.ones(4)}], None, TOL, "eager")["verdict"] == "fail"

@@ -17,7 +17,12 @@ from perfgate.core import exits
 
 
 def _measured(
-    monkeypatch, b_slower: float = 1.0, b_device_fails: bool = False, a_finish: str = "ok", kernels_b: int = 100
+    monkeypatch,
+    b_slower: float = 1.0,
+    b_device_fails: bool = False,
+    a_finish: str = "ok",
+    kernels_b: int = 100,
+    b_finish: str = "ok",
 ) -> dict:
     """duet.measure's summary for one GPU cell over two fake workers whose wall and host rounds match, B's GPU
     step `b_slower` times A's; B's profiler failing every device block where `b_device_fails`; A's record after
@@ -40,7 +45,7 @@ def _measured(
             if "job" in last:
                 return {"ready": {"eager_ms": 20.0, "compiled_ms": 10.0, "device_clock": True}}
             if last.get("op") == "finish":
-                status = a_finish if self.name == "a" else "ok"
+                status = a_finish if self.name == "a" else b_finish
                 kernels = kernels_b if self.name == "b" else 100
                 return {
                     "record": {
@@ -97,7 +102,16 @@ def test_a_base_that_fails_after_its_rounds_leaves_the_cell_unsure(monkeypatch):
     kernel count goes unjudged, so the cell is unsure, naming side A, never ok on the clocks alone."""
     summary = _measured(monkeypatch, a_finish="failed", kernels_b=130)
     assert summary["outcome"] == "unsure" and summary["error"] == "side A failed: numerics: compiled off eager"
+    red = _measured(monkeypatch, a_finish="failed", b_slower=1.10)  # a clock's red, shown in both pairs, stands
+    assert red["outcome"] == "regression" and red["duets"] == 2 and "error" not in red
     assert _measured(monkeypatch, kernels_b=130)["outcome"] == "regression"  # against a base that held: its kernels
+
+
+def test_this_trees_cell_that_fails_its_checks_after_its_rounds_is_red_not_pass(monkeypatch):
+    """B's own numerics failed after rounds whose clocks read ok: its cell fails (exit 1), and the paired
+    verdict, which the PR comment shows, read PASS on the clocks alone."""
+    summary = _measured(monkeypatch, b_finish="failed")
+    assert summary["outcome"] == "regression" and summary["error"] == "side B failed: numerics: compiled off eager"
 
 
 def test_a_worker_whose_output_closed_but_whose_process_hangs_is_gone(tmp_path, monkeypatch):
@@ -128,6 +142,7 @@ def test_a_worker_whose_output_closed_but_whose_process_hangs_is_gone(tmp_path, 
 
 OWN_FAILURE = {"cell": "a", "status": "failed", "reason": "numerics: compiled off eager"}
 ENGINE_BROKE = {"cell": "b", "status": "failed", "reason": "perfgate's paired engine failed: KeyError: 'rounds'"}
+CUT = {"cell": "c", "status": "failed", "reason": "did not finish: the process ended during 'timing'"}
 
 
 @pytest.mark.parametrize(
@@ -139,8 +154,17 @@ ENGINE_BROKE = {"cell": "b", "status": "failed", "reason": "perfgate's paired en
         (2, exits.PASS, [], 2),  # interrupted: pytest's own status stands
         (1, exits.UNUSABLE, [ENGINE_BROKE], exits.BUG),  # perfgate's own code broke: no verdict on the PR
         (1, exits.PASS, [ENGINE_BROKE, OWN_FAILURE], exits.REGRESSION),
+        (2, exits.UNUSABLE, [ENGINE_BROKE, CUT], exits.BUG),  # interrupted, one cell cut: perfgate's crash stands
     ],
-    ids=["failed-cell-stays-1", "unsure-2", "pass-0", "interrupted-2", "engine-broke-3", "engine-broke-and-red-1"],
+    ids=[
+        "failed-cell-stays-1",
+        "unsure-2",
+        "pass-0",
+        "interrupted-2",
+        "engine-broke-3",
+        "engine-broke-and-red-1",
+        "engine-broke-and-cut-3",
+    ],
 )
 def test_a_session_whose_cell_failed_exits_1_whatever_unsure_was_added(session_status, gate_exit, records, expected):
     """Without a baseline, a crashed B cell is also an unsure paired cell ("side B failed"): the run exited 2,

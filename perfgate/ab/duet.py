@@ -147,6 +147,7 @@ def measure(
     comparisons: list[paired.Comparison] = []
     kernels: list[dict] = []  # each process pair's latest {worker: {side: {kernel: ms per step}}}
     lost: dict[str, str] = {}  # {clock: why a side could not take its rounds}, where one could not
+    base_failed = ""  # why side A's record failed after its rounds, where it did
     kept: tuple[dict | None, dict | None] = (None, None)  # the records of the last pair that finished
     # Whether the device rounds take fresh memory layouts (pair_workers.layouts_of), once the first pair is ready.
     layouts: bool | None = None
@@ -221,9 +222,8 @@ def measure(
             record_a, record_b = (finish(duet.worker(side), progress) for side in (a, b))
             kept = (record_a, record_b)
             seconds["finish"].append(lap())
-            if record_a.get("status") != "ok":  # its checks after the rounds (numerics, recompiles, counts) failed:
-                summary["error"] = f"side A failed: {record_a.get('reason')}"  # nothing left to compare B with
-                break
+            if record_a.get("status") != "ok":  # its checks after the rounds (numerics, recompiles) failed: B's
+                base_failed = f"side A failed: {record_a.get('reason')}"  # counts go unjudged, its clocks not
         except WorkerGone as err:
             summary["error"] = str(err)
             if f"side {a.name}" in str(err):  # A gone: B's rounds are still its own record (a hung B is not asked)
@@ -245,10 +245,19 @@ def measure(
         *(why for clock, why in lost.items() if any(c.rule.clock.name == clock and not c.pairs for c in verdicts)),
         paired_work.uncounted_alike(record_a, record_b) if _both_ok(record_a, record_b) else "",
     ]
-    summary.update(
-        outcome="unsure"
+    outcome = (
+        "unsure"
         if "error" in summary
-        else paired.worst([c.outcome for c in verdicts] + [c["outcome"] for c in counted]),
+        else paired.worst([c.outcome for c in verdicts] + [c["outcome"] for c in counted])
+    )
+    if base_failed and outcome != "regression":  # a clock's red stands; else nothing judged B's counts: unsure
+        outcome, summary["error"] = "unsure", base_failed
+    elif record_b is not None and record_b.get("status") != "ok" and "error" not in summary:
+        # This tree's own checks after its rounds failed (numerics, recompiles): its cell fails, and the paired
+        # verdict says so rather than PASS on the clocks alone.
+        outcome, summary["error"] = "regression", f"side B failed: {record_b.get('reason')}"
+    summary.update(
+        outcome=outcome,
         counts=counted,
         kernels=paired_work.kernels_moved(kernels),
         steps_per_round=steps,

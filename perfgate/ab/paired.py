@@ -122,7 +122,7 @@ class PairedRule:
 # follows its tensors' addresses both ways, so the rounds sample layouts, not stalls, and a side's figure is their
 # mean, with a t interval (compare). From the 36 layouts of upernet_convnext_t train's compiled step on the H200
 # 1c426606 (2026-11-28), B against A over 3 layouts a side read sd 0.41 % by the mean, 0.53 % by the minimum.
-# Without fresh layouts (rules_for's `layouts`) they are judged by each side's minimum, each pair.
+# Without fresh layouts (rules_for's `layouts`) each pair must show a regression, its rounds' mean judged alike.
 # Simulated from those layouts through the engine's looks and pairs (tools/probes/layout_sim.py; the figures in
 # docs/gate-evidence.md, "Process pairs"), the fresh layouts and the pooled mean took a 1.5 % plant from often ok
 # to never.

@@ -142,9 +142,9 @@ class PairedVerdict:
         return [r for r in self.cells[cell].get("rules", []) if r["outcome"] == outcome]
 
     def _estimators(self) -> str:
-        """How the cells' figures were taken, in words: each record's own (the device clock's mean only where
-        its rounds took fresh memory layouts, the paired median where both sides' rounds shared CPUs), the cells'
-        words joined where they differ."""
+        """How the cells' figures were taken, in words: each record's own (the device clock's mean, its minimum
+        in a record judged before 2026-11-29 without fresh layouts; the paired median where both sides' rounds
+        shared CPUs), the cells' words joined where they differ."""
         words = {
             estimator_words(summary.get("estimator") or paired.DEFAULT_ESTIMATOR, summary.get("pinned") or ())
             for summary in self.cells.values()

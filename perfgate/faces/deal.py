@@ -48,7 +48,7 @@ from perfgate.faces.deal_args import (
     precompile_of,
     refused,
 )
-from perfgate.faces.deal_outputs import NO_CELLS, clear, judge, mark_lost, merge
+from perfgate.faces.deal_outputs import NO_CELLS, clear, exit_of, judge, mark_lost, merge
 
 STOP_S = 120.0  # an interrupted session's close: its verdict, report and workers' exit (a GPU context's release ~20 s)
 
@@ -228,8 +228,8 @@ def run_sessions(sessions: Sequence[Session], pytest_args: Sequence[str]) -> tup
     """Start the sessions at once and wait for all. A signal (Ctrl-C, a CI step's SIGTERM) is passed on to each
     session's pytest as SIGINT, so each judges what it measured, writes its report and keeps its records (a
     plain session sharing the terminal had a Ctrl-C already); one still running STOP_S later, or at a second
-    signal, is killed with its group. A session that ended by a signal reads as exit 2: never a pass. Returns
-    the exits and whether a signal came."""
+    signal, is killed with its group. Returns each session's return code as the OS gave it (-N: ended by signal
+    N, which `exit_of` reads as 2, never a pass) and whether a signal came."""
     procs: list[subprocess.Popen] = []
     interrupted = False
     with _signals_raise():
@@ -241,7 +241,7 @@ def run_sessions(sessions: Sequence[Session], pytest_args: Sequence[str]) -> tup
         except _Signalled as first:
             interrupted = True
             _stop(procs, [s.plain for s in sessions], first.signum)
-    return [code if (code := proc.wait()) >= 0 else exits.UNUSABLE for proc in procs], interrupted
+    return [proc.wait() for proc in procs], interrupted
 
 
 def _stop(procs: Sequence[subprocess.Popen], plain: Sequence[bool], signum: int) -> None:
@@ -316,7 +316,7 @@ def cmd_deal(args: argparse.Namespace) -> int:
         return exits.UNUSABLE
     if len(shards) == 1 and shards[0].plain:  # its records and report in DIR are this run's, or none
         clear(out, [])
-        return run_sessions(shards, pytest_args)[0][0]
+        return exit_of(run_sessions(shards, pytest_args)[0][0])
     try:
         with _signals_raise():  # a signal between the sessions, or while merging and judging: no half report
             return _deal(shards, pytest_args, out, seen)
@@ -344,20 +344,20 @@ def _deal(shards: list[Session], pytest_args: Sequence[str], out: Path, seen: Se
     sessions += shards
     more, interrupted = run_sessions(shards, pytest_args)
     codes += more
-    crashed = any(code >= exits.BUG and code != NO_CELLS for code in more)
+    crashed = any(exit_of(code) >= exits.BUG and code != NO_CELLS for code in more)
     if _left_out_data_parallel(shards) and not (interrupted or crashed):
         sessions.append(data_parallel_session(shards, out))
-        more, _ = run_sessions(sessions[-1:], pytest_args)
-        codes += more
+        more, late = run_sessions(sessions[-1:], pytest_args)
+        codes, interrupted = codes + more, late  # a signal in the data-parallel session: no pass either
     _report(sessions, codes, time.monotonic() - started)
     # pytest's 5: a session the deal left no cell (more GPUs than cells); the others measured.
-    ran = [_own(code) for code in codes if code != NO_CELLS] + [exits.UNUSABLE] * interrupted  # even past exits 0
+    ran = [_own(exit_of(code)) for code in codes if code != NO_CELLS] + [exits.UNUSABLE] * interrupted  # past 0s too
     merged = merge([s.out for s in sessions], out)
     if merged is None:
         return exits.combined([*ran, exits.UNUSABLE])  # nothing measured: never a pass
     judged = judge(merged, baseline_in(seen), paired_in(seen), out)
     final = exits.combined([*ran, judged])
-    mark_lost(out, [(s.where(), c) for s, c in zip(sessions, codes)], judged, final)
+    mark_lost(out, [(s.where(), c) for s, c in zip(sessions, codes)], judged, final, interrupted)
     return final
 
 

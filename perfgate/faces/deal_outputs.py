@@ -60,16 +60,24 @@ def judge(merged: Path, baseline: str | None, paired_run: bool, out: Path) -> in
     return PairedVerdict(paired.cells).exit_code
 
 
-def mark_lost(out: Path, ended: Sequence[tuple[str, int]], judged: int, final: int) -> None:
-    """The run's report where its exit, `final`, is worse than the report's own verdict, `judged`: a session
-    ended without its verdict in the records (killed, crashed, interrupted), and the report judged only what the
-    others kept. It then says so above its verdict, naming the sessions whose exit was not a verdict's (`ended`:
-    each one's where and exit), and its JSON carries the run's exit: a PR comment posted from it never reads
-    PASS for a run that was not."""
-    if judged >= final:
+def exit_of(code: int) -> int:
+    """A session's return code as one of its exits: ended by a signal (-N) is 2, never a pass."""
+    return code if code >= 0 else exits.UNUSABLE
+
+
+def mark_lost(out: Path, ended: Sequence[tuple[str, int]], judged: int, final: int, interrupted: bool) -> None:
+    """The run's report where a session ended without its verdict in the records (killed by a signal, crashed,
+    or the run `interrupted`) and the run's exit, `final`, is worse than the report's, `judged`: the report judged
+    only what the others kept. It then says so above its verdict, naming those sessions (`ended`: each one's where
+    and return code), and its JSON carries the run's exit: a PR comment posted from it never reads PASS for a run
+    that was not. A session's own verdict (an unsure data-parallel session's 2) marks nothing."""
+    lost = [(where, code) for where, code in ended if code < 0 or code not in VERDICTS]
+    if judged >= final or not (lost or interrupted):
         return
-    named = ", ".join(f"{where} exit {code}" for where, code in ended if code not in VERDICTS)
-    named = named or "a session was killed or interrupted"
+    named = ", ".join(
+        f"{where} {'killed by signal ' + str(-code) if code < 0 else f'exit {code}'}" for where, code in lost
+    )
+    named = named or "the run was interrupted"
     banner = (
         f"**perfgate deal: exit {final}, not this report's {judged}**: the report below judges only the records "
         f"the sessions kept, and not every session ended with its verdict ({named}).\n\n---\n\n"

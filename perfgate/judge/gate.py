@@ -344,8 +344,8 @@ class GateOutcome:
 
     @property
     def exit_code(self) -> int:
-        if self.errors:
-            return exits.UNUSABLE
+        if self.errors:  # nothing judged: unusable, or a crash in perfgate where its engine failed a cell
+            return exits.BUG if self.broken else exits.UNUSABLE
         code = max((r.exit_code for r in self.reports), default=exits.PASS)
         if code == exits.REGRESSION:
             return code
@@ -373,7 +373,7 @@ def gate_run(
         return GateOutcome([], [f"no cell was judged: {'; '.join((cut + broken)[:5])}"], cut, broken)
     nothing = nothing_measured(records)
     if nothing:
-        return GateOutcome([], [nothing])
+        return GateOutcome([], [nothing], cut, broken)
     homeless = [r for r in records if unfiled(r)]
     if homeless:
         named = ", ".join(f"{r['cell']} ({r.get('reason') or 'no reason given'})" for r in homeless[:5])
@@ -384,6 +384,8 @@ def gate_run(
                 f"{len(homeless)} selected cell(s) were not measured and carry no environment, "
                 f"so no baseline can judge them: {named}{more}"
             ],
+            cut,
+            broken,
         )
     unfit = [r for r in records if r.get("unfit")]
     if unfit:
@@ -393,6 +395,8 @@ def gate_run(
                 f"{len(unfit)} record(s) are unfit for a timing gate ({unfit[0]['cell']}: "
                 f"{unfit[0]['unfit']}); time the cells again alone: {TIME_ALONE}"
             ],
+            cut,
+            broken,
         )
     groups = group_by_key(records)
     baselines, errors = {}, []
@@ -402,7 +406,7 @@ def gate_run(
         except BaselineError as err:
             errors.append(str(err))
     if errors:
-        return GateOutcome([], errors)
+        return GateOutcome([], errors, cut, broken)
     reports = []
     for key in sorted(groups):
         report = compare(groups[key], baselines[key], rules)

@@ -61,6 +61,7 @@ def group_scales(truth: dict, initial: dict, device: torch.device | None = None)
             value = value.double() - start.double()
         else:
             (value,) = _on(device, value)
+        value = value[torch.isfinite(value)]  # an overflowed truth (eager, without a reference) sets no floor
         sums[k][0] += float(torch.sum(value.double() ** 2))
         sums[k][1] += value.numel()
     return {k: math.sqrt(total / count) if count else 0.0 for k, (total, count) in sums.items()}
@@ -150,9 +151,9 @@ def _check(
     group = {} if group_scale is None else {"group_scale": group_scale}
     # +1e-12 so an all-zero tensor in an all-zero group (exactly zero on every side) passes.
     floor = _group_floor(tolerance, tensor_kind, group_scale) + 1e-12
-    if r is None:
-        err = _rmse(c, e)
-        limit = tolerance.fallback_rtol * _rms(e) + floor
+    if r is None:  # eager is the truth; one that overflowed is none: judged by compiled's own size, err is inf
+        err, size = _rmse(c, e), _rms(e)
+        limit = tolerance.fallback_rtol * (size if math.isfinite(size) else _rms(c)) + floor
         return {
             "name": label,
             "rmse_compiled_vs_eager": err,
@@ -162,13 +163,14 @@ def _check(
             "ok": err <= limit,
         }
     rmse_c, rmse_e = _rmse(c, r), _rmse(e, r)
-    if not math.isfinite(rmse_e):  # eager overflowed (an fp16 step): its error would make any compiled limit inf
-        rmse_e = tolerance.fallback_rtol * _rms(r)  # so compiled is held to the rule without the reference
     # A parameter's relative floor is of its update, not of its own size: a norm weight of RMS ~1 took a floor of
     # ~1e-3 under AMP, five times the ~2e-4 two AdamW steps move it, so a compiled side that never applied the
     # update, or applied it backwards, passed.
     update = None if start is None else _rmse(r, start)
-    limit = tolerance.multiplier * rmse_e + tolerance.floor * (_rms(r) if update is None else update) + floor
+    scale = _rms(r) if update is None else update
+    if not math.isfinite(rmse_e):  # eager overflowed (an fp16 step): its error would make any compiled limit inf
+        rmse_e = tolerance.fallback_rtol * scale  # so compiled is held to the rule without the reference
+    limit = tolerance.multiplier * rmse_e + tolerance.floor * scale + floor
     if update is not None:
         limit += tolerance.update_floor * update
     return {

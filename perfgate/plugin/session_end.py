@@ -90,7 +90,7 @@ def _gate(perf: PerfSession, records: list[dict], baseline, interrupted: bool):
     paths = (Path(report_dir) / "report.md", Path(report_dir) / "report.json") if report_dir else (None, None)
     paired = perf.paired_verdict(records)
     if outcome.errors:
-        perf.summary += [f"perfgate: cannot compare (exit 2): {error}" for error in outcome.errors]
+        perf.summary += [f"perfgate: cannot compare (exit {outcome.exit_code}): {error}" for error in outcome.errors]
         write_reports(outcome, *paths, paired=paired)  # the PR comment says why nothing was judged
     else:
         perf.summary += write_reports(outcome, *paths, paired=paired).splitlines()
@@ -123,10 +123,10 @@ def _exit_with(session, gate_exit: int, paired, records: Sequence[dict] = ()) ->
     `records` is one perfgate's own paired engine failed to run: that is a crash in perfgate, 3, never a verdict.
     Else the worst of them (2: unsure or unusable, never a pass)."""
     from perfgate.ab.verdict import combined_exit
-    from perfgate.core.record_reading import engine_failed
+    from perfgate.core.record_reading import engine_failed, unfinished
 
     code = gate_exit if paired is None else combined_exit(gate_exit, paired)
-    failed = [r for r in records if r.get("status") == "failed"]
+    failed = [r for r in records if r.get("status") == "failed" and not unfinished(r)]  # a stop is no cell's
     ours = bool(failed) and all(engine_failed(r) for r in failed)
     status = int(session.exitstatus)
     if code == exits.REGRESSION or (status == int(pytest.ExitCode.TESTS_FAILED) and not ours):
