@@ -355,6 +355,7 @@ def _look_once(
     look, most often the compiled step alone), and eager in `with_eager` of them, spread over the look, where
     compiled is wanted too. A clock whose round a side could not take is noted in `lost` with the side's why."""
     workers = {"a": duet.worker(duet.sides[0]), "b": duet.worker(duet.sides[1])}
+    lost = {} if lost is None else lost
     if not all(steps_sides(w) for w in workers.values()):  # a base on an older engine steps both sides: so does B
         wanted = {**wanted, **({"wall": {"eager", "compiled"}} if "wall" in wanted else {})}
         with_eager = pairs
@@ -367,8 +368,7 @@ def _look_once(
         # dropped, so each pair's rounds stay matched, round for round, as the judge reads them.
         failed = {s: m for s, m in messages.items() if m[clock] is None}
         for s, m in failed.items():
-            if lost is not None:
-                lost[clock] = f"side {s.upper()}'s {m.get('note') or f'{clock} clock failed'}"
+            lost[clock] = f"side {s.upper()}'s {m.get('note') or f'{clock} clock failed'}"
         if failed:
             return
         for s, message in messages.items():

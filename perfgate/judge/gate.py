@@ -12,7 +12,7 @@ its baseline's and its verdict, are perfgate.judge.gate_rows's.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Iterable, Sequence
 
 from perfgate.core import exits
@@ -368,12 +368,19 @@ def gate_run(
     perfgate's own paired engine failed to run (`engine_failed`): a crash in perfgate, exit 3, never a verdict."""
     cut = [f"{r['cell']}: {r.get('reason')}" for r in records if unfinished(r)]
     broken = [f"{r['cell']}: {r.get('reason')}" for r in records if engine_failed(r)]
-    records = [r for r in records if not (unfinished(r) or engine_failed(r))]
-    if (cut or broken) and not records:
-        return GateOutcome([], [f"no cell was judged: {'; '.join((cut + broken)[:5])}"], cut, broken)
+    finished = [r for r in records if not (unfinished(r) or engine_failed(r))]
+    if (cut or broken) and not finished:
+        outcome = GateOutcome([], [f"no cell was judged: {'; '.join((cut + broken)[:5])}"])
+    else:
+        outcome = _gate_finished(finished, baseline_location, remeasure, rules)
+    return replace(outcome, unfinished=cut, broken=broken)
+
+
+def _gate_finished(records: Sequence[dict], baseline_location, remeasure, rules: Sequence) -> GateOutcome:
+    """gate_run over the records of cells that finished."""
     nothing = nothing_measured(records)
     if nothing:
-        return GateOutcome([], [nothing], cut, broken)
+        return GateOutcome([], [nothing])
     homeless = [r for r in records if unfiled(r)]
     if homeless:
         named = ", ".join(f"{r['cell']} ({r.get('reason') or 'no reason given'})" for r in homeless[:5])
@@ -384,8 +391,6 @@ def gate_run(
                 f"{len(homeless)} selected cell(s) were not measured and carry no environment, "
                 f"so no baseline can judge them: {named}{more}"
             ],
-            cut,
-            broken,
         )
     unfit = [r for r in records if r.get("unfit")]
     if unfit:
@@ -395,8 +400,6 @@ def gate_run(
                 f"{len(unfit)} record(s) are unfit for a timing gate ({unfit[0]['cell']}: "
                 f"{unfit[0]['unfit']}); time the cells again alone: {TIME_ALONE}"
             ],
-            cut,
-            broken,
         )
     groups = group_by_key(records)
     baselines, errors = {}, []
@@ -406,7 +409,7 @@ def gate_run(
         except BaselineError as err:
             errors.append(str(err))
     if errors:
-        return GateOutcome([], errors, cut, broken)
+        return GateOutcome([], errors)
     reports = []
     for key in sorted(groups):
         report = compare(groups[key], baselines[key], rules)
@@ -415,4 +418,4 @@ def gate_run(
             report = confirm(report, remeasure(suspects))
         report.baseline_location = str(baseline_location)
         reports.append(report)
-    return GateOutcome(reports, [], cut, broken)
+    return GateOutcome(reports, [])

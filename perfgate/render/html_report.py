@@ -229,7 +229,7 @@ def build(
         sections,
         gate_lines=[*(paired.lines() if paired is not None else []), *(x for r in gated for x in _gate_lines(r))],
         notes=notes,
-        gate_failed=any(r.exit_code for r in gated) or getattr(paired, "exit_code", None) == exits.REGRESSION,
+        gate_failed=any(r.exit_code for r in gated) or (paired is not None and paired.exit_code == exits.REGRESSION),
     )
 
 
