@@ -149,6 +149,23 @@ def test_a_cell_that_compiled_nothing_fails_as_ran_eager():
     assert record["compile_s"] is not None  # what was measured before the failure stays
 
 
+def test_a_compiled_optimizer_alone_does_not_pass_a_model_that_ran_eager(monkeypatch):
+    """The optimizer's step compiles graphs of its own: counted as the model's, a cell whose model dynamo never
+    traced passed as compiled. aot_eager keeps the optimizer's compile fast on the CPU."""
+    from perfgate.core import matrix
+
+    variant = Variant("aot_eager_compiled_optimizer", "aot_eager", compiled_optimizer=True)
+    monkeypatch.setitem(matrix.VARIANTS, variant.name, variant)
+    cell = Cell("mlp", "train", variant.name, "fp32", "cpu")
+    eager_model = mlp_spec(
+        loss=torch._dynamo.disable(lambda m, b: torch.nn.functional.cross_entropy(m(b["x"]), b["y"]))
+    )
+    record = run_cell(eager_model, cell, OPTIONS, ENV)
+    assert record["status"] == "failed"
+    assert record["reason"].startswith("ran eager: aot_eager_compiled_optimizer compiled no graph of the model (its ")
+    assert run_cell(mlp_spec(), cell, OPTIONS, ENV)["status"] == "ok"  # model and optimizer both compiled
+
+
 def test_an_error_inside_the_model_becomes_a_reason_not_a_crash():
     def broken(model, batch):
         raise RuntimeError("shape mismatch in block 3")

@@ -17,10 +17,15 @@ def reset_compiler() -> None:
     counters.clear()
 
 
+def graph_count() -> int:
+    """The graphs dynamo compiled since the last reset."""
+    return int(counters.get("stats", {}).get("unique_graphs", 0))
+
+
 def compile_counts() -> dict:
     breaks = counters.get("graph_break", {})
     return {
-        "graph_count": int(counters.get("stats", {}).get("unique_graphs", 0)),
+        "graph_count": graph_count(),
         "ops": int(counters.get("stats", {}).get("calls_captured", 0)),  # calls traced into graphs
         "graph_breaks": int(sum(breaks.values())),
         "frames": int(counters.get("frames", {}).get("total", 0)),

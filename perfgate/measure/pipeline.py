@@ -250,8 +250,12 @@ def first_compiled_call(
     record_builder.merge_first_call(
         run.record, first["graph_count"], first["graph_breaks"], first["break_reasons"], cache["hits"], cache["misses"]
     )
-    if run.first_counts["graph_count"] == 0:
-        raise CellFailure(f"ran eager: {run.cell.variant} compiled no graph at all")
+    optimizer_graphs = run.compiled.optimizer_graphs
+    if run.first_counts["graph_count"] <= optimizer_graphs:
+        whose = (
+            f" of the model (its {optimizer_graphs} graph(s) were the optimizer's)" if optimizer_graphs else " at all"
+        )
+        raise CellFailure(f"ran eager: {run.cell.variant} compiled no graph{whose}")
     run.memory.reset()
 
 

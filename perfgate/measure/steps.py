@@ -15,6 +15,7 @@ from torch import nn
 
 from perfgate.core.matrix import PRECISIONS, VARIANTS
 from perfgate.measure import faults
+from perfgate.measure.introspect import graph_count
 
 # GradScaler's default first scale (65536) overflows fp16 gradients in the first steps, so those steps are
 # skipped; the numerics check compares exactly those first two steps, so start lower and let it grow.
@@ -56,6 +57,7 @@ class Side:
         self.task = self.eager_task()
         self.cudagraph_steps = False
         self.backward_compiler = None  # compiled autograd's compiler, where the variant asks for it
+        self.optimizer_graphs = 0  # the graphs a compiled optimizer.step compiled (Side._graphs_counted)
         if phase == "train":
             model.train()
             self.optimizer = torch.optim.AdamW(model.parameters(), lr=spec.lr)
@@ -86,12 +88,27 @@ class Side:
             # GradScaler.step calls optimizer.step, so the compiled one serves AMP fp16 too.
             # Compile the class's own step, so compiling again (the warm-compile pass) never wraps twice.
             own_step = type(self.optimizer).step.__get__(self.optimizer)
-            self.optimizer.step = torch.compile(own_step, backend=variant.backend)
+            self.optimizer.step = self._graphs_counted(torch.compile(own_step, backend=variant.backend))
         if variant.compiled_autograd:
             self.backward_compiler = functools.partial(torch.compile, **compile_kwargs)
         # CUDA-graph trees must be told where a step starts, or a later step may overwrite outputs an
         # earlier one still holds (the optimizer reads gradients after backward).
         self.cudagraph_steps = self.device.type == "cuda" and variant.cuda_graphs
+
+    def _graphs_counted(self, compiled_step):
+        """The compiled optimizer.step, adding the dynamo graphs its calls compile to `optimizer_graphs`: a
+        compiled optimizer alone must not pass a cell whose model ran eager (the "ran eager" check counts the
+        model's graphs). One counter read a step, well under a microsecond."""
+
+        @functools.wraps(compiled_step)
+        def counted(*args, **kwargs):
+            before = graph_count()
+            try:
+                return compiled_step(*args, **kwargs)
+            finally:
+                self.optimizer_graphs += graph_count() - before
+
+        return counted
 
     def step(self, batch: dict):
         if self.cudagraph_steps:
