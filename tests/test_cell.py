@@ -166,6 +166,34 @@ def test_a_compiled_optimizer_alone_does_not_pass_a_model_that_ran_eager(monkeyp
     assert run_cell(mlp_spec(), cell, OPTIONS, ENV)["status"] == "ok"  # model and optimizer both compiled
 
 
+def _overflowing_when_compiled(model, batch):
+    """A loss whose compiled graph overflows every step (dynamo reads is_compiling as True), eager's never."""
+    loss = torch.nn.functional.cross_entropy(model(batch["x"]), batch["y"])
+    return loss * float("inf") if torch.compiler.is_compiling() else loss
+
+
+@pytest.mark.parametrize(
+    ("loss", "precision", "skips", "status"),
+    [
+        (None, "amp_fp16", (0, 0), "ok"),
+        (None, "fp32", (None, None), "ok"),  # no scaler, nothing to count
+        (_overflowing_when_compiled, "amp_fp16", (0, "many"), "failed"),
+    ],
+    ids=["fp16-clean", "fp32-no-scaler", "fp16-compiled-overflows"],
+)
+def test_gradscaler_skips_are_counted_and_sides_that_skip_unalike_fail(loss, precision, skips, status):
+    """A skipped step does no update: a compiled fp16 step that overflowed every step timed less work than eager's
+    and read as a speedup. Numerics off, as where an A/B side's first process judged them: the watch stands alone."""
+    spec = mlp_spec(**({"loss": loss} if loss else {}))
+    options = dataclasses.replace(OPTIONS, numerics=False)
+    record = run_cell(spec, Cell("mlp", "train", "aot_eager", precision, "cpu"), options, ENV)
+    eager, compiled = record["eager_scaler_skips"], record["compiled_scaler_skips"]
+    assert eager == skips[0] and (compiled > 10 if skips[1] == "many" else compiled == skips[1])
+    assert record["status"] == status
+    if status == "failed":
+        assert record["reason"].startswith(f"GradScaler skipped {compiled} compiled and 0 eager optimizer step(s)")
+
+
 def test_an_error_inside_the_model_becomes_a_reason_not_a_crash():
     def broken(model, batch):
         raise RuntimeError("shape mismatch in block 3")

@@ -10,7 +10,8 @@ run) is perfgate.core.record_reading's. Imports no torch.
 Schemas (a record's `schema`): 13 adds the counts of a step's work (perfgate.core.clocks.COUNTS: Python calls, ATen
 ops, GPU kernels, CUDA graph replays, dynamo cache lookups, instructions; each `eager_<count>` and `compiled_<count>`
 per step, from perfgate.measure.counts) with `counts_steps` and `counts_note`, and `paired` (a paired run's comparison
-with its base side, perfgate.ab), no other figure changed; 12 adds the host probe (`host_probe_ms`,
+with its base side, perfgate.ab), and `eager_scaler_skips` and `compiled_scaler_skips` (GradScaler's skipped
+optimizer steps), no other figure changed; 12 adds the host probe (`host_probe_ms`,
 perfgate.measure.host_speed): how fast the host CPU ran while the cell was timed, for the reader (a triage line quotes
 it against the baseline's; the gate does not act on it), no other figure changed; 11 profiles the device clock with
 the GPU's activity alone, rounds bounded by marker kernels (the same union of kernel intervals, without the host's
@@ -261,6 +262,17 @@ FIELDS: tuple[Field, ...] = (
     ),
     Field("break_reasons", list, default=[], doc="[str], the first few"),
     Field("recompile_reasons", list, default=[], doc="[str], the first few: the guard each recompile failed"),
+    Field(
+        "eager_scaler_skips",
+        int,
+        "count",
+        ">= 0",
+        fold="max",
+        doc="the optimizer steps GradScaler skipped on the eager side (inf or NaN gradients), at least; null "
+        "without a scaler (every precision but AMP fp16) or before the field; a cell whose sides skip over one "
+        "step apart fails",
+    ),
+    Field("compiled_scaler_skips", int, "count", ">= 0", fold="max", doc="the same on the compiled side"),
     # Data-parallel cells (the "ddp" phase; null elsewhere): perfgate.core.record_ddp_fields.
     *DDP_FIELDS,
     Field(

@@ -147,6 +147,7 @@ def _measure(
         record_builder.merge_neighbours(record, watch.found, neighbours.unfit_reason(watch.found))
     counts = introspect.compile_counts()
     record_builder.merge_recompiles(record, counts["frames"] - run.first_counts["frames"], counts["recompile_reasons"])
+    record_builder.merge_scaler_skips(record, run.eager.scaler_skips(), run.compiled.scaler_skips())
     store_throughput(spec, run.size, cell, record, lambda: run.eager_step(0), device)
     if why_dir is not None:
         record_builder.merge_why(

@@ -331,14 +331,29 @@ def faulted(step, fault, device: torch.device, stream: int):
     return faults.slowed(step, fault, device, calibrate)
 
 
+# Skipped optimizer steps the two sides may differ by: one overflow by chance. A skipped step does no update, so a
+# side that skips more steps times less work (a compiled fp16 step overflowing every step read as a speedup).
+SCALER_SKIPS_APART = 1
+
+
 def raise_if_wrong(record: dict, numerics_judged: bool = True) -> None:
-    """A measured cell that must not pass: numerics off (or not judged where it should have been), or more
-    recompiles than its shape strategy allows."""
+    """A measured cell that must not pass: numerics off (or not judged where it should have been), GradScaler
+    skipping the two sides' optimizer steps unalike, or more recompiles than its shape strategy allows."""
     if record["numerics"] != "pass" and (numerics_judged or record["numerics"] == "fail"):
         detail = record["numerics_detail"]
         raise CellFailure(
             f"numerics: {detail['failing']} of {detail['tensors']} tensors off "
             f"(worst {detail['worst']}, against {detail['reference']})"
+        )
+    eager_skips, compiled_skips = record.get("eager_scaler_skips"), record.get("compiled_scaler_skips")
+    if (
+        eager_skips is not None
+        and compiled_skips is not None
+        and abs(compiled_skips - eager_skips) > SCALER_SKIPS_APART
+    ):
+        raise CellFailure(
+            f"GradScaler skipped {compiled_skips} compiled and {eager_skips} eager optimizer step(s) (inf or NaN "
+            "gradients): the two sides' steps did different work, so their times do not compare"
         )
     if record["recompiles"] > record["recompiles_allowed"]:
         first_reason = f" ({record['recompile_reasons'][0]})" if record["recompile_reasons"] else ""

@@ -233,6 +233,11 @@ def merge_host_speed(record: dict, probe: HostProbe | None) -> None:
         record["host_probe_cpu_ms"] = round(probe.cpu_ms, 4)
 
 
+def merge_scaler_skips(record: dict, eager: int | None, compiled: int | None) -> None:
+    """Stage "extras": the optimizer steps each side's GradScaler skipped (None: no scaler)."""
+    record.update(eager_scaler_skips=eager, compiled_scaler_skips=compiled)
+
+
 def merge_counts(record: dict, counts: StepCounts) -> None:
     """Stage "counts": each count per step (2 decimals; null where its counter failed), the steps, the note."""
     for field, total in counts.totals.items():

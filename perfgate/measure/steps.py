@@ -20,6 +20,8 @@ from perfgate.measure.introspect import graph_count
 # GradScaler's default first scale (65536) overflows fp16 gradients in the first steps, so those steps are
 # skipped; the numerics check compares exactly those first two steps, so start lower and let it grow.
 GRAD_SCALER_INIT_SCALE = 1024.0
+# The smallest float32 a halved scale reaches before it underflows to 0: 1024 halves to it in 159 skips.
+SMALLEST_SCALE = 2.0**-149
 
 
 def set_tf32(enabled: bool) -> None:
@@ -109,6 +111,16 @@ class Side:
                 self.optimizer_graphs += graph_count() - before
 
         return counted
+
+    def scaler_skips(self) -> int | None:
+        """The optimizer steps GradScaler skipped (inf or NaN gradients) since this side began, at least; None
+        without a scaler. Each skip halves the scale and only 2000 clean steps in a row double it (more than a
+        cell takes), so the halvings from GRAD_SCALER_INIT_SCALE count them with no read a step (a skip and a
+        growth cancel: a lower bound). One host read: call it once, after the clocks."""
+        if self.scaler is None:
+            return None
+        scale = max(self.scaler.get_scale(), SMALLEST_SCALE)
+        return max(0, round(math.log2(GRAD_SCALER_INIT_SCALE / scale)))
 
     def step(self, batch: dict):
         if self.cudagraph_steps:
