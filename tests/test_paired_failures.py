@@ -155,6 +155,7 @@ CUT = {"cell": "c", "status": "failed", "reason": "did not finish: the process e
         (1, exits.UNUSABLE, [ENGINE_BROKE], exits.BUG),  # perfgate's own code broke: no verdict on the PR
         (1, exits.PASS, [ENGINE_BROKE, OWN_FAILURE], exits.REGRESSION),
         (2, exits.UNUSABLE, [ENGINE_BROKE, CUT], exits.BUG),  # interrupted, one cell cut: perfgate's crash stands
+        (1, exits.UNUSABLE, [ENGINE_BROKE, "another test"], exits.REGRESSION),  # a non-perf test failed too
     ],
     ids=[
         "failed-cell-stays-1",
@@ -164,6 +165,7 @@ CUT = {"cell": "c", "status": "failed", "reason": "did not finish: the process e
         "engine-broke-3",
         "engine-broke-and-red-1",
         "engine-broke-and-cut-3",
+        "engine-broke-and-a-test-failed-1",
     ],
 )
 def test_a_session_whose_cell_failed_exits_1_whatever_unsure_was_added(session_status, gate_exit, records, expected):
@@ -172,6 +174,8 @@ def test_a_session_whose_cell_failed_exits_1_whatever_unsure_was_added(session_s
     own paired engine failed to run is a crash in perfgate (3), never read as the PR's regression."""
     from perfgate.plugin.session_end import _exit_with
 
-    session = type("Session", (), {"exitstatus": session_status})()
+    tests_failed = sum(r == "another test" or r.get("status") == "failed" for r in records)
+    records = [r for r in records if r != "another test"]  # a failed test that wrote no record
+    session = type("Session", (), {"exitstatus": session_status, "testsfailed": tests_failed})()
     _exit_with(session, gate_exit, None, records)
     assert session.exitstatus == expected

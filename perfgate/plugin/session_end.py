@@ -120,14 +120,17 @@ def _exit_with(session, gate_exit: int, paired, records: Sequence[dict] = ()) ->
     """The session's exit status with the gate's and the paired verdict's: a regression shown by either is 1,
     whatever else the session saw, and so is a session whose own status is 1 (a cell failed: this tree's cell
     crashed or its numerics failed, which no later unsure may soften into a rerun), unless every failed cell of
-    `records` is one perfgate's own paired engine failed to run: that is a crash in perfgate, 3, never a verdict.
+    `records` is one perfgate's own paired engine failed to run, and no other test failed: that is a crash in
+    perfgate, 3, never a verdict.
     Else the worst of them (2: unsure or unusable, never a pass)."""
     from perfgate.ab.verdict import combined_exit
     from perfgate.core.record_reading import engine_failed, unfinished
 
     code = gate_exit if paired is None else combined_exit(gate_exit, paired)
-    failed = [r for r in records if r.get("status") == "failed" and not unfinished(r)]  # a stop is no cell's
-    ours = bool(failed) and all(engine_failed(r) for r in failed)
+    cells_failed = [r for r in records if r.get("status") == "failed"]
+    failed = [r for r in cells_failed if not unfinished(r)]  # a stop is no cell's
+    # ... and only where no other test failed beside the cells (a unit test's failure in the session is 1)
+    ours = bool(failed) and all(engine_failed(r) for r in failed) and session.testsfailed <= len(cells_failed)
     status = int(session.exitstatus)
     if code == exits.REGRESSION or (status == int(pytest.ExitCode.TESTS_FAILED) and not ours):
         session.exitstatus = exits.REGRESSION
