@@ -177,6 +177,33 @@ def test_host_slow_busy_waits_a_share_of_the_calibrated_host_time():
     assert untouched is step
 
 
+@pytest.mark.parametrize(
+    "planted, device, clock",
+    [("device_slow:1.5", "cuda", "device"), ("device_slow:1.5", "cpu", "host"), ("host_slow:15", "cpu", "host")],
+)
+def test_a_sized_faults_shadow_measures_as_it_does_and_plants_nothing(monkeypatch, planted, device, clock):
+    """Side A of a planted pair runs the fault's shadow: B's device_slow ran a profiler session to size itself
+    and A none, so the two processes' histories differed by more than the plant (gpt2 train's wall +6-8 % for a
+    0.34 ms spin on 22.6 ms, H200s 2026-11-29)."""
+    step = lambda _i: None  # noqa: E731
+    asked: list[str] = []
+    spins: list[str] = []
+    monkeypatch.setattr(faults, "_cycles_per_ms", lambda: spins.append("calibrated") or 1.0e6)
+    shadow = fault.parse(planted).shadow()
+    assert shadow is not None and shadow.kind == "shadow_" + planted.split(":")[0]
+    assert faults.slowed(step, shadow, torch.device(device), lambda c: asked.append(c) or 20.0) is step
+    assert asked == [clock] and spins == (["calibrated"] if device == "cuda" else [])  # as the fault measures
+    assert fault.parse("graph_break").shadow() is None and fault.parse("slow:1").shadow() is None
+
+
+def test_an_engine_before_shadows_plants_nothing_for_one():
+    """A base revision's engine, handed a shadow it does not know, must not plant or fail: slowed's kinds
+    are a closed list, and an unknown kind leaves the step as it was."""
+    step = lambda _i: None  # noqa: E731
+    unknown = fault.Fault("shadow_of_something_newer", 1.0)
+    assert faults.slowed(step, unknown, torch.device("cpu"), lambda clock: 20.0) is step
+
+
 def test_the_device_clocks_seconds_are_its_steps_of_both_sides():
     """The host clock runs first and leaves the device clock what it will take: 5 rounds of 3 steps (a stream
     of 8: one pass of 8) of each side, as profiled steps, and the profiler's own start and teardown."""

@@ -23,10 +23,13 @@ def _measured(
     a_finish: str = "ok",
     kernels_b: int = 100,
     b_finish: str = "ok",
+    fault=None,
+    workers_seen: dict | None = None,
 ) -> dict:
     """duet.measure's summary for one GPU cell over two fake workers whose wall and host rounds match, B's GPU
     step `b_slower` times A's; B's profiler failing every device block where `b_device_fails`; A's record after
-    its rounds of status `a_finish`; B's step running `kernels_b` GPU kernels against A's 100."""
+    its rounds of status `a_finish`; B's step running `kernels_b` GPU kernels against A's 100; B's job planting
+    `fault`. `workers_seen` gets the two fake workers, and what each was sent."""
     from perfgate.core.job import Job, RunOptions
     from perfgate.core.matrix import Cell
 
@@ -64,6 +67,8 @@ def _measured(
             return {key: {"eager": 20.0 * jitter, "compiled": 10.0 * jitter}}
 
     workers = {"a": FakeWorker("a"), "b": FakeWorker("b")}
+    if workers_seen is not None:
+        workers_seen.update(workers)
     monkeypatch.setenv("PERFGATE_PAIRED_PIN", "off")
     monkeypatch.setenv("PERFGATE_PAIRED_PREPARE", "sequential")
     fake = type("Duet", (), {})()
@@ -71,7 +76,9 @@ def _measured(
     fake.worker = lambda side: workers[side.name.lower()]
     fake.start = lambda *sides: [workers[s.name.lower()] for s in sides]
     fake.renew = fake.spawn_spares = fake.greet_spares = lambda: None
-    job = Job(Cell("mlp", "train", "inductor_default", "fp32", "gpu"), RunOptions(device="cuda"), tf32=False)
+    job = Job(
+        Cell("mlp", "train", "inductor_default", "fp32", "gpu"), RunOptions(device="cuda", fault=fault), tf32=False
+    )
     return duet.measure(fake, job, lambda _m: None)[2]
 
 
@@ -95,6 +102,21 @@ def test_a_device_clock_whose_rounds_a_side_could_not_take_is_unsure_never_left_
     if b_device_fails:
         assert device["pairs"] == 0 and "side B's device clock failed: CUPTI_ERROR_NOT_INITIALIZED" in summary["note"]
         assert summary["duets"] == 2  # a fresh process pair was tried before giving up
+
+
+@pytest.mark.parametrize("planted, a_runs", [("device_slow:1.5", "shadow_device_slow"), ("graph_break", None)])
+def test_side_a_of_a_planted_pair_measures_as_b_does_and_plants_nothing(monkeypatch, planted, a_runs):
+    """B's device plant sizes itself with a profiler session; A ran none, and on gpt2 train B's wall read +6-8 %
+    for a plant of 1.5 % GPU time (H200s, 2026-11-29). A now runs the fault's shadow; a fault that measures
+    nothing first leaves A with none."""
+    from perfgate.core.fault import parse
+
+    seen: dict = {}
+    _measured(monkeypatch, fault=parse(planted), workers_seen=seen)
+    (job_a,) = [m["job"] for m in seen["a"].sent if "job" in m][:1]
+    (job_b,) = [m["job"] for m in seen["b"].sent if "job" in m][:1]
+    assert (job_a["options"]["fault"] or {}).get("kind") == a_runs
+    assert job_b["options"]["fault"]["kind"] == planted.split(":")[0]
 
 
 def test_a_base_that_fails_after_its_rounds_leaves_the_cell_unsure(monkeypatch):

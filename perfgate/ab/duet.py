@@ -121,10 +121,12 @@ def measure(
     # A plants no fault and keeps no warm compile (after its rounds), but otherwise runs what B runs, numerics
     # included: in an A/A on an H100 (2026-11-27), an A that skipped the fp64 reference and the numerics steps
     # issued gpt2 infer's compiled step in 3.7 ms where B took 5.0 ms, every round; the wall and device clocks
-    # agreed within 0.2-0.8 %. The two processes' histories must match for their host clocks to.
+    # agreed within 0.2-0.8 %. The two processes' histories must match for their host clocks to, so where B's
+    # planted fault first measures the step (device_slow's profiler session), A measures it too (Fault.shadow).
+    fault_b = job_b.options.fault
     job_a = replace(
         job_b,
-        options=replace(job_b.options, fault=None, warm_compile="off"),
+        options=replace(job_b.options, fault=fault_b and fault_b.shadow(), warm_compile="off"),
         results_path=None,
         sys_path=(),
     )

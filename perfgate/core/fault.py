@@ -33,10 +33,23 @@ KINDS = {
 MAX_ARG = {"numerics": 100.0, "slow": 10_000.0, "device_slow": 1000.0, "host_slow": 1000.0, "hang": 86_400.0}
 
 
+# The faults that size themselves on the cell's own warm step (perfgate.measure.faults.slowed), and the prefix of
+# their shadows (Fault.shadow), which no --perf-inject names.
+SIZED = ("device_slow", "host_slow")
+SHADOW = "shadow_"
+
+
 @dataclass(frozen=True)
 class Fault:
     kind: str
     arg: float
+
+    def shadow(self) -> Fault | None:
+        """What the other side of a planted pair runs: for a fault that sizes itself on the step (device_slow
+        with a profiler session and a spin's calibration, host_slow with timed steps), the same measuring and
+        no plant, so that the two processes' histories match but for the planted work; None for any other
+        fault. An engine that predates shadows plants nothing for the unknown kind."""
+        return Fault(SHADOW + self.kind, self.arg) if self.kind in SIZED else None
 
 
 def parse(text: str | None) -> Fault | None:

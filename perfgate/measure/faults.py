@@ -13,7 +13,7 @@ from typing import Callable
 
 import torch
 
-from perfgate.core.fault import Fault
+from perfgate.core.fault import SHADOW, Fault
 from perfgate.measure.clocks import MARK_MAX_NS
 
 # The shortest GPU spin a device_slow or slow fault plants a step: twice the longest spin the device clock takes
@@ -50,15 +50,21 @@ def _graph_break(_module, _args):
 
 def slowed(step, fault: Fault | None, device: torch.device, calibrate: Callable[[str], float] | None = None):
     """The compiled step with a planted slowdown the gate must catch. `calibrate(clock)` returns the
-    unfaulted step's "device" or "host" ms, for the percentage faults."""
-    if fault is None or fault.kind not in ("slow", "device_slow", "host_slow"):
+    unfaulted step's "device" or "host" ms, for the percentage faults. A fault's shadow (Fault.shadow, the other
+    side of a planted pair) calibrates as the fault does and returns the step as it was."""
+    kind = fault.kind.removeprefix(SHADOW) if fault is not None else None
+    if fault is None or kind not in ("slow", "device_slow", "host_slow"):
         return step
-    if fault.kind == "host_slow":
-        return _host_slowed(step, fault.arg / 100 * calibrate("host"))
+    shadow = kind != fault.kind  # measure as the fault does, plant nothing (Fault.shadow)
+    if kind == "host_slow":
+        host_ms = fault.arg / 100 * calibrate("host")
+        return step if shadow else _host_slowed(step, host_ms)
     ms = fault.arg
-    if fault.kind == "device_slow":
+    if kind == "device_slow":
         ms = fault.arg / 100 * calibrate("device" if device.type == "cuda" else "host")
     if device.type != "cuda":
+        if shadow:
+            return step
 
         def slow_cpu_step(i):
             step(i)
@@ -71,6 +77,8 @@ def slowed(step, fault: Fault | None, device: torch.device, calibrate: Callable[
             "the device clock tells from its own round markers (the same kernel); plant a larger one"
         )
     cycles = int(ms * _cycles_per_ms())
+    if shadow:
+        return step
 
     def slow_cuda_step(i):
         step(i)
