@@ -104,6 +104,29 @@ def test_a_device_clock_whose_rounds_a_side_could_not_take_is_unsure_never_left_
         assert summary["duets"] == 2  # a fresh process pair was tried before giving up
 
 
+@pytest.mark.parametrize("is_cell, failed, noted", [(False, True, True), (True, True, False), (False, False, False)])
+def test_a_failed_test_that_is_no_cell_is_noted_for_the_exit(is_cell, failed, noted):
+    """The session's exit tells perfgate's own crash (3) from a failure beside it (1) by the tests that failed
+    and are no cell; a cell's failure is its record's to tell."""
+    from types import SimpleNamespace
+
+    from perfgate.plugin import SESSION_KEY, pytest_runtest_makereport, selection
+
+    perf = SimpleNamespace(other_failures=set(), relayed=lambda _id: None)
+    cell = SimpleNamespace(id="c") if is_cell else None
+    item = SimpleNamespace(
+        nodeid="tests/test_x.py::test_y",
+        config=SimpleNamespace(stash={SESSION_KEY: perf}),
+        stash={selection.CELL_KEY: cell} if is_cell else {},
+    )
+    report = SimpleNamespace(failed=failed, skipped=False, user_properties=[])
+    hook = pytest_runtest_makereport(item, SimpleNamespace(when="call"))
+    next(hook)
+    with pytest.raises(StopIteration):
+        hook.send(report)
+    assert perf.other_failures == ({"tests/test_x.py::test_y"} if noted else set())
+
+
 @pytest.mark.parametrize("planted, a_runs", [("device_slow:1.5", "shadow_device_slow"), ("graph_break", None)])
 def test_side_a_of_a_planted_pair_measures_as_b_does_and_plants_nothing(monkeypatch, planted, a_runs):
     """B's device plant sizes itself with a profiler session; A ran none, and on gpt2 train B's wall read +6-8 %
@@ -165,6 +188,7 @@ def test_a_worker_whose_output_closed_but_whose_process_hangs_is_gone(tmp_path, 
 OWN_FAILURE = {"cell": "a", "status": "failed", "reason": "numerics: compiled off eager"}
 ENGINE_BROKE = {"cell": "b", "status": "failed", "reason": "perfgate's paired engine failed: KeyError: 'rounds'"}
 CUT = {"cell": "c", "status": "failed", "reason": "did not finish: the process ended during 'timing'"}
+KNOWN_ISSUE = {"cell": "d", "status": "failed", "reason": "timed out", "known_issue": "max-autotune train: too slow"}
 
 
 @pytest.mark.parametrize(
@@ -178,6 +202,7 @@ CUT = {"cell": "c", "status": "failed", "reason": "did not finish: the process e
         (1, exits.PASS, [ENGINE_BROKE, OWN_FAILURE], exits.REGRESSION),
         (2, exits.UNUSABLE, [ENGINE_BROKE, CUT], exits.BUG),  # interrupted, one cell cut: perfgate's crash stands
         (1, exits.UNUSABLE, [ENGINE_BROKE, "another test"], exits.REGRESSION),  # a non-perf test failed too
+        (1, exits.UNUSABLE, [ENGINE_BROKE, KNOWN_ISSUE], exits.BUG),  # an xfailed cell is no new failure
     ],
     ids=[
         "failed-cell-stays-1",
@@ -188,6 +213,7 @@ CUT = {"cell": "c", "status": "failed", "reason": "did not finish: the process e
         "engine-broke-and-red-1",
         "engine-broke-and-cut-3",
         "engine-broke-and-a-test-failed-1",
+        "engine-broke-and-a-known-issue-3",
     ],
 )
 def test_a_session_whose_cell_failed_exits_1_whatever_unsure_was_added(session_status, gate_exit, records, expected):
@@ -196,8 +222,8 @@ def test_a_session_whose_cell_failed_exits_1_whatever_unsure_was_added(session_s
     own paired engine failed to run is a crash in perfgate (3), never read as the PR's regression."""
     from perfgate.plugin.session_end import _exit_with
 
-    tests_failed = sum(r == "another test" or r.get("status") == "failed" for r in records)
-    records = [r for r in records if r != "another test"]  # a failed test that wrote no record
-    session = type("Session", (), {"exitstatus": session_status, "testsfailed": tests_failed})()
-    _exit_with(session, gate_exit, None, records)
+    others = {"tests/test_x.py::test_y"} if "another test" in records else set()  # a failed test that is no cell
+    records = [r for r in records if r != "another test"]
+    session = type("Session", (), {"exitstatus": session_status})()
+    _exit_with(session, gate_exit, None, records, others)
     assert session.exitstatus == expected

@@ -201,12 +201,15 @@ def pytest_runtest_call(item: pytest.Item):
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call):
-    """On an xdist worker, send a cell's finished line to the controller with its report."""
+    """On an xdist worker, send a cell's finished line to the controller with its report. Note a skipped cell,
+    and a failed test that is no cell."""
     report = yield
     perf = item.config.stash.get(SESSION_KEY, None)
     cell = item.stash.get(selection.CELL_KEY, None)
     if perf is not None and cell is not None and call.when == "setup" and report.skipped:
         perf.note_skip(cell, _skip_reason(report))
+    if perf is not None and cell is None and report.failed:
+        perf.other_failures.add(item.nodeid)
     relayed = perf.relayed(cell.id) if perf is not None and cell is not None and call.when == "call" else None
     if relayed is not None:
         report.user_properties.append(relayed)

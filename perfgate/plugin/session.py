@@ -58,6 +58,9 @@ class PerfSession(CellRunner, SessionPlan):
         self.tf32 = config.getoption("--perf-tf32") == "on"
         self.records: list[dict] = []
         self.skips: list[tuple[Cell, str]] = []  # (cell, reason) of the selected cells pytest skipped
+        # The node ids of this process's failed tests that are no cell (a unit test beside the perf suite): a
+        # session where one failed is 1 even where perfgate's own engine broke every failed cell.
+        self.other_failures: set[str] = set()
         self.unwritten: list[str] = []  # cells whose record could not be appended to the results file
         self.ran: dict[str, tuple] = {}  # cell id -> (spec, cell), for the gate's confirm round
         self._envs: dict[str, dict] = {}

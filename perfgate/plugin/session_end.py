@@ -44,7 +44,7 @@ def finish(session, perf: PerfSession) -> None:
         interrupted = int(session.exitstatus) == int(pytest.ExitCode.INTERRUPTED)
         outcome = _step(session, perf, "gate the run", lambda: _gate(perf, records, baseline, interrupted))
         if outcome is not None:
-            _exit_with(session, outcome.exit_code, perf.paired, records)
+            _exit_with(session, outcome.exit_code, perf.paired, records, perf.other_failures)
     elif perf.pairing is not None:  # paired without a baseline: the clocks alone are judged
         verdict = perf.paired_verdict(records, baseline=False)
         report_dir = config.getoption("--perf-report")
@@ -52,7 +52,7 @@ def finish(session, perf: PerfSession) -> None:
             _step(session, perf, "write the paired report", lambda: verdict.write_reports(report_dir))
         if not verdict.cells and not verdict.unjudged:  # every cell skipped (no CUDA for this torch, say): no pass
             perf.summary.append("perfgate paired: no cell was compared beside the base: nothing judged (exit 2)")
-        _exit_with(session, exits.PASS if verdict.cells else exits.UNUSABLE, verdict, records)
+        _exit_with(session, exits.PASS if verdict.cells else exits.UNUSABLE, verdict, records, perf.other_failures)
 
 
 def _gate(perf: PerfSession, records: list[dict], baseline, interrupted: bool):
@@ -116,21 +116,20 @@ def _confirm_round(perf: PerfSession, outcome, why_dir: str, profiled: dict[str,
         outcome.reports[i] = confirm(report, again)
 
 
-def _exit_with(session, gate_exit: int, paired, records: Sequence[dict] = ()) -> None:
+def _exit_with(session, gate_exit: int, paired, records: Sequence[dict] = (), other_failures=()) -> None:
     """The session's exit status with the gate's and the paired verdict's: a regression shown by either is 1,
     whatever else the session saw, and so is a session whose own status is 1 (a cell failed: this tree's cell
     crashed or its numerics failed, which no later unsure may soften into a rerun), unless every failed cell of
-    `records` is one perfgate's own paired engine failed to run, and no other test failed: that is a crash in
-    perfgate, 3, never a verdict.
+    `records` is one perfgate's own paired engine failed to run, and no test but cells failed (`other_failures`,
+    their node ids): that is a crash in perfgate, 3, never a verdict.
     Else the worst of them (2: unsure or unusable, never a pass)."""
     from perfgate.ab.verdict import combined_exit
     from perfgate.core.record_reading import engine_failed, unfinished
 
     code = gate_exit if paired is None else combined_exit(gate_exit, paired)
-    cells_failed = [r for r in records if r.get("status") == "failed"]
-    failed = [r for r in cells_failed if not unfinished(r)]  # a stop is no cell's
-    # ... and only where no other test failed beside the cells (a unit test's failure in the session is 1)
-    ours = bool(failed) and all(engine_failed(r) for r in failed) and session.testsfailed <= len(cells_failed)
+    # A stop is no cell's failure, nor is a known issue's (pytest xfails it)
+    failed = [r for r in records if r.get("status") == "failed" and not unfinished(r) and not r.get("known_issue")]
+    ours = bool(failed) and all(engine_failed(r) for r in failed) and not other_failures
     status = int(session.exitstatus)
     if code == exits.REGRESSION or (status == int(pytest.ExitCode.TESTS_FAILED) and not ours):
         session.exitstatus = exits.REGRESSION
