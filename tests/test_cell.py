@@ -194,6 +194,19 @@ def test_gradscaler_skips_are_counted_and_sides_that_skip_unalike_fail(loss, pre
         assert record["reason"].startswith(f"GradScaler skipped {compiled} compiled and 0 eager optimizer step(s)")
 
 
+def test_skips_are_counted_exactly_past_the_steps_after_which_gradscaler_would_grow_its_scale():
+    """GradScaler doubles its scale after 2000 clean steps by default, which cancels a skip in the halvings:
+    3 skips and then 2100 clean steps read 2, and a side whose skips came later read 3 (a false difference)."""
+    from perfgate.measure.steps import Side
+
+    model = torch.nn.Linear(8, 2)
+    side = Side(mlp_spec(), model, "train", "amp_fp16", torch.device("cpu"))
+    x = torch.randn(4, 8)
+    for loss_scale in [float("inf")] * 3 + [1.0] * 2100:
+        side._backward_and_update(model(x).float().pow(2).mean() * loss_scale)
+    assert side.scaler_skips() == 3
+
+
 def test_an_error_inside_the_model_becomes_a_reason_not_a_crash():
     def broken(model, batch):
         raise RuntimeError("shape mismatch in block 3")

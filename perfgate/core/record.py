@@ -268,9 +268,9 @@ FIELDS: tuple[Field, ...] = (
         "count",
         ">= 0",
         fold="max",
-        doc="the optimizer steps GradScaler skipped on the eager side (inf or NaN gradients), at least; null "
-        "without a scaler (every precision but AMP fp16) or before the field; a cell whose sides skip over one "
-        "step apart fails",
+        doc="the optimizer steps GradScaler skipped on the eager side (inf or NaN gradients; a data-parallel "
+        "cell's rank 0); null without a scaler (every precision but AMP fp16) or before the field; a cell whose "
+        "sides skip over one step apart fails",
     ),
     Field("compiled_scaler_skips", int, "count", ">= 0", fold="max", doc="the same on the compiled side"),
     # Data-parallel cells (the "ddp" phase; null elsewhere): perfgate.core.record_ddp_fields.

@@ -222,6 +222,8 @@ def measure(run: CellRun, rank: int, world: int) -> None:
         if watch:
             watch.sample()
         counts = introspect.compile_counts()
+        # every rank skips alike (its gradients are all-reduced before the scaler looks): rank 0's count is the record's
+        record_builder.merge_scaler_skips(record, run.eager.scaler_skips(), run.compiled.scaler_skips())
     _recompiles(record, first, counts)
     record_builder_ddp.merge_ddp_graphs(record, first["graph_count"], buckets)
     peaks = [None] * world

@@ -22,6 +22,10 @@ from perfgate.measure.introspect import graph_count
 GRAD_SCALER_INIT_SCALE = 1024.0
 # The smallest float32 a halved scale reaches before it underflows to 0: 1024 halves to it in 159 skips.
 SMALLEST_SCALE = 2.0**-149
+# Clean steps before GradScaler doubles its scale: never, here. A growth would cancel a skip in the count of
+# halvings (Side.scaler_skips), and a nightly cell's side may take over the default 2000 steps; the scale a step
+# runs at changes no work it does, and the numerics' two steps come long before any growth.
+GRAD_SCALER_GROWTH_INTERVAL = 2**31 - 1
 
 
 def set_tf32(enabled: bool) -> None:
@@ -64,7 +68,9 @@ class Side:
             model.train()
             self.optimizer = torch.optim.AdamW(model.parameters(), lr=spec.lr)
             self.scaler = (
-                torch.amp.GradScaler(device.type, init_scale=GRAD_SCALER_INIT_SCALE)
+                torch.amp.GradScaler(
+                    device.type, init_scale=GRAD_SCALER_INIT_SCALE, growth_interval=GRAD_SCALER_GROWTH_INTERVAL
+                )
                 if PRECISIONS[precision].uses_scaler
                 else None
             )
@@ -113,10 +119,10 @@ class Side:
         return counted
 
     def scaler_skips(self) -> int | None:
-        """The optimizer steps GradScaler skipped (inf or NaN gradients) since this side began, at least; None
-        without a scaler. Each skip halves the scale and only 2000 clean steps in a row double it (more than a
-        cell takes), so the halvings from GRAD_SCALER_INIT_SCALE count them with no read a step (a skip and a
-        growth cancel: a lower bound). One host read: call it once, after the clocks."""
+        """The optimizer steps GradScaler skipped (inf or NaN gradients) since this side began; None without a
+        scaler. Each skip halves the scale and nothing doubles it (GRAD_SCALER_GROWTH_INTERVAL), so the halvings
+        from GRAD_SCALER_INIT_SCALE count them with no read a step, up to 159, where the scale underflows. One
+        host read: call it once, after the clocks."""
         if self.scaler is None:
             return None
         scale = max(self.scaler.get_scale(), SMALLEST_SCALE)
