@@ -18,7 +18,7 @@ from perfgate.measure import faults
 from perfgate.measure.introspect import graph_count
 
 # GradScaler's default first scale (65536) overflows fp16 gradients in the first steps, so those steps are
-# skipped; the numerics check compares exactly those first two steps, so start lower and let it grow.
+# skipped; the numerics check compares exactly those first two steps, so start lower.
 GRAD_SCALER_INIT_SCALE = 1024.0
 # The smallest float32 a halved scale reaches before it underflows to 0: 1024 halves to it in 159 skips.
 SMALLEST_SCALE = 2.0**-149
@@ -106,7 +106,7 @@ class Side:
     def _graphs_counted(self, compiled_step):
         """The compiled optimizer.step, adding the dynamo graphs its calls compile to `optimizer_graphs`: a
         compiled optimizer alone must not pass a cell whose model ran eager (the "ran eager" check counts the
-        model's graphs). One counter read a step, well under a microsecond."""
+        model's graphs). Two counter reads a step, about a microsecond."""
 
         @functools.wraps(compiled_step)
         def counted(*args, **kwargs):
