@@ -193,7 +193,20 @@ def test_a_sized_faults_shadow_measures_as_it_does_and_plants_nothing(monkeypatc
     assert shadow is not None and shadow.kind == "shadow_" + planted.split(":")[0]
     assert faults.slowed(step, shadow, torch.device(device), lambda c: asked.append(c) or 20.0) is step
     assert asked == [clock] and spins == (["calibrated"] if device == "cuda" else [])  # as the fault measures
-    assert fault.parse("graph_break").shadow() is None and fault.parse("slow:1").shadow() is None
+    assert fault.parse("graph_break").shadow() is None and fault.parse("numerics").shadow() is None
+
+
+def test_a_shadow_never_fails_where_its_fault_would_plant_too_short_a_spin(monkeypatch):
+    """Sized on A's own step, a shadow can come in under the spin the device clock tells from its markers where
+    B's plant did not: it plants nothing, so it must not fail A (a planted pair would read unsure). A slow:MS
+    fault's shadow times the spin's cycle rate, as its fault does on a GPU."""
+    step = lambda _i: None  # noqa: E731
+    spins: list[str] = []
+    monkeypatch.setattr(faults, "_cycles_per_ms", lambda: spins.append("calibrated") or 1.0e6)
+    shadow = fault.Fault("device_slow", 3.0).shadow()
+    assert faults.slowed(step, shadow, torch.device("cuda"), lambda clock: 1.0) is step  # 30 us: under the 40
+    assert faults.slowed(step, fault.parse("slow:1").shadow(), torch.device("cuda"), lambda clock: 1.0) is step
+    assert spins == ["calibrated", "calibrated"]
 
 
 def test_an_engine_before_shadows_plants_nothing_for_one():

@@ -127,6 +127,17 @@ def test_a_failed_test_that_is_no_cell_is_noted_for_the_exit(is_cell, failed, no
     assert perf.other_failures == ({"tests/test_x.py::test_y"} if noted else set())
 
 
+def test_a_module_that_failed_to_collect_is_noted_for_the_exit(pytester):
+    """Run on past a broken module (--continue-on-collection-errors), a session whose failed cells were all broken
+    by perfgate's engine would have exited 3 for a collection error: it is a failed test that is no cell."""
+    from perfgate.plugin import SESSION_KEY
+
+    pytester.makepyfile(test_broken="import no_such_module_anywhere", test_fine="def test_fine():\n    pass\n")
+    recorder = pytester.inline_run("--continue-on-collection-errors", "-p", "no:randomly")
+    (finish,) = recorder.getcalls("pytest_sessionfinish")
+    assert finish.session.config.stash[SESSION_KEY].other_failures == {"test_broken.py"}
+
+
 @pytest.mark.parametrize("planted, a_runs", [("device_slow:1.5", "shadow_device_slow"), ("graph_break", None)])
 def test_side_a_of_a_planted_pair_measures_as_b_does_and_plants_nothing(monkeypatch, planted, a_runs):
     """B's device plant sizes itself with a profiler session; A ran none, and on gpt2 train B's wall read +6-8 %

@@ -33,9 +33,10 @@ KINDS = {
 MAX_ARG = {"numerics": 100.0, "slow": 10_000.0, "device_slow": 1000.0, "host_slow": 1000.0, "hang": 86_400.0}
 
 
-# The faults that size themselves on the cell's own warm step (perfgate.measure.faults.slowed), and the prefix of
-# their shadows (Fault.shadow), which no --perf-inject names.
-SIZED = ("device_slow", "host_slow")
+# The faults that measure before they plant (perfgate.measure.faults.slowed: device_slow and host_slow size
+# themselves on the cell's own warm step, and a GPU spin's cycle rate is timed for slow and device_slow), and the
+# prefix of their shadows (Fault.shadow), which no --perf-inject names.
+MEASURING = ("slow", "device_slow", "host_slow")
 SHADOW = "shadow_"
 
 
@@ -45,11 +46,11 @@ class Fault:
     arg: float
 
     def shadow(self) -> Fault | None:
-        """What the other side of a planted pair runs: for a fault that sizes itself on the step (device_slow
-        with a profiler session and a spin's calibration, host_slow with timed steps), the same measuring and
-        no plant, so that the two processes' histories match but for the planted work; None for any other
-        fault. An engine that predates shadows plants nothing for the unknown kind."""
-        return Fault(SHADOW + self.kind, self.arg) if self.kind in SIZED else None
+        """What the other side of a planted pair runs: for a fault that measures before it plants (device_slow
+        with a profiler session and a spin's calibration, host_slow with timed steps, slow with the spin's), the
+        same measuring and no plant, so that the two processes' histories match but for the planted work; None
+        for any other fault. An engine that predates shadows plants nothing for the unknown kind."""
+        return Fault(SHADOW + self.kind, self.arg) if self.kind in MEASURING else None
 
 
 def parse(text: str | None) -> Fault | None:

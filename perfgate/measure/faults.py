@@ -13,7 +13,7 @@ from typing import Callable
 
 import torch
 
-from perfgate.core.fault import SHADOW, Fault
+from perfgate.core.fault import MEASURING, SHADOW, Fault
 from perfgate.measure.clocks import MARK_MAX_NS
 
 # The shortest GPU spin a device_slow or slow fault plants a step: twice the longest spin the device clock takes
@@ -53,7 +53,7 @@ def slowed(step, fault: Fault | None, device: torch.device, calibrate: Callable[
     unfaulted step's "device" or "host" ms, for the percentage faults. A fault's shadow (Fault.shadow, the other
     side of a planted pair) calibrates as the fault does and returns the step as it was."""
     kind = fault.kind.removeprefix(SHADOW) if fault is not None else None
-    if fault is None or kind not in ("slow", "device_slow", "host_slow"):
+    if fault is None or kind not in MEASURING:
         return step
     shadow = kind != fault.kind  # measure as the fault does, plant nothing (Fault.shadow)
     if kind == "host_slow":
@@ -71,7 +71,7 @@ def slowed(step, fault: Fault | None, device: torch.device, calibrate: Callable[
             time.sleep(ms / 1e3)
 
         return slow_cpu_step
-    if ms < MIN_SPIN_MS:
+    if ms < MIN_SPIN_MS and not shadow:  # a shadow plants nothing, however short its own step would size it
         raise ValueError(
             f"{fault.kind}:{fault.arg:g} plants {ms * 1e3:.1f} us a step, under the {MIN_SPIN_MS * 1e3:.0f} us "
             "the device clock tells from its own round markers (the same kernel); plant a larger one"

@@ -67,6 +67,7 @@ def pytest_configure(config: pytest.Config) -> None:
         )
     perf.summary += options.ineffective(config.getoption)  # said again at the end, where a reader looks
     config.pluginmanager.register(_ShardHook(), "perfgate-shard")
+    config.pluginmanager.register(_CollectFailures(perf), "perfgate-collect-failures")
     if perf.worker is None:  # prints the finished-cell lines xdist workers send (none without xdist)
         workers = getattr(config.option, "numprocesses", None)  # xdist has made -n auto a number by now
         config.pluginmanager.register(
@@ -86,6 +87,18 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     perf.offered = sorted(set(selection.cells_of(keep)), key=str)
     _deselect(config, items, keep, drop)
     selection.skip_gpu_cells_without_cuda(items)
+
+
+class _CollectFailures:
+    """A module that failed to collect (run on past it with --continue-on-collection-errors) is a failed test
+    that is no cell, as pytest_runtest_makereport notes the others: the session's exit is then 1, never perfgate's 3."""
+
+    def __init__(self, perf: PerfSession):
+        self.perf = perf
+
+    def pytest_collectreport(self, report) -> None:
+        if report.failed:
+            self.perf.other_failures.add(report.nodeid)
 
 
 class _ShardHook:
