@@ -37,6 +37,9 @@
 # rounds on its own CPUs (PERFGATE_PAIRED_PIN=off), judged by the minimum, as the gate did to 2026-11-29 (the
 # other steps pin, perfgate.ab.pinning): e.g. start 0 "rl_off rl_new rl_off2 rl_new2 host_plant" on one machine,
 # then tools/probes/rejudge.py --pinned / --unpinned over both's records.
+# precompileN[tag] (e.g. "precompile4 precompile5 precompile4b precompile5b"): the PR tier's precompile alone, N
+# processes from an empty cache of its own, timed (its log's "precompiled ... in M:SS", NAME.precompile.json): does
+# a fifth process shorten the cold gate's 3:19-3:45 on one GPU's 16 CPUs? Alternate the two, as the host's speed moves.
 # rl_study: the host-bound cells (RL_K) with tools/probes/round_lengths.py (paired wall rounds of 12.5, 25, 50 and
 # 100 ms before each cell's first look, which then takes 50 ms rounds); their A/A with paired wall rounds of 12 ms
 # (rl_short*), 50 ms (rl_gate*: the gate to 2026-11-28) and the gate's own 25 ms (rl_new*); rl_new_attached*
@@ -111,6 +114,8 @@ if [ "$1" = start ]; then
           aa_off_cold|aa_off_warm) PERFGATE_PAIRED_PIN=off $me step $K $GPU $s --perf-precompile 4 \
             --perf-baseline baselines --perf-report "$CHAIN/$s" ;;
           aa_cold|aa_warm) $me step $K $GPU $s --perf-precompile 4 --perf-baseline baselines --perf-report "$CHAIN/$s" ;;
+          precompile[0-9]*) rm -rf "$CHAIN/$s-cache"  # the PR tier precompiled alone: N processes, an empty cache of its own
+              n=${s#precompile}; PCACHE="$CHAIN/$s-cache" $me step $K $GPU $s --collect-only -q --perf-precompile ${n%%[!0-9]*} ;;
           aa_cold_seq) PERFGATE_PAIRED_PREPARE=sequential $me step $K $GPU $s --perf-precompile 4 \
             --perf-baseline baselines --perf-report "$CHAIN/$s" ;;
           device_plant) $me step $K $GPU $s --perf-precompile 4 --perf-inject device_slow:1.5 ;;
@@ -173,7 +178,7 @@ deadline=$(( $(date +%s) + ${WAIT_S:-570} ))
 all_done() { for c in "$top"/pchain*; do [ -f "$c/done" ] || return 1; done; }
 while ! all_done && [ "$(date +%s)" -lt "$deadline" ]; do sleep 5; done
 for c in "$top"/pchain*; do
-  n=${c##*pchain}; tar czf "$OUT/chain$n.tgz" -C "$c" --exclude=engine-overlay --exclude=copies-cache --exclude=duet-cache .
+  n=${c##*pchain}; tar czf "$OUT/chain$n.tgz" -C "$c" --exclude=engine-overlay --exclude=copies-cache --exclude=duet-cache --exclude='precompile*-cache' .
   echo "== chain $n"; cat "$c/log.txt"; grep -h "perfgate paired\|: \(unsure\|regression\)\| passed\| failed\|cell(s) in\|precompiled" "$c"/*.log | cut -c1-400 | tail -24
   runs=(); for f in "$c"/*.jsonl; do case $f in *.against.jsonl|*"*.jsonl") ;; *) runs+=("$f") ;; esac; done
   [ ${#runs[@]} -gt 0 ] && python3 tools/probes/paired_summary.py "${runs[@]}" | cut -c1-300
