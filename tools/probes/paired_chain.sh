@@ -38,7 +38,8 @@
 # other steps pin, perfgate.ab.pinning): e.g. start 0 "rl_off rl_new rl_off2 rl_new2 host_plant" on one machine,
 # then tools/probes/rejudge.py --pinned / --unpinned over both's records.
 # precompileN[tag] (e.g. "precompile4 precompile5 precompile4b precompile5b"): the PR tier's precompile alone, N
-# processes from an empty cache of its own, timed (its log's "precompiled ... in M:SS", NAME.precompile.json): does
+# processes from an empty inductor cache and an empty reference cache of its own (with the default one shared, a
+# step after the first read the references the first computed: 2026-11-29, 9556437e), timed (its log's "precompiled ... in M:SS", NAME.precompile.json): does
 # a fifth process shorten the cold gate's 3:19-3:45 on one GPU's 16 CPUs? Alternate the two, as the host's speed moves.
 # rl_study: the host-bound cells (RL_K) with tools/probes/round_lengths.py (paired wall rounds of 12.5, 25, 50 and
 # 100 ms before each cell's first look, which then takes 50 ms rounds); their A/A with paired wall rounds of 12 ms
@@ -114,8 +115,9 @@ if [ "$1" = start ]; then
           aa_off_cold|aa_off_warm) PERFGATE_PAIRED_PIN=off $me step $K $GPU $s --perf-precompile 4 \
             --perf-baseline baselines --perf-report "$CHAIN/$s" ;;
           aa_cold|aa_warm) $me step $K $GPU $s --perf-precompile 4 --perf-baseline baselines --perf-report "$CHAIN/$s" ;;
-          precompile[0-9]*) rm -rf "$CHAIN/$s-cache"  # the PR tier precompiled alone: N processes, an empty cache of its own
-              n=${s#precompile}; PCACHE="$CHAIN/$s-cache" $me step $K $GPU $s --collect-only -q --perf-precompile ${n%%[!0-9]*} ;;
+          precompile[0-9]*) rm -rf "$CHAIN/$s-cache"  # the PR tier precompiled alone: N processes, empty caches of its own
+              n=${s#precompile}; PCACHE="$CHAIN/$s-cache" $me step $K $GPU $s --collect-only -q --perf-precompile ${n%%[!0-9]*} \
+                --perf-reference-cache "$CHAIN/$s-cache/references" ;;
           aa_cold_seq) PERFGATE_PAIRED_PREPARE=sequential $me step $K $GPU $s --perf-precompile 4 \
             --perf-baseline baselines --perf-report "$CHAIN/$s" ;;
           device_plant) $me step $K $GPU $s --perf-precompile 4 --perf-inject device_slow:1.5 ;;
