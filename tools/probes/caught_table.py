@@ -62,6 +62,8 @@ def main(folder: str) -> None:
                 cells = " | ".join(str(outcomes[o]) for o in OUTCOMES)
                 runs = "pinned" if pinned_only else "all"
                 print(f"| {plant} | {runs} | {len(boots)} | {sum(outcomes.values())} | {cells} |")
+    every = set().union(*(boots for (_, pinned_only), (boots, _) in table.items() if not pinned_only))
+    print(f"\nmachines in all (boots): {len(every)}")
 
 
 if __name__ == "__main__":
