@@ -113,6 +113,8 @@ def test_a_value_of_the_wrong_kind_is_unusable_input_named_by_file_line_cell_fie
         (lambda c: c.update(device_speedup_runs=[2.4, -1]), "device_speedup_runs"),
         (lambda c: c.update(graph_breaks=0.5), "graph_breaks: 0.5 is not a whole number"),
         (lambda c: c.update(host_speedup_spread=308.0), "host_speedup_spread: 308.0 is past 10"),
+        (lambda c: c.update(compiled_kernels_range=[390, 380]), "compiled_kernels_range: [390, 380] is not [least"),
+        (lambda c: c.update(compiled_kernels_range="380-390"), "compiled_kernels_range: '380-390' is not"),
         (lambda c: c.update(status="fine"), "status: 'fine'"),
     ],
 )

@@ -14,6 +14,7 @@ from perfgate.judge.baseline import build_baseline
 from perfgate.judge.finding import IMPROVEMENT, REGRESSION
 from perfgate.judge.rules import CountBandRule
 from perfgate.judge.triage import triage
+from perfgate.render.wording import finding_text
 
 import synthetic as syn
 
@@ -67,7 +68,28 @@ def test_runs_that_disagree_on_a_count_are_named_before_a_baseline_is_made():
     runs = syn.runs(3, first_seed=11, **QUIET)
     counted = [[{**r, KERNELS_FIELD: 380.0 + (i == 2) * 10} for r in run] for i, run in enumerate(runs)]
     (line, *_) = [text for text in disagreements(counted) if KERNELS_FIELD in text]
-    assert "380 (2 runs), 390 (1 run); the baseline keeps the median" in line
+    assert "380 (2 runs), 390 (1 run); the baseline judges compiled_kernels against the runs' range 380-390" in line
+
+
+def test_a_count_the_baselines_runs_disagreed_on_is_judged_from_the_nearer_end_of_their_range():
+    """The captioner's compiled kernels follow the machine (2580 a step on four H200s, 2662 on a fifth): a
+    baseline folded over both keeps the range, so neither machine reads red, and a step past its far end does."""
+    runs = syn.runs(3, first_seed=11, **QUIET)
+    counted = [[{**r, KERNELS_FIELD: 380.0 + (i == 2) * 10} for r in run] for i, run in enumerate(runs)]
+    spanned = build_baseline(counted)[KEY]
+    assert spanned["cells"][GPT2][f"{KERNELS_FIELD}_range"] == [380.0, 390.0]
+    assert f"{KERNELS_FIELD}_range" not in build_baseline(runs)[KEY]["cells"][GPT2]  # agreeing runs: no range
+
+    def judged(kernels: float):
+        report = gate.compare(_run(**{KERNELS_FIELD: kernels}), spanned)
+        return [f for f in report.regressions + report.improvements if f.metric == KERNELS_FIELD]
+
+    assert judged(390.0) == judged(386.0) == judged(391.9) == []  # inside, or within the band of the far end
+    (grown,) = judged(393.0)
+    assert grown.kind == REGRESSION and grown.change == pytest.approx(393 / 390 - 1)
+    assert "runs 393 GPU kernels, baseline 380-390 over its runs (+0.8%, past the ±0.5% band)" in finding_text(grown)
+    (shrunk,) = judged(370.0)
+    assert shrunk.kind == IMPROVEMENT and shrunk.change == pytest.approx(370 / 380 - 1)
 
 
 def test_every_count_has_a_band_rule_on_each_side():

@@ -33,7 +33,7 @@ import shlex
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from perfgate.core.clocks import COUNTS
+from perfgate.core.clocks import COUNT_OF, COUNTS
 from perfgate.core.output import write_atomic
 from perfgate.core.record import FIELD, TIME_ALONE
 from perfgate.core.record_reading import process_of, unfiled
@@ -227,9 +227,13 @@ def _disagreeing(tier: str, cell: str, ok: Sequence[dict]) -> list[str]:
             counts = ", ".join(
                 f"{v:g} ({values.count(v)} run{'s' * (values.count(v) > 1)})" for v in sorted(set(values))
             )
+            if name in COUNT_OF:  # baseline_fold keeps the range: a count that follows the machine passes
+                kept = f"judges {name} against the runs' range {lo:g}-{hi:g}"
+            else:
+                kept = f"keeps the {'median' if FIELD[name].fold == 'median' else 'maximum'}"
             lines.append(
-                f"{tier} {cell}: runs disagree on {name}: {counts}; the baseline keeps the "
-                f"{'median' if FIELD[name].fold == 'median' else 'maximum'}, so check the odd runs before committing it"
+                f"{tier} {cell}: runs disagree on {name}: {counts}; the baseline {kept}, "
+                "so check the odd runs before committing it"
             )
     return lines
 

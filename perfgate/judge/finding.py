@@ -54,7 +54,7 @@ class Finding:
     sd: float | None = None  # gate: the noise sd of the log drop, and whether the baseline knew its
     noise_known: bool = True  # run-to-run noise
     host_ms: tuple = ()  # host form: (eager, compiled) host ms now, and in the baseline
-    note: str = ""  # why a clock is missing; a status's reason; numerics' worst tensor
+    note: str = ""  # why a clock is missing; a status's reason; numerics' worst tensor; a count's baseline range
     schema: int | None = None  # missing form: the record's schema where older than RECORD_SCHEMA (1: none)
     confidence: float | None = None  # A/B: the interval's confidence
     t: float | None = None  # A/B: Student's t

@@ -110,7 +110,9 @@ def _band(f) -> str:
     """A count of a step's work past its band: "compiled step runs 412 GPU kernels, baseline 380 (+8.4 %, ...)"."""
     count, side = COUNT_OF[f.metric]
     change = "from none" if f.change == float("inf") else f"{f.change:+.1%}"
-    was = f"{_per_step(f.baseline)} in A" if f.sides == AB else f"baseline {_per_step(f.baseline)}"
+    was = f"{_per_step(f.baseline)} in A" if f.sides == AB else f"baseline {f.note or _per_step(f.baseline)}"
+    if f.note:  # the baseline's runs disagreed on this count: judged from the nearer end of their range
+        was += " over its runs"
     now = " in B" if f.sides == AB else ""
     return (
         f"{side} step {count.verb} {_per_step(f.current)} {count.label}{now}, {was} ({change}, past the "
