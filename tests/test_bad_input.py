@@ -115,6 +115,11 @@ def test_a_value_of_the_wrong_kind_is_unusable_input_named_by_file_line_cell_fie
         (lambda c: c.update(host_speedup_spread=308.0), "host_speedup_spread: 308.0 is past 10"),
         (lambda c: c.update(compiled_kernels_range=[390, 380]), "compiled_kernels_range: [390, 380] is not [least"),
         (lambda c: c.update(compiled_kernels_range="380-390"), "compiled_kernels_range: '380-390' is not"),
+        (
+            lambda c: c.update(compiled_kernels=400.0, compiled_kernels_range=[380, 390]),
+            "compiled_kernels_range: [380, 390] is not [least, most], two finite numbers >= 0 around "
+            "compiled_kernels 400.0",
+        ),
         (lambda c: c.update(status="fine"), "status: 'fine'"),
     ],
 )

@@ -188,7 +188,7 @@ def test_a_sized_faults_shadow_measures_as_it_does_and_plants_nothing(monkeypatc
     step = lambda _i: None  # noqa: E731
     asked: list[str] = []
     spins: list[str] = []
-    monkeypatch.setattr(faults, "_cycles_per_ms", lambda: spins.append("calibrated") or 1.0e6)
+    monkeypatch.setattr(faults, "cycles_per_ms", lambda: spins.append("calibrated") or 1.0e6)
     shadow = fault.parse(planted).shadow()
     assert shadow is not None and shadow.kind == "shadow_" + planted.split(":")[0]
     assert faults.slowed(step, shadow, torch.device(device), lambda c: asked.append(c) or 20.0) is step
@@ -202,7 +202,7 @@ def test_a_shadow_never_fails_where_its_fault_would_plant_too_short_a_spin(monke
     fault's shadow times the spin's cycle rate, as its fault does on a GPU."""
     step = lambda _i: None  # noqa: E731
     spins: list[str] = []
-    monkeypatch.setattr(faults, "_cycles_per_ms", lambda: spins.append("calibrated") or 1.0e6)
+    monkeypatch.setattr(faults, "cycles_per_ms", lambda: spins.append("calibrated") or 1.0e6)
     shadow = fault.Fault("device_slow", 3.0).shadow()
     assert faults.slowed(step, shadow, torch.device("cuda"), lambda clock: 1.0) is step  # 30 us: under the 40
     assert faults.slowed(step, fault.parse("slow:1").shadow(), torch.device("cuda"), lambda clock: 1.0) is step

@@ -11,10 +11,10 @@ import pytest
 from perfgate.core.clocks import COUNTS, KERNELS, PY_CALLS
 from perfgate.judge import gate
 from perfgate.judge.baseline import build_baseline
-from perfgate.judge.finding import IMPROVEMENT, REGRESSION
+from perfgate.judge.finding import AB, IMPROVEMENT, REGRESSION
 from perfgate.judge.rules import CountBandRule
 from perfgate.judge.triage import triage
-from perfgate.render.wording import finding_text
+from perfgate.render.wording import finding_json, finding_text
 
 import synthetic as syn
 
@@ -68,7 +68,20 @@ def test_runs_that_disagree_on_a_count_are_named_before_a_baseline_is_made():
     runs = syn.runs(3, first_seed=11, **QUIET)
     counted = [[{**r, KERNELS_FIELD: 380.0 + (i == 2) * 10} for r in run] for i, run in enumerate(runs)]
     (line, *_) = [text for text in disagreements(counted) if KERNELS_FIELD in text]
-    assert "380 (2 runs), 390 (1 run); the baseline judges compiled_kernels against the runs' range 380-390" in line
+    assert "380 (2 runs), 390 (1 run); the baseline judges compiled_kernels from the runs' range 380-390" in line
+
+
+def test_the_warning_reads_the_runs_the_fold_keeps():
+    """A run that counted over other steps than the last run's folds no count, so it is no disagreement."""
+    from perfgate.judge.baseline import disagreements
+
+    runs = syn.runs(3, first_seed=11, **QUIET)
+    steps = [
+        [{**r, KERNELS_FIELD: 400.0 if i == 0 else 380.0, "counts_steps": 3 if i == 0 else 2} for r in run]
+        for i, run in enumerate(runs)
+    ]
+    assert not [text for text in disagreements(steps) if KERNELS_FIELD in text]
+    assert f"{KERNELS_FIELD}_range" not in build_baseline(steps)[KEY]["cells"][GPT2]
 
 
 def test_a_count_the_baselines_runs_disagreed_on_is_judged_from_the_nearer_end_of_their_range():
@@ -88,8 +101,13 @@ def test_a_count_the_baselines_runs_disagreed_on_is_judged_from_the_nearer_end_o
     (grown,) = judged(393.0)
     assert grown.kind == REGRESSION and grown.change == pytest.approx(393 / 390 - 1)
     assert "runs 393 GPU kernels, baseline 380-390 over its runs (+0.8%, past the ±0.5% band)" in finding_text(grown)
+    assert finding_json(grown)["baseline_range"] == [380.0, 390.0]
     (shrunk,) = judged(370.0)
     assert shrunk.kind == IMPROVEMENT and shrunk.change == pytest.approx(370 / 380 - 1)
+    # perfgate ab folds side A's processes alike: their range, said as A's
+    assert "393 GPU kernels in B, 380-390 in A over its processes (+0.8%" in finding_text(
+        dataclasses.replace(grown, sides=AB)
+    )
 
 
 def test_every_count_has_a_band_rule_on_each_side():

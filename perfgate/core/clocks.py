@@ -98,6 +98,12 @@ class Count:
         return self.field("eager"), self.field("compiled")
 
 
+def range_field(field: str) -> str:
+    """The baseline cell's field that holds [least, most] of a count field its runs disagreed on
+    (perfgate.judge.baseline_fold; absent where they agreed): "compiled_kernels" -> "compiled_kernels_range"."""
+    return f"{field}_range"
+
+
 # The bands started from PyTorch's pr_time_benchmarks band on instruction counts (about +-1.5 %) and were tuned
 # from the measured spread (docs/measuring.md, which also says how each count is taken and what it catches).
 # ATen ops, kernels, CUDA graph replays and dynamo lookups were the same in every process of every cell: the 12

@@ -14,7 +14,7 @@ import math
 import re
 from typing import TypeGuard
 
-from perfgate.core.clocks import COUNT_OF
+from perfgate.core.clocks import COUNT_OF, range_field
 from perfgate.core.record import CLOCKS, FIELD, FIELDS, STATUSES, names
 
 BAD_FIGURES = "bad figures"  # a reason's first words when `checked` failed the record
@@ -230,15 +230,19 @@ def baseline_cell_problems(cell) -> list[str]:
         runs = cell.get(f"{clock}_runs")
         if runs is not None and not (isinstance(runs, list) and all(_finite(v) and v > 0 for v in runs)):
             problems.append(f"{clock}_runs: {runs!r:.60} is not a list of finite numbers > 0")
-    for count in COUNT_OF:  # the range of a count the runs disagreed on (perfgate.judge.baseline_fold.range_of)
-        spanned = cell.get(f"{count}_range")
+    for count in COUNT_OF:  # the range of a count the runs disagreed on, around their median
+        spanned, median = cell.get(range_field(count)), cell.get(count)
         if spanned is not None and not (
             isinstance(spanned, list)
             and len(spanned) == 2
             and all(_finite(v) and v >= 0 for v in spanned)
             and spanned[0] <= spanned[1]
+            and (not _finite(median) or spanned[0] <= median <= spanned[1])
         ):
-            problems.append(f"{count}_range: {spanned!r:.60} is not [least, most], two finite numbers >= 0")
+            problems.append(
+                f"{range_field(count)}: {spanned!r:.60} is not [least, most], two finite numbers >= 0 "
+                f"around {count} {median!r}"
+            )
     if cell.get("status") == "ok" and cell.get("speedup") is None:
         problems.append("speedup: missing on an ok cell")
     return problems

@@ -16,7 +16,8 @@ spread beside the median.
             whose schema measured it as today: record_reading.compiled_peak_is_right), status, reason, numerics,
             compile_cache and bound as fold_cell makes them (perfgate.judge.baseline_fold), and for each clock m
             in record.CLOCKS: m, m_runs, m_spread, m_lo, m_hi (the host clock from records of HOST_ROUNDS_SCHEMA
-            or later where two or more runs have it)}}
+            or later where two or more runs have it), and for each count of a step's work its runs disagreed on,
+            `<count>_range`: [least, most] (clocks.range_field)}}
 
 A clock that no run measured (a CPU baseline has no device clock; one made before schema-3 records has
 neither device nor host) is null with `m_runs` empty: the gate does not compare it. Baselines without the
@@ -39,7 +40,7 @@ from perfgate.core.record import FIELD, TIME_ALONE
 from perfgate.core.record_reading import process_of, unfiled
 from perfgate.core.text import parse_json
 from perfgate.core.validate import baseline_cell_problems, name_problem
-from perfgate.judge.baseline_fold import fold_cell, measured_right, values_of
+from perfgate.judge.baseline_fold import counted_runs, fold_cell, measured_right, same_batch, values_of
 
 BASELINE_SCHEMA = 1
 
@@ -217,9 +218,10 @@ def disagreements(sources: Sequence[Iterable[dict]]) -> list[str]:
 
 
 def _disagreeing(tier: str, cell: str, ok: Sequence[dict]) -> list[str]:
-    lines = []
+    """The lines of one cell, over the runs the fold keeps (its batch; for a count, its counted steps)."""
+    lines, ok = [], same_batch(ok)
     for name, (fraction, delta) in AGREE_FIELDS.items():
-        values = values_of(measured_right(ok, name), name)
+        values = values_of(measured_right(counted_runs(ok) if name in COUNT_OF else ok, name), name)
         if not values:
             continue
         lo, hi = min(values), max(values)
@@ -227,8 +229,8 @@ def _disagreeing(tier: str, cell: str, ok: Sequence[dict]) -> list[str]:
             counts = ", ".join(
                 f"{v:g} ({values.count(v)} run{'s' * (values.count(v) > 1)})" for v in sorted(set(values))
             )
-            if name in COUNT_OF:  # baseline_fold keeps the range: a count that follows the machine passes
-                kept = f"judges {name} against the runs' range {lo:g}-{hi:g}"
+            if name in COUNT_OF:  # the fold keeps the range: a count that follows the machine passes
+                kept = f"judges {name} from the runs' range {lo:g}-{hi:g}"
             else:
                 kept = f"keeps the {'median' if FIELD[name].fold == 'median' else 'maximum'}"
             lines.append(

@@ -9,7 +9,7 @@ from __future__ import annotations
 import statistics
 from typing import Sequence
 
-from perfgate.core.clocks import COUNT_OF
+from perfgate.core.clocks import COUNT_OF, range_field
 from perfgate.core.record import CLOCKS, HOST_AFTER_PROFILER, HOST_ROUNDS_SCHEMA, bound_of, names
 from perfgate.core.record_reading import compiled_peak_is_right
 from perfgate.core.stats import interval_sd, rel_spread
@@ -19,12 +19,6 @@ from perfgate.core.stats import interval_sd, rel_spread
 MEDIAN_FIELDS = names(fold="median")
 MAX_FIELDS = names(fold="max")
 IDENTITY_FIELDS = names(fold="verbatim")
-
-
-def range_of(count: str) -> str:
-    """The baseline cell's field holding the [least, most] of a count its runs disagreed on (absent where
-    they agreed)."""
-    return f"{count}_range"
 
 
 def values_of(records: Sequence[dict], name: str) -> list:
@@ -87,13 +81,26 @@ def _fold_clock(ok: Sequence[dict], metric: str) -> dict:
     }
 
 
+def counted_runs(ok: Sequence[dict]) -> list[dict]:
+    """The ok runs whose counts fold: counts are per step over `counts_steps` steps, and a stream model's depend
+    on which, so those counted over the last run's steps."""
+    steps = ok[-1].get("counts_steps") if ok else None
+    return [r for r in ok if r.get("counts_steps") == steps]
+
+
+def same_batch(records: Sequence[dict]) -> list[dict]:
+    """The runs at the last run's batch: the zoo changed the cell between runs at another (a record without
+    `batch` predates the field and is kept)."""
+    batch = records[-1].get("batch") if records else None
+    return [r for r in records if batch is None or r.get("batch") in (None, batch)]
+
+
 def fold_cell(records: Sequence[dict]) -> dict:
     """One baseline cell from this cell's record in each run (at most one per run). Beside the medians and
     maxima: numerics is "pass" only if every ok run passed, compile_cache the runs' one value (else "mixed"),
     bound that of the median busy_compiled. Runs at another batch than the last run's are left out: the zoo
     changed the cell between them (a record without `batch` predates the field and is kept)."""
-    batch = records[-1].get("batch")
-    records = [r for r in records if batch is None or r.get("batch") in (None, batch)]
+    records = same_batch(records)
     ok = [r for r in records if r.get("status") == "ok"]
     cell = {name: records[-1].get(name) for name in IDENTITY_FIELDS}
     if not ok:
@@ -105,17 +112,15 @@ def fold_cell(records: Sequence[dict]) -> dict:
     for clock in CLOCKS:
         cell.update(_fold_clock(measured_right(ok, clock), clock))
     cell.update(compile_cache=_single(ok, "compile_cache"), numerics=_numerics(ok))
-    # Counts are per step over `counts_steps` steps, and a stream model's depend on which: the last run's count.
-    steps = ok[-1].get("counts_steps")
-    counted = [r for r in ok if r.get("counts_steps") == steps]
-    cell["counts_steps"] = steps
+    counted = counted_runs(ok)
+    cell["counts_steps"] = ok[-1].get("counts_steps")
     for name in MEDIAN_FIELDS:
         values = values_of(counted if name in COUNT_OF else ok, name)
         cell[name] = statistics.median(values) if values else None
         if name in COUNT_OF and values and min(values) != max(values):
-            # Runs on several machines that disagree: the count follows the machine (the captioner's kernels,
-            # 2580 a step on four H200s and 2662 on a fifth), and the rule judges the range they spanned.
-            cell[range_of(name)] = [min(values), max(values)]
+            # Runs that disagree: a count can follow the machine (the captioner's kernels, docs/measuring.md),
+            # and the rule judges the range they spanned.
+            cell[range_field(name)] = [min(values), max(values)]
     cell["bound"] = bound_of(cell["busy_compiled"])
     for name in MAX_FIELDS:
         cell[name] = max(values_of(measured_right(ok, name), name), default=None)

@@ -54,7 +54,8 @@ class Finding:
     sd: float | None = None  # gate: the noise sd of the log drop, and whether the baseline knew its
     noise_known: bool = True  # run-to-run noise
     host_ms: tuple = ()  # host form: (eager, compiled) host ms now, and in the baseline
-    note: str = ""  # why a clock is missing; a status's reason; numerics' worst tensor; a count's baseline range
+    note: str = ""  # why a clock is missing; a status's reason; numerics' worst tensor
+    spanned: tuple = ()  # band form: (least, most) of a count the baseline's runs (A's processes) disagreed on
     schema: int | None = None  # missing form: the record's schema where older than RECORD_SCHEMA (1: none)
     confidence: float | None = None  # A/B: the interval's confidence
     t: float | None = None  # A/B: Student's t

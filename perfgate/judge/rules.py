@@ -17,11 +17,10 @@ from dataclasses import dataclass
 from typing import Callable, ClassVar
 
 from perfgate.core import clocks
-from perfgate.core.clocks import COMPUTE, COUNT_OF, COUNTS, DEVICE, HOST, WALL, Count
+from perfgate.core.clocks import COMPUTE, COUNT_OF, COUNTS, DEVICE, HOST, WALL, Count, range_field
 from perfgate.core.record import RECORD_SCHEMA
 from perfgate.core.record_reading import compiled_peak_is_right, graphs_came_alike
 from perfgate.core.stats import interval_sd
-from perfgate.judge.baseline_fold import range_of
 from perfgate.judge.finding import IMPROVEMENT, REGRESSION, Finding, rule_finding
 
 # Each ratio metric's clock, as reports name it (perfgate.core.clocks defines them).
@@ -272,18 +271,17 @@ class CountBandRule:
         ref, now = base.get(self.metric), cur.get(self.metric)
         if not both_ok(base, cur) or ref is None or now is None or now == ref or self.other_steps(base, cur):
             return None
-        # A baseline whose runs disagreed keeps the range they spanned (baseline_fold.range_of): judged from
-        # its nearer end, so a count that follows the machine is no regression on a machine seen among them.
-        least, most = base.get(range_of(self.metric)) or (ref, ref)
+        # A baseline whose runs disagreed keeps the range they spanned (clocks.range_field): judged from its
+        # nearer end, so a count that follows the machine is no regression on a machine seen among them.
+        least, most = base.get(range_field(self.metric)) or (ref, ref)
         nearer = most if now > ref else least
         change = now / nearer - 1 if nearer else math.inf  # from none to some: past any band
         band = self.band(base, cur)
         if abs(change) <= band or least <= now <= most:
             return None
         kind = REGRESSION if now > ref else IMPROVEMENT
-        spanned = "-".join(f"{v:,.0f}" if float(v).is_integer() else f"{v:,.2f}" for v in (least, most))
-        spanned = spanned if least != most else ""
-        return rule_finding(self, base, cur, kind, band, "band", label=self.count.label, change=change, note=spanned)
+        spanned = (least, most) if least != most else ()
+        return rule_finding(self, base, cur, kind, band, "band", label=self.count.label, change=change, spanned=spanned)
 
 
 @dataclass(frozen=True)

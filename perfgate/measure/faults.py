@@ -76,7 +76,7 @@ def slowed(step, fault: Fault | None, device: torch.device, calibrate: Callable[
             f"{fault.kind}:{fault.arg:g} plants {ms * 1e3:.1f} us a step, under the {MIN_SPIN_MS * 1e3:.0f} us "
             "the device clock tells from its own round markers (the same kernel); plant a larger one"
         )
-    cycles = int(ms * _cycles_per_ms())
+    cycles = int(ms * cycles_per_ms())
     if shadow:
         return step
 
@@ -98,7 +98,7 @@ def _host_slowed(step, ms: float):
     return busy_waiting_step
 
 
-def _cycles_per_ms() -> float:
+def cycles_per_ms() -> float:
     """Calibrate torch.cuda._sleep (a spin of N clock cycles) against CUDA events."""
     cycles = 10_000_000
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)

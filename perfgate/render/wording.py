@@ -37,6 +37,7 @@ def finding_json(finding) -> dict:
         "baseline": finding.baseline,
         "current": finding.current,
         "threshold": finding.threshold,
+        **({"baseline_range": list(finding.spanned), "change": finding.change} if finding.spanned else {}),
         "message": finding_text(finding),
     }
 
@@ -107,12 +108,16 @@ def _per_step(value: float) -> str:
 
 
 def _band(f) -> str:
-    """A count of a step's work past its band: "compiled step runs 412 GPU kernels, baseline 380 (+8.4 %, ...)"."""
+    """A count of a step's work past its band: "compiled step runs 412 GPU kernels, baseline 380 (+8.4 %, ...)";
+    where the baseline's runs spanned a range, "baseline 380-390 over its runs" and the change from 390."""
     count, side = COUNT_OF[f.metric]
     change = "from none" if f.change == float("inf") else f"{f.change:+.1%}"
-    was = f"{_per_step(f.baseline)} in A" if f.sides == AB else f"baseline {f.note or _per_step(f.baseline)}"
-    if f.note:  # the baseline's runs disagreed on this count: judged from the nearer end of their range
-        was += " over its runs"
+    # Where the baseline's runs (A's processes) disagreed, the count was judged from the nearer end of their range
+    was = "-".join(_per_step(v) for v in f.spanned) if f.spanned else _per_step(f.baseline)
+    if f.sides == AB:
+        was = f"{was} in A" + (" over its processes" if f.spanned else "")
+    else:
+        was = f"baseline {was}" + (" over its runs" if f.spanned else "")
     now = " in B" if f.sides == AB else ""
     return (
         f"{side} step {count.verb} {_per_step(f.current)} {count.label}{now}, {was} ({change}, past the "

@@ -25,7 +25,7 @@ PHASE = os.environ.get("SPIN_PHASE", "infer")
 STEPS = int(os.environ.get("SPIN_STEPS", "2"))  # a round: the steps the paired gate's ~25 ms wall round takes
 SPIN_MS = float(os.environ.get("SPIN_MS", "0.14"))  # the plant's spin on this cell (its records' kernel table)
 ROUNDS = int(os.environ.get("SPIN_ROUNDS", "40"))  # a variant
-WARM = 15
+WARM = 15  # steps before any timed round: the first calls compile, and the allocator settles in a few more
 
 
 def main() -> None:
@@ -35,7 +35,7 @@ def main() -> None:
     from perfgate.core import zoo
     from perfgate.core.matrix import Cell
     from perfgate.measure.devices import start_cell
-    from perfgate.measure.faults import _cycles_per_ms
+    from perfgate.measure.faults import cycles_per_ms
     from perfgate.measure.steps import cell_batches, compiled_side, initial_state, sync
     from perfgate.measure.timing import time_steps
 
@@ -50,7 +50,7 @@ def main() -> None:
     for _ in range(WARM):
         side.step(batches[0])
     sync(device)
-    cycles = int(SPIN_MS * _cycles_per_ms())
+    cycles = int(SPIN_MS * cycles_per_ms())
     built_s = time.monotonic() - started
 
     def plain(_i):
