@@ -8,7 +8,7 @@ import dataclasses
 
 import pytest
 
-from perfgate.core.clocks import COUNTS, KERNELS, PY_CALLS
+from perfgate.core.clocks import COUNTS, KERNELS, PY_CALLS, range_field
 from perfgate.judge import gate
 from perfgate.judge.baseline import build_baseline
 from perfgate.judge.finding import AB, IMPROVEMENT, REGRESSION
@@ -81,17 +81,17 @@ def test_the_warning_reads_the_runs_the_fold_keeps():
         for i, run in enumerate(runs)
     ]
     assert not [text for text in disagreements(steps) if KERNELS_FIELD in text]
-    assert f"{KERNELS_FIELD}_range" not in build_baseline(steps)[KEY]["cells"][GPT2]
+    assert range_field(KERNELS_FIELD) not in build_baseline(steps)[KEY]["cells"][GPT2]
 
 
 def test_a_count_the_baselines_runs_disagreed_on_is_judged_from_the_nearer_end_of_their_range():
-    """The captioner's compiled kernels follow the machine (2580 a step on four H200s, 2662 on a fifth): a
-    baseline folded over both keeps the range, so neither machine reads red, and a step past its far end does."""
+    """The captioner's compiled kernels follow the machine (docs/measuring.md): a baseline folded over machines
+    that disagree keeps the range, so none of them reads red, and a step past its far end does."""
     runs = syn.runs(3, first_seed=11, **QUIET)
     counted = [[{**r, KERNELS_FIELD: 380.0 + (i == 2) * 10} for r in run] for i, run in enumerate(runs)]
     spanned = build_baseline(counted)[KEY]
-    assert spanned["cells"][GPT2][f"{KERNELS_FIELD}_range"] == [380.0, 390.0]
-    assert f"{KERNELS_FIELD}_range" not in build_baseline(runs)[KEY]["cells"][GPT2]  # agreeing runs: no range
+    assert spanned["cells"][GPT2][range_field(KERNELS_FIELD)] == [380.0, 390.0]
+    assert range_field(KERNELS_FIELD) not in build_baseline(runs)[KEY]["cells"][GPT2]  # agreeing runs: no range
 
     def judged(kernels: float):
         report = gate.compare(_run(**{KERNELS_FIELD: kernels}), spanned)
