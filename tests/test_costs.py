@@ -75,12 +75,40 @@ def test_the_zoos_costs_bring_each_pr_cells_prior_nearer_what_it_measured():
     assert sum(spec.cost for spec in registry.values() if spec.pr) / 6 == pytest.approx(1.0, abs=0.02)
 
 
+@pytest.mark.parametrize("name", ["cost", "compile_cost"])
 @pytest.mark.parametrize("cost", [0, -1.0, float("nan"), float("inf"), "2", True])
-def test_a_models_cost_that_weighs_nothing_is_refused_by_name(cost):
+def test_a_models_cost_that_weighs_nothing_is_refused_by_name(name, cost):
     from perfgate.core.spec import ModelSpec
 
-    with pytest.raises(ValueError, match=f"model 'm': cost={cost!r}; give a finite number"):
-        ModelSpec("m", "a model", *[lambda *a: None] * 5, unit="images", sizes={}, cost=cost)
+    with pytest.raises(ValueError, match=f"model 'm': {name}={cost!r}; give a finite number"):
+        ModelSpec("m", "a model", *[lambda *a: None] * 5, unit="images", sizes={}, **{name: cost})
+
+
+def test_a_precompile_dealt_by_the_models_compile_costs_ends_sooner_on_every_cold_h200_run():
+    """The PR tier's cold precompiles on four H200s (2026-11-29, 4 processes; each cell's seconds in its run's
+    `*.precompile.json`), replayed: dealt by the zoo's compile_cost, the longest process is 11-14 s shorter than
+    dealt by its cells' cost in each of the five. In sample: the compile costs came from these runs."""
+    pytest.importorskip("torch")  # the zoo's builders import it
+    from perfgate.core import zoo
+
+    registry = zoo.load(zoo.DEFAULT)
+    runs = Path(__file__).resolve().parents[1] / "baselines" / "runs" / "paired"
+    cold = [
+        p for p in sorted(runs.glob("h200-*.precompile.json")) if "cupti" not in p.name and "precompile4" not in p.name
+    ]
+
+    def longest(seconds: dict, weights: dict) -> float:
+        cells = [Cell(*cell_id.split("-"), "gpu", "pr") for cell_id in seconds]
+        shares = costs.precompile_shares(cells, costs.expected_s(cells, {}, weights=weights), 4)
+        return max(sum(seconds[c.id] for c in share) for share in shares)
+
+    cost = {n: s.cost for n, s in registry.items()}
+    compile_cost = {n: s.compile_cost or s.cost for n, s in registry.items()}
+    saved = []
+    for path in cold:
+        seconds = {line["cell"]: line["wall_s"] for line in json.loads(path.read_text())}
+        saved.append(longest(seconds, cost) - longest(seconds, compile_cost))
+    assert len(saved) == 5 and min(saved) > 10
 
 
 def test_a_cpu_cells_prior_is_never_weighted_by_its_models_gpu_cost():
@@ -240,8 +268,13 @@ def test_a_session_prices_warm_the_cells_its_kept_cache_will_hold_and_deals_shar
     precompiling = plan(**{"cache-dir": str(tmp_path), "precompile": 4})
     assert precompiling.compiles_held([autotune, aot]) == {autotune.id}
     assert precompiling.timed_costs([autotune])[autotune.id] == costs.warm_prior_s(autotune, GPT2_COST)
-    # shards and the precompile: cold
+    # shards: cold; the precompile: the cold prior by the model's compile cost, never the history
     assert precompiling.expected_costs([autotune])[autotune.id] == costs.prior_s(autotune, GPT2_COST)
+    from perfgate.core import zoo
+
+    precompiling.registry = zoo.DEFAULT
+    compile_cost = zoo.load(zoo.DEFAULT)["gpt2"].compile_cost
+    assert precompiling.compile_costs([autotune])[autotune.id] == costs.prior_s(autotune, compile_cost)
     after_its_step = plan(**{"cache-dir": str(tmp_path)})  # the nightly's -n 4 run after its precompile step
     assert after_its_step.compiles_held([autotune]) == set()
     precompiled.mark([{"cell": autotune.id, "status": "ok"}], str(tmp_path), {autotune.id: "0" * 64})
@@ -328,3 +361,32 @@ def test_a_session_keeps_each_cells_seconds_in_its_cache_and_reads_a_costs_file_
     nowhere = SessionPlan()
     nowhere.config = SimpleNamespace(getoption=lambda name: None)
     nowhere.keep_cost(_paired(cell.id, 81.0))  # no kept cache: nothing written, nothing raised
+
+
+def test_a_precompile_deals_its_processes_by_the_compile_costs(tmp_path, monkeypatch):
+    """Not by the costs history's seconds of whole cells, nor by the cells' cost (test_a_session_prices_...)."""
+    from types import SimpleNamespace
+
+    from perfgate.measure import precompile, precompiled
+    from perfgate.plugin.session_plan import SessionPlan
+
+    cells = [_cell(), _cell(model="vit_b16")]
+    session = SessionPlan()
+    options = {"precompile": 2, "cache-dir": str(tmp_path)}
+    session.config = SimpleNamespace(getoption=lambda name: options.get(name.removeprefix("--perf-")))
+    session.compile_costs = lambda todo: {cell.id: 7.0 for cell in todo}  # what the deal must be given
+    session.expected_costs = lambda todo, warm=(): pytest.fail("the precompile read the cells' costs")
+    session.cache_keys = lambda todo: {}
+    monkeypatch.setattr(precompile, "cuda_devices", lambda: ["cuda:0"])
+    monkeypatch.setattr(precompile, "wanted", lambda cell, has_cuda: True)
+    monkeypatch.setattr(precompiled, "split", lambda todo, cache, keys: (list(todo), []))
+    dealt = []
+
+    def shares(todo, expected, workers):
+        dealt.append(expected)
+        raise RuntimeError("dealt")
+
+    monkeypatch.setattr(costs, "precompile_shares", shares)
+    with pytest.raises(RuntimeError, match="dealt"):
+        session.precompile(cells)
+    assert dealt == [{cell.id: 7.0 for cell in cells}]

@@ -146,6 +146,9 @@ class ModelSpec:
     # costs history knows the cell: a cold run's shards, its precompile's processes and its ETA. 1.0: the phase's
     # typical model; the zoo's figures: docs/options.md, "What a run says while it runs". CPU cells go unweighted.
     cost: float = 1.0
+    # Its cold compile against its phase's prior: what a precompile's processes are dealt by (they compile and time
+    # nothing, and a compile weighs unlike a timed cell: upernet_convnext_t's is 1.7, its cells' 0.95). None: `cost`.
+    compile_cost: float | None = None
     cpu_variants: tuple[str, ...] = ("inductor_default",)
     cpu_phases: tuple[str, ...] = ("train", "infer")
     regional: bool = False  # repeated transformer blocks worth compiling alone
@@ -157,10 +160,13 @@ class ModelSpec:
     stream: int = 1
 
     def __post_init__(self):
-        if isinstance(self.cost, bool) or not (isinstance(self.cost, (int, float)) and 0 < self.cost < float("inf")):
-            raise ValueError(
-                f"model {self.name!r}: cost={self.cost!r}; give a finite number of times its phase's prior, > 0"
-            )
+        for name, value in (("cost", self.cost), ("compile_cost", self.compile_cost)):
+            if value is None and name == "compile_cost":
+                continue
+            if isinstance(value, bool) or not (isinstance(value, (int, float)) and 0 < value < float("inf")):
+                raise ValueError(
+                    f"model {self.name!r}: {name}={value!r}; give a finite number of times its phase's prior, > 0"
+                )
         missing = [p for p in PRECISIONS if p not in self.tolerances]
         if missing:
             raise ValueError(f"model {self.name!r}: no tolerance for precision(s) {missing}")

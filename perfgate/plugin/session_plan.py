@@ -68,6 +68,16 @@ class SessionPlan:
             self._model_costs = {name: spec.cost for name, spec in zoo.load(self.registry).items()}
         return self._model_costs
 
+    def compile_costs(self, cells: list[Cell]) -> dict[str, float]:
+        """Expected seconds of each cell's cold compile, which a precompile's processes are dealt by: the cold prior
+        per variant weighted by its model's compile_cost (ModelSpec). Never the costs history: its seconds are
+        whole cells', in which a compile weighs unlike."""
+        from perfgate.core import zoo
+        from perfgate.plan import costs
+
+        weights = {name: spec.compile_cost or spec.cost for name, spec in zoo.load(self.registry).items()}
+        return costs.expected_s(cells, {}, (), weights)
+
     def timed_costs(self, cells: list[Cell]) -> dict[str, float]:
         """expected_costs, where a cell whose compiles the kept cache will hold costs its warm prior: what the
         ETA and one host's order of cells go by. Never a shard's deal: two runners' caches may differ."""
@@ -174,8 +184,7 @@ class SessionPlan:
             return (
                 f"perfgate: --perf-precompile: all {len(held)} cell(s) already in the cache from an earlier precompile"
             )
-        # Dealt by what the compiles cost: the priors' cold weights (the history's seconds where a cell ran)
-        shares = precompile_shares(cells_left, self.expected_costs(cells_left), workers)
+        shares = precompile_shares(cells_left, self.compile_costs(cells_left), workers)
         registry = zoo.load(self.registry)
         limit = max(sum(self.time_limit_s(registry[c.model], c) for c in share) for share in shares if share)
         references = self.config.getoption("--perf-reference-cache")
