@@ -18,6 +18,9 @@
 # chain's GPUs, an A/A; deal_plant with the device plant), e.g. start 0,1,2,3 "deal_cold deal_warm deal_plant".
 # aa_cold_seq: aa_cold with a cold first pair's sides one after the other (PERFGATE_PAIRED_PREPARE=sequential), to
 # time the two ways of preparing on one host: start 0 "aa_cold" 1 "aa_cold_seq" (each chain its own empty cache).
+# aa_seq_k[tag]: an A/A of the SEQ_K cells prepared one side after the other, as a planted pair prepares: does
+# sequential preparing alone give the device plant's oversized wall lines (gpt2 train +4-8 %, upernet_convnext_t
+# infer +8-11 %, where in one process its spin costs its GPU time: tools/probes/spin_wall.py)?
 # DEAL_K: the deal steps' cells (-k), e.g. DEAL_K="gpt2 or vit_b16" start 0,1 "deal_cold deal_warm": is a warm deal
 # dealt by the kept cache's costs (costs.jsonl; each shard's log says how many cells it priced from them)?
 # copies: tools/probes/cell_copies.py on a host-bound cell (COPIES_MODEL/PHASE/STEPS, default segformer_b2 infer,
@@ -99,6 +102,7 @@ if [ "$1" = start ]; then
     chain=$top/pchain$k; mkdir -p "$chain"; rm -f "$chain/done"; cp "$top/machine.txt" "$chain/machine.txt"
     CHAIN_TOP=$top SRC=$src K=$k CHAINS=$chains GPU=$gpu STEPS=$steps CHAIN=$chain CPUS=$cpus HOST_K=${HOST_K:-(resnet50 and train) or (segformer_b2 and infer)} \
     RL_K=${RL_K:-(resnet50 and train) or segformer_b2 or vit_b16} \
+    SEQ_K=${SEQ_K:-(gpt2 and train) or (upernet_convnext_t and infer)} \
     setsid nohup bash -c '
       cd "$SRC" && export CHAIN_TOP
       me=tools/probes/paired_chain.sh
@@ -120,6 +124,7 @@ if [ "$1" = start ]; then
                 --perf-reference-cache "$CHAIN/$s-cache/references" ;;
           aa_cold_seq) PERFGATE_PAIRED_PREPARE=sequential $me step $K $GPU $s --perf-precompile 4 \
             --perf-baseline baselines --perf-report "$CHAIN/$s" ;;
+          aa_seq_k*) PERFGATE_PAIRED_PREPARE=sequential $me step $K $GPU $s -k "$SEQ_K" --perf-precompile 4 ;;
           device_plant) $me step $K $GPU $s --perf-precompile 4 --perf-inject device_slow:1.5 ;;
           device_plant_shard) $me step $K $GPU $s --perf-precompile 4 --perf-inject device_slow:1.5 \
             --perf-shard $(( K + 1 ))/$CHAINS ;;
