@@ -143,7 +143,7 @@ class ModelSpec:
     speedup_threshold: float | None = None  # gate override (fraction); None = the gate's default
     time_limit_s: float | None = None  # an isolated cell's time limit, s; None = the variant's default
     # A GPU cell's seconds against its phase's prior (perfgate.plan.costs.prior_s), which weighs the prior where no
-    # costs history knows the cell: a cold run's shards, its precompile's processes and its ETA. 1.0: the phase's
+    # costs history knows the cell: a cold run's shards and its ETA (its precompile: compile_cost). 1.0: the phase's
     # typical model; the zoo's figures: docs/options.md, "What a run says while it runs". CPU cells go unweighted.
     cost: float = 1.0
     # Its cold compile against its phase's prior: what a precompile's processes are dealt by (they compile and time
