@@ -103,7 +103,7 @@ def test_a_precompile_dealt_by_the_models_compile_costs_ends_sooner_on_every_col
         return max(sum(seconds[c.id] for c in share) for share in shares)
 
     cost = {n: s.cost for n, s in registry.items()}
-    compile_cost = {n: s.compile_cost or s.cost for n, s in registry.items()}
+    compile_cost = {n: s.compile_weight for n, s in registry.items()}
     saved = []
     for path in cold:
         seconds = {line["cell"]: line["wall_s"] for line in json.loads(path.read_text())}

@@ -176,6 +176,11 @@ class ModelSpec:
                 f"model {self.name!r} pads its sequences but size(s) {unpadded} give no max_seq and buckets"
             )
 
+    @property
+    def compile_weight(self) -> float:
+        """What its cold compile weighs against its phase's prior: compile_cost, else cost."""
+        return self.cost if self.compile_cost is None else self.compile_cost
+
     def size(self, cell) -> Size:
         """The size a cell runs: its device kind's, at the CUDA-graph train batch where that applies."""
         size = self.sizes[cell.device_kind]

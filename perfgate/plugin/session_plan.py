@@ -75,7 +75,7 @@ class SessionPlan:
         from perfgate.core import zoo
         from perfgate.plan import costs
 
-        weights = {name: spec.compile_cost or spec.cost for name, spec in zoo.load(self.registry).items()}
+        weights = {name: spec.compile_weight for name, spec in zoo.load(self.registry).items()}
         return costs.expected_s(cells, {}, (), weights)
 
     def timed_costs(self, cells: list[Cell]) -> dict[str, float]:
