@@ -7,7 +7,8 @@
 # Every step runs the PR tier paired (--perf-against-env: side A is this tree again, so an A/A unless B carries
 # a planted fault), sharing its chain's kept inductor cache (.perfgate/pcacheN, empty at the chain's first
 # step). host_plant runs the two host-bound cells only (HOST_K). Every step has the PR workflow's shape
-# (--perf-precompile 4, numerics on), so its time from pytest to exit is the gate's. Where several chains share a
+# (--perf-precompile with a third of a GPU's CPUs, PROCS to set it; numerics on), so its time from pytest to exit
+# is the gate's. Where several chains share a
 # host, each is pinned to its own equal share of the CPUs (taskset), as if on a machine of its own. Each wait
 # packs the records, reports and logs written so far into $OUT/chainN.tgz.
 # device_plant_shard (aa_shard*: an A/A): the device plant on this chain's shard of the 12 cells (--perf-shard
@@ -57,7 +58,7 @@ if [ "$1" = deal ]; then  # deal K GPUS NAME ARGS...: the PR tier paired as the 
   t0=$SECONDS
   CUDA_VISIBLE_DEVICES=$gpu timeout 1500 python3 -m perfgate deal --gpus all --out "$chain/$name" -- perftests \
     -m "gpu and pr" -p no:randomly --perf-against-env PERFGATE_SIDE=base --perf-isolate off \
-    --perf-cache-dir "${PCACHE:-$top/pcache$k}" --perf-precompile 4 --perf-baseline baselines ${DEAL_K:+-k "$DEAL_K"} "$@" \
+    --perf-cache-dir "${PCACHE:-$top/pcache$k}" --perf-precompile $PROCS --perf-baseline baselines ${DEAL_K:+-k "$DEAL_K"} "$@" \
     > "$chain/$name.log" 2>&1
   rc=$?
   cp "$chain/$name/results.jsonl" "$chain/$name.jsonl" 2>/dev/null
@@ -94,13 +95,15 @@ if [ "$1" = start ]; then
   src=$top/src; rm -rf "$src"; mkdir -p "$src"
   tar -cf - --exclude=./.perfgate --exclude=./.git --exclude=./.venv --exclude=./baselines/runs . | tar -xf - -C "$src"
   chains=$(( $# / 2 )) share=$(( $(nproc) / $(nvidia-smi -L | wc -l) )) k=0  # CPUs a GPU
+  # The precompile's processes a GPU, as pr-gate.yml sets them: a third of a GPU's CPUs (5 on 16).
+  procs=${PROCS:-$(( share / 3 > 1 ? share / 3 : 1 ))}
   while [ $# -ge 2 ]; do
     gpu=$1 steps=$2; shift 2
     # A chain's CPUs: its GPUs' share of the host's (a 2-GPU chain of a 4-GPU host takes half), as if alone.
     n=$(echo "$gpu" | tr , '\n' | wc -l) first=$(echo "$gpu" | cut -d, -f1)
     cpus=""; [ "$chains" -gt 1 ] && cpus="$(( first * share ))-$(( (first + n) * share - 1 ))"
     chain=$top/pchain$k; mkdir -p "$chain"; rm -f "$chain/done"; cp "$top/machine.txt" "$chain/machine.txt"
-    CHAIN_TOP=$top SRC=$src K=$k CHAINS=$chains GPU=$gpu STEPS=$steps CHAIN=$chain CPUS=$cpus HOST_K=${HOST_K:-(resnet50 and train) or (segformer_b2 and infer)} \
+    CHAIN_TOP=$top SRC=$src K=$k CHAINS=$chains PROCS=$procs GPU=$gpu STEPS=$steps CHAIN=$chain CPUS=$cpus HOST_K=${HOST_K:-(resnet50 and train) or (segformer_b2 and infer)} \
     RL_K=${RL_K:-(resnet50 and train) or segformer_b2 or vit_b16} \
     SEQ_K=${SEQ_K:-(gpt2 and train) or (upernet_convnext_t and infer)} \
     setsid nohup bash -c '
@@ -116,32 +119,32 @@ if [ "$1" = start ]; then
       }
       for s in $STEPS; do
         case $s in
-          aa_off_cold|aa_off_warm) PERFGATE_PAIRED_PIN=off $me step $K $GPU $s --perf-precompile 4 \
+          aa_off_cold|aa_off_warm) PERFGATE_PAIRED_PIN=off $me step $K $GPU $s --perf-precompile $PROCS \
             --perf-baseline baselines --perf-report "$CHAIN/$s" ;;
-          aa_cold|aa_warm) $me step $K $GPU $s --perf-precompile 4 --perf-baseline baselines --perf-report "$CHAIN/$s" ;;
+          aa_cold|aa_warm) $me step $K $GPU $s --perf-precompile $PROCS --perf-baseline baselines --perf-report "$CHAIN/$s" ;;
           precompile[0-9]*) rm -rf "$CHAIN/$s-cache"  # the PR tier precompiled alone: N processes, empty caches of its own
               n=${s#precompile}; PCACHE="$CHAIN/$s-cache" $me step $K $GPU $s --collect-only -q --perf-precompile ${n%%[!0-9]*} \
                 --perf-reference-cache "$CHAIN/$s-cache/references" ;;
-          aa_cold_seq) PERFGATE_PAIRED_PREPARE=sequential $me step $K $GPU $s --perf-precompile 4 \
+          aa_cold_seq) PERFGATE_PAIRED_PREPARE=sequential $me step $K $GPU $s --perf-precompile $PROCS \
             --perf-baseline baselines --perf-report "$CHAIN/$s" ;;
-          aa_seq_k*) PERFGATE_PAIRED_PREPARE=sequential $me step $K $GPU $s -k "$SEQ_K" --perf-precompile 4 ;;
-          device_plant) $me step $K $GPU $s --perf-precompile 4 --perf-inject device_slow:1.5 ;;
-          device_plant_shard) $me step $K $GPU $s --perf-precompile 4 --perf-inject device_slow:1.5 \
+          aa_seq_k*) PERFGATE_PAIRED_PREPARE=sequential $me step $K $GPU $s -k "$SEQ_K" --perf-precompile $PROCS ;;
+          device_plant) $me step $K $GPU $s --perf-precompile $PROCS --perf-inject device_slow:1.5 ;;
+          device_plant_shard) $me step $K $GPU $s --perf-precompile $PROCS --perf-inject device_slow:1.5 \
             --perf-shard $(( K + 1 ))/$CHAINS ;;
-          aa_shard*) $me step $K $GPU $s --perf-precompile 4 --perf-shard $(( K + 1 ))/$CHAINS ;;
+          aa_shard*) $me step $K $GPU $s --perf-precompile $PROCS --perf-shard $(( K + 1 ))/$CHAINS ;;
           deal_plant) $me deal $K $GPU $s --perf-inject device_slow:1.5 ;;
           deal*) $me deal $K $GPU $s ;;
-          host_plant) $me step $K $GPU $s -k "$HOST_K" --perf-precompile 4 --perf-inject host_slow:15 ;;
-          host_plant_off) PERFGATE_PAIRED_PIN=off $me step $K $GPU $s -k "$HOST_K" --perf-precompile 4 \
+          host_plant) $me step $K $GPU $s -k "$HOST_K" --perf-precompile $PROCS --perf-inject host_slow:15 ;;
+          host_plant_off) PERFGATE_PAIRED_PIN=off $me step $K $GPU $s -k "$HOST_K" --perf-precompile $PROCS \
             --perf-inject host_slow:15 ;;
-          rl_study) ROUND_LENGTHS_OUT="$CHAIN/round_lengths.jsonl" $me step $K $GPU $s -k "$RL_K" --perf-precompile 4 \
+          rl_study) ROUND_LENGTHS_OUT="$CHAIN/round_lengths.jsonl" $me step $K $GPU $s -k "$RL_K" --perf-precompile $PROCS \
             --perf-round-ms 100 -p tools.probes.round_lengths ;;
-          rl_short*) $me step $K $GPU $s -k "$RL_K" --perf-precompile 4 --perf-round-ms 24 ;;
-          rl_gate*) $me step $K $GPU $s -k "$RL_K" --perf-precompile 4 --perf-round-ms 100 ;;
-          rl_new_attached*) TEARDOWN_CUPTI=0 $me step $K $GPU $s -k "$RL_K" --perf-precompile 4 ;;
-          rl_off*) PERFGATE_PAIRED_PIN=off $me step $K $GPU $s -k "$RL_K" --perf-precompile 4 ;;
-          rl_new*) $me step $K $GPU $s -k "$RL_K" --perf-precompile 4 ;;
-          graph_plant) $me step $K $GPU $s -k "$HOST_K" --perf-precompile 4 --perf-inject graph_break ;;
+          rl_short*) $me step $K $GPU $s -k "$RL_K" --perf-precompile $PROCS --perf-round-ms 24 ;;
+          rl_gate*) $me step $K $GPU $s -k "$RL_K" --perf-precompile $PROCS --perf-round-ms 100 ;;
+          rl_new_attached*) TEARDOWN_CUPTI=0 $me step $K $GPU $s -k "$RL_K" --perf-precompile $PROCS ;;
+          rl_off*) PERFGATE_PAIRED_PIN=off $me step $K $GPU $s -k "$RL_K" --perf-precompile $PROCS ;;
+          rl_new*) $me step $K $GPU $s -k "$RL_K" --perf-precompile $PROCS ;;
+          graph_plant) $me step $K $GPU $s -k "$HOST_K" --perf-precompile $PROCS --perf-inject graph_break ;;
           ddp2) $me ddp $K $GPU $s -k "ddp and not ddp4 and amp_bf16 and inductor" ;;
           copies) for fresh in 0 1; do  # docs/gate-evidence.md "Process pairs": does loading the code again resample the effect?
               copies_run copies$fresh CELL_PROCESSES=3 CELL_FRESH_CODE=$fresh
