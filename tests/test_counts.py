@@ -84,6 +84,53 @@ def test_the_warning_reads_the_runs_the_fold_keeps():
     assert range_field(KERNELS_FIELD) not in build_baseline(steps)[KEY]["cells"][GPT2]
 
 
+def test_runs_within_the_band_of_their_median_keep_no_range_and_are_no_disagreement():
+    """4756, 4756 and 4800 Python calls: +-1 % from 4756 holds all three, so the baseline keeps the median alone
+    (a range to 4800 would have passed 4845, +1.9 %), and `baseline update` has nothing to say of them."""
+    from perfgate.judge.baseline import disagreements
+
+    calls = PY_CALLS.field("compiled")
+    runs = syn.runs(3, first_seed=11, **QUIET)
+    near = [[{**r, calls: 4800.0 if i == 2 else 4756.0} for r in run] for i, run in enumerate(runs)]
+    cell = build_baseline(near)[KEY]["cells"][GPT2]
+    assert cell[calls] == 4756.0 and range_field(calls) not in cell
+    assert not [text for text in disagreements(near) if calls in text]
+    report = gate.compare(_run(**{calls: 4845.0}), build_baseline(near)[KEY])
+    assert [f.metric for f in report.regressions] == [calls]
+
+
+def test_a_baseline_of_whole_counts_keeps_its_median_inside_their_range():
+    """Four runs' kernels 120000, 124461, 124463, 124463 (ints, as a hand-made file holds): their median 124462.0
+    rounded to 4 significant digits was 124500, past the range's 124463, and the gate refused the file."""
+    from perfgate.core.validate import baseline_cell_problems
+
+    runs = syn.runs(4, first_seed=11, **QUIET)
+    kernels = (120000, 124461, 124463, 124463)
+    whole = [[{**r, KERNELS_FIELD: kernels[i]} for r in run] for i, run in enumerate(runs)]
+    cell = build_baseline(whole)[KEY]["cells"][GPT2]
+    assert (cell[KERNELS_FIELD], cell[range_field(KERNELS_FIELD)]) == (124462.0, [120000.0, 124463.0])
+    assert baseline_cell_problems(cell) == []
+
+
+def test_the_warning_leaves_out_the_runs_the_fold_leaves_out_at_another_batch():
+    """Two ok runs at batch 16 that disagree, then a failed run at batch 32: the fold keeps the last run's batch
+    (a failed cell, no counts), so the warning names no count range either."""
+    from perfgate.judge.baseline import disagreements
+
+    runs = syn.runs(3, first_seed=11, **QUIET)
+    batches = [
+        [
+            {**r, KERNELS_FIELD: 380.0 + 20 * i, "batch": 16}
+            if i < 2
+            else {**r, "batch": 32, "status": "failed", "reason": "out of memory"}
+            for r in run
+        ]
+        for i, run in enumerate(runs)
+    ]
+    assert build_baseline(batches)[KEY]["cells"][GPT2]["status"] == "failed"
+    assert not [text for text in disagreements(batches) if KERNELS_FIELD in text]
+
+
 def test_a_count_the_baselines_runs_disagreed_on_is_judged_from_the_nearer_end_of_their_range():
     """The captioner's compiled kernels follow the machine (docs/measuring.md): a baseline folded over machines
     that disagree keeps the range, so none of them reads red, and a step past its far end does."""

@@ -17,8 +17,10 @@ says why, and what 3 against 3 can and cannot see):
     regression  iff  d > q * se  and  d > max(t - q * se, t / 2)     q: the t quantile at 1 - ALPHA, df
 
 i.e. the rule's two lines (perfgate.judge.rules.SpeedupRule.lines_for) with Student's quantile for its z. The
-count, memory, compile-time, numerics and status rules see one cell per side (side_cell): counts and
-memory the largest over processes, numerics failing if any process failed, status ok only if every
+count, memory, compile-time, numerics and status rules see one cell per side (side_cell), folded as a
+baseline's runs are (perfgate.judge.baseline_fold): counts the median over processes, with their range where
+they lie past the count's band from it (A's range widens the rule; B is judged by its median), memory the
+largest over processes, numerics failing if any process failed, status ok only if every
 process ran the cell ok, and compile time the cold compile of the side's first process (its cache was
 empty; the later ones compile from it): the cell's first call there, or, where that process precompiled
 (`perfgate ab --precompile N`) and its cell found every graph in the cache, the precompile's first call of

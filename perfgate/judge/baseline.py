@@ -34,13 +34,20 @@ import shlex
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from perfgate.core.clocks import COUNT_OF, COUNTS
+from perfgate.core.clocks import COUNT_OF
 from perfgate.core.output import write_atomic
 from perfgate.core.record import FIELD, TIME_ALONE
 from perfgate.core.record_reading import process_of, unfiled
 from perfgate.core.text import parse_json
 from perfgate.core.validate import baseline_cell_problems, name_problem
-from perfgate.judge.baseline_fold import counted_runs, fold_cell, measured_right, same_batch, values_of
+from perfgate.judge.baseline_fold import (
+    band_spanned,
+    counted_runs,
+    fold_cell,
+    measured_right,
+    same_batch,
+    values_of,
+)
 
 BASELINE_SCHEMA = 1
 
@@ -101,10 +108,20 @@ def round_sig(value, digits: int = 4):
     return float(f"{value:.{digits}g}")
 
 
+def _round_count(value):
+    if isinstance(value, list):
+        return [_round_count(v) for v in value]
+    return None if value is None else round(float(value), 2)
+
+
 def _round_cell(cell: dict) -> dict:
     rounded: dict[str, object] = {}
     for name, value in cell.items():
-        if name.startswith("peak_mem"):
+        if name in COUNT_OF or name.removesuffix("_range") in COUNT_OF:
+            # A count a step (a mean over counted steps) at its own 2 decimals, its range's ends alike, so that
+            # the median stays inside the range: 4 significant digits moved 123456.5 past 123463.
+            rounded[name] = _round_count(value)
+        elif name.startswith("peak_mem"):
             # MiB: a tenth of a MiB is far below anything a gate looks at.
             rounded[name] = None if value is None else round(float(value), 1)
         elif name.endswith("_spread"):
@@ -201,31 +218,36 @@ AGREE_FIELDS = {
     "peak_mem_compiled_mb": (0.20, 32.0),
     "graph_breaks": (0.0, 0.0),
     "recompiles": (0.0, 0.0),
-    # The counts of a step's work repeat where the code did not change: runs apart by more than the count's
-    # band would trip the gate against their own median (perfgate.core.clocks.COUNTS).
-    **{name: (count.widest, 0.0) for count in COUNTS for name in count.fields},
 }
 
 
 def disagreements(sources: Sequence[Iterable[dict]]) -> list[str]:
     """One line per baseline cell whose ok runs disagree on an AGREE_FIELDS field, naming the values and
-    how many runs read each: what `perfgate baseline update` warns of before anyone commits the max."""
+    how many runs read each: what `perfgate baseline update` warns of before anyone commits the max. And one per
+    count of a step's work (perfgate.core.clocks.COUNTS) whose runs lie past its band from their median, which
+    repeat where the code did not change: the fold keeps their range (baseline_fold.band_spanned), each named."""
     lines = []
     for (_, tier), run_maps in sorted(_runs_by_key(sources).items()):
         for cell, records in sorted(_by_cell(run_maps).items()):
-            lines += _disagreeing(tier, cell, [r for r in records if r.get("status") == "ok"])
+            lines += _disagreeing(tier, cell, records)
     return lines
 
 
-def _disagreeing(tier: str, cell: str, ok: Sequence[dict]) -> list[str]:
-    """The lines of one cell, over the runs the fold keeps (its batch; for a count, its counted steps)."""
-    lines, ok = [], same_batch(ok)
-    for name, (fraction, delta) in AGREE_FIELDS.items():
+def _disagreeing(tier: str, cell: str, records: Sequence[dict]) -> list[str]:
+    """The lines of one cell, over the runs the fold keeps (the last run's batch, whatever its status; its ok
+    runs; for a count, its counted steps)."""
+    lines, ok = [], [r for r in same_batch(records) if r.get("status") == "ok"]
+    for name in [*AGREE_FIELDS, *COUNT_OF]:
         values = values_of(measured_right(counted_runs(ok) if name in COUNT_OF else ok, name), name)
         if not values:
             continue
         lo, hi = min(values), max(values)
-        if hi - lo > delta and hi > lo * (1 + fraction):
+        if name in COUNT_OF:
+            apart = band_spanned(name, values)
+        else:
+            fraction, delta = AGREE_FIELDS[name]
+            apart = hi - lo > delta and hi > lo * (1 + fraction)
+        if apart:
             counts = ", ".join(
                 f"{v:g} ({values.count(v)} run{'s' * (values.count(v) > 1)})" for v in sorted(set(values))
             )
