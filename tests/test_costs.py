@@ -80,35 +80,41 @@ def test_the_zoos_costs_bring_each_pr_cells_prior_nearer_what_it_measured():
 def test_a_models_cost_that_weighs_nothing_is_refused_by_name(name, cost):
     from perfgate.core.spec import ModelSpec
 
-    with pytest.raises(ValueError, match=f"model 'm': {name}={cost!r}; give a finite number"):
+    with pytest.raises(ValueError, match=f"model 'm': {name}={cost!r}; give a finite number") as refused:
         ModelSpec("m", "a model", *[lambda *a: None] * 5, unit="images", sizes={}, **{name: cost})
+    # compile_cost may also be left unset, and the message says so
+    assert str(refused.value).endswith("or None to weigh it by cost") == (name == "compile_cost")
 
 
 def test_a_precompile_dealt_by_the_models_compile_costs_ends_sooner_on_every_cold_h200_run():
-    """The PR tier's cold precompiles on four H200s (2026-11-29, 4 processes; each cell's seconds in its run's
-    `*.precompile.json`), replayed: dealt by the zoo's compile_cost, the longest process is 11-14 s shorter than
-    dealt by its cells' cost in each of the five. In sample: the compile costs came from these runs."""
+    """The PR tier's cold precompiles on six H200s (2026-11-29; each cell's seconds in its run's
+    `*.precompile.json`), replayed: dealt by the zoo's compile_cost, the longest of 4 processes is 11-17 s shorter
+    than dealt by its cells' cost in each. The compile costs came from five of these runs (33e3c08f, 73f9268b,
+    9556437e's two, dcbf00b5); 10cc7345's four and 0caedecf's came later. With 5 processes, the PR workflow's on
+    16 CPUs, the captioner's train cell fills a process alone either way: the two deals end within 5 s."""
     pytest.importorskip("torch")  # the zoo's builders import it
     from perfgate.core import zoo
 
     registry = zoo.load(zoo.DEFAULT)
     runs = Path(__file__).resolve().parents[1] / "baselines" / "runs" / "paired"
-    cold = [
-        p for p in sorted(runs.glob("h200-*.precompile.json")) if "cupti" not in p.name and "precompile4" not in p.name
-    ]
+    # 9556437e-precompile4 read back the references its step before had computed: its first calls are not cold
+    left_out = ("cupti", "9556437e-precompile4")
+    cold = [p for p in sorted(runs.glob("h200-*.precompile.json")) if not any(name in p.name for name in left_out)]
 
-    def longest(seconds: dict, weights: dict) -> float:
+    def longest(seconds: dict, weights: dict, processes: int) -> float:
         cells = [Cell(*cell_id.split("-"), "gpu", "pr") for cell_id in seconds]
-        shares = costs.precompile_shares(cells, costs.expected_s(cells, {}, weights=weights), 4)
+        shares = costs.precompile_shares(cells, costs.expected_s(cells, {}, weights=weights), processes)
         return max(sum(seconds[c.id] for c in share) for share in shares)
 
     cost = {n: s.cost for n, s in registry.items()}
     compile_cost = {n: s.compile_weight for n, s in registry.items()}
-    saved = []
+    saved: dict[int, list[float]] = {4: [], 5: []}
     for path in cold:
         seconds = {line["cell"]: line["wall_s"] for line in json.loads(path.read_text())}
-        saved.append(longest(seconds, cost) - longest(seconds, compile_cost))
-    assert len(saved) == 5 and min(saved) > 10
+        for processes, runs_saved in saved.items():
+            runs_saved.append(longest(seconds, cost, processes) - longest(seconds, compile_cost, processes))
+    assert len(cold) >= 10 and min(saved[4]) > 10
+    assert min(saved[5]) > -5 and sum(saved[5]) > 0
 
 
 def test_a_cpu_cells_prior_is_never_weighted_by_its_models_gpu_cost():

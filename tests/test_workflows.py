@@ -145,7 +145,7 @@ def test_pr_gate_gates_the_pr_tier_on_a_self_hosted_gpu_runner():
     assert option(args, "--perf-against") == "X"  # the base revision, measured beside the PR on this GPU
     assert "--perf-isolate" not in args  # a paired cell runs in its sides' workers, whatever it says
     assert option(args, "--perf-precompile") == "X"  # a third of a GPU's CPUs, as the nightly's precompile
-    assert "procs=$(( per_gpu / 3 > 1 ? per_gpu / 3 : 1 ))" in scripts(gate)
+    assert "procs=$(( $(nproc) / gpus / 3 > 1 ? $(nproc) / gpus / 3 : 1 ))" in scripts(gate)
     (cache,) = uses(gate, "actions/cache")
     assert option(args, "--perf-cache-dir") == "X" and cache["with"]["path"].endswith("/inductor-cache")
     assert "CACHE_DIR=$RUNNER_TEMP/inductor-cache" in scripts(gate)

@@ -164,8 +164,10 @@ class ModelSpec:
             if value is None and name == "compile_cost":
                 continue
             if isinstance(value, bool) or not (isinstance(value, (int, float)) and 0 < value < float("inf")):
+                unset = ", or None to weigh it by cost" if name == "compile_cost" else ""
                 raise ValueError(
-                    f"model {self.name!r}: {name}={value!r}; give a finite number of times its phase's prior, > 0"
+                    f"model {self.name!r}: {name}={value!r}; give a finite number of times its phase's prior, "
+                    f"> 0{unset}"
                 )
         missing = [p for p in PRECISIONS if p not in self.tolerances]
         if missing:

@@ -159,9 +159,9 @@ class SessionPlan:
 
     def precompile(self, cells: list[Cell]) -> str:
         """--perf-precompile N: fill --perf-cache-dir with the planned cells' compiles in N processes at once,
-        dealt by expected cost, before the first cell is timed; returns the line that says how
-        it went. Each line (a cell's first-call seconds, or why it did not compile) goes to
-        <results>.precompile.json."""
+        dealt by each model's compile cost (SessionPlan.compile_costs), before the first cell is timed; returns
+        the line that says how it went. Each line (a cell's first-call seconds, or why it did not compile) goes
+        to <results>.precompile.json."""
         import time
 
         from perfgate.core import zoo
