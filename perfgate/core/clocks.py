@@ -87,7 +87,7 @@ class Count:
 
     @property
     def widest(self) -> float:
-        """The band where nothing is known of how the graphs came (a baseline's run-to-run check, a history)."""
+        """The band where nothing is known of how the graphs came (a history's change points)."""
         return max(self.threshold, self.apart or 0.0)
 
     def field(self, side: str) -> str:
