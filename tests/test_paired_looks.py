@@ -403,6 +403,39 @@ def test_a_wall_red_takes_three_pairs_unless_a_count_already_shows_the_regressio
     assert summary["prepared"] == [{"first": "ab"[i % 2], "together": i > 0} for i in range(pairs)]
 
 
+@pytest.mark.parametrize("steps_sides", [True, False], ids=["this-engine", "an-engine-that-steps-both"])
+def test_a_pairs_rounds_are_sized_by_steps_timed_alone_not_by_a_warm_up_beside_the_other_side(steps_sides):
+    """Two sides that warmed up at once read a 10 ms step as 20: sized from that, a round took one step (~10 ms)
+    where the gate means ~25 ms (dcbf00b5, 0caedecf). B times a round of each side alone first, which reaches
+    no record (one side a round); a worker that steps both sides whatever it is asked keeps its warm-up's."""
+    from perfgate.ab.sides import Side
+    from perfgate.core.job import Job, RunOptions
+    from perfgate.core.matrix import Cell
+
+    class Worker:
+        side, sent = Side("B", "."), []
+        hello = {"hello": {"wall_sides": steps_sides}}
+
+        def send(self, message):
+            self.sent.append(message)
+
+        def expect(self, key, limit_s, progress=None):
+            return {key: {side: {"eager": 20.0, "compiled": 10.0}[side] for side in self.sent[-1]["sides"]}}
+
+    job = Job(Cell("mlp", "train", "aot_eager", "fp32", "gpu"), RunOptions(device="cuda"), tf32=False)
+    shared = {"eager_ms": 40.0, "compiled_ms": 20.0, "device_clock": True}
+    worker = Worker()
+    assert duet.wall_shape(shared, job) == (1, 24)
+    alone = duet.sized(worker, shared, job)
+    if steps_sides:
+        assert alone == {**shared, "eager_ms": 20.0, "compiled_ms": 10.0} and duet.wall_shape(alone, job) == (3, 20)
+        assert worker.sent == [
+            {"op": "wall", "steps": 1, "first": side, "sides": [side]} for side in ("compiled", "eager")
+        ]
+    else:
+        assert alone == shared and worker.sent == []
+
+
 @pytest.mark.parametrize("picked", [False, True], ids=["picks-to-make", "picks-in-the-cache"])
 def test_a_first_pair_prepares_at_once_only_where_the_cache_holds_the_picks(monkeypatch, picked):
     """Two sides that time a kernel's launch configs beside each other pick apart (10 cold first pairs to
@@ -440,6 +473,9 @@ def test_a_wall_red_the_next_two_pairs_read_ok_against_is_outvoted_with_whole_re
     third = [m for m in sent[start:] if m.get("op") == "wall"]
     assert third and any("eager" in m["sides"] for m in third)
     assert sent[-1] == {"op": "finish", "solo": False}
+    # each pair's rounds sized by B's steps timed alone (duet.sized), before its first look
+    sizing = {"op": "wall", "steps": 3, "first": "eager", "sides": ["eager"]}
+    assert sent.count(sizing) == 3 and sizing not in workers["a"].sent
 
 
 def test_pinned_rounds_are_judged_by_the_paired_median_and_the_record_says_on_which_cpus(monkeypatch):

@@ -92,6 +92,24 @@ def wall_shape(ready: dict, job) -> tuple[int, int]:
     return steps, max(WALL_PAIRS, min(2 * WALL_PAIRS, round(WALL_PAIRS * whole / steps)))
 
 
+def sized(worker: Worker, ready: dict, job) -> dict:
+    """B's warm state `ready` with its steps timed again, one round a side of the steps `ready` gives, each
+    alone on the GPU and its CPUs as the rounds will be: a warm-up beside the other side's (a pair that prepared
+    at once) read a short step up to twice its own time, and its wall rounds then took half the steps they
+    should (12-14 ms, not 25: gpt2, vit_b16 and resnet50 infer on the H200s dcbf00b5 and 0caedecf, 2026-11-29,
+    where pairs that prepared one side after the other took 25). A round of one side reaches no record (a
+    record's wall clock pairs eager and compiled round by round); a worker that steps both sides whatever it is
+    asked keeps `ready`."""
+    if not steps_sides(worker):
+        return ready
+    guess, _ = wall_shape(ready, job)
+    timed = {}
+    for side in ("compiled", "eager"):
+        message = _ask(worker, {"op": "wall", "steps": guess, "first": side, "sides": [side]}, "wall")
+        timed[f"{side}_ms"] = message["wall"][side]
+    return {**ready, **timed}
+
+
 def eager_pairs(pairs: int, look: int, eager_wall: bool) -> int:
     """Of a look's `pairs` wall round pairs, those that step eager where it is wanted: EAGER_SHOWN_PAIRS of
     WALL_PAIRS in a first look where its wall step is shown, not judged; every pair where it is judged (or
@@ -195,8 +213,6 @@ def measure(
                 record_b = alone(duet, job_b, progress) or record_b
                 summary["error"] = NO_ROOM
             break
-        steps, pairs = wall_shape(ready["b"], job_b)
-        summary.setdefault("wall_pairs", []).append(pairs)
         if layouts is None:  # decided on the first pair, for every look and pair of the cell: one set of rules
             devices = all(ready[s].get("device_clock") for s in "ab")
             layouts = devices and layouts_of(duet, job_b.cell.variant)
@@ -206,6 +222,8 @@ def measure(
             kind = job_b.cell.device_kind
             with _rounds_pinned(duet, summary, kind):
                 pinned = bool(summary["pinned"])
+                steps, pairs = wall_shape(sized(duet.worker(b), ready["b"], job_b), job_b)
+                summary.setdefault("wall_pairs", []).append(pairs)
                 for look in range(LOOKS):
                     summary["looks"] += 1
                     wanted = looks.wanted(comparisons, look, calling)
