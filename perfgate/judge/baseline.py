@@ -108,10 +108,11 @@ def round_sig(value, digits: int = 4):
     return float(f"{value:.{digits}g}")
 
 
-def _round_count(value):
+def _round_places(value, places: int):
+    """`places` decimals, through a list's items; None passes through."""
     if isinstance(value, list):
-        return [_round_count(v) for v in value]
-    return None if value is None else round(float(value), 2)
+        return [_round_places(v, places) for v in value]
+    return None if value is None else round(float(value), places)
 
 
 def _round_cell(cell: dict) -> dict:
@@ -120,10 +121,10 @@ def _round_cell(cell: dict) -> dict:
         if name in COUNT_OF or name.removesuffix("_range") in COUNT_OF:
             # A count a step (a mean over counted steps) at its own 2 decimals, its range's ends alike, so that
             # the median stays inside the range: 4 significant digits moved 123456.5 past 123463.
-            rounded[name] = _round_count(value)
+            rounded[name] = _round_places(value, 2)
         elif name.startswith("peak_mem"):
             # MiB: a tenth of a MiB is far below anything a gate looks at.
-            rounded[name] = None if value is None else round(float(value), 1)
+            rounded[name] = _round_places(value, 1)
         elif name.endswith("_spread"):
             rounded[name] = round_sig(value, 3)
         elif isinstance(value, list):
